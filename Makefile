@@ -1,0 +1,55 @@
+# fp8lab: `make run` runs every notebook headless; `make test` runs the tests.
+# Both create .venv and install fp8lab into it first (idempotent).
+
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+# A GPU box gets torch + triton; a CPU-only machine never pulls a CUDA build of torch.
+EXTRAS   ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu,test; else echo cpu,test; fi)
+# Offline GPU box: `make run WHEELHOUSE=/path/to/wheelhouse` installs from it, no network.
+WHEELHOUSE ?=
+PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
+ARGS     ?=
+
+.PHONY: run test setup lab claims sync wheelhouse clean-venv
+
+$(VENV)/.installed-$(subst $(comma),_,$(EXTRAS)): pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q $(PIP_SRC) --upgrade pip
+	$(PY) -m pip install -q $(PIP_SRC) -e ".[$(EXTRAS)]"
+	touch $@
+
+comma := ,
+setup: $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
+
+## Every notebook headless (measure with a GPU, redraw from data/ without), then the ledger.
+run: setup
+	$(PY) -m fp8lab run $(ARGS)
+	$(PY) -m fp8lab claims
+
+## The test suite (GPU tests skip without a GPU).
+test: setup
+	$(PY) -m pytest -q $(ARGS)
+
+## Open the notebooks in JupyterLab.
+lab: setup
+	$(PY) -m jupyter lab notebooks/
+
+## Regenerate the README's claims ledger from data/.
+claims: setup
+	$(PY) -m fp8lab claims
+
+## Re-pair notebooks after editing either side (.py percent <-> .ipynb).
+sync: setup
+	$(PY) -m jupytext --sync notebooks/[0-9]*.py
+
+## Wheels for an offline GPU box: everything the notebooks need beyond torch and triton.
+## make wheelhouse WHEEL_PY=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64 [WHEELHOUSE_DIR=wheelhouse]
+WHEEL_PY       ?= 3.12
+WHEEL_PLATFORM ?= manylinux_2_28_x86_64
+WHEELHOUSE_DIR ?= wheelhouse
+wheelhouse:
+	$(PYTHON) scripts/wheelhouse.py --python-version $(WHEEL_PY) --platform $(WHEEL_PLATFORM) --dest $(WHEELHOUSE_DIR)
+
+clean-venv:
+	rm -rf $(VENV)

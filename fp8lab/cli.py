@@ -1,0 +1,71 @@
+"""Command line: ``python -m fp8lab run|claims|env|list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_run(a) -> int:
+    from . import runner
+    return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
+                      timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress)
+
+
+def _cmd_list(a) -> int:
+    from . import runner
+    for s in runner.load_manifest():
+        claims = ", ".join(s.claims) or "-"
+        print(f"{s.id}  {s.name:<24} {s.kind:<5} claims: {claims:<24} {s.title}")
+    return 0
+
+
+def _cmd_claims(a) -> int:
+    from . import claims
+    current = claims.update_readme(check=a.check)
+    if a.check:
+        if not current:
+            print("README ledger is stale: run `python -m fp8lab claims`", file=sys.stderr)
+            return 1
+        print("README ledger is current")
+        return 0
+    print("README ledger " + ("already current" if current else "regenerated"))
+    return 0
+
+
+def _cmd_env(a) -> int:
+    from . import provenance
+    info = {"git": provenance.git_info(), "versions": provenance.versions(),
+            "host": provenance.host_info(), "gpus_visible": provenance.gpu_count()}
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fp8lab", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute notebooks headless with papermill")
+    r.add_argument("--only", action="append", metavar="NB",
+                   help="notebook id or name (repeatable, or comma-separated)")
+    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="parameter for every selected notebook (NN:NAME for one notebook); "
+                        "VALUE is YAML")
+    r.add_argument("--mode", default="auto", choices=["auto", "measure", "replot"])
+    r.add_argument("--out", help="run folder for executed copies (default runs/<time>-<mode>)")
+    r.add_argument("--timeout", type=int, help="seconds per notebook (default: the manifest's)")
+    r.add_argument("--kernel", default="python3")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(fn=_cmd_run)
+    sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
+    c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")
+    c.add_argument("--check", action="store_true", help="only check that it is current")
+    c.set_defaults(fn=_cmd_claims)
+    sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
+    a = ap.parse_args(argv)
+    from .runner import UsageError
+    try:
+        return a.fn(a)
+    except UsageError as exc:
+        print(f"fp8lab: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,119 @@
+"""One house style for every fp8lab figure.
+
+``save`` writes ``figures/<device>/<notebook>/<name>.svg`` and a 2x PNG, with a footnote
+that names the device, the date of the measurement and whether the figure was measured,
+computed, or redrawn from committed data.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+if not os.environ.get("MPLBACKEND") and "ipykernel" not in str(matplotlib.get_backend()).lower() \
+        and "inline" not in str(matplotlib.get_backend()).lower():
+    matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .paths import figures_dir  # noqa: E402
+from .results import FigureInfo, Run, _atomic_write_bytes, _check_name  # noqa: E402
+
+# One colour per arm, the same in every figure (Okabe-Ito, colour-blind safe).
+ARM_COLORS = {
+    "mma_blockwise": "#0072B2",
+    "triton_blockwise": "#E69F00",
+    "cutlass_blockwise_sm90": "#009E73",
+    "cublaslt_blockwise": "#D55E00",
+    "cublas_bf16": "#000000",
+    "cublas_fp8_tensorwise": "#CC79A7",
+    "scalar_tiled": "#999999",
+    "wmma_w8a16": "#56B4E9",
+    "gemv_w8a16_fp8": "#0072B2",
+    "gemv_w8a16_int8": "#56B4E9",
+    "gemv_w4a16_nvfp4": "#D55E00",
+    "gemv_w4a16_int4": "#E69F00",
+    "quant_act_naive": "#999999",
+    "quant_act_warp": "#009E73",
+    "per_slice": "#D55E00",
+    "per_block": "#0072B2",
+}
+_CYCLE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+
+STYLE = {
+    "figure.figsize": (7.0, 4.2),
+    "figure.dpi": 100,
+    "savefig.dpi": 200,            # 2x of figure.dpi: crisp in a blog post
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.15,
+    "svg.fonttype": "none",        # text stays text in the SVG
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.grid": True,
+    "axes.axisbelow": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "legend.fontsize": 9,
+    "axes.prop_cycle": matplotlib.cycler(color=_CYCLE),
+}
+
+
+def apply_style() -> None:
+    """Apply the house style to matplotlib's global rcParams."""
+    matplotlib.rcParams.update(STYLE)
+
+
+def color(arm: str, default=None):
+    return ARM_COLORS.get(arm, default)
+
+
+def _info(target) -> FigureInfo:
+    if isinstance(target, FigureInfo):
+        return target
+    if isinstance(target, Run):
+        return target.figure_info()
+    raise ValueError("save() needs a Run (measured/computed here) or a FigureInfo "
+                     f"(FigureInfo.from_meta for redrawn data), got {type(target).__name__}")
+
+
+def figure_dir(info: FigureInfo) -> Path:
+    return figures_dir() / info.device / info.notebook
+
+
+def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[Path]:
+    """Add the provenance footnote and save SVG + 2x PNG; returns both paths."""
+    _check_name("figure name", name)
+    info = _info(target)
+    note = info.footnote() + (f" · {footnote_extra}" if footnote_extra else "")
+    # A figure-level text in figure coordinates, below the axes; bbox='tight' keeps it.
+    for t in list(fig.texts):
+        if getattr(t, "_fp8lab_footnote", False):
+            t.remove()
+    txt = fig.text(0.0, -0.02, note, ha="left", va="top", fontsize=7, color="#555555",
+                   transform=fig.transFigure)
+    txt._fp8lab_footnote = True
+    out = figure_dir(info)
+    paths = []
+    for ext in ("svg", "png"):
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, metadata=_metadata(ext))
+        path = out / f"{name}.{ext}"
+        _atomic_write_bytes(path, buf.getvalue())
+        paths.append(path)
+    return paths
+
+
+def _metadata(ext: str) -> dict:
+    # Fixed metadata keeps committed figures stable between identical redraws.
+    if ext == "svg":
+        return {"Date": None, "Creator": "fp8lab"}
+    if ext == "png":
+        return {"Software": "fp8lab"}
+    return {}

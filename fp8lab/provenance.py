@@ -1,0 +1,245 @@
+"""Provenance: what machine, which GPU and clocks, which versions, which commit.
+
+Every table fp8lab writes carries this in its ``.meta.json`` sidecar. Nothing here
+changes the machine; NVML is only read.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib.metadata as _md
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+
+from . import __version__
+from .paths import repo_root
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def device_slug(name: str) -> str:
+    """Short key for a GPU name, used as the data/ and figures/ folder.
+
+    'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'rtx-4090',
+    'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA L40S' -> 'l40s'.
+    Memory size and memory type say nothing about the chip, so they are dropped.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"device name must be a non-empty string, got {name!r}")
+    words = re.split(r"[\s_/-]+", name.strip().lower())
+    drop = {"nvidia", "geforce", "tesla", "graphics", "device", ""}
+    keep = [w for w in words
+            if w not in drop and not re.fullmatch(r"\d+gb|hbm\d*e?|gddr\d*x?|nvl", w)]
+    slug = "-".join(re.sub(r"[^a-z0-9.]+", "", w) for w in keep).strip("-")
+    if not slug:
+        raise ValueError(f"cannot derive a device key from {name!r}")
+    return slug
+
+
+# ---------------------------------------------------------------- git
+
+def git_info(root=None) -> dict:
+    """Commit and dirty flag of the checkout. data/ and figures/ are outputs, so changes
+    there do not make the code dirty."""
+    root = str(root or repo_root())
+    def git(*args):
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                              timeout=30)
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "dirty": None}
+        status = git("status", "--porcelain", "--", ".", ":(exclude)data", ":(exclude)figures")
+        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None}
+
+
+# ---------------------------------------------------------------- versions
+
+def _dist_version(name: str):
+    try:
+        return _md.version(name)
+    except _md.PackageNotFoundError:
+        return None
+
+
+def versions(include_torch: bool | None = None) -> dict:
+    """Versions of the software a result depends on. torch is imported only when asked
+    (or when it is already imported): importing it costs seconds."""
+    from .tools import tool_version
+    v = {
+        "fp8lab": __version__,
+        "python": platform.python_version(),
+        "numpy": _dist_version("numpy"),
+        "pandas": _dist_version("pandas"),
+        "matplotlib": _dist_version("matplotlib"),
+        "ml_dtypes": _dist_version("ml_dtypes"),
+        "triton": _dist_version("triton"),
+        "nvcc": tool_version("nvcc") or None,
+    }
+    if include_torch is None:
+        include_torch = "torch" in sys.modules
+    if include_torch:
+        try:
+            import torch
+            v["torch"] = torch.__version__
+            v["cuda"] = torch.version.cuda
+            if torch.cuda.is_available():
+                v["cublas"] = _cublas_version(torch)
+        except ImportError:
+            v["torch"] = None
+    else:
+        v["torch"] = _dist_version("torch")
+    return v
+
+
+def _cublas_version(torch):
+    try:
+        ver = torch._C._cuda_getCompiledVersion()  # the CUDA runtime torch was built with
+        return f"cuda-runtime-{ver // 1000}.{(ver % 1000) // 10}"
+    except Exception:  # noqa: BLE001 - best effort; absent on some builds
+        return None
+
+
+# ---------------------------------------------------------------- NVML
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    """The pynvml module, initialised, or None when there is no NVIDIA driver."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - no driver, no library: simply no GPU
+        return None
+
+
+def gpu_count() -> int:
+    nv = _nvml()
+    if nv is None:
+        return 0
+    try:
+        return int(nv.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def gpu_present() -> bool:
+    """A usable NVIDIA GPU: NVML sees one and CUDA_VISIBLE_DEVICES does not hide them all."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None and vis.strip() in ("", "-1", "none", "NoDevFiles"):
+        return False
+    return gpu_count() > 0
+
+
+def _str(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def nvml_handle(torch_index: int = 0):
+    """NVML handle of the GPU that torch calls ``cuda:torch_index`` (they number GPUs
+    differently under CUDA_VISIBLE_DEVICES, so match by UUID)."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        import torch
+        uuid = str(torch.cuda.get_device_properties(torch_index).uuid)
+        return nv.nvmlDeviceGetHandleByUUID("GPU-" + uuid if not uuid.startswith("GPU-") else uuid)
+    except Exception:  # noqa: BLE001 - fall back to the first visible index
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        idx = torch_index
+        parts = [p.strip() for p in vis.split(",") if p.strip()]
+        if parts and parts[torch_index].isdigit():
+            idx = int(parts[torch_index])
+        try:
+            return nv.nvmlDeviceGetHandleByIndex(idx)
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def nvml_snapshot(handle) -> dict:
+    """Clocks and power as NVML reads them now (MHz, W). Read only."""
+    nv = _nvml()
+    if nv is None or handle is None:
+        return {}
+    out = {}
+    def read(key, fn, *args, scale=1.0):
+        try:
+            out[key] = fn(handle, *args) * scale if scale != 1.0 else fn(handle, *args)
+        except Exception:  # noqa: BLE001 - not every field exists on every GPU
+            out[key] = None
+    read("sm_clock_mhz", nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_SM)
+    read("mem_clock_mhz", nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM)
+    read("sm_clock_max_mhz", nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_SM)
+    read("mem_clock_max_mhz", nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_MEM)
+    read("app_sm_clock_mhz", nv.nvmlDeviceGetApplicationsClock, nv.NVML_CLOCK_SM)
+    read("power_w", nv.nvmlDeviceGetPowerUsage, scale=1e-3)
+    read("power_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit, scale=1e-3)
+    read("temperature_c", nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU)
+    return out
+
+
+def gpu_info(torch_index: int = 0) -> dict:
+    """Name, key, compute capability, SMs, memory, L2, driver and a clock snapshot of the
+    current CUDA device (needs torch with CUDA)."""
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device visible to torch")
+    p = torch.cuda.get_device_properties(torch_index)
+    info = {
+        "device_name": p.name,
+        "device": device_slug(p.name),
+        "compute_capability": f"{p.major}.{p.minor}",
+        "sm_count": p.multi_processor_count,
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "l2_bytes": getattr(p, "L2_cache_size", None),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    nv = _nvml()
+    handle = nvml_handle(torch_index)
+    if nv is not None:
+        try:
+            info["driver"] = _str(nv.nvmlSystemGetDriverVersion())
+        except Exception:  # noqa: BLE001
+            info["driver"] = None
+    info["clocks_at_start"] = nvml_snapshot(handle)
+    return info
+
+
+def host_info() -> dict:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def collect(*, notebook: str, params: dict, device: str, mode: str, gpu: dict | None) -> dict:
+    """The whole provenance record for one run of one notebook."""
+    meta = {
+        "notebook": notebook,
+        "parameters": params,
+        "mode": mode,
+        "device": device,
+        "time": utc_now(),
+        "run_id": os.environ.get("FP8LAB_RUN_ID"),
+        "git": git_info(),
+        "versions": versions(include_torch=gpu is not None),
+        "host": host_info(),
+    }
+    if gpu is not None:
+        meta["gpu"] = gpu
+        meta["device_name"] = gpu["device_name"]
+    else:
+        meta["device_name"] = "CPU (" + (platform.processor() or platform.machine()) + ")"
+    return meta

@@ -1,0 +1,312 @@
+"""Run the notebooks headless with papermill, from a manifest.
+
+- Executed copies go to a run folder (``runs/<time>-<mode>/`` by default, ignored by git).
+- A timeout per notebook: each notebook runs in its own process group, killed on timeout.
+- A failing notebook does not stop the others; the exit status is non-zero and every
+  failure is listed (notebook, cell, error).
+- Parameters are validated against each notebook's ``parameters`` cell before anything
+  runs: an unknown name or a value of the wrong type is an error (papermill only warns).
+- The mode is ``measure`` when a GPU is present and ``replot`` otherwise; the runner
+  says which it chose and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as _dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from . import provenance
+from .paths import notebooks_dir, repo_root
+
+KINDS = {
+    "host": "runs for real on any machine (compile-time, emulators, SASS, arithmetic)",
+    "gpu": "measures on a GPU; without one, redraws its figures from committed data/",
+}
+
+
+class UsageError(ValueError):
+    """Bad command line: unknown notebook or parameter, bad value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookSpec:
+    id: str
+    name: str
+    title: str
+    kind: str
+    claims: tuple
+    timeout: int
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def manifest_path() -> Path:
+    return notebooks_dir() / "manifest.yaml"
+
+
+def load_manifest(path: Path | None = None) -> list[NotebookSpec]:
+    path = Path(path or manifest_path())
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict) or not isinstance(raw.get("notebooks"), list):
+        raise ValueError(f"{path}: expected a mapping with a 'notebooks' list")
+    specs, seen = [], set()
+    for i, e in enumerate(raw["notebooks"]):
+        missing = {"id", "name", "title", "kind"} - set(e)
+        if missing:
+            raise ValueError(f"{path}: entry {i} lacks {sorted(missing)}")
+        if e["kind"] not in KINDS:
+            raise ValueError(f"{path}: {e['name']}: kind must be one of {list(KINDS)}, got {e['kind']!r}")
+        nid = str(e["id"])
+        if nid in seen or e["name"] in seen:
+            raise ValueError(f"{path}: duplicate notebook {nid} / {e['name']}")
+        seen |= {nid, e["name"]}
+        nb = path.parent / f"{e['name']}.ipynb"
+        specs.append(NotebookSpec(id=nid, name=e["name"], title=e["title"], kind=e["kind"],
+                                  claims=tuple(e.get("claims", ())),
+                                  timeout=int(e.get("timeout", 1800)), path=nb))
+    return specs
+
+
+def select(specs: list[NotebookSpec], only) -> list[NotebookSpec]:
+    """Keep the notebooks named in ``only`` (ids like '01' or names like '01_formats')."""
+    if not only:
+        return list(specs)
+    wanted = []
+    for token in only:
+        for t in str(token).split(","):
+            t = t.strip()
+            if t:
+                wanted.append(t)
+    out = []
+    for t in wanted:
+        match = [s for s in specs if t in (s.id, s.name, s.path.name)]
+        if not match:
+            known = ", ".join(f"{s.id} ({s.name})" for s in specs)
+            raise UsageError(f"unknown notebook {t!r}; the manifest has: {known}")
+        if match[0] not in out:
+            out.append(match[0])
+    return out
+
+
+def notebook_parameters(path: Path) -> dict:
+    """Name -> {default, type} from the notebook's cell tagged 'parameters'."""
+    import papermill
+    if not path.is_file():
+        raise UsageError(f"notebook {path} does not exist")
+    params = papermill.inspect_notebook(str(path))
+    if not params:
+        raise UsageError(f"{path.name} has no cell tagged 'parameters'")
+    return {k: {"default": v.get("default"),
+                "type": _declared_type(v.get("inferred_type_name"), v.get("default"))}
+            for k, v in params.items()}
+
+
+def _declared_type(annotation, default_src):
+    """The parameter's type: its annotation if it has one, else the type of its default
+    when that is a literal (``n = 3`` -> int). None when it cannot be told."""
+    if annotation and annotation != "None":
+        return annotation
+    try:
+        value = ast.literal_eval(default_src)
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return None if value is None else type(value).__name__
+
+
+def parse_value(text: str):
+    """A -p value as YAML: 4096 -> int, 1e-3 -> float, [1, 2] -> list, true -> bool."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"cannot parse parameter value {text!r}: {exc}") from None
+
+
+_TYPES = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,),
+          "list": (list,), "dict": (dict,)}
+
+
+def _type_ok(declared: str | None, value) -> bool:
+    if declared in (None, "None") or declared not in _TYPES:
+        return True
+    if declared in ("int", "float") and isinstance(value, bool):
+        return False
+    if declared == "float" and value is None:
+        return True
+    return isinstance(value, _TYPES[declared])
+
+
+def resolve_parameters(specs: list[NotebookSpec], pairs) -> dict[str, dict]:
+    """Per notebook, the parameters to inject. ``NAME VALUE`` goes to every selected
+    notebook and each must declare NAME; ``NN:NAME VALUE`` goes to notebook NN only."""
+    declared = {s.name: notebook_parameters(s.path) for s in specs}
+    per_nb: dict[str, dict] = {s.name: {} for s in specs}
+    for name, text in pairs or []:
+        value = parse_value(text) if isinstance(text, str) else text
+        if ":" in name:
+            nb_token, pname = name.split(":", 1)
+            targets = select(specs, [nb_token])
+        else:
+            pname, targets = name, specs
+        if pname == "mode":
+            raise UsageError("choose the mode with --mode, not -p mode")
+        for s in targets:
+            known = declared[s.name]
+            if pname not in known:
+                raise UsageError(f"unknown parameter {pname!r} for {s.name}; its parameters "
+                                 f"cell declares: {', '.join(sorted(known)) or 'nothing'}")
+            if not _type_ok(known[pname]["type"], value):
+                raise UsageError(f"parameter {pname!r} of {s.name} expects {known[pname]['type']}, "
+                                 f"got {type(value).__name__} {value!r}")
+            per_nb[s.name][pname] = value
+    return per_nb
+
+
+def choose_mode(requested: str = "auto") -> tuple[str, str]:
+    """(mode, why)."""
+    if requested not in ("auto", "measure", "replot"):
+        raise UsageError(f"--mode must be auto, measure or replot, got {requested!r}")
+    if requested == "replot":
+        return "replot", "asked for with --mode replot"
+    present = provenance.gpu_present()
+    if requested == "measure":
+        if not present:
+            raise UsageError("--mode measure needs an NVIDIA GPU and none is visible")
+        return "measure", "asked for with --mode measure"
+    if present:
+        return "measure", f"{provenance.gpu_count()} NVIDIA GPU(s) visible"
+    return "replot", "no NVIDIA GPU found"
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    ok: bool
+    seconds: float
+    output: Path
+    cell: int | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok    {self.name}  ({self.seconds:.1f} s)"
+        where = (f"cell {self.cell} of the executed copy" if self.cell is not None
+                 else "before any cell")
+        return f"FAIL  {self.name}  {where}: {self.error}  ({self.seconds:.1f} s; executed copy {self.output})"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int | None = None,
+                kernel: str = "python3", env: dict | None = None) -> Outcome:
+    """Execute one notebook in its own process group, enforcing the timeout."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    output = out_dir / spec.path.name
+    result_file = out_dir / f".{spec.name}.result.json"
+    result_file.unlink(missing_ok=True)
+    limit = timeout or spec.timeout
+    cmd = [sys.executable, "-m", "fp8lab._execute", "--input", str(spec.path), "--output",
+           str(output), "--cwd", str(spec.path.parent), "--kernel", kernel,
+           "--params", json.dumps(params), "--result", str(result_file)]
+    log = open(out_dir / f"{spec.name}.log", "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        log.close()
+        return Outcome(spec.name, False, time.monotonic() - t0, output,
+                       error=f"timed out after {limit} s (killed)")
+    except BaseException:
+        _kill_group(proc)
+        log.close()
+        raise
+    log.close()
+    dt = time.monotonic() - t0
+    if result_file.is_file():
+        r = json.loads(result_file.read_text())
+        result_file.unlink()
+        return Outcome(spec.name, r["ok"], dt, output, cell=r.get("cell"), error=r.get("error"))
+    tail = (out_dir / f"{spec.name}.log").read_text()[-800:].strip()
+    return Outcome(spec.name, False, dt, output,
+                   error=f"executor exited with status {proc.returncode}: {tail}")
+
+
+def default_run_dir(mode: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return repo_root() / "runs" / f"{stamp}-{mode}"
+
+
+def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
+        timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
+        progress: bool = True, echo=print, env: dict | None = None) -> int:
+    """Execute the selected notebooks; returns the process exit status (0 when all pass)."""
+    specs = select(load_manifest(manifest), only)
+    missing = [s for s in specs if not s.path.is_file()]
+    if missing:
+        raise UsageError("manifest names notebooks that do not exist: "
+                         + ", ".join(str(s.path) for s in missing))
+    per_nb = resolve_parameters(specs, params)
+    chosen, why = choose_mode(mode)
+    run_dir = Path(run_dir or default_run_dir(chosen))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name
+    echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
+    if chosen == "replot":
+        gpu_nbs = [s.name for s in specs if s.kind == "gpu"]
+        if gpu_nbs:
+            echo("  replot: GPU notebooks redraw their figures from committed data/ and measure "
+                 "nothing: " + ", ".join(gpu_nbs))
+    child_env = {"FP8LAB_MODE": chosen, "FP8LAB_RUN_ID": run_id,
+                 "FP8LAB_ROOT": str(repo_root()), "PYTHONUNBUFFERED": "1", **(env or {})}
+    outcomes: list[Outcome] = []
+    try:
+        from tqdm.auto import tqdm
+        bar = tqdm(specs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        bar = specs
+    for spec in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(spec.name)
+        p = dict(per_nb[spec.name])
+        if "mode" in notebook_parameters(spec.path):
+            p["mode"] = chosen
+        outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=child_env)
+        outcomes.append(outcome)
+        if hasattr(bar, "write"):
+            bar.write(outcome.line())
+        else:
+            echo(outcome.line())
+    summary = {"run_id": run_id, "mode": chosen, "why": why,
+               "notebooks": [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]}
+    (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
+    failed = [o for o in outcomes if not o.ok]
+    echo(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed  (mode {chosen}; {run_dir})")
+    for o in failed:
+        echo("  " + o.line())
+    return 1 if failed else 0

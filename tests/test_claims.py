@@ -1,0 +1,59 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from fp8lab import claims, paths, results
+
+
+def test_registry_matches_the_shared_claims_list():
+    shared = paths.repo_root().parent / "shared" / "CLAIMS.md"
+    if not shared.is_file():
+        pytest.skip("../shared/CLAIMS.md is not beside this checkout")
+    ids = re.findall(r"^\| ([ABC]\d) \|", shared.read_text(), re.M)
+    assert ids == list(claims.CLAIMS)
+
+
+def test_verdict_validation():
+    with pytest.raises(ValueError, match="unknown claim id 'Z9'"):
+        claims.Verdict("Z9", "holds", "x")
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        claims.Verdict("B2", "yes", "x")
+    with pytest.raises(ValueError, match="needs a reason"):
+        claims.Verdict("B2", "differs", "255/256")
+    with pytest.raises(ValueError, match="our_figure"):
+        claims.Verdict("B2", "holds", " ")
+    v = claims.Verdict("B2", "holds", "256/256 exact")
+    assert v.seed_figure == claims.CLAIMS["B2"].seed_figure
+
+
+def test_record_collect_and_ledger(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    claims.record(run, [claims.Verdict("B2", "holds", "256/256 exact"),
+                        claims.Verdict("C2", "holds-in-kind", "8 per 4", reason="one extra op")])
+    with pytest.raises(ValueError, match="duplicates"):
+        claims.record(run, [claims.Verdict("B2", "holds", "a"), claims.Verdict("B2", "holds", "b")])
+    got = claims.collect_verdicts()
+    assert list(got["claim"]) == ["B2", "C2"]
+    assert set(got["notebook"]) == {"01_formats"}
+    md = claims.ledger_markdown()
+    assert "| B2 |" in md and "**holds**" in md and "**holds-in-kind**: one extra op" in md
+    assert md.count("pending") == len(claims.CLAIMS) - 2
+
+
+def test_readme_markers_roundtrip(sandbox, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{claims.BEGIN}\nold\n{claims.END}\ntail\n")
+    assert claims.update_readme(readme, check=True) is False
+    assert claims.update_readme(readme) is False          # rewritten
+    assert claims.update_readme(readme, check=True) is True
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("tail\n") and "| A1 |" in text
+    readme.write_text("no markers")
+    with pytest.raises(ValueError, match="ledger markers"):
+        claims.update_readme(readme)
+
+
+def test_committed_readme_ledger_is_current():
+    """The README's ledger must match data/ (regenerate with `python -m fp8lab claims`)."""
+    assert claims.update_readme(check=True), "README ledger is stale: run `python -m fp8lab claims`"

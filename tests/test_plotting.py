@@ -1,0 +1,43 @@
+import matplotlib.pyplot as plt
+import pytest
+
+from fp8lab import plotting, results
+
+
+def test_save_writes_svg_and_2x_png_with_footnote(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    plotting.apply_style()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set_xlabel("M (rows)")
+    paths = plotting.save(fig, run, "demo")
+    assert [p.name for p in paths] == ["demo.svg", "demo.png"]
+    assert paths[0].parent == sandbox / "figures" / "cpu" / "01_formats"
+    svg = paths[0].read_text()
+    assert "computed on" in svg and "01_formats" in svg
+    png = paths[1].read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(png[16:20], "big")
+    assert width >= 2 * 7.0 * 100 * 0.9   # 2x of the 7-inch, 100-dpi figure (tight bbox)
+    plotting.save(fig, run, "demo")       # saving twice keeps one footnote
+    assert sum(getattr(t, "_fp8lab_footnote", False) for t in fig.texts) == 1
+    plt.close(fig)
+
+
+def test_redrawn_figures_go_to_the_data_device(sandbox):
+    meta = {"notebook": "00_environment", "device": "h200", "device_name": "NVIDIA H200",
+            "time": "2026-11-29T10:00:00+00:00", "mode": "measure", "git": {"commit": None}}
+    fig, _ = plt.subplots()
+    svg, _ = plotting.save(fig, results.FigureInfo.from_meta(meta), "ceil")
+    assert svg.parent == sandbox / "figures" / "h200" / "00_environment"
+    assert "redrawn from data/h200" in svg.read_text()
+    plt.close(fig)
+
+
+def test_save_rejects_bad_target(sandbox):
+    fig, _ = plt.subplots()
+    with pytest.raises(ValueError, match="Run"):
+        plotting.save(fig, "h200", "x")
+    with pytest.raises(ValueError, match="plain name"):
+        plotting.save(fig, results.start_run("01_formats", device="cpu"), "../x")
+    plt.close(fig)

@@ -1,0 +1,74 @@
+"""Project hygiene: packaging in step, notebooks clean and paired, the manifest honest."""
+
+import re
+import tomllib
+
+import nbformat
+import pytest
+import yaml
+
+from fp8lab import claims, paths, runner
+
+ROOT = paths.repo_root()
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_mirrors_pyproject():
+    proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_names = {_name(d) for d in conda} - {"python", "pip"}
+    pip_names = {_name(d) for d in pip if not d.startswith("-")}
+    want_conda = {_name(r) for r in proj["dependencies"] + proj["optional-dependencies"]["test"]}
+    want_pip = {_name(r) for r in proj["optional-dependencies"]["cpu"]}
+    assert conda_names == want_conda
+    assert pip_names == want_pip
+    assert "-e ." in pip
+
+
+def test_readme_first_screen_and_ci_agree():
+    readme = (ROOT / "README.md").read_text()
+    first_screen = "\n".join(readme.splitlines()[:30])
+    assert "make run" in first_screen and "make test" in first_screen
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test\b", ci, re.M), ".ci/run must call the README's test command"
+
+
+def _notebooks():
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_manifest_notebooks_exist_and_declare_mode():
+    specs = runner.load_manifest()
+    assert specs, "empty manifest"
+    for s in specs:
+        assert s.path.is_file(), f"manifest names {s.path.name}, which does not exist"
+        params = runner.notebook_parameters(s.path)
+        assert "mode" in params, f"{s.name}: its parameters cell must declare mode"
+        assert set(s.claims) <= set(claims.CLAIMS), f"{s.name}: unknown claim ids"
+    on_disk = {p.stem for p in _notebooks()}
+    assert on_disk == {s.name for s in specs}, "every notebook is in the manifest and vice versa"
+
+
+@pytest.mark.parametrize("nb_path", _notebooks(), ids=lambda p: p.stem)
+def test_notebook_committed_without_outputs(nb_path):
+    nb = nbformat.read(nb_path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert not cell.get("outputs"), f"{nb_path.name} cell {i} has outputs"
+            assert cell.get("execution_count") is None, f"{nb_path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("nb_path", _notebooks(), ids=lambda p: p.stem)
+def test_notebook_pairs_in_sync(nb_path):
+    import jupytext
+    py = nb_path.with_suffix(".py")
+    assert py.is_file(), f"{nb_path.name} has no paired {py.name}"
+    a = nbformat.read(nb_path, as_version=4)
+    b = jupytext.read(py)
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]
+    assert cells(a) == cells(b), f"{nb_path.name} and {py.name} differ: run `make sync`"

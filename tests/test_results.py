@@ -1,0 +1,136 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fp8lab import provenance, results
+
+
+def _df():
+    return pd.DataFrame({"M": [1, 7, 83], "p50_us": [1.5, 2.25, 1e-7], "arm": ["a", "b", "c"]})
+
+
+def test_round_trip_with_provenance(sandbox):
+    run = results.start_run("01_formats", params={"n": 3, "archs": ["sm_90"]}, device="cpu")
+    path = run.write_table("codes", _df(), meta={"note": "x"})
+    assert path == sandbox / "data" / "cpu" / "01_formats" / "codes.csv"
+    back = results.load_table("cpu", "01_formats", "codes")
+    pd.testing.assert_frame_equal(back, _df())  # floats survive exactly (1e-7 too)
+    meta = back.attrs["meta"]
+    assert meta["notebook"] == "01_formats"
+    assert meta["parameters"] == {"n": 3, "archs": ["sm_90"]}
+    assert meta["mode"] == "host" and meta["device"] == "cpu"
+    assert meta["extra"] == {"note": "x"}
+    assert meta["table"]["rows"] == 3 and meta["table"]["columns"] == ["M", "p50_us", "arm"]
+    for key in ("git", "versions", "host", "time"):
+        assert key in meta
+    assert set(meta["git"]) == {"commit", "dirty"}
+    assert meta["versions"]["numpy"] == np.__version__
+    assert results.devices_with("01_formats", "codes") == ["cpu"]
+
+
+def test_failed_write_leaves_nothing(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    with pytest.raises(TypeError):
+        run.write_table("bad", _df(), meta={"obj": object()})  # meta cannot be serialised
+    folder = sandbox / "data" / "cpu" / "01_formats"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_failed_rewrite_keeps_the_old_table(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    run.write_table("t", _df())
+    with pytest.raises(TypeError):
+        run.write_table("t", _df().assign(M=0), meta={"obj": object()})
+    pd.testing.assert_frame_equal(results.load_table("cpu", "01_formats", "t"), _df())
+    assert [p.name for p in (sandbox / "data/cpu/01_formats").iterdir()
+            if p.name.startswith(".")] == []   # no temp files left behind
+
+
+def test_mismatched_sidecar_is_refused(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    path = run.write_table("t", _df())
+    path.write_text(path.read_text().replace("83", "84"))
+    with pytest.raises(ValueError, match="sha256"):
+        results.load_table("cpu", "01_formats", "t")
+
+
+def test_missing_sidecar_is_refused(sandbox):
+    run = results.start_run("01_formats", device="cpu")
+    path = run.write_table("t", _df())
+    path.with_name("t.meta.json").unlink()
+    with pytest.raises(ValueError, match="provenance"):
+        results.load_table("cpu", "01_formats", "t")
+
+
+def test_loader_rejects_unknown_device_and_bad_names(sandbox):
+    results.start_run("01_formats", device="cpu").write_table("t", _df())
+    with pytest.raises(ValueError, match="unknown device 'l4'.*cpu"):
+        results.load_table("l4", "01_formats", "t")
+    with pytest.raises(ValueError, match="no table"):
+        results.load_table("cpu", "01_formats", "nope")
+    with pytest.raises(ValueError, match="plain name"):
+        results.load_table("../etc", "01_formats", "t")
+    with pytest.raises(ValueError, match="DataFrame"):
+        results.start_run("01_formats", device="cpu").write_table("t", [1, 2])
+    with pytest.raises(ValueError, match="device must be"):
+        results.start_run("01_formats", device="h200")
+
+
+def test_replot_mode_writes_nothing(sandbox, no_gpu):
+    run = results.start_run("00_environment", device="gpu")
+    assert run.mode == "replot" and run.device is None and not run.writes
+    with pytest.raises(RuntimeError, match="replot"):
+        run.write_table("t", _df())
+    with pytest.raises(RuntimeError, match="needs an NVIDIA GPU"):
+        results.resolve_mode("measure")
+    with pytest.raises(ValueError, match="mode must be"):
+        results.resolve_mode("fast")
+
+
+def test_mode_from_environment(no_gpu, monkeypatch):
+    monkeypatch.setenv("FP8LAB_MODE", "replot")
+    assert results.resolve_mode("auto") == "replot"
+    assert results.resolve_mode("replot") == "replot"
+
+
+def test_load_all_concatenates_devices(sandbox):
+    run = results.start_run("07_roofline", device="cpu")
+    run.write_table("t", _df())
+    other = sandbox / "data" / "h200" / "07_roofline"
+    meta = dict(run.meta, device="h200", device_name="NVIDIA H200")
+    results.write_table("h200", "07_roofline", "t", _df().assign(M=[2, 3, 4]), meta)
+    assert (other / "t.csv").is_file()
+    both = results.load_all("07_roofline", "t")
+    assert sorted(both["device"].unique()) == ["cpu", "h200"]
+    assert set(both.loc[both.device == "h200", "device_name"]) == {"NVIDIA H200"}
+    assert results.load_all("07_roofline", "missing").empty
+
+
+@pytest.mark.parametrize("name,slug", [
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+    ("NVIDIA L40S", "l40s"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm4"),
+    ("NVIDIA B200", "b200"),
+])
+def test_device_slug(name, slug):
+    assert provenance.device_slug(name) == slug
+
+
+def test_device_slug_rejects_empty():
+    with pytest.raises(ValueError):
+        provenance.device_slug("  ")
+
+
+def test_figure_info_footnote_says_redrawn():
+    meta = {"notebook": "00_environment", "device": "h200", "device_name": "NVIDIA H200",
+            "time": "2026-11-29T10:00:00+00:00", "mode": "measure", "git": {"commit": "abcdef1234"}}
+    info = results.FigureInfo.from_meta(meta, redrawn=True)
+    note = info.footnote()
+    assert "NVIDIA H200" in note and "2026-11-29" in note and "redrawn" in note
+    assert "measured on" in results.FigureInfo.from_meta(meta, redrawn=False).footnote()
+    assert json.dumps(info.__dict__)  # plain data

@@ -1,0 +1,125 @@
+"""The runner on small fixture notebooks (built here, executed for real with papermill)."""
+
+import json
+
+import nbformat
+import pytest
+import yaml
+
+from fp8lab import runner
+
+
+def _nb(params_src: str, *cells: str):
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell(params_src)
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# fixture"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+@pytest.fixture
+def fixture_manifest(tmp_path):
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    out = tmp_path / "echo.json"
+    nbs = {
+        "10_ok": _nb('mode = "auto"\nn = 3\nname = "x"',
+                     f"import json\njson.dump({{'mode': mode, 'n': n, 'name': name}}, open({str(out)!r}, 'w'))"),
+        "11_fail": _nb('mode = "auto"\nn = 3', "x = 1", "assert n == 4, 'n must be 4'"),
+        "12_after": _nb('mode = "auto"\nn = 3', f"open({str(tmp_path / 'after.txt')!r}, 'w').write('ran')"),
+        "13_slow": _nb('mode = "auto"\nn = 3', "import time\ntime.sleep(60)"),
+    }
+    entries = []
+    for i, (name, nb) in enumerate(nbs.items()):
+        nbformat.write(nb, nbdir / f"{name}.ipynb")
+        entries.append({"id": name[:2], "name": name, "title": name, "kind": "host",
+                        "timeout": 8 if name == "13_slow" else 120})
+    manifest = nbdir / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump({"notebooks": entries}))
+    return manifest, tmp_path, out
+
+
+def test_failure_does_not_stop_the_others_and_exits_nonzero(fixture_manifest, no_gpu):
+    manifest, tmp, out = fixture_manifest
+    lines = []
+    rc = runner.run(only=["10", "11", "12"], params=[["n", "5"]], manifest=manifest,
+                    run_dir=tmp / "run", progress=False, echo=lines.append)
+    assert rc == 1
+    assert json.loads(out.read_text()) == {"mode": "replot", "n": 5, "name": "x"}
+    assert (tmp / "after.txt").read_text() == "ran"          # ran after the failure
+    summary = json.loads((tmp / "run" / "run.json").read_text())
+    status = {o["name"]: o for o in summary["notebooks"]}
+    assert status["10_ok"]["ok"] and status["12_after"]["ok"]
+    assert not status["11_fail"]["ok"]
+    # markdown, params, papermill's injected parameters, x = 1, assert
+    assert status["11_fail"]["cell"] == 4
+    assert "AssertionError" in status["11_fail"]["error"] and "n must be 4" in status["11_fail"]["error"]
+    text = "\n".join(lines)
+    assert "mode replot (no NVIDIA GPU found)" in text
+    assert "2 passed, 1 failed" in text and "FAIL  11_fail  cell 4 of the executed copy" in text
+    assert (tmp / "run" / "10_ok.ipynb").is_file()           # executed copies in the run folder
+
+
+def test_unknown_parameter_is_an_error_before_anything_runs(fixture_manifest, no_gpu):
+    manifest, tmp, out = fixture_manifest
+    with pytest.raises(runner.UsageError, match="unknown parameter 'nn' for 10_ok.*n, name"):
+        runner.run(only=["10"], params=[["nn", "5"]], manifest=manifest, run_dir=tmp / "r",
+                   progress=False, echo=lambda s: None)
+    assert not out.exists()
+
+
+def test_parameter_must_exist_in_every_selected_notebook(fixture_manifest, no_gpu):
+    manifest, tmp, _ = fixture_manifest
+    with pytest.raises(runner.UsageError, match="unknown parameter 'name' for 11_fail"):
+        runner.run(only=["10", "11"], params=[["name", "y"]], manifest=manifest,
+                   run_dir=tmp / "r", progress=False, echo=lambda s: None)
+
+
+def test_scoped_parameter_and_type_check(fixture_manifest, no_gpu):
+    manifest, tmp, out = fixture_manifest
+    specs = runner.select(runner.load_manifest(manifest), ["10", "12"])
+    per = runner.resolve_parameters(specs, [["10:name", "z"], ["n", "7"]])
+    assert per == {"10_ok": {"name": "z", "n": 7}, "12_after": {"n": 7}}
+    with pytest.raises(runner.UsageError, match="expects int, got str"):
+        runner.resolve_parameters(specs, [["n", "seven"]])
+    with pytest.raises(runner.UsageError, match="--mode"):
+        runner.resolve_parameters(specs, [["mode", "measure"]])
+
+
+def test_unknown_notebook(fixture_manifest):
+    manifest, _, _ = fixture_manifest
+    with pytest.raises(runner.UsageError, match="unknown notebook '99'"):
+        runner.select(runner.load_manifest(manifest), ["99"])
+
+
+def test_timeout_kills_the_notebook(fixture_manifest, no_gpu):
+    manifest, tmp, _ = fixture_manifest
+    lines = []
+    rc = runner.run(only=["13"], manifest=manifest, run_dir=tmp / "r", progress=False,
+                    echo=lines.append)
+    assert rc == 1
+    assert "timed out after 8 s" in "\n".join(lines)
+
+
+def test_measure_without_gpu_is_refused(no_gpu):
+    with pytest.raises(runner.UsageError, match="needs an NVIDIA GPU"):
+        runner.choose_mode("measure")
+    assert runner.choose_mode("replot") == ("replot", "asked for with --mode replot")
+
+
+def test_cli_exit_codes(fixture_manifest, no_gpu, capsys, monkeypatch):
+    from fp8lab import cli
+    manifest, tmp, _ = fixture_manifest
+    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    assert cli.main(["run", "--only", "10", "-p", "bogus", "1", "--no-progress",
+                     "--out", str(tmp / "c")]) == 2
+    assert "unknown parameter 'bogus'" in capsys.readouterr().err
+    assert cli.main(["run", "--only", "10", "--no-progress", "--out", str(tmp / "c")]) == 0
+
+
+def test_manifest_validation(tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text(yaml.safe_dump({"notebooks": [{"id": "1", "name": "x", "title": "t", "kind": "tpu"}]}))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        runner.load_manifest(bad)
