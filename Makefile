@@ -1,6 +1,7 @@
 # fp8lab: `make run` runs every notebook headless; `make test` runs the tests.
 # Both create .venv and install fp8lab into it first (idempotent).
 
+comma    := ,
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
@@ -19,7 +20,6 @@ $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS)): pyproject.toml
 	$(PY) -m pip install -q $(PIP_SRC) -e ".[$(EXTRAS)]"
 	touch $@
 
-comma := ,
 setup: $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 
 ## Every notebook headless (measure with a GPU, redraw from data/ without), then the ledger.

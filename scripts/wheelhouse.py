@@ -7,8 +7,10 @@ platform, plus fp8lab itself.
     # on the offline box (torch + triton already installed):
     make run WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test
 
---skip drops packages the box is known to have (e.g. numpy pandas matplotlib), to keep the
-wheelhouse small; pip then uses the box's own copies.
+To keep the wheelhouse small, leave out what the box already has: --skip NAME ... or
+--have FILE, where FILE is the box's `python3 -m pip list --format=freeze` (one name per
+line also works). Those wheels are dropped after resolution, so their dependencies are
+still resolved; pip on the box then uses the box's own copies.
 """
 
 from __future__ import annotations
@@ -57,12 +59,17 @@ def main(argv=None) -> int:
     ap.add_argument("--dest", default="wheelhouse")
     ap.add_argument("--extras", default="gpu-tools,test")
     ap.add_argument("--skip", nargs="*", default=[], help="packages the box already has")
+    ap.add_argument("--have", help="file: the box's `pip list --format=freeze` (or one name per line)")
     ap.add_argument("--no-deps", action="store_true",
                     help="only the named requirements, not what they depend on")
     a = ap.parse_args(argv)
     dest = Path(a.dest)
     dest.mkdir(parents=True, exist_ok=True)
-    reqs = requirements(a.extras.split(",") if a.extras else (), a.skip)
+    skip = {_name(s) for s in a.skip}
+    if a.have:
+        skip |= {_name(line) for line in Path(a.have).read_text().splitlines()
+                 if line.strip() and not line.startswith("#")}
+    reqs = requirements(a.extras.split(",") if a.extras else (), skip)
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest),
            "--python-version", a.python_version, "--implementation", "cp"]
     for p in platforms(a.platform):
@@ -71,6 +78,13 @@ def main(argv=None) -> int:
         cmd.append("--no-deps")
     print("+", " ".join(cmd + reqs), flush=True)
     subprocess.run(cmd + reqs, check=True)
+    dropped = 0
+    for whl in dest.glob("*.whl"):
+        if _name(whl.name.split("-")[0]) in skip | ALWAYS_SKIP:
+            whl.unlink()
+            dropped += 1
+    if dropped:
+        print(f"dropped {dropped} wheel(s) the box already has")
     # fp8lab itself, as a wheel, so the box needs nothing but this folder.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dest),
                     str(ROOT)], check=True)

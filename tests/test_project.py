@@ -23,8 +23,9 @@ def test_environment_yml_mirrors_pyproject():
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda_names = {_name(d) for d in conda} - {"python", "pip"}
     pip_names = {_name(d) for d in pip if not d.startswith("-")}
-    want_conda = {_name(r) for r in proj["dependencies"] + proj["optional-dependencies"]["test"]}
-    want_pip = {_name(r) for r in proj["optional-dependencies"]["cpu"]}
+    extras = proj["optional-dependencies"]
+    want_conda = {_name(r) for r in proj["dependencies"] + extras["test"] + extras["lab"]}
+    want_pip = {_name(r) for r in extras["cpu"] if not r.startswith("fp8lab[")}
     assert conda_names == want_conda
     assert pip_names == want_pip
     assert "-e ." in pip
