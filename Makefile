@@ -1,26 +1,36 @@
 # fp8lab: `make run` runs every notebook headless; `make test` runs the tests.
-# Both create .venv and install fp8lab into it first (idempotent).
+# Both install fp8lab first (idempotent): into .venv by default, or, with VENV= (empty),
+# into the Python environment that `python3` belongs to (a GPU box's own torch env).
 
 comma    := ,
 PYTHON   ?= python3
 VENV     ?= .venv
-PY       := $(VENV)/bin/python
 # A GPU box gets torch + triton; a CPU-only machine never pulls a CUDA build of torch.
 EXTRAS   ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu,test; else echo cpu,test; fi)
-# Offline GPU box: `make run WHEELHOUSE=/path/to/wheelhouse` installs from it, no network.
+# Offline GPU box: `make run WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test VENV=` installs
+# from the wheelhouse into the box's own Python (which has torch and triton), no network.
 WHEELHOUSE ?=
-PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
+PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE) --no-build-isolation,)
 ARGS     ?=
+
+ifeq ($(strip $(VENV)),)
+PY       := $(PYTHON)
+STAMP    := .fp8lab-installed-$(subst $(comma),_,$(EXTRAS))
+MKENV    := true
+else
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
+MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
+endif
 
 .PHONY: run test setup lab claims sync wheelhouse clean-venv
 
-$(VENV)/.installed-$(subst $(comma),_,$(EXTRAS)): pyproject.toml
-	$(PYTHON) -m venv --system-site-packages $(VENV)
-	$(PY) -m pip install -q $(PIP_SRC) --upgrade pip
+$(STAMP): pyproject.toml
+	$(MKENV)
 	$(PY) -m pip install -q $(PIP_SRC) -e ".[$(EXTRAS)]"
 	touch $@
 
-setup: $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
+setup: $(STAMP)
 
 ## Every notebook headless (measure with a GPU, redraw from data/ without), then the ledger.
 run: setup
@@ -44,12 +54,14 @@ sync: setup
 	$(PY) -m jupytext --sync notebooks/[0-9]*.py
 
 ## Wheels for an offline GPU box: everything the notebooks need beyond torch and triton.
-## make wheelhouse WHEEL_PY=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64 [WHEELHOUSE_DIR=wheelhouse]
+## make wheelhouse WHEEL_PY=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64 [WHEEL_HAVE=box-freeze.txt]
 WHEEL_PY       ?= 3.12
 WHEEL_PLATFORM ?= manylinux_2_28_x86_64
 WHEELHOUSE_DIR ?= wheelhouse
+WHEEL_HAVE     ?=
 wheelhouse:
-	$(PYTHON) scripts/wheelhouse.py --python-version $(WHEEL_PY) --platform $(WHEEL_PLATFORM) --dest $(WHEELHOUSE_DIR)
+	$(PYTHON) scripts/wheelhouse.py --python-version $(WHEEL_PY) --platform $(WHEEL_PLATFORM) \
+		--dest $(WHEELHOUSE_DIR) $(if $(WHEEL_HAVE),--have $(WHEEL_HAVE),)
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .fp8lab-installed-*
