@@ -158,7 +158,9 @@ def load_table(device: str, notebook: str, name: str) -> pd.DataFrame:
     if want and hashlib.sha256(raw).hexdigest() != want:
         raise ValueError(f"{path} does not match its sidecar (sha256 differs): the table and "
                          "its provenance come from different runs")
-    df = pd.read_csv(io.BytesIO(raw))
+    # Only an empty field is missing: words like "nan" or "NA" in text columns (a code's
+    # class, say) stay text. pandas writes missing numbers as empty fields.
+    df = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
     df.attrs["meta"] = meta
     return df
 

@@ -30,6 +30,14 @@ def test_round_trip_with_provenance(sandbox):
     assert results.devices_with("01_formats", "codes") == ["cpu"]
 
 
+def test_text_that_looks_missing_stays_text(sandbox):
+    df = pd.DataFrame({"cls": ["nan", "NA", "normal"], "x": [1.0, float("nan"), 2.0]})
+    results.start_run("01_formats", device="cpu").write_table("t", df)
+    back = results.load_table("cpu", "01_formats", "t")
+    assert list(back["cls"]) == ["nan", "NA", "normal"]
+    assert back["x"].isna().tolist() == [False, True, False]
+
+
 def test_failed_write_leaves_nothing(sandbox):
     run = results.start_run("01_formats", device="cpu")
     with pytest.raises(TypeError):
