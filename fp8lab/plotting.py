@@ -29,6 +29,8 @@ ARM_COLORS = {
     "cublaslt_blockwise": "#D55E00",
     "cublas_bf16": "#000000",
     "cublas_fp8_tensorwise": "#CC79A7",
+    "copy_d2d": "#56B4E9",
+    "fma_peak": "#999999",
     "scalar_tiled": "#999999",
     "wmma_w8a16": "#56B4E9",
     "gemv_w8a16_fp8": "#0072B2",

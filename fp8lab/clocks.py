@@ -1,0 +1,389 @@
+"""GPU clocks: an NVML sampler that runs beside every measurement, and an opt-in
+clock lock for users' own machines.
+
+``ClockSampler`` polls NVML on a background thread (SM and memory clock, power,
+temperature, clock-event / throttle reasons) and summarises what it saw; the
+summary goes into a table's meta sidecar, so a number measured while the card was
+power-capped says so.
+
+``locked_clocks`` is for a machine you own. It never runs unless asked twice: a
+clock range and ``opt_in=True`` (or FP8LAB_ALLOW_CLOCK_LOCK=1). It tries the lock;
+without permission (not root) it records 'not permitted' and the body runs
+unlocked. Once locked, the reset is guaranteed three ways: the ``finally`` of the
+context manager, an ``atexit`` hook, and a SIGTERM handler (which resets, then
+hands over to the previous handler). Never use it on a shared machine.
+
+NVML is imported lazily (``pynvml`` from nvidia-ml-py); both classes take an
+``nvml`` object, so tests inject a fake.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["ClockSampler", "ClockLock", "locked_clocks", "decode_reasons", "REASON_BITS",
+           "sample_once", "active_lock"]
+
+#: clock-event (formerly "throttle") reason bits, as nvml.h defines them
+REASON_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",   # also "user defined clocks" (same bit)
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def decode_reasons(mask: int) -> list:
+    """Names of the reason bits set in an NVML clock-event mask."""
+    mask = int(mask)
+    names = [name for bit, name in REASON_BITS.items() if mask & bit]
+    unknown = mask & ~sum(REASON_BITS)
+    if unknown:
+        names.append(f"other(0x{unknown:x})")
+    return names
+
+
+def _load_nvml(nvml=None):
+    if nvml is not None:
+        return nvml
+    import pynvml  # nvidia-ml-py
+
+    return pynvml
+
+
+def _reasons(nvml, handle) -> Optional[int]:
+    for fname in ("nvmlDeviceGetCurrentClocksEventReasons",
+                  "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        f = getattr(nvml, fname, None)
+        if f is not None:
+            try:
+                return int(f(handle))
+            except Exception:
+                return None
+    return None
+
+
+def sample_once(nvml, handle) -> dict:
+    """One reading; fields NVML refuses on this card are None."""
+    def get(f, *args, scale=1.0):
+        try:
+            return getattr(nvml, f)(handle, *args) * scale
+        except Exception:
+            return None
+
+    return {
+        "t": time.monotonic(),
+        "sm_mhz": get("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1)),
+        "mem_mhz": get("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2)),
+        "power_w": get("nvmlDeviceGetPowerUsage", scale=1e-3),
+        "temp_c": get("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
+        "reasons": _reasons(nvml, handle),
+    }
+
+
+_ACTIVE_LOCK: dict = {"lock": None}
+
+
+def active_lock() -> Optional["ClockLock"]:
+    """The ClockLock in force in this process, if any (the sampler reports it)."""
+    return _ACTIVE_LOCK["lock"]
+
+
+class ClockSampler:
+    """Poll NVML every ``interval_s`` on a daemon thread while a measurement runs.
+
+    Use as a context manager, or ``start()`` / ``stop()``. ``summary()`` (or
+    ``summary(t0, t1)`` for a window in ``time.monotonic()`` seconds) returns a dict
+    fit for a meta sidecar. With no NVML (no driver, no pynvml) it records why and
+    ``summary()`` says ``available: False``: measuring still works.
+    """
+
+    def __init__(self, device_index: int = 0, interval_s: float = 0.05, nvml=None,
+                 max_samples: int = 200_000, uuid: Optional[str] = None):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.device_index = int(device_index)
+        # NVML numbers GPUs ignoring CUDA_VISIBLE_DEVICES; a UUID (torch's
+        # get_device_properties(i).uuid) names the same card torch measures
+        self.uuid = uuid
+        self.interval_s = float(interval_s)
+        self.max_samples = int(max_samples)
+        self.samples: list = []
+        self.error: Optional[str] = None
+        self.device_name: Optional[str] = None
+        self.max_sm_mhz: Optional[float] = None
+        self._nvml_arg = nvml
+        self._nvml = None
+        self._handle = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._t_start = self._t_stop = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> "ClockSampler":
+        try:
+            nvml = _load_nvml(self._nvml_arg)
+            nvml.nvmlInit()
+            if self.uuid:
+                u = self.uuid if self.uuid.startswith("GPU-") else "GPU-" + self.uuid
+                self._handle = nvml.nvmlDeviceGetHandleByUUID(u)
+            else:
+                self._handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._nvml = nvml
+            try:
+                name = nvml.nvmlDeviceGetName(self._handle)
+                self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+            except Exception:
+                pass
+            try:
+                self.max_sm_mhz = nvml.nvmlDeviceGetMaxClockInfo(
+                    self._handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+            except Exception:
+                pass
+        except Exception as e:  # no driver / no GPU / no pynvml: measure without clocks
+            self.error = f"{type(e).__name__}: {e}"
+            self._nvml = None
+            return self
+        self._t_start = time.monotonic()
+        self._stop.clear()
+        self.samples.append(sample_once(self._nvml, self._handle))
+        self._thread = threading.Thread(target=self._run, name="fp8lab-clock-sampler",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.interval_s):
+            if len(self.samples) >= self.max_samples:
+                break
+            try:
+                self.samples.append(sample_once(self._nvml, self._handle))
+            except Exception as e:  # keep the measurement alive; say what happened
+                self.error = f"{type(e).__name__}: {e}"
+                break
+
+    def stop(self) -> "ClockSampler":
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._thread = None
+            try:
+                self.samples.append(sample_once(self._nvml, self._handle))
+            except Exception:
+                pass
+        if self._nvml is not None:
+            self._t_stop = time.monotonic()
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    # -- results ------------------------------------------------------------------------
+    def now(self) -> float:
+        """A timestamp on the samples' clock, to mark the window of one arm."""
+        return time.monotonic()
+
+    def summary(self, t0: Optional[float] = None, t1: Optional[float] = None) -> dict:
+        lock = active_lock()
+        base = {"available": not self.error or bool(self.samples),
+                "device_index": self.device_index, "uuid": self.uuid,
+                "device_name": self.device_name,
+                "interval_s": self.interval_s, "max_sm_mhz": self.max_sm_mhz,
+                "locked": bool(lock and lock.locked),
+                "lock_status": lock.status if lock else "not requested"}
+        if self.error:
+            base["error"] = self.error
+        rows = [s for s in self.samples
+                if (t0 is None or s["t"] >= t0) and (t1 is None or s["t"] <= t1)]
+        base["n_samples"] = len(rows)
+        if not rows:
+            base["available"] = False
+            return base
+        base["duration_s"] = rows[-1]["t"] - rows[0]["t"]
+        for key in ("sm_mhz", "mem_mhz", "power_w", "temp_c"):
+            vals = [r[key] for r in rows if r[key] is not None]
+            if vals:
+                base[f"{key}_min"] = min(vals)
+                base[f"{key}_median"] = statistics.median(vals)
+                base[f"{key}_max"] = max(vals)
+        counts: dict = {}
+        n_reason = 0
+        for r in rows:
+            if r["reasons"] is None:
+                continue
+            n_reason += 1
+            for name in decode_reasons(r["reasons"]):
+                counts[name] = counts.get(name, 0) + 1
+        # fraction of samples in which each reason was active: a power cap seen in
+        # 2% of samples is a different story from one seen in 90%
+        base["reasons_fraction"] = {k: v / n_reason for k, v in sorted(counts.items())} if n_reason else {}
+        base["throttled"] = any(k not in ("gpu_idle",) for k in counts)
+        return base
+
+
+# ---------------------------------------------------------------------------------
+# opt-in clock lock
+# ---------------------------------------------------------------------------------
+@dataclass
+class ClockLock:
+    requested_sm_mhz: Optional[tuple]
+    requested_mem_mhz: Optional[tuple]
+    status: str = "not requested"   # locked | not permitted | not supported | not opted in | error: ...
+    locked: bool = False
+    reset_calls: int = 0
+    events: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"requested_sm_mhz": self.requested_sm_mhz,
+                "requested_mem_mhz": self.requested_mem_mhz, "status": self.status,
+                "locked": self.locked, "reset_calls": self.reset_calls, "events": list(self.events)}
+
+
+def _range(v, what: str) -> Optional[tuple]:
+    if v is None:
+        return None
+    lo, hi = (v, v) if isinstance(v, (int, float)) else tuple(v)
+    lo, hi = int(lo), int(hi)
+    if lo <= 0 or hi < lo:
+        raise ValueError(f"{what} must be a positive MHz value or (min, max) with min <= max, got {v!r}")
+    return lo, hi
+
+
+def _error_kind(nvml, exc) -> str:
+    """'not permitted' / 'not supported' / 'error: ...' from an NVML exception."""
+    value = getattr(exc, "value", None)
+    if value == getattr(nvml, "NVML_ERROR_NO_PERMISSION", 4) or type(exc).__name__ == "NVMLError_NoPermission":
+        return "not permitted"
+    if value == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3) or type(exc).__name__ == "NVMLError_NotSupported":
+        return "not supported"
+    return f"error: {type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_index: int = 0,
+                  nvml=None):
+    """Lock SM (and optionally memory) clocks for the body; always reset after.
+
+    ``sm_mhz`` / ``mem_mhz``: MHz or (min, max). ``opt_in`` must be True (or the
+    environment must set FP8LAB_ALLOW_CLOCK_LOCK=1), otherwise nothing is touched
+    and the status reads 'not opted in'. Yields a ``ClockLock`` whose ``status``
+    says what happened; the body always runs, locked or not.
+    """
+    sm = _range(sm_mhz, "sm_mhz")
+    mem = _range(mem_mhz, "mem_mhz")
+    state = ClockLock(requested_sm_mhz=sm, requested_mem_mhz=mem)
+    if sm is None and mem is None:
+        state.status = "not requested"
+        yield state
+        return
+    if not (opt_in or os.environ.get("FP8LAB_ALLOW_CLOCK_LOCK") == "1"):
+        state.status = "not opted in"
+        yield state
+        return
+    if _ACTIVE_LOCK["lock"] is not None:
+        raise RuntimeError("locked_clocks is already active in this process; nest nothing")
+
+    try:
+        nv = _load_nvml(nvml)
+        nv.nvmlInit()
+        handle = nv.nvmlDeviceGetHandleByIndex(device_index)
+    except Exception as e:
+        state.status = f"error: NVML unavailable ({type(e).__name__}: {e})"
+        yield state
+        return
+
+    done = {"sm": False, "mem": False}
+
+    def reset(reason: str):
+        # idempotent: finally, atexit and SIGTERM may all get here
+        if not (done["sm"] or done["mem"]):
+            return
+        state.reset_calls += 1
+        state.events.append(f"reset ({reason})")
+        if done["sm"]:
+            try:
+                nv.nvmlDeviceResetGpuLockedClocks(handle)
+            except Exception as e:
+                state.events.append(f"reset sm failed: {e}")
+            done["sm"] = False
+        if done["mem"]:
+            try:
+                nv.nvmlDeviceResetMemoryLockedClocks(handle)
+            except Exception as e:
+                state.events.append(f"reset mem failed: {e}")
+            done["mem"] = False
+        state.locked = False
+
+    def at_exit():
+        reset("atexit")
+
+    prev_handler = None
+    installed_signal = False
+
+    def on_sigterm(signum, frame):
+        reset("SIGTERM")
+        # hand over to whoever handled SIGTERM before us
+        if callable(prev_handler):
+            return prev_handler(signum, frame)
+        if prev_handler == signal.SIG_IGN:
+            return None
+        raise SystemExit(128 + signum)
+
+    try:
+        try:
+            if sm is not None:
+                nv.nvmlDeviceSetGpuLockedClocks(handle, sm[0], sm[1])
+                done["sm"] = True
+            if mem is not None:
+                nv.nvmlDeviceSetMemoryLockedClocks(handle, mem[0], mem[1])
+                done["mem"] = True
+        except Exception as e:
+            state.status = _error_kind(nv, e)
+            state.events.append(f"lock refused: {state.status}")
+            # a half-applied lock (SM locked, memory refused) is undone right away
+            reset("partial lock")
+        else:
+            state.status = "locked"
+            state.locked = True
+            state.events.append("locked")
+        if state.locked:
+            atexit.register(at_exit)
+            if threading.current_thread() is threading.main_thread():
+                prev_handler = signal.getsignal(signal.SIGTERM)
+                signal.signal(signal.SIGTERM, on_sigterm)
+                installed_signal = True
+            _ACTIVE_LOCK["lock"] = state
+        yield state
+    finally:
+        reset("exit")
+        if installed_signal:
+            signal.signal(signal.SIGTERM, prev_handler if prev_handler is not None else signal.SIG_DFL)
+        atexit.unregister(at_exit)
+        if _ACTIVE_LOCK["lock"] is state:
+            _ACTIVE_LOCK["lock"] = None
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass

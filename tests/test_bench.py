@@ -1,0 +1,112 @@
+"""Timing statistics and the noise check, with synthetic samples (no GPU)."""
+
+import numpy as np
+import pytest
+
+from fp8lab import bench
+
+
+def test_quantiles_by_hand():
+    # linear interpolation between order statistics: position q * (n - 1)
+    assert list(bench.quantiles([5, 1, 4, 2, 3])) == pytest.approx([1.8, 3.0, 4.2])
+    assert list(bench.quantiles([7.0])) == [7.0, 7.0, 7.0]
+
+
+def test_quantiles_match_numpy_and_triton():
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(size=101)
+    assert bench.quantiles(x, (0.1, 0.2, 0.5, 0.8, 0.95)) == pytest.approx(
+        np.quantile(x, [0.1, 0.2, 0.5, 0.8, 0.95]))
+    triton_testing = pytest.importorskip("triton.testing")
+    assert list(bench.quantiles(x)) == pytest.approx(triton_testing._quantile(list(x), [0.2, 0.5, 0.8]))
+
+
+def test_quantiles_reject_bad_input():
+    with pytest.raises(ValueError, match="non-empty"):
+        bench.quantiles([])
+    with pytest.raises(ValueError, match="finite"):
+        bench.quantiles([1.0, float("nan")])
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        bench.quantiles([1.0], (1.5,))
+
+
+def test_timing_and_rates():
+    t = bench.Timing(np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * 1e-3)
+    assert (t.p20_s, t.p50_s, t.p80_s) == pytest.approx((1.8e-3, 3e-3, 4.2e-3))
+    assert t.spread_s == pytest.approx(2.4e-3)
+    r = t.rate(1e9)
+    # the low rate quantile comes from the slow (p80) time
+    assert r["p20"] == pytest.approx(1e9 / 4.2e-3) and r["p80"] == pytest.approx(1e9 / 1.8e-3)
+    assert r["p20"] < r["p50"] < r["p80"]
+    row = t.row()
+    assert row["time_p50_s"] == pytest.approx(3e-3) and row["n_samples"] == 5
+    with pytest.raises(ValueError, match="> 0 s"):
+        bench.Timing([1e-3, 0.0])
+    with pytest.raises(ValueError, match="work must be > 0"):
+        t.rate(0)
+
+
+def test_noise_check_identical_arms_are_not_different():
+    rng = np.random.default_rng(1)
+    base = 100e-6
+    a = base * (1 + 0.01 * rng.standard_normal(7))
+    b = base * (1 + 0.01 * rng.standard_normal(7))
+    nc = bench.noise_check(a, b)
+    assert not nc.distinguishable
+    assert "not distinguishable" in nc.message
+    assert nc.n_runs == (7, 7)
+
+
+def test_noise_check_flags_a_real_difference():
+    a = [100e-6, 101e-6, 99e-6, 100.5e-6]
+    b = [90e-6, 91e-6, 89.5e-6, 90.2e-6]          # 10% faster, spread ~2%
+    nc = bench.noise_check(a, b)
+    assert nc.distinguishable
+    assert nc.diff_s == pytest.approx(np.median(b) - np.median(a))
+    assert nc.rel_diff == pytest.approx((90.1 - 100.25) / 100.25)   # medians of 4 runs
+
+
+def test_noise_check_small_difference_within_spread():
+    # a 1% difference between arms whose runs wander by 3% is noise
+    a = [100e-6, 103e-6, 100.5e-6]
+    b = [101e-6, 104e-6, 101.5e-6]
+    nc = bench.noise_check(a, b)
+    assert not nc.distinguishable
+    assert nc.spread_a_s == pytest.approx(3e-6)
+
+
+def test_noise_check_takes_timings_and_needs_two_runs():
+    ta = [bench.Timing(np.full(5, 1e-3)), bench.Timing(np.full(5, 1.01e-3))]
+    tb = [bench.Timing(np.full(5, 2e-3)), bench.Timing(np.full(5, 2.02e-3))]
+    assert bench.noise_check(ta, tb).distinguishable
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        bench.noise_check([1e-3], [1e-3, 2e-3])
+    with pytest.raises(ValueError, match="positive finite"):
+        bench.noise_check([1e-3, -1.0], [1e-3, 2e-3])
+
+
+def test_rotation_sets_exceed_l2():
+    l2 = 60 * 2**20
+    n = bench.n_rotation_sets(16 * 2**20, l2)
+    assert n == 8 and n * 16 * 2**20 > 2 * l2
+    assert bench.n_rotation_sets(1 * 2**30, l2) == 1      # one set already dwarfs L2
+    with pytest.raises(ValueError, match="more than max_sets"):
+        bench.n_rotation_sets(64, l2)
+    with pytest.raises(ValueError, match="factor must be >= 1"):
+        bench.n_rotation_sets(1024, l2, factor=0.5)
+
+
+def test_rotating_cycles_argument_sets():
+    seen = []
+    f = bench.rotating(lambda x, y: seen.append((x, y)), [(1, "a"), (2, "b"), (3, "c")])
+    for _ in range(7):
+        f()
+    assert seen == [(1, "a"), (2, "b"), (3, "c"), (1, "a"), (2, "b"), (3, "c"), (1, "a")]
+    assert f.n_sets == 3
+    with pytest.raises(ValueError, match="at least one"):
+        bench.rotating(print, [])
+
+
+def test_bench_rejects_bad_method_before_touching_a_gpu():
+    with pytest.raises(ValueError, match="method must be"):
+        bench.bench(lambda: None, method="wall")

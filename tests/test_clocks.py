@@ -1,0 +1,260 @@
+"""The NVML sampler and the opt-in clock lock, against a fake NVML: the lock's reset
+path is never exercised on a real (shared) GPU."""
+
+import signal
+import time
+
+import pytest
+
+from fp8lab import clocks
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class FakeNVML:
+    """The slice of pynvml that fp8lab.clocks uses, recording every call."""
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = 3, 4
+
+    def __init__(self, refuse_sm=None, refuse_mem=None, fail_init=False):
+        self.calls = []
+        self.refuse_sm, self.refuse_mem, self.fail_init = refuse_sm, refuse_mem, fail_init
+        self.sm_locked = self.mem_locked = False
+        self.n_reads = 0
+
+    def nvmlInit(self):
+        self.calls.append("init")
+        if self.fail_init:
+            raise FakeNVMLError(9)  # driver not loaded
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("handle", i)
+
+    def nvmlDeviceGetHandleByUUID(self, u):
+        self.calls.append(("uuid", u))
+        return ("handle", u)
+
+    def nvmlDeviceGetName(self, h):
+        return b"Fake GPU"
+
+    def nvmlDeviceGetMaxClockInfo(self, h, which):
+        return 1980
+
+    def nvmlDeviceGetClockInfo(self, h, which):
+        if which != self.NVML_CLOCK_SM:
+            return 3201
+        self.n_reads += 1                    # SM reads alternate 1950 / 1980 MHz
+        return 1980 - (self.n_reads % 2) * 30
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 650_000  # mW
+
+    def nvmlDeviceGetTemperature(self, h, which):
+        return 55
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return 0x4 if self.n_reads % 2 else 0x0     # sw power cap every other sample
+
+    def nvmlDeviceSetGpuLockedClocks(self, h, lo, hi):
+        self.calls.append(("lock_sm", lo, hi))
+        if self.refuse_sm is not None:
+            raise FakeNVMLError(self.refuse_sm)
+        self.sm_locked = True
+
+    def nvmlDeviceSetMemoryLockedClocks(self, h, lo, hi):
+        self.calls.append(("lock_mem", lo, hi))
+        if self.refuse_mem is not None:
+            raise FakeNVMLError(self.refuse_mem)
+        self.mem_locked = True
+
+    def nvmlDeviceResetGpuLockedClocks(self, h):
+        self.calls.append("reset_sm")
+        self.sm_locked = False
+
+    def nvmlDeviceResetMemoryLockedClocks(self, h):
+        self.calls.append("reset_mem")
+        self.mem_locked = False
+
+
+@pytest.fixture
+def exit_hooks(monkeypatch):
+    """Record atexit registrations instead of touching the interpreter's list."""
+    reg = {"registered": [], "unregistered": []}
+    monkeypatch.setattr(clocks.atexit, "register", lambda f: reg["registered"].append(f) or f)
+    monkeypatch.setattr(clocks.atexit, "unregister", lambda f: reg["unregistered"].append(f))
+    return reg
+
+
+@pytest.fixture
+def keep_sigterm():
+    before = signal.getsignal(signal.SIGTERM)
+    yield before
+    signal.signal(signal.SIGTERM, before)
+
+
+# ------------------------------------------------------------------ lock
+def test_lock_resets_on_normal_exit(exit_hooks, keep_sigterm):
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.locked and lock.status == "locked" and nv.sm_locked
+        assert clocks.active_lock() is lock
+        # both emergency paths are armed while locked
+        assert len(exit_hooks["registered"]) == 1
+        assert signal.getsignal(signal.SIGTERM) is not keep_sigterm
+    assert not nv.sm_locked and nv.calls.count("reset_sm") == 1
+    assert ("lock_sm", 1200, 1200) in nv.calls
+    assert lock.reset_calls == 1 and not lock.locked
+    # and disarmed afterwards
+    assert exit_hooks["unregistered"] == exit_hooks["registered"]
+    assert signal.getsignal(signal.SIGTERM) == keep_sigterm
+    assert clocks.active_lock() is None
+
+
+def test_lock_resets_when_the_body_raises(exit_hooks, keep_sigterm):
+    nv = FakeNVML()
+    with pytest.raises(ZeroDivisionError):
+        with clocks.locked_clocks((900, 1200), mem_mhz=3201, opt_in=True, nvml=nv):
+            assert nv.sm_locked and nv.mem_locked
+            1 / 0
+    assert not nv.sm_locked and not nv.mem_locked
+    assert nv.calls.count("reset_sm") == 1 and nv.calls.count("reset_mem") == 1
+    assert signal.getsignal(signal.SIGTERM) == keep_sigterm
+
+
+def test_atexit_hook_resets(exit_hooks, keep_sigterm):
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        hook = exit_hooks["registered"][0]
+        hook()                               # what the interpreter would do at exit
+        assert not nv.sm_locked and lock.reset_calls == 1
+        assert "reset (atexit)" in lock.events
+    # the context's own reset finds nothing left to undo
+    assert nv.calls.count("reset_sm") == 1 and lock.reset_calls == 1
+
+
+def test_sigterm_handler_resets_then_chains(exit_hooks, keep_sigterm):
+    seen = []
+    signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        handler = signal.getsignal(signal.SIGTERM)
+        handler(signal.SIGTERM, None)        # as if the process got SIGTERM
+        assert not nv.sm_locked and "reset (SIGTERM)" in lock.events
+        assert seen == [signal.SIGTERM]      # the previous handler still runs
+    assert nv.calls.count("reset_sm") == 1
+
+
+def test_sigterm_with_default_handler_exits(exit_hooks, keep_sigterm):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    nv = FakeNVML()
+    with pytest.raises(SystemExit) as ei:
+        with clocks.locked_clocks(1200, opt_in=True, nvml=nv):
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    assert ei.value.code == 128 + signal.SIGTERM
+    assert not nv.sm_locked and nv.calls.count("reset_sm") == 1
+
+
+def test_no_permission_runs_unlocked(exit_hooks, keep_sigterm):
+    nv = FakeNVML(refuse_sm=FakeNVML.NVML_ERROR_NO_PERMISSION)
+    ran = []
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        ran.append(True)
+        assert not lock.locked and lock.status == "not permitted"
+        assert signal.getsignal(signal.SIGTERM) == keep_sigterm   # nothing to guard
+    assert ran == [True]
+    assert "reset_sm" not in nv.calls and exit_hooks["registered"] == []
+
+
+def test_not_supported_is_recorded(exit_hooks, keep_sigterm):
+    nv = FakeNVML(refuse_sm=FakeNVML.NVML_ERROR_NOT_SUPPORTED)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.status == "not supported"
+
+
+def test_half_applied_lock_is_undone_at_once(exit_hooks, keep_sigterm):
+    nv = FakeNVML(refuse_mem=FakeNVML.NVML_ERROR_NO_PERMISSION)
+    with clocks.locked_clocks(1200, mem_mhz=3201, opt_in=True, nvml=nv) as lock:
+        assert lock.status == "not permitted" and not lock.locked
+        assert not nv.sm_locked                  # the SM lock that did succeed is gone
+    assert nv.calls.count("reset_sm") == 1
+
+
+def test_nothing_happens_without_opt_in(monkeypatch, exit_hooks):
+    monkeypatch.delenv("FP8LAB_ALLOW_CLOCK_LOCK", raising=False)
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, nvml=nv) as lock:
+        assert lock.status == "not opted in" and not lock.locked
+    assert nv.calls == []                        # NVML never touched
+
+
+def test_environment_opt_in(monkeypatch, exit_hooks, keep_sigterm):
+    monkeypatch.setenv("FP8LAB_ALLOW_CLOCK_LOCK", "1")
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, nvml=nv) as lock:
+        assert lock.locked
+    assert not nv.sm_locked
+
+
+def test_no_nvml_runs_unlocked(exit_hooks):
+    with clocks.locked_clocks(1200, opt_in=True, nvml=FakeNVML(fail_init=True)) as lock:
+        assert lock.status.startswith("error: NVML unavailable") and not lock.locked
+
+
+@pytest.mark.parametrize("bad", [0, -5, (1200, 900), (0, 100)])
+def test_bad_clock_ranges(bad):
+    with pytest.raises(ValueError, match="positive MHz"):
+        with clocks.locked_clocks(bad, opt_in=True, nvml=FakeNVML()):
+            pass
+
+
+# ------------------------------------------------------------------ sampler
+def test_sampler_summarises_clocks_power_and_reasons():
+    nv = FakeNVML()
+    with clocks.ClockSampler(interval_s=0.005, nvml=nv) as s:
+        t0 = s.now()
+        time.sleep(0.08)
+        t1 = s.now()
+    summ = s.summary()
+    assert summ["available"] and summ["n_samples"] >= 5
+    assert summ["device_name"] == "Fake GPU" and summ["max_sm_mhz"] == 1980
+    assert summ["sm_mhz_min"] == 1950 and summ["sm_mhz_max"] == 1980
+    assert summ["mem_mhz_median"] == 3201 and summ["power_w_max"] == pytest.approx(650)
+    assert 0 < summ["reasons_fraction"]["sw_power_cap"] < 1
+    assert summ["throttled"] and summ["locked"] is False
+    window = s.summary(t0, t1)
+    assert 0 < window["n_samples"] <= summ["n_samples"]
+    assert nv.calls[-1] == "shutdown"
+
+
+def test_sampler_by_uuid():
+    nv = FakeNVML()
+    s = clocks.ClockSampler(uuid="abc-123", nvml=nv).start()
+    s.stop()
+    assert ("uuid", "GPU-abc-123") in nv.calls
+
+
+def test_sampler_without_nvml_does_not_raise():
+    s = clocks.ClockSampler(nvml=FakeNVML(fail_init=True)).start()
+    s.stop()
+    summ = s.summary()
+    assert summ["available"] is False and "FakeNVMLError" in summ["error"]
+
+
+def test_decode_reasons():
+    assert clocks.decode_reasons(0) == []
+    assert clocks.decode_reasons(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert clocks.decode_reasons(0x1000) == ["other(0x1000)"]
+
+
+def test_reason_bits_match_pynvml():
+    pynvml = pytest.importorskip("pynvml")
+    assert pynvml.nvmlClocksEventReasonSwPowerCap == 0x4
+    assert pynvml.nvmlClocksEventReasonHwThermalSlowdown == 0x40
+    assert pynvml.nvmlClocksEventReasonGpuIdle == 0x1
