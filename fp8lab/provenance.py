@@ -46,8 +46,8 @@ def device_slug(name: str) -> str:
 # ---------------------------------------------------------------- git
 
 def git_info(root=None) -> dict:
-    """Commit and dirty flag of the checkout. data/ and figures/ are outputs, so changes
-    there do not make the code dirty."""
+    """Commit, dirty flag (tracked files changed) and the untracked files of the checkout.
+    data/ and figures/ are outputs, so changes there do not make the code dirty."""
     root = str(root or repo_root())
     def git(*args):
         return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
@@ -55,11 +55,15 @@ def git_info(root=None) -> dict:
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
-            return {"commit": None, "dirty": None}
-        status = git("status", "--porcelain", "--", ".", ":(exclude)data", ":(exclude)figures")
-        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+            return {"commit": None, "dirty": None, "untracked": None}
+        scope = ["--", ".", ":(exclude)data", ":(exclude)figures", ":(exclude)runs"]
+        status = git("status", "--porcelain", "--untracked-files=all", *scope).stdout.splitlines()
+        changed = [s[3:] for s in status if not s.startswith("??")]
+        untracked = [s[3:] for s in status if s.startswith("??")]
+        return {"commit": head.stdout.strip(), "dirty": bool(changed),
+                "changed": changed[:50], "untracked": untracked[:50]}
     except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None}
+        return {"commit": None, "dirty": None, "untracked": None}
 
 
 # ---------------------------------------------------------------- versions

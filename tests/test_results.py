@@ -25,7 +25,7 @@ def test_round_trip_with_provenance(sandbox):
     assert meta["table"]["rows"] == 3 and meta["table"]["columns"] == ["M", "p50_us", "arm"]
     for key in ("git", "versions", "host", "time"):
         assert key in meta
-    assert set(meta["git"]) == {"commit", "dirty"}
+    assert {"commit", "dirty", "untracked"} <= set(meta["git"])
     assert meta["versions"]["numpy"] == np.__version__
     assert results.devices_with("01_formats", "codes") == ["cpu"]
 
