@@ -97,8 +97,13 @@ def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[P
     for t in list(fig.texts):
         if getattr(t, "_fp8lab_footnote", False):
             t.remove()
-    txt = fig.text(0.0, -0.02, note, ha="left", va="top", fontsize=7, color="#555555",
-                   transform=fig.transFigure)
+    # Below everything already drawn (rotated tick labels, two-line x labels), so the
+    # tight bounding box grows to hold it instead of the note overlapping the axes.
+    renderer = fig.canvas.get_renderer()
+    box = fig.get_tightbbox(renderer)            # inches
+    w, h = fig.get_size_inches()
+    txt = fig.text(max(box.x0 / w, 0.0), box.y0 / h - 0.01, note, ha="left", va="top",
+                   fontsize=7, color="#555555", transform=fig.transFigure)
     txt._fp8lab_footnote = True
     out = figure_dir(info)
     paths = []

@@ -55,7 +55,7 @@ def git_info(root=None) -> dict:
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
-            return {"commit": None, "dirty": None, "untracked": None}
+            return _git_from_env()
         scope = ["--", ".", ":(exclude)data", ":(exclude)figures", ":(exclude)runs"]
         status = git("status", "--porcelain", "--untracked-files=all", *scope).stdout.splitlines()
         changed = [s[3:] for s in status if not s.startswith("??")]
@@ -63,7 +63,16 @@ def git_info(root=None) -> dict:
         return {"commit": head.stdout.strip(), "dirty": bool(changed),
                 "changed": changed[:50], "untracked": untracked[:50]}
     except (OSError, subprocess.TimeoutExpired):
-        return {"commit": None, "dirty": None, "untracked": None}
+        return _git_from_env()
+
+
+def _git_from_env() -> dict:
+    """A copy of the repo without .git (rsync'd to a GPU box, say): the commit it was
+    copied from can be given as FP8LAB_GIT_COMMIT (and FP8LAB_GIT_DIRTY=1|0)."""
+    commit = os.environ.get("FP8LAB_GIT_COMMIT") or None
+    dirty = os.environ.get("FP8LAB_GIT_DIRTY")
+    return {"commit": commit, "dirty": None if dirty is None else dirty == "1",
+            "untracked": None, "source": "FP8LAB_GIT_COMMIT" if commit else "no git checkout"}
 
 
 # ---------------------------------------------------------------- versions

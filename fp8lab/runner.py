@@ -102,22 +102,39 @@ def select(specs: list[NotebookSpec], only) -> list[NotebookSpec]:
 
 
 def notebook_parameters(path: Path) -> dict:
-    """Name -> {default, type} from the notebook's cell tagged 'parameters'."""
-    import papermill
+    """Name -> {default, type} from the notebook's cell tagged 'parameters'.
+
+    Parsed with Python's own parser rather than papermill's line regex, which drops a
+    parameter whose comment holds an '=' (and then papermill only warns)."""
+    import nbformat
     if not path.is_file():
         raise UsageError(f"notebook {path} does not exist")
-    params = papermill.inspect_notebook(str(path))
-    if not params:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
         raise UsageError(f"{path.name} has no cell tagged 'parameters'")
-    return {k: {"default": v.get("default"),
-                "type": _declared_type(v.get("inferred_type_name"), v.get("default"))}
-            for k, v in params.items()}
+    src = cells[0].source
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        raise UsageError(f"{path.name}: the parameters cell is not valid Python: {exc}") from None
+    params = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, annotation = node.targets[0].id, None
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, annotation = node.target.id, ast.unparse(node.annotation)
+        else:
+            continue
+        default_src = ast.get_source_segment(src, node.value)
+        params[name] = {"default": default_src, "type": _declared_type(annotation, default_src)}
+    return params
 
 
 def _declared_type(annotation, default_src):
     """The parameter's type: its annotation if it has one, else the type of its default
     when that is a literal (``n = 3`` -> int). None when it cannot be told."""
-    if annotation and annotation != "None":
+    if annotation and annotation in _TYPES:
         return annotation
     try:
         value = ast.literal_eval(default_src)

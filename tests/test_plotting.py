@@ -18,7 +18,11 @@ def test_save_writes_svg_and_2x_png_with_footnote(sandbox):
     png = paths[1].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(png[16:20], "big")
-    assert width >= 2 * 7.0 * 100 * 0.9   # 2x of the 7-inch, 100-dpi figure (tight bbox)
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi)            # the same figure at 1x
+    width_1x = int.from_bytes(buf.getvalue()[16:20], "big")
+    assert 1.9 <= width / width_1x <= 2.1
     plotting.save(fig, run, "demo")       # saving twice keeps one footnote
     assert sum(getattr(t, "_fp8lab_footnote", False) for t in fig.texts) == 1
     plt.close(fig)

@@ -226,8 +226,10 @@ def test_fixture_report(path):
     assert fma_ops.iloc[0]["opcode"] == "FFMA"
     assert fma_ops.iloc[0]["warp_inst"] > 0.8 * fma_ops["warp_inst"].sum()
     assert fma["local_bytes"] == 0
-    # the bf16 matmul runs on tensor cores (HGMMA on sm_90, HMMA elsewhere)
-    assert ops["opcode"].str.contains("MMA").any()
+    # the bf16 GEMM runs on tensor cores (HGMMA on sm_90, HMMA elsewhere)
+    dot = df[df["kernel"].str.contains("fixture_dot")].iloc[0]
+    dot_ops = ops[(ops["range"] == dot["range"]) & (ops["action"] == dot["action"])]
+    assert dot_ops["opcode"].str.contains("MMA").any()
 
 
 # ------------------------------------------------------------------ the subprocess plumbing

@@ -142,3 +142,17 @@ def test_figure_info_footnote_says_redrawn():
     assert "NVIDIA H200" in note and "2026-11-29" in note and "redrawn" in note
     assert "measured on" in results.FigureInfo.from_meta(meta, redrawn=False).footnote()
     assert json.dumps(info.__dict__)  # plain data
+
+
+def test_git_commit_from_environment_without_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP8LAB_GIT_COMMIT", "0123456789abcdef")
+    monkeypatch.setenv("FP8LAB_GIT_DIRTY", "0")
+    info = provenance.git_info(tmp_path)          # not a git checkout
+    assert info["commit"] == "0123456789abcdef" and info["dirty"] is False
+    monkeypatch.delenv("FP8LAB_GIT_COMMIT")
+    assert provenance.git_info(tmp_path)["commit"] is None
+
+
+def test_written_files_are_world_readable(sandbox):
+    path = results.start_run("01_formats", device="cpu").write_table("t", _df())
+    assert path.stat().st_mode & 0o044 == 0o044

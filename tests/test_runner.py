@@ -24,7 +24,7 @@ def fixture_manifest(tmp_path):
     nbdir.mkdir()
     out = tmp_path / "echo.json"
     nbs = {
-        "10_ok": _nb('mode = "auto"\nn = 3\nname = "x"',
+        "10_ok": _nb('mode = "auto"\nn = 3  # rows; M = N = K >= 1\nname: str = "x"',
                      f"import json\njson.dump({{'mode': mode, 'n': n, 'name': name}}, open({str(out)!r}, 'w'))"),
         "11_fail": _nb('mode = "auto"\nn = 3', "x = 1", "assert n == 4, 'n must be 4'"),
         "12_after": _nb('mode = "auto"\nn = 3', f"open({str(tmp_path / 'after.txt')!r}, 'w').write('ran')"),
@@ -85,6 +85,16 @@ def test_scoped_parameter_and_type_check(fixture_manifest, no_gpu):
         runner.resolve_parameters(specs, [["n", "seven"]])
     with pytest.raises(runner.UsageError, match="--mode"):
         runner.resolve_parameters(specs, [["mode", "measure"]])
+
+
+def test_parameters_cell_parsed_with_comments_and_annotations(fixture_manifest):
+    manifest, _, _ = fixture_manifest
+    spec = runner.select(runner.load_manifest(manifest), ["10"])[0]
+    params = runner.notebook_parameters(spec.path)
+    # papermill's own regex drops `n` because its comment holds '='
+    assert params == {"mode": {"default": '"auto"', "type": "str"},
+                      "n": {"default": "3", "type": "int"},
+                      "name": {"default": '"x"', "type": "str"}}
 
 
 def test_unknown_notebook(fixture_manifest):

@@ -1,0 +1,269 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SASS census: which tensor-core instruction each kernel issues
+#
+# A GPU only does FP8 tensor-core math when the compiled kernel contains an FP8 tensor-core
+# instruction. The instruction names are in the binary: `cuobjdump -sass` prints every
+# instruction of every kernel, so "does this kernel use the FP8 tensor cores?" can be
+# answered by counting, with no GPU at all.
+#
+# Claim tested (see `CLAIMS.md`):
+#
+# - **C1** (seed 003): no `mma` takes bf16 x e4m3. A weight-only (A16) kernel must convert
+#   its weights to bf16/fp16 and issues only HMMA (sm_80 ... sm_120); FP8 tensor instructions
+#   (QMMA, or QGMMA on sm_90) appear only when the activations are FP8.
+#
+# The notebook (1) asks ptxas which operand-type pairs the `mma.sync` and `wgmma`
+# instructions accept and what SASS each becomes, (2) compiles fp8lab's own kernels for each
+# architecture and counts their instructions, (3) optionally does the same for binaries you
+# give it (a vLLM wheel, a PyTorch extension), and (4) records C1's verdict from those counts.
+#
+# Host-only: needs nvcc/ptxas and cuobjdump (pip: `nvidia-cuda-cuobjdump`), no GPU.
+
+# %% tags=["parameters"]
+mode = "auto"  # ignored: a host-only notebook always computes
+binaries = []  # .so / .whl / .cubin paths to census, e.g. ["vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl"]
+archs = ["sm_80", "sm_89", "sm_90"]  # architectures to compile for / to read from the binaries
+kernel_filter = ""  # regex on mangled kernel names in binaries; empty keeps all, e.g. Marlin|marlin
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+from matplotlib.colors import LogNorm
+from matplotlib.ticker import MaxNLocator
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from fp8lab import claims, plotting, results
+from fp8lab.experiments import census
+from fp8lab.tools import tool_version
+
+NB = "09_sass_census"
+t_start = time.perf_counter()
+run = results.start_run(NB, params=dict(mode=mode, binaries=list(binaries), archs=list(archs),
+                                        kernel_filter=kernel_filter), device="cpu")
+plotting.apply_style()
+pd.set_option("display.max_colwidth", 80)
+print(run.summary())
+print({t: tool_version(t) for t in ("nvcc", "ptxas", "cuobjdump")})
+
+# %% [markdown]
+# ## 1. The PTX type table, asked of ptxas
+#
+# The PTX ISA lists the operand types each `mma` shape accepts: `.f16.f16` and `.bf16.bf16`
+# at m16n8k16, `.e4m3/.e5m2` x `.e4m3/.e5m2` at m16n8k32 (sm_89+), `.s8.s8`, and so on. The
+# two operands of one instruction are always from the same family. Rather than quote the
+# table, we give ptxas one tiny kernel per (A type, B type) pair and see which assemble, then
+# disassemble those that do. For each pair every plausible spelling is tried (both K shapes;
+# for `wgmma` each operand list), so a rejection is not one bad spelling. The same-type pairs
+# are the controls: if they did not assemble, a rejection would prove nothing.
+
+# %%
+probe = census.probe_mma_types(archs)
+run.write_table("mma_probe", probe)
+display(census.probe_table(probe))
+
+# %%
+pc = census.probe_checks(probe)
+assert pc["controls_ok"], "the same-type control pairs must assemble, or the probe proves nothing"
+assert pc["n_mixed"] > 0
+rejected = probe.loc[probe["mixed_16x8"] & ~probe["accepted"], "error"].value_counts()
+display(rejected.rename("ptxas error for the mixed 16-bit x 8-bit pairs").to_frame())
+
+# %% [markdown]
+# Every 16-bit x 8-bit pair is rejected ("Unexpected instruction types"). An A16 kernel
+# therefore has exactly one option: turn its FP8/FP4 weights into bf16/fp16 and issue the
+# 16-bit MMA. There is a second lesson in the sm_90 rows: `mma.sync` with e4m3 operands
+# assembles for sm_90, but ptxas emits FP8 -> F16 conversions (`F2FP.F16.E4M3.UNPACK_B`)
+# and an **fp16 HMMA**: Hopper's FP8 tensor-core path is `wgmma` (QGMMA) only. FP8
+# activations are necessary for an FP8 tensor instruction, not sufficient.
+
+# %% [markdown]
+# ## 2. fp8lab's own kernels
+#
+# Every standalone kernel source in `fp8lab/kernels/*.cu` is compiled for each architecture
+# it supports (the e4m3 `mma_blockwise` kernel needs sm_89+; a failed build is a row in the
+# `builds` table with the compiler's reason), and the Triton blockwise kernel is compiled
+# for sm_89 / sm_90 without a GPU, with a decode tile (BLOCK_M = 16) and a prefill tile
+# (128 x 128). Each kernel's activation precision comes from its arm (`mma_blockwise`,
+# `triton_blockwise` are W8A8) or from its name, never from its SASS.
+
+# %%
+cen, builds = census.census_fp8lab(archs)
+kern = census.kernel_summary(cen)
+run.write_table("census", cen)
+run.write_table("kernels", kern)
+run.write_table("builds", builds)
+display(builds)
+display(kern[["label", "arch", "act", "mma_types", "n_mma", "fp8_converts", "local_mem", "instructions"]])
+
+# %%
+# Integrity of the census itself (not the claim): every kernel parsed into instructions, and
+# the positive control, sm_89 e4m3 kernels, shows QMMA, so a missing QMMA elsewhere is real.
+assert builds["ok"].any(), f"nothing compiled:\n{builds}"
+assert (kern["instructions"] > 0).all()
+a8_89 = kern[(kern["act"] == "A8") & (kern["arch"] == "sm_89")]
+if len(a8_89):
+    assert (a8_89["mma_fp8"] > 0).all(), a8_89[["label", "mma_types"]]
+
+# %% [markdown]
+# ## 3. Binaries you supply
+#
+# With `binaries` set (a `.whl` is unpacked and every shared object in it read), each kernel
+# for the asked architectures is censused and classified A16 / A8 / A4 from its name only:
+#
+# - **Marlin** (vLLM, sglang): the first template argument of `Marlin<...>` is the activation
+#   type: a C++ 16-bit type in older Marlin (`__nv_bfloat16`, `half`), or a vLLM `ScalarType`
+#   id in newer Marlin (`a_type_id`), whose bit width (exponent + mantissa + sign bits) is
+#   packed in the id's low 17 bits.
+# - Otherwise names that spell the scheme: `w8a16`, `wna16`, `a16` -> A16; `w8a8`, `fp8_fp8`,
+#   `blockwise_fp8` -> A8; `w4a4` -> A4. Anything else is `unknown` and left out of the verdict.
+
+# %%
+if binaries:
+    ucen = census.census_binaries(binaries, archs, kernel_filter=kernel_filter or None)
+    ukern = census.kernel_summary(ucen)
+    # The full opcode table of a large wheel is tens of MB: keep the per-kernel summary and
+    # the family counts per (binary, arch, activation class).
+    fam = ucen.merge(ukern[["binary", "arch", "kernel", "act"]], on=["binary", "arch", "kernel"])
+    ufam = (fam.groupby(["binary", "arch", "act", "family"])
+               .agg(kernels=("kernel", "nunique"), count=("count", "sum")).reset_index())
+    run.write_table("binaries_kernels", ukern)
+    run.write_table("binaries_families", ufam)
+    display(ukern.groupby(["arch", "act", "mma_families"]).size().rename("kernels").to_frame())
+else:
+    ukern = None
+    print("no binaries given: the verdict below comes from fp8lab's own kernels")
+
+# %% [markdown]
+# ## 4. Figures, drawn from the tables in `data/`
+
+# %%
+kern_d = results.load_table("cpu", NB, "kernels")
+cen_d = results.load_table("cpu", NB, "census")
+kern_d["row"] = kern_d["label"] + "  ·  " + kern_d["arch"] + "  [" + kern_d["act"] + "]"
+order = kern_d.sort_values(["arch", "arm", "label"])["row"].tolist()
+cen_d = cen_d.merge(kern_d[["binary", "arch", "kernel", "row"]], on=["binary", "arch", "kernel"])
+
+
+def heatmap(ax, counts, title, cbar_label):
+    """Counts on a log colour scale; zero cells blank (grey) so 'absent' reads at a glance."""
+    data = counts.to_numpy(dtype=float)
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("#eeeeee")
+    norm = LogNorm(vmin=1, vmax=max(data.max(), 10))
+    im = ax.imshow(np.ma.masked_equal(data, 0), aspect="auto", cmap=cmap, norm=norm)
+    ax.set_xticks(range(counts.shape[1]), counts.columns, rotation=45, ha="right")
+    ax.set_yticks(range(counts.shape[0]), counts.index)
+    ax.grid(False)
+    for (i, j), val in np.ndenumerate(data):
+        if val:
+            ax.text(j, i, f"{int(val)}", ha="center", va="center", fontsize=7,
+                    color="white" if norm(val) < 0.55 else "black")
+    ax.set_title(title)
+    ax.figure.colorbar(im, ax=ax, pad=0.01).set_label(cbar_label)
+
+
+MMA_COLS = ["HMMA", "HGMMA", "QMMA", "QGMMA", "IMMA", "IGMMA", "F2FP.FP8", "F2FP.BF16", "F2FP.F16"]
+fams = cen_d.pivot_table(index="row", columns="family", values="count", aggfunc="sum", fill_value=0)
+mma_counts = fams.reindex(index=order, columns=MMA_COLS, fill_value=0)
+mma_counts = mma_counts.loc[:, (mma_counts > 0).any()]
+fig, ax = plt.subplots(figsize=(6.5 + 0.8 * mma_counts.shape[1], 0.32 * len(order) + 1.8))
+heatmap(ax, mma_counts, "Tensor-core instructions and FP8 conversions per kernel",
+        "static instructions in the kernel (count)")
+ax.set_xlabel("SASS family: HMMA/HGMMA 16-bit operands, QMMA/QGMMA FP8,\n"
+              "F2FP.FP8 FP8 conversion, F2FP.BF16 fp32 -> bf16 output pack")
+fig.tight_layout()  # keep tick labels inside the figure, above the provenance footnote
+plotting.save(fig, run, "mma_census")
+plt.show()
+
+# %%
+top = (cen_d.groupby("family")["count"].sum().sort_values(ascending=False).index[:16].tolist())
+cols = [c for c in MMA_COLS if c in fams.columns] + [c for c in top if c not in MMA_COLS]
+cols += [c for c in ("LDL", "STL") if c in fams.columns and c not in cols]  # spills, always shown
+fig, ax = plt.subplots(figsize=(6.0 + 0.5 * len(cols), 0.32 * len(order) + 2.0))
+heatmap(ax, fams.reindex(index=order, columns=cols, fill_value=0),
+        "Instruction families per kernel and architecture", "static instructions (count)")
+ax.set_xlabel("SASS instruction family (LDL/STL: local memory, i.e. spills; blank: none)")
+fig.tight_layout()
+plotting.save(fig, run, "families_heatmap")
+plt.show()
+
+# %%
+if binaries:
+    uk = results.load_table("cpu", NB, "binaries_kernels")
+    uk["mma_class"] = np.select(
+        [uk["mma_fp8"] > 0, uk["mma_fp4"] > 0, uk["mma_int"] > 0, uk["mma_16bit"] > 0],
+        ["FP8 MMA (QMMA/QGMMA)", "FP4 MMA", "integer MMA", "16-bit MMA only (HMMA/HGMMA)"],
+        default="no MMA")
+    tab = uk.groupby(["arch", "act", "mma_class"]).size().unstack("mma_class", fill_value=0)
+    colors = {"16-bit MMA only (HMMA/HGMMA)": "#0072B2", "FP8 MMA (QMMA/QGMMA)": "#E69F00",
+              "FP4 MMA": "#D55E00", "integer MMA": "#009E73", "no MMA": "#BBBBBB"}
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(tab) + 1.5))
+    left = np.zeros(len(tab))
+    labels = [f"{a}  {c}" for a, c in tab.index]
+    for c in [c for c in colors if c in tab.columns]:
+        ax.barh(labels, tab[c], left=left, color=colors[c], label=c)
+        left += tab[c].to_numpy()
+    ax.invert_yaxis()
+    ax.set_xlabel("kernels (count)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("architecture, activation class (from the kernel name)")
+    ax.set_title("Supplied binaries: which MMA each kernel issues")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    plotting.save(fig, run, "binaries_mma_classes")
+    plt.show()
+
+# %% [markdown]
+# ## 5. Verdict
+
+# %%
+source = "the supplied binaries" if binaries else "fp8lab's own kernels"
+basis = ukern if binaries else kern
+v = census.c1_verdict(basis, probe, source=source)
+rows = claims.record(run, [claims.Verdict(claim="C1", verdict=v["verdict"], our_figure=v["our_figure"],
+                                          reason=v["reason"])])
+display(rows[["claim", "verdict", "seed_figure", "our_figure", "reason"]])
+
+# %%
+chk = v["checks"]["census"]
+own = census.c1_checks(kern)
+emul = pd.DataFrame(own["a8_emulated"])
+emul_txt = (", ".join(f"{r.label} ({r.arch})" for r in emul.itertuples()) if len(emul) else "none")
+FAMILY = {"f16": "f16", "bf16": "bf16", "e4m3": "fp8", "e5m2": "fp8", "s8": "int8"}
+cross = probe[(probe["a"].map(FAMILY) != probe["b"].map(FAMILY)) & ~probe["mixed_16x8"]]
+display(Markdown(f"""
+**Takeaways** (numbers from this run's tables)
+
+- ptxas accepted **{pc['n_mixed_accepted']} of {pc['n_mixed']}** mixed 16-bit x 8-bit operand pairs
+  for `mma.sync` / `wgmma` on {', '.join(pc['archs'])}, and {int(cross['accepted'].sum())} of {len(cross)}
+  same-width pairs across families (f16 x bf16, fp8 x s8): an MMA's two operands are always one family.
+  There is no bf16 x e4m3 MMA.
+- fp8lab's kernels: {own['n_a8_fp8_mma']} of {own['n_a8']} W8A8 kernel builds issue QMMA/QGMMA;
+  {len(emul)} issue **no FP8 MMA** and instead run FP8 data through F2FP conversions into
+  fp16 HMMA: {emul_txt}. On sm_90 only `wgmma` (Triton with BLOCK_M >= 64) reaches the FP8
+  tensor cores; `mma.sync` e4m3 (the CUDA `mma_blockwise` kernel, Triton's small-M fallback)
+  runs at the fp16 rate.
+- A16 kernels censused ({source}): {chk['n_a16']} ({chk['n_a16_hmma_only']} of
+  {chk['n_a16_with_mma']} with MMAs issue only 16-bit MMAs).
+- **C1: {v['verdict']}**. {v['reason']}
+
+Census run time on this machine: {time.perf_counter() - t_start:.0f} s.
+"""))
