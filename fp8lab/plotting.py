@@ -41,6 +41,7 @@ ARM_COLORS = {
     "quant_act_warp": "#009E73",
     "per_slice": "#D55E00",
     "per_block": "#0072B2",
+    "per_block_inplace": "#009E73",
 }
 _CYCLE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 

@@ -1,0 +1,416 @@
+"""``mma_blockwise``: W8A8 blockwise-scaled FP8 GEMM on ``mma.sync.m16n8k32.e4m3`` (sm_89+).
+
+C[M, N] (bf16) = sum over 128-wide K blocks kb of
+    a_scale[m, kb] * b_scale[n // 128, kb] * sum_k a[m, k] * b[n, k]
+
+- ``a``       [M, K]            float8_e4m3fn, row-major (contiguous)
+- ``a_scale`` [M, K/128]        float32, per-token 1x128 activation scales; any strides (the kernel
+                                takes them as arguments). M-major (strides (1, M)) is what cuBLASLt
+                                wants and what :func:`generate_inputs` makes; row-major works too.
+- ``b``       [N, K]            float8_e4m3fn, row-major = K-major (``nn.Linear.weight`` layout)
+- ``b_scale`` [ceil(N/128), K/128] float32, 128x128 weight-block scales; any strides.
+- result      [M, N]            bfloat16, row-major.
+
+The CUDA source (``mma_blockwise.cuh``) documents the three main-loop variants and the two
+deliberately buggy weight-scale lookups. This module holds what the rest of fp8lab needs:
+the configuration list (parsed from ``mma_blockwise_configs.h``, the one list C++ also uses),
+config validation, the torch wrapper (torch imported lazily, so this module imports without
+torch), a float64 reference, a FLOP/byte count and an input generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+KERNEL_DIR = Path(__file__).resolve().parent
+HEADER = KERNEL_DIR / "mma_blockwise.cuh"
+PARAMS_HEADER = KERNEL_DIR / "mma_blockwise_params.h"
+CONFIGS_HEADER = KERNEL_DIR / "mma_blockwise_configs.h"
+STANDALONE_SOURCE = KERNEL_DIR / "mma_blockwise.cu"
+EXT_SOURCES = (KERNEL_DIR / "mma_blockwise_ext.cpp", KERNEL_DIR / "mma_blockwise_ext.cu")
+# Every file a compile depends on: the cache keys hash all of them.
+SOURCES = (HEADER, PARAMS_HEADER, CONFIGS_HEADER, STANDALONE_SOURCE)
+
+BK = 128            # K per pipeline stage == the scale block along K
+SCALE_BLOCK = 128
+MMA_M, MMA_N, MMA_K = 16, 8, 32
+
+# Main-loop variants, in the order of the C++ enum Variant.
+VARIANTS = ("per_slice", "per_block", "per_block_inplace")
+# Weight-scale lookups, in the order of the C++ enum ScaleLookup. Only per_warp is correct for every
+# tile; the other two are the seed's latent bug kept for claim A5 (compiled for per_block only).
+SCALE_LOOKUPS = ("per_warp", "per_cta", "per_cta_first_col")
+
+# Largest dynamic shared memory one block may opt into, bytes (CUDA programming guide, compute
+# capabilities table): sm_89 99 KB, sm_90 227 KB.
+SMEM_LIMIT = {"sm_89": 99 * 1024, "sm_90": 227 * 1024}
+MAX_THREADS = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class MMAConfig:
+    """One tile configuration: threadblock BM x BN x 128, warp tile WM x WN x 128, STAGES."""
+
+    bm: int
+    bn: int
+    wm: int
+    wn: int
+    stages: int
+    bk: int = BK
+
+    @property
+    def name(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}_s{self.stages}"
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory the launcher requests: the cp.async ring of A and B tiles."""
+        return self.stages * (self.bm + self.bn) * self.bk
+
+    @property
+    def acc_floats(self) -> int:
+        """fp32 accumulator registers per thread of ONE warp-tile fragment (WM*WN/32)."""
+        return self.wm * self.wn // 32
+
+    def validate(self, arch: str | None = None) -> "MMAConfig":
+        """Raise ValueError naming the violated constraint; returns self when valid.
+
+        The same constraints are static_asserts in mma_blockwise.cuh; checking here means a bad
+        configuration is refused before nvcc runs.
+        """
+        for f in ("bm", "bn", "wm", "wn", "stages", "bk"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{f} must be a positive integer, got {v!r}")
+        if self.bk != BK:
+            raise ValueError(f"BK must be {BK} (one pipeline stage = one 128-wide scale block), got {self.bk}")
+        if self.bm % self.wm or self.bn % self.wn:
+            raise ValueError(f"warp tile {self.wm}x{self.wn} must divide the threadblock tile "
+                             f"{self.bm}x{self.bn}")
+        if self.wm % MMA_M:
+            raise ValueError(f"WM={self.wm} must be a multiple of the mma M ({MMA_M})")
+        if self.wn % (2 * MMA_N):
+            raise ValueError(f"WN={self.wn} must be a multiple of 16 (the mma N is 8 and ldmatrix.x4 "
+                             "loads B fragments for two n8 tiles)")
+        if SCALE_BLOCK % self.wn:
+            raise ValueError(f"WN={self.wn} must divide {SCALE_BLOCK} so that a warp's columns share one "
+                             "weight scale (per-warp scale lookup)")
+        if self.stages < 2:
+            raise ValueError(f"STAGES must be >= 2 for the cp.async pipeline, got {self.stages}")
+        if self.threads > MAX_THREADS:
+            raise ValueError(f"{self.warps} warps = {self.threads} threads exceeds {MAX_THREADS} threads "
+                             "per block")
+        if arch is not None:
+            if arch not in SMEM_LIMIT:
+                raise ValueError(f"arch must be one of {sorted(SMEM_LIMIT)}, got {arch!r}")
+            if self.smem_bytes > SMEM_LIMIT[arch]:
+                raise ValueError(f"shared memory {self.smem_bytes} B ({self.smem_bytes / 1024:g} KB) exceeds "
+                                 f"the {arch} per-block limit of {SMEM_LIMIT[arch]} B "
+                                 f"({SMEM_LIMIT[arch] // 1024} KB)")
+        return self
+
+
+# The seed's configuration: threadblock 64x128x128, warp tile 64x64x128, 3 stages (2 warps).
+SEED_CONFIG = MMAConfig(64, 128, 64, 64, 3)
+
+_CONFIG_LINE = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+@lru_cache(maxsize=None)
+def _configs_from_header(text: str) -> tuple[MMAConfig, ...]:
+    return tuple(MMAConfig(*map(int, m.groups())) for m in _CONFIG_LINE.finditer(text))
+
+
+def configs() -> list[MMAConfig]:
+    """The tile configurations compiled into the extension, in config-id order."""
+    cfgs = list(_configs_from_header(CONFIGS_HEADER.read_text()))
+    if not cfgs:
+        raise RuntimeError(f"no X(BM, BN, WM, WN, STAGES) lines found in {CONFIGS_HEADER}")
+    return cfgs
+
+
+def get_config(config) -> MMAConfig:
+    """An MMAConfig from an MMAConfig, a config name ('64x128x128_w64x64_s3'), or an id."""
+    cfgs = configs()
+    if isinstance(config, MMAConfig):
+        return config
+    if isinstance(config, (int, np.integer)) and not isinstance(config, bool):
+        if not 0 <= config < len(cfgs):
+            raise ValueError(f"config id must be in [0, {len(cfgs)}), got {config}")
+        return cfgs[int(config)]
+    if isinstance(config, str):
+        for c in cfgs:
+            if c.name == config:
+                return c
+        raise ValueError(f"unknown config name {config!r}; known: {[c.name for c in cfgs]}")
+    raise ValueError(f"config must be an MMAConfig, a config name or an id, got {config!r}")
+
+
+def config_id(config) -> int:
+    """Index of a configuration in mma_blockwise_configs.h (what the extension dispatches on)."""
+    cfg = get_config(config)
+    cfgs = configs()
+    if cfg not in cfgs:
+        raise ValueError(f"config {cfg.name} is not compiled into the extension; add it to "
+                         f"{CONFIGS_HEADER.name} or pick one of {[c.name for c in cfgs]}")
+    return cfgs.index(cfg)
+
+
+def _check_choice(kind: str, value: str, choices) -> int:
+    if value not in choices:
+        raise ValueError(f"{kind} must be one of {choices}, got {value!r}")
+    return choices.index(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: the one source of truth for rates.
+# ---------------------------------------------------------------------------------------------
+def flop_byte_count(M: int, N: int, K: int) -> dict:
+    """FLOPs (2*M*N*K) and the minimum DRAM bytes: each operand, scale and output once."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if int(v) != v or v <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if K % BK:
+        raise ValueError(f"K must be a multiple of {BK}, got {K}")
+    kb, nb = K // BK, math.ceil(N / SCALE_BLOCK)
+    bytes_a, bytes_b = M * K, N * K                     # e4m3: 1 byte each
+    bytes_scales = 4 * (M * kb + nb * kb)
+    bytes_c = 2 * M * N                                 # bf16
+    return {"flops": 2 * M * N * K, "bytes": bytes_a + bytes_b + bytes_scales + bytes_c,
+            "bytes_a": bytes_a, "bytes_b": bytes_b, "bytes_scales": bytes_scales, "bytes_c": bytes_c}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and reference
+# ---------------------------------------------------------------------------------------------
+E4M3_MAX = 448.0
+
+
+def generate_inputs(M: int, N: int, K: int, *, seed: int = 0, backend: str = "numpy",
+                    device: str = "cuda") -> dict:
+    """Random e4m3 operands with realistic scales.
+
+    Activations: N(0, 1) times a per-token magnitude 2^U(-3, 3), with every 37th channel an
+    outlier (x20), quantised per 1x128 group with scale = amax / 448. Weights: N(0, 0.02) times a
+    per-128x128-block magnitude 2^U(-2, 2) (so reading the wrong block's scale shows), quantised
+    per block. Scales are clamped away from zero (amax >= 1e-10), as real quantisers do.
+
+    Returns dict(a, a_scale, b, b_scale): numpy arrays (ml_dtypes.float8_e4m3fn) or torch tensors
+    on ``device`` (backend="torch"); a_scale is M-major (strides (1, M)) in both.
+    """
+    import ml_dtypes
+
+    flop_byte_count(M, N, K)  # validates the shape
+    if backend not in ("numpy", "torch"):
+        raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
+    rng = np.random.default_rng(seed)
+    kb, nb = K // BK, math.ceil(N / SCALE_BLOCK)
+
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    x *= np.exp2(rng.uniform(-3, 3, size=(M, 1))).astype(np.float32)
+    x[:, ::37] *= 20.0
+    xg = x.reshape(M, kb, BK)
+    a_scale = np.maximum(np.abs(xg).max(axis=2), 1e-10).astype(np.float32) / np.float32(E4M3_MAX)
+    a = np.clip(xg / a_scale[:, :, None], -E4M3_MAX, E4M3_MAX).reshape(M, K).astype(ml_dtypes.float8_e4m3fn)
+
+    w = 0.02 * rng.standard_normal((N, K), dtype=np.float32)
+    mag = np.exp2(rng.uniform(-2, 2, size=(nb, kb))).astype(np.float32)
+    w *= np.repeat(np.repeat(mag, SCALE_BLOCK, axis=0)[:N], BK, axis=1)
+    pad = nb * SCALE_BLOCK - N
+    wp = np.pad(w, ((0, pad), (0, 0))).reshape(nb, SCALE_BLOCK, kb, BK)
+    b_scale = np.maximum(np.abs(wp).max(axis=(1, 3)), 1e-10).astype(np.float32) / np.float32(E4M3_MAX)
+    bq = np.clip(wp / b_scale[:, None, :, None], -E4M3_MAX, E4M3_MAX).reshape(nb * SCALE_BLOCK, K)[:N]
+    b = bq.astype(ml_dtypes.float8_e4m3fn)
+
+    a_scale_mmajor = np.asfortranarray(a_scale)  # strides (4, 4*M) bytes = (1, M) elements
+    if backend == "numpy":
+        return {"a": a, "a_scale": a_scale_mmajor, "b": b, "b_scale": b_scale}
+
+    import torch
+
+    def f8(arr):
+        return torch.from_numpy(np.ascontiguousarray(arr).view(np.uint8)).view(torch.float8_e4m3fn).to(device)
+
+    sa = torch.from_numpy(np.ascontiguousarray(a_scale.T)).to(device).t()  # (M, kb), strides (1, M)
+    return {"a": f8(a), "a_scale": sa, "b": f8(b),
+            "b_scale": torch.from_numpy(np.ascontiguousarray(b_scale)).to(device)}
+
+
+def mma_blockwise_reference(a, a_scale, b, b_scale):
+    """float64 reference: dequantise both operands exactly, then one matmul.
+
+    An e4m3 code times an fp32 scale is exact in float64 (4 + 24 significant bits), so the only
+    rounding is the float64 matmul's. Accepts numpy arrays (float8_e4m3fn from ml_dtypes) or torch
+    tensors (computed in float64 on their device); returns the same kind, shape [M, N].
+    """
+    try:
+        import torch
+        is_torch = isinstance(a, torch.Tensor)
+    except ImportError:
+        is_torch = False
+    M, K = a.shape
+    N = b.shape[0]
+    if b.shape[1] != K or K % BK:
+        raise ValueError(f"a [M, K] and b [N, K] need the same K, a multiple of {BK}; got {a.shape}, {b.shape}")
+    if tuple(a_scale.shape) != (M, K // BK) or tuple(b_scale.shape) != (math.ceil(N / SCALE_BLOCK), K // BK):
+        raise ValueError(f"a_scale must be [M, K/128] = {(M, K // BK)} and b_scale [ceil(N/128), K/128] = "
+                         f"{(math.ceil(N / SCALE_BLOCK), K // BK)}; got {tuple(a_scale.shape)}, "
+                         f"{tuple(b_scale.shape)}")
+    if is_torch:
+        sa = a_scale.double().repeat_interleave(BK, dim=1)
+        sb = b_scale.double().repeat_interleave(SCALE_BLOCK, dim=0)[:N].repeat_interleave(BK, dim=1)
+        return (a.double() * sa) @ (b.double() * sb).T
+    sa = np.repeat(np.asarray(a_scale, dtype=np.float64), BK, axis=1)
+    sb = np.repeat(np.repeat(np.asarray(b_scale, dtype=np.float64), SCALE_BLOCK, axis=0)[:N], BK, axis=1)
+    return (np.asarray(a).astype(np.float64) * sa) @ (np.asarray(b).astype(np.float64) * sb).T
+
+
+def calc_diff(x, y) -> float:
+    """Scale-free error 1 - 2*sum(x*y) / sum(x^2 + y^2) (DeepGEMM): 0 when equal."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    den = float((x * x + y * y).sum())
+    return 0.0 if den == 0 else 1.0 - 2.0 * float((x * y).sum()) / den
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch binding
+# ---------------------------------------------------------------------------------------------
+def _ext_hash(torch) -> str:
+    h = hashlib.sha256()
+    for p in (*SOURCES, *EXT_SOURCES):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(f"torch={torch.__version__} cuda={torch.version.cuda}".encode())
+    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        h.update(repr(caps).encode())
+    return h.hexdigest()[:16]
+
+
+_EXT = None
+
+
+def load_extension(verbose: bool = False):
+    """Build (once per content hash) and import the torch extension.
+
+    The build directory is ~/.cache/fp8lab/torch_ext/<hash> ($FP8LAB_CACHE_DIR overrides the root),
+    the hash covering every source, the torch/CUDA versions and the GPU archs, so an edit rebuilds
+    and an unchanged tree imports in a second. The first build instantiates 16 configs x 5
+    kernels (~1 min of nvcc for one arch).
+    """
+    global _EXT
+    if _EXT is not None:
+        return _EXT
+    import torch
+    from torch.utils import cpp_extension
+
+    from ..paths import cache_dir
+
+    digest = _ext_hash(torch)
+    build = cache_dir("torch_ext", digest)
+    _EXT = cpp_extension.load(
+        name=f"fp8lab_mma_blockwise_{digest}",
+        sources=[str(p) for p in EXT_SOURCES],
+        extra_include_paths=[str(KERNEL_DIR)],
+        # no -std here: torch adds the C++ standard its headers need
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3"],
+        build_directory=str(build),
+        verbose=verbose,
+    )
+    return _EXT
+
+
+def _validate(a, a_scale, b, b_scale, out, torch):
+    def need(cond, msg):
+        if not cond:
+            raise ValueError(msg)
+
+    for name, t in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        need(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
+        need(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
+        need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}: all on one device")
+    for name, t in (("a", a), ("b", b)):
+        need(t.dtype == torch.float8_e4m3fn, f"{name} must be torch.float8_e4m3fn, got {t.dtype}")
+        need(t.is_contiguous(), f"{name} must be contiguous (row-major, K innermost)")
+        need(t.data_ptr() % 16 == 0, f"{name} must be 16-byte aligned for cp.async (data_ptr % 16 = "
+                                     f"{t.data_ptr() % 16})")
+    for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
+        need(t.dtype == torch.float32, f"{name} must be torch.float32, got {t.dtype}")
+        need(min(t.stride()) >= 0, f"{name} must have non-negative strides, got {t.stride()}")
+        need(t.data_ptr() % 4 == 0, f"{name} must be 4-byte aligned")
+    M, K = a.shape
+    N = b.shape[0]
+    need(M >= 1 and N >= 1 and K >= 1, f"M, N, K must be >= 1, got M={M}, N={N}, K={K}")
+    need(b.shape[1] == K, f"a is [M, K] = {tuple(a.shape)} and b must be [N, K] with the same K, got "
+                          f"{tuple(b.shape)}")
+    need(K % BK == 0, f"K must be a multiple of {BK} (the scale block), got K={K}")
+    need(max(M, N, K) < 2**31, "M, N and K must fit in int32")
+    need(tuple(a_scale.shape) == (M, K // BK), f"a_scale must be [M, K/128] = {(M, K // BK)}, got "
+                                               f"{tuple(a_scale.shape)}")
+    nb = math.ceil(N / SCALE_BLOCK)
+    need(tuple(b_scale.shape) == (nb, K // BK), f"b_scale must be [ceil(N/128), K/128] = {(nb, K // BK)}, got "
+                                                f"{tuple(b_scale.shape)}")
+    if out is not None:
+        need(isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16, "out must be a torch.bfloat16 tensor")
+        need(tuple(out.shape) == (M, N), f"out must be [M, N] = {(M, N)}, got {tuple(out.shape)}")
+        need(out.is_contiguous(), "out must be contiguous (row-major)")
+        need(out.device == a.device, f"out is on {out.device} but a is on {a.device}")
+        need(out.data_ptr() % 4 == 0, "out must be 4-byte aligned (bf16 pair stores)")
+
+
+def mma_blockwise(a, a_scale, b, b_scale, *, config=SEED_CONFIG, variant: str = "per_block",
+                  scale_lookup: str = "per_warp", swizzle: int = 1, out=None, check_scales: bool | None = None):
+    """C = blockwise-scaled a @ b.T in bf16 (see the module docstring for shapes and layouts).
+
+    config: an MMAConfig from :func:`configs`, its name, or its id. variant: one of VARIANTS.
+    scale_lookup: "per_warp" (correct) or a buggy lookup (claim A5; per_block variant only).
+    swizzle: launch-order group size in tile rows (1 = off, e.g. 8 = on).
+    check_scales: verify every scale is finite and > 0 (a device sync). per_block_inplace divides
+    by the scales, so it defaults to True for that variant and False otherwise; pass False when
+    timing.
+    """
+    import torch
+
+    cfg = get_config(config)
+    cid = config_id(cfg)
+    v = _check_choice("variant", variant, VARIANTS)
+    lk = _check_choice("scale_lookup", scale_lookup, SCALE_LOOKUPS)
+    if lk != 0 and variant != "per_block":
+        raise ValueError(f"scale_lookup={scale_lookup!r} (a deliberately buggy lookup) is compiled for the "
+                         "per_block variant only")
+    if int(swizzle) != swizzle or swizzle < 1:
+        raise ValueError(f"swizzle must be an integer >= 1 (1 = off), got {swizzle!r}")
+    _validate(a, a_scale, b, b_scale, out, torch)
+    major, minor = torch.cuda.get_device_capability(a.device)
+    if (major, minor) < (8, 9):
+        raise ValueError(f"mma.sync e4m3 needs compute capability >= 8.9, device has {major}.{minor}")
+    if check_scales is None:
+        check_scales = variant == "per_block_inplace"
+    if check_scales:
+        for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
+            if not bool(torch.all(torch.isfinite(s) & (s > 0))):
+                raise ValueError(f"{name} must be finite and > 0 everywhere (variant {variant} divides by it)")
+    M, N = a.shape[0], b.shape[0]
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    return load_extension().mma_blockwise(a, a_scale, b, b_scale, out, cid, v, lk, int(swizzle))

@@ -1,0 +1,221 @@
+"""The compile grid: parsers on real tool output, config validation before nvcc, one real
+compile, and the cache."""
+
+from pathlib import Path
+
+import pytest
+
+from fp8lab import compile_grid as cg
+from fp8lab import resources, tools
+from fp8lab.kernels import mma_blockwise as mb
+
+FIX = Path(__file__).parent / "fixtures" / "compile_grid"
+SEED_SLICE = "_ZN6fp8lab20mma_blockwise_kernelINS_10TileConfigILi64ELi128ELi64ELi64ELi3EEELi0ELi0EEEvNS_9MmaParamsE"
+SMALL_BLOCK = "_ZN6fp8lab20mma_blockwise_kernelINS_10TileConfigILi16ELi64ELi16ELi32ELi4EEELi1ELi0EEEvNS_9MmaParamsE"
+
+
+# --------------------------------------------------------------------------- parsers
+def test_ptxas_parser_spilling_kernel_sm89():
+    got = resources.parse_ptxas_v((FIX / "ptxas_v_sm89_seed_per_slice.txt").read_text())
+    assert list(got) == [SEED_SLICE]
+    r = got[SEED_SLICE]
+    assert (r["arch"], r["registers"], r["stack_bytes"], r["spill_store_bytes"], r["spill_load_bytes"]) == \
+        ("sm_89", 255, 264, 260, 260)
+    assert (r["static_smem_bytes"], r["cmem0_bytes"], r["barriers"], r["cumulative_stack_bytes"]) == (0, 440, 1, 264)
+
+
+def test_ptxas_parser_sm90_without_cmem_and_static_smem():
+    r = resources.parse_ptxas_v((FIX / "ptxas_v_sm90_small_per_block.txt").read_text())[SMALL_BLOCK]
+    assert (r["arch"], r["registers"], r["stack_bytes"], r["spill_store_bytes"]) == ("sm_90", 137, 0, 0)
+    assert r["cmem0_bytes"] == 0  # sm_90's ptxas prints no cmem[0]: absent means 0
+    tiny = resources.parse_ptxas_v((FIX / "ptxas_v_sm89_static_smem.txt").read_text())["_Z9tiny_smemPfPKf"]
+    assert (tiny["registers"], tiny["static_smem_bytes"], tiny["cmem0_bytes"]) == (12, 1024, 368)
+
+
+def test_ptxas_parser_three_functions():
+    got = resources.parse_ptxas_v((FIX / "ptxas_v_sm90_seed_three_variants.txt").read_text())
+    assert len(got) == 3
+    by_variant = {name.split("EEELi")[1][0]: rec for name, rec in got.items()}  # ...EEELi<variant>ELi0...
+    assert by_variant["1"]["stack_bytes"] == 760 and by_variant["1"]["spill_load_bytes"] == 1992
+    assert by_variant["0"]["spill_store_bytes"] == 276 and by_variant["2"]["spill_load_bytes"] == 300
+    assert all(r["registers"] == 255 and r["arch"] == "sm_90" for r in got.values())
+
+
+def test_ptxas_parser_refuses_truncated_output():
+    text = (FIX / "ptxas_v_sm89_seed_per_slice.txt").read_text()
+    cut = "\n".join(l for l in text.splitlines() if "Used" not in l)
+    with pytest.raises(ValueError, match="Used N registers"):
+        resources.parse_ptxas_v(cut)
+
+
+def test_res_usage_parser():
+    r = resources.parse_res_usage((FIX / "res_usage_sm89_seed_per_slice.txt").read_text())[SEED_SLICE]
+    assert (r["REG"], r["STACK"], r["SHARED"], r["LOCAL"], r["CONSTANT[0]"]) == (255, 264, 0, 0, 440)
+    s90 = resources.parse_res_usage((FIX / "res_usage_sm90_small_per_block.txt").read_text())[SMALL_BLOCK]
+    assert (s90["REG"], s90["STACK"], s90["SHARED"]) == (137, 0, 1024)  # sm_90: 1 KB reserved smem
+    three = resources.parse_res_usage((FIX / "res_usage_sm90_seed_three_variants.txt").read_text())
+    assert sorted(r["STACK"] for r in three.values()) == [272, 296, 760]
+    with pytest.raises(ValueError, match="no REG"):
+        resources.parse_res_usage(" Function f:\n  STACK:0\n")
+
+
+def test_ptxas_and_res_usage_fixtures_agree():
+    """The cross-check the grid applies, on the captured pairs."""
+    for ptx_name, res_name in [("ptxas_v_sm89_seed_per_slice.txt", "res_usage_sm89_seed_per_slice.txt"),
+                               ("ptxas_v_sm90_small_per_block.txt", "res_usage_sm90_small_per_block.txt"),
+                               ("ptxas_v_sm89_static_smem.txt", "res_usage_sm89_static_smem.txt")]:
+        p = resources.parse_ptxas_v((FIX / ptx_name).read_text())
+        r = resources.parse_res_usage((FIX / res_name).read_text())
+        assert p.keys() == r.keys()
+        for k in p:
+            assert p[k]["registers"] == r[k]["REG"] and p[k]["stack_bytes"] == r[k]["STACK"]
+
+
+# --------------------------------------------------------------------------- configs
+def test_config_list_is_the_grid():
+    cfgs = mb.configs()
+    assert len(cfgs) == 16 and len({c.name for c in cfgs}) == 16
+    assert mb.SEED_CONFIG in cfgs
+    assert mb.SEED_CONFIG.warps == 2 and mb.SEED_CONFIG.smem_bytes == 72 * 1024  # the seed's "about 72 KB"
+    for c in cfgs:
+        for arch in cg.ARCHS:
+            c.validate(arch)
+    jobs = cg.grid_jobs()
+    assert len(jobs) == 96 and len(set(jobs)) == 96
+
+
+@pytest.mark.parametrize("cfg, arch, match", [
+    (mb.MMAConfig(64, 128, 48, 64, 3), "sm_89", "must divide the threadblock"),
+    (mb.MMAConfig(64, 128, 64, 64, 3, bk=64), "sm_89", "BK must be 128"),
+    (mb.MMAConfig(24, 64, 24, 32, 3), "sm_89", "multiple of the mma M"),
+    (mb.MMAConfig(64, 96, 32, 24, 3), "sm_89", "multiple of 16"),
+    (mb.MMAConfig(64, 192, 32, 48, 3), "sm_89", "must divide 128"),
+    (mb.MMAConfig(64, 256, 64, 256, 2), "sm_89", "must divide 128"),
+    (mb.MMAConfig(64, 128, 64, 64, 1), "sm_89", "STAGES must be >= 2"),
+    (mb.MMAConfig(256, 256, 16, 32, 2), "sm_90", "threads per block"),
+    (mb.MMAConfig(128, 256, 64, 64, 3), "sm_89", "exceeds the sm_89 per-block limit"),
+    (mb.MMAConfig(256, 256, 64, 64, 4), "sm_90", "exceeds the sm_90 per-block limit"),
+    (mb.MMAConfig(64, 128, 64, 64, 3), "sm_80", "arch must be one of"),
+    (mb.MMAConfig(0, 128, 64, 64, 3), "sm_89", "positive integer"),
+])
+def test_bad_configs_raise_before_nvcc(cfg, arch, match, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cg, "_run_nvcc", lambda args: calls.append(args))
+    with pytest.raises(ValueError, match=match):
+        cfg.validate(arch)
+    with pytest.raises(ValueError, match=match if arch != "sm_80" else "arch must be one of"):
+        # a good config first: validation of the whole grid happens before any compile
+        cg.build_grid([mb.SEED_CONFIG, cfg], variants=["per_block"], archs=[arch], cache_dir=tmp_path)
+    assert calls == []
+
+
+def test_same_config_legal_on_sm90_only():
+    big = mb.MMAConfig(128, 256, 64, 64, 3)  # 144 KB
+    big.validate("sm_90")
+    with pytest.raises(ValueError, match="sm_89"):
+        big.validate("sm_89")
+
+
+def test_bad_variant_and_arch_raise(monkeypatch, tmp_path):
+    monkeypatch.setattr(cg, "_run_nvcc", lambda args: pytest.fail("nvcc must not run"))
+    with pytest.raises(ValueError, match="variant must be one of"):
+        cg.build_grid("all", variants=["per_tile"], cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="arch must be one of"):
+        cg.build_grid("all", archs=["sm_100"], cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="unknown config name"):
+        cg.build_grid(["64x64"], cache_dir=tmp_path)
+
+
+def test_cache_key_depends_on_every_input():
+    base = cg.Job(mb.SEED_CONFIG, "per_block", "sm_89")
+    kw = dict(sources={"a": "1"}, nvcc_version="13.0.88", cuobjdump_version="13.5.37")
+    k0 = cg.cache_key(base, **kw)
+    assert k0 == cg.cache_key(cg.Job(mb.SEED_CONFIG, "per_block", "sm_89"), **kw)
+    others = [
+        cg.cache_key(cg.Job(mb.SEED_CONFIG, "per_slice", "sm_89"), **kw),
+        cg.cache_key(cg.Job(mb.SEED_CONFIG, "per_block", "sm_90"), **kw),
+        cg.cache_key(cg.Job(mb.MMAConfig(64, 128, 32, 64, 3), "per_block", "sm_89"), **kw),
+        cg.cache_key(cg.Job(mb.SEED_CONFIG, "per_block", "sm_89", "per_cta"), **kw),
+        cg.cache_key(base, **{**kw, "sources": {"a": "2"}}),
+        cg.cache_key(base, **{**kw, "nvcc_version": "12.9.0"}),
+    ]
+    assert len({k0, *others}) == 1 + len(others)
+
+
+# --------------------------------------------------------------------------- real nvcc
+needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool("cuobjdump")),
+                                reason="needs nvcc and cuobjdump")
+
+
+@needs_nvcc
+def test_real_compile_then_cache_hit(monkeypatch, tmp_path):
+    small = mb.MMAConfig(16, 64, 16, 32, 4)
+    calls = []
+    real = cg._run_nvcc
+    monkeypatch.setattr(cg, "_run_nvcc", lambda args: calls.append(args) or real(args))
+    df = cg.build_grid([small], variants=["per_block"], archs=["sm_89"], cache_dir=tmp_path)
+    assert len(calls) == 1 and len(df) == 1
+    row = df.iloc[0]
+    assert row["config"] == "16x64x128_w16x32_s4" and row["variant"] == "per_block" and row["arch"] == "sm_89"
+    assert 0 < row["registers"] <= 255 and row["res_reg"] == row["registers"]
+    assert row["stack_bytes"] == row["res_stack"]
+    assert row["dynamic_smem_bytes"] == 4 * (16 + 64) * 128 and row["smem_bytes"] >= row["dynamic_smem_bytes"]
+    assert row["warps"] == 2 and row["threads"] == 64
+    # sm_89 has a native FP8 tensor instruction: 4 slices x 1 m16 tile x 4 n8 tiles per 128-wide block
+    assert row["sass_mma_opcodes"] == "QMMA.16832.F32.E4M3.E4M3" and row["sass_qmma"] == 16
+    assert row["sass_loop_instructions"] > 0
+    assert not row["cached"] and df.attrs["n_compiled"] == 1
+
+    # Rebuild: nvcc must not run, the row is the same.
+    monkeypatch.setattr(cg, "_run_nvcc", lambda args: pytest.fail("cache miss: nvcc ran again"))
+    again = cg.build_grid([small], variants=["per_block"], archs=["sm_89"], cache_dir=tmp_path)
+    assert bool(again.iloc[0]["cached"]) and again.attrs["n_cached"] == 1
+    cols = ["registers", "stack_bytes", "spill_store_bytes", "spill_load_bytes", "smem_bytes", "kernel"]
+    assert again[cols].equals(df[cols])
+    assert len(list(tmp_path.rglob("*.json"))) == 1 and len(list(tmp_path.rglob("*.cubin"))) == 1
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+# --------------------------------------------------------------------------- verdict rules
+def _table(per_slice, per_block, inplace=(200, 0, 0, 0), arch="sm_89", n_other=0):
+    """Rows for the seed config: (registers, stack, spill stores, spill loads) per variant."""
+    from fp8lab.experiments import spills
+    rows = []
+    for variant, (reg, stack, st, ld) in zip(mb.VARIANTS, (per_slice, per_block, inplace)):
+        rows.append(dict(arm=spills.ARM, config=mb.SEED_CONFIG.name, variant=variant, arch=arch, registers=reg,
+                         stack_bytes=stack, spill_store_bytes=st, spill_load_bytes=ld, smem_bytes=73728,
+                         res_reg=reg, res_stack=stack, compile_s=1.0, build_s=1.2, spills=bool(stack or st or ld),
+                         nvcc_version="13.0.88"))
+    import pandas as pd
+    return pd.DataFrame(rows)
+
+
+def test_verdict_a1_rules():
+    from fp8lab.experiments.spills import verdict_a1
+    v = verdict_a1(_table((255, 600, 596, 620), (230, 0, 0, 0)))
+    assert v.verdict == "holds" and "STACK 600 B" in v.our_figure
+    v = verdict_a1(_table((255, 64, 60, 60), (230, 0, 0, 0)))
+    assert v.verdict == "holds-in-kind" and "64 B vs the seed's 600 B" in v.reason
+    v = verdict_a1(_table((255, 264, 260, 260), (255, 376, 484, 592), (255, 0, 0, 0)))
+    assert v.verdict == "differs" and "per_block spills too" in v.reason and "256 fp32 registers" in v.reason
+    assert "per_block_inplace variant is the one that compiles clean" in v.reason
+    v = verdict_a1(_table((180, 0, 0, 0), (170, 0, 0, 0)))
+    assert v.verdict == "differs" and "per_slice does not spill" in v.reason
+    v = verdict_a1(_table((200, 8, 4, 4), (170, 0, 0, 0)))   # a spill far from the cap is not the seed's
+    assert v.verdict == "differs"
+    with pytest.raises(ValueError, match="expected one row"):
+        verdict_a1(_table((255, 600, 1, 1), (200, 0, 0, 0), arch="sm_90"))
+
+
+def test_verdict_a2_rules():
+    from fp8lab.experiments.spills import verdict_a2
+    t = _table((255, 600, 596, 620), (230, 0, 0, 0))
+    attrs = dict(wall_s=1.5, n_compiled=3, n_cached=0, workers=2)
+    v = verdict_a2(t, attrs, expected_kernels=3)
+    assert v.verdict == "holds" and v.our_figure.startswith("3/3 kernels") and "1.5 s wall" in v.our_figure
+    assert verdict_a2(t, attrs, expected_kernels=96).verdict == "differs"
+    bad = t.copy()
+    bad.loc[0, "res_reg"] = 254
+    assert verdict_a2(bad, attrs, expected_kernels=3).reason == "ptxas and cuobjdump disagree"
+    with pytest.raises(ValueError, match="grid's attrs"):
+        verdict_a2(t, {}, expected_kernels=3)
