@@ -339,12 +339,19 @@ FIXTURE_SCALE_ELEMENTS = 64 * 2**20
 FIXTURE_GEMM = 1024
 
 
-def _fixture_dot():
-    """A small Triton bf16 GEMM for the fixture: its tensor-core instructions (HGMMA on
-    sm_90, HMMA elsewhere) show in the per-opcode counts, and its SASS is short, which
-    keeps the report small (cuBLAS's kernels would add megabytes of SASS)."""
+def _fixture_kernels():
+    """Two small Triton kernels for the fixture: a DRAM-bound scale and a bf16 GEMM
+    whose tensor-core instructions (HGMMA on sm_90, HMMA elsewhere) show in the
+    per-opcode counts. ncu stores the whole module of every profiled kernel, and
+    torch's and cuBLAS's modules are megabytes each; Triton's hold one kernel."""
     import triton
     import triton.language as tl
+
+    @triton.jit
+    def fixture_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
 
     @triton.jit
     def fixture_dot_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
@@ -359,15 +366,16 @@ def _fixture_dot():
             acc += tl.dot(a, b)
         tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc.to(tl.bfloat16))
 
-    return fixture_dot_kernel
+    return fixture_scale_kernel, fixture_dot_kernel
 
 
 def fixture_workload():
-    """Three kernels inside the NVTX range the fixture filters on: an elementwise
+    """Three kernels inside the NVTX range the fixture filters on: a Triton
     scale (DRAM-bound, 256 MiB read + 256 MiB written), a small Triton bf16 GEMM
     (tensor cores) and fp8lab's FP32 FMA kernel (issue-bound, no DRAM). Warm-up runs
     outside the range, so set-up and Triton compilation are not profiled."""
     import torch
+    import triton
 
     from .kernels import fma_peak
 
@@ -380,13 +388,13 @@ def fixture_workload():
     a = torch.randn(n, n, generator=g).to(torch.bfloat16).to("cuda")  # (M, K) bf16
     b = torch.randn(n, n, generator=g).to(torch.bfloat16).to("cuda")  # (K, N) bf16
     c = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")        # (M, N) bf16
-    dot = _fixture_dot()
+    scale, dot = _fixture_kernels()
     block = 64
     cfg = fma_peak.small_config()
     fma_in, fma_out = fma_peak.make_buffers(cfg)
 
     def body():
-        torch.mul(x, 2.0, out=y)
+        scale[(triton.cdiv(x.numel(), 4096),)](x, y, x.numel(), BLOCK=4096)
         dot[(n // block, n // block)](a, b, c, n, BLOCK=block)
         fma_peak.launch(fma_in, fma_out, cfg)
 
@@ -395,13 +403,14 @@ def fixture_workload():
     ref = (a.double() @ b.double())
     err = float((c.double() - ref).norm() / ref.norm())
     assert err < 1e-2, f"fixture GEMM is wrong (rel. err {err:.3g})"
+    assert torch.equal(y, x * 2.0), "fixture scale kernel is wrong"
     torch.cuda.nvtx.range_push(FIXTURE_NVTX_RANGE)
     body()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
 
 
-FIXTURE_KERNEL_REGEX = r"elementwise|fma_peak|fixture_dot"
+FIXTURE_KERNEL_REGEX = r"fixture_scale|fma_peak|fixture_dot"
 
 
 def make_fixture(output: Union[str, Path], timeout: float = 600) -> Path:
