@@ -28,6 +28,7 @@ endif
 $(STAMP): pyproject.toml
 	$(MKENV)
 	$(PY) -m pip install -q $(PIP_SRC) -e ".[$(EXTRAS)]"
+	$(if $(findstring gpu,$(EXTRAS)),$(PY) -m pip install -q $(PIP_SRC) --no-deps "nvidia-cutlass>=3.9",)
 	touch $@
 
 setup: $(STAMP)

@@ -297,8 +297,8 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     if chosen == "replot":
         gpu_nbs = [s.name for s in specs if s.kind == "gpu"]
         if gpu_nbs:
-            echo("  replot: GPU notebooks redraw their figures from committed data/ and measure "
-                 "nothing: " + ", ".join(gpu_nbs))
+            echo("  replot: GPU notebooks measure nothing; they redraw their figures from "
+                 f"committed data/ into {run_dir / 'figures'}: " + ", ".join(gpu_nbs))
     child_env = {"FP8LAB_MODE": chosen, "FP8LAB_RUN_ID": run_id,
                  "FP8LAB_ROOT": str(repo_root()), "PYTHONUNBUFFERED": "1", **(env or {})}
     outcomes: list[Outcome] = []
@@ -313,7 +313,11 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         p = dict(per_nb[spec.name])
         if "mode" in notebook_parameters(spec.path):
             p["mode"] = chosen
-        outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=child_env)
+        nb_env = dict(child_env)
+        if chosen == "replot" and spec.kind == "gpu":
+            # Committed figures stay the measured ones: a redraw goes to the run folder.
+            nb_env.setdefault("FP8LAB_FIGURES_DIR", str(run_dir / "figures"))
+        outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=nb_env)
         outcomes.append(outcome)
         if hasattr(bar, "write"):
             bar.write(outcome.line())

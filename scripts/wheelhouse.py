@@ -66,9 +66,15 @@ def main(argv=None) -> int:
     dest = Path(a.dest)
     dest.mkdir(parents=True, exist_ok=True)
     skip = {_name(s) for s in a.skip}
+    pins = []
     if a.have:
-        skip |= {_name(line) for line in Path(a.have).read_text().splitlines()
-                 if line.strip() and not line.startswith("#")}
+        lines = [ln.strip() for ln in Path(a.have).read_text().splitlines()
+                 if ln.strip() and not ln.startswith(("#", "-"))]
+        skip |= {_name(ln) for ln in lines}
+        # The box's versions constrain the resolution: a wheel that needs another version
+        # of something the box has (cuda-python pinning cuda-bindings, say) would not
+        # install there offline.
+        pins = [ln for ln in lines if "==" in ln and "@" not in ln and _name(ln) not in ALWAYS_SKIP]
     reqs = requirements(a.extras.split(",") if a.extras else (), skip)
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(dest),
            "--python-version", a.python_version, "--implementation", "cp"]
@@ -76,8 +82,16 @@ def main(argv=None) -> int:
         cmd += ["--platform", p]
     if a.no_deps:
         cmd.append("--no-deps")
+    if pins:
+        constraints = dest / ".box-constraints.txt"
+        constraints.write_text("\n".join(pins) + "\n")
+        cmd += ["--constraint", str(constraints)]
     print("+", " ".join(cmd + reqs), flush=True)
     subprocess.run(cmd + reqs, check=True)
+    # CUTLASS headers: the wheel alone (the Makefile installs it with --no-deps).
+    if any(e.startswith("gpu") for e in (a.extras or "").split(",")):
+        base = [c for c in cmd if c != "--constraint" and not c.endswith(".box-constraints.txt")]
+        subprocess.run(base + ["--no-deps", "nvidia-cutlass>=3.9"], check=True)
     dropped = 0
     for whl in dest.glob("*.whl"):
         if _name(whl.name.split("-")[0]) in skip | ALWAYS_SKIP:

@@ -61,6 +61,22 @@ def test_failure_does_not_stop_the_others_and_exits_nonzero(fixture_manifest, no
     assert (tmp / "run" / "10_ok.ipynb").is_file()           # executed copies in the run folder
 
 
+def test_replot_sends_gpu_figures_to_the_run_folder(fixture_manifest, no_gpu, monkeypatch):
+    manifest, tmp, _ = fixture_manifest
+    monkeypatch.delenv("FP8LAB_FIGURES_DIR", raising=False)
+    raw = yaml.safe_load(manifest.read_text())
+    raw["notebooks"][2]["kind"] = "gpu"            # 12_after becomes a GPU notebook
+    nb = _nb('mode = "auto"\nn = 3', "import os\n"
+             f"open({str(tmp / 'figdir.txt')!r}, 'w').write(os.environ.get('FP8LAB_FIGURES_DIR', ''))")
+    nbformat.write(nb, manifest.parent / "12_after.ipynb")
+    manifest.write_text(yaml.safe_dump(raw))
+    lines = []
+    assert runner.run(only=["12"], manifest=manifest, run_dir=tmp / "r", progress=False,
+                      echo=lines.append) == 0
+    assert (tmp / "figdir.txt").read_text() == str(tmp / "r" / "figures")
+    assert "redraw their figures" in "\n".join(lines)
+
+
 def test_unknown_parameter_is_an_error_before_anything_runs(fixture_manifest, no_gpu):
     manifest, tmp, out = fixture_manifest
     with pytest.raises(runner.UsageError, match="unknown parameter 'nn' for 10_ok.*n, name"):
