@@ -314,9 +314,10 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         if "mode" in notebook_parameters(spec.path):
             p["mode"] = chosen
         nb_env = dict(child_env)
-        if chosen == "replot" and spec.kind == "gpu":
-            # Committed figures stay the measured ones: a redraw goes to the run folder.
-            nb_env.setdefault("FP8LAB_FIGURES_DIR", str(run_dir / "figures"))
+        if chosen == "replot" and spec.kind == "gpu" and "FP8LAB_FIGURES_DIR" not in {**os.environ, **nb_env}:
+            # Committed figures stay the measured ones: a redraw goes to the run folder
+            # (unless the user named a figures folder).
+            nb_env["FP8LAB_FIGURES_DIR"] = str(run_dir / "figures")
         outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=nb_env)
         outcomes.append(outcome)
         if hasattr(bar, "write"):

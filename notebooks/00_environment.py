@@ -167,13 +167,18 @@ def draw(df, meta, info):
                          r["rate_p80"] / r["spec"])
         ax.barh(i, f50, color=plotting.color(r["arm"], FALLBACK_COLORS.get(r["ceiling"])), height=0.6)
         ax.errorbar(f50, i, xerr=[[f50 - f20], [f80 - f50]], color="black", capsize=3, lw=1)
+        # the SM clock under load explains most of a gap to the datasheet (power cap)
+        clock = f" at {r['sm_mhz_median']:.0f} MHz" if r.get("sm_mhz_median") == r.get("sm_mhz_median") else ""
+        capped = "power_cap" in str(r.get("clock_reasons", ""))
         ax.text(f80 + 0.02, i, f"{fmt_rate(r['rate_p50'], r['unit'])} of "
-                               f"{fmt_rate(r['spec'], r['unit'])} ({f50:.0%})",
+                               f"{fmt_rate(r['spec'], r['unit'])} ({f50:.0%}){clock}"
+                               f"{', power-capped' if capped else ''}",
                 va="center", fontsize=8)
     ax.set_yticks(y, [LABELS.get(c, c) for c in d["ceiling"]])
     ax.axvline(1.0, color="#555555", lw=0.8, ls="--")
     ax.set_xlim(0, 1.6)
-    ax.set_xlabel("measured p50 / datasheet peak (error bar: p20-p80)")
+    ax.set_xlabel("measured p50 / datasheet peak (error bar: p20-p80; median SM clock during "
+                  "each measurement)")
     ax.set_title(f"Measured ceilings: {meta.get('device_name', '')}")
     plotting.save(fig, info, "ceilings")
     plt.show()
