@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import resources, tools
+from .results import atomic_write_bytes
 from .kernels import mma_blockwise as mb
 
 ARCHS = ("sm_89", "sm_90")
@@ -98,19 +99,7 @@ def cache_key(job: Job, *, sources: dict[str, str] | None = None, nvcc_version: 
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+_atomic_write = atomic_write_bytes
 
 
 def _run_nvcc(args: list[str]) -> subprocess.CompletedProcess:

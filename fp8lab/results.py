@@ -66,7 +66,8 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a file whole or not at all: a temp file in the same folder, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -82,6 +83,9 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+_atomic_write_bytes = atomic_write_bytes
 
 
 def _json_default(o):
