@@ -40,7 +40,7 @@ def test_readme_first_screen_and_ci_agree():
 
 
 def _notebooks():
-    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def test_manifest_notebooks_exist_and_declare_mode():

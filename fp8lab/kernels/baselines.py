@@ -37,8 +37,10 @@ def quant_act_reference(x):
     """1x128 per-token quantisation: x (M, K) bf16 -> (q (M, K) e4m3fn, s (M, K/128) fp32).
 
     s = amax(|x| over the group, in fp32) / 448, q = round_to_nearest_even(x / s) as e4m3.
-    A group of zeros gets s = 1 (q = 0), so no division by zero. The division is a true
-    IEEE division (not a multiplication by 448/amax): kernels must do the same to match.
+    A group of zeros gets s = 1 (q = 0), so no division by zero. Kernels that match this bit
+    for bit must round as torch does: on CUDA, ``amax / 448.0`` (a tensor by a Python
+    number) is computed as ``amax * fp32(1/448)``, while ``x / s`` (tensor by tensor) is a
+    true IEEE division.
     """
     torch = _torch()
     _need(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16,
