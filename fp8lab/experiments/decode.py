@@ -1,0 +1,466 @@
+"""Weight-only decode bandwidth (notebook 08; claims C3, C4, C5, C8 of seed 003).
+
+The sweep (:func:`measure_decode`) times the four weight-only kernels and cuBLAS BF16 on real
+decode shapes for M = 1..64 tokens and reports the *effective bandwidth*: weight + scale bytes
+(the stream a decode step must read) over the kernel's time, beside the copy bandwidth
+measured in the same run. Every arm is checked against float64 before it is timed; inputs
+rotate over more than twice the L2 so every call streams from DRAM; each call is timed
+back to back in a CUDA graph (a decode step is a chain of such GEMMs).
+
+:func:`profile_decode` runs the M = 1 kernels under Nsight Compute (clocks not locked) and
+:func:`ncu_tables` turns the report into DRAM %, issue-active %, and executed instructions per
+weight element from the per-opcode counts (all, and the dequant class).
+
+The verdict rules (:func:`c3_verdict`, :func:`c4_verdict`, :func:`c5_verdict`,
+:func:`c8_verdict`) and the target table (:func:`targets`) are plain functions of those tables,
+tested on synthetic data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import bench, devices, shapes
+from ..kernels import weight_only as wo
+
+DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
+DEFAULT_MS = (1, 4, 16, 64)
+CUBLAS = "cublas_bf16"
+ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
+#: the seed's figures
+SEED_C3_DRAM = (0.91, 0.94)
+SEED_C3_ISSUE = (0.13, 0.33)
+SEED_C4_PARITY = 0.015
+SEED_C5_FP8 = 1.81
+SEED_C5_RANGE = (1.8, 2.9)
+TARGET_FRACTION_OF_COPY = 0.90
+TARGET_PARITY = 0.02
+TARGET_MIN_WEIGHT_BYTES = 32 * 2**20
+
+COLUMNS = ["shape", "N", "K", "M", "arm", "fmt", "act", "weight_bytes", "scale_bytes",
+           "stream_bytes", "flop", "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50",
+           "bw_p80", "tflops_p50", "copy_Bps", "fraction_of_copy", "spec_Bps", "fraction_of_spec",
+           "splits", "grid", "ctas_per_sm", "check_relerr", "rotation_sets", "timing_method",
+           "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max"]
+
+
+def _shape(name: str) -> shapes.Shape:
+    return shapes.get(name)
+
+
+# --------------------------------------------------------------------------------------
+# The sweep (GPU)
+# --------------------------------------------------------------------------------------
+def _relerr(got, ref) -> float:
+    got = got.double()
+    return float((got - ref).norm() / ref.norm())
+
+
+def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int):
+    """Weight copies for rotation and the float64 check of one format."""
+    import torch
+
+    pw_host, info = wo.random_weight(fmt, N, K, act=act, seed=seed)
+    pw = pw_host.to("cuda")
+    del pw_host
+    tdt = torch.bfloat16 if act == "bf16" else torch.float16
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    x = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
+    out = torch.full((check_m, N), float("nan"), dtype=tdt, device="cuda")
+    wo.gemv_w16(x, pw, out=out)
+    W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
+    ref = x.double() @ W.t()
+    del W
+    err = _relerr(out, ref)
+    assert torch.isfinite(out).all(), f"{fmt}: non-finite outputs"
+    assert err < 1e-2, f"{fmt} {N}x{K}: relative error {err:.3g} vs float64 (>= 1e-2)"
+    stream = wo.byte_count(fmt, N, K)["stream_bytes"]
+    n_sets = bench.n_rotation_sets(stream, l2)
+    sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
+                   for _ in range(n_sets - 1)]
+    return sets, err
+
+
+def _cublas_arm(N: int, K: int, seed: int, l2: int, check_m: int):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = (0.02 * torch.randn(N, K, device="cuda", generator=g)).to(torch.bfloat16)   # (N, K) bf16
+    x = torch.randn(check_m, K, device="cuda", generator=g).to(torch.bfloat16)
+    ref = x.double() @ w.double().t()
+    err = _relerr(torch.mm(x, w.t()), ref)
+    assert err < 1e-2, f"cuBLAS bf16 {N}x{K}: relative error {err:.3g}"
+    n_sets = bench.n_rotation_sets(2 * N * K, l2)
+    return [w] + [w.clone() for _ in range(n_sets - 1)], err
+
+
+def measure_copy(copy_gib: float = 2.0, sampler=None) -> dict:
+    """The device-to-device copy ceiling (notebook 00's arm) in this run: dict(rate_p50 B/s,
+    ...) from :func:`fp8lab.experiments.ceilings.measure_ceilings`."""
+    from . import ceilings as ce
+
+    df = ce.measure_ceilings(copy_gib=copy_gib, ceilings=["copy_bandwidth"], sampler=sampler)
+    r = df.iloc[0]
+    if r["status"] != "measured":
+        raise RuntimeError(f"copy ceiling not measured: {r['status']}")
+    return {k: (float(r[k]) if isinstance(r[k], (int, float, np.floating)) else r[k]) for k in df.columns}
+
+
+def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int] = DEFAULT_MS,
+                   formats: Sequence[str] = wo.FORMATS, *, act: str = "bf16", cublas: bool = True,
+                   rep_ms: float = 40, seed: int = 0, check_m: int = 4, copy: Optional[dict] = None,
+                   sampler=None, splits: Optional[int] = None) -> pd.DataFrame:
+    """Time every arm at every (shape, M); one row per (shape, arm, M) (see COLUMNS).
+
+    ``copy``: a :func:`measure_copy` result (measured here when None). ``splits`` pins the
+    split-K factor of the weight-only kernels (None: chosen per shape and M)."""
+    import torch
+
+    for f in formats:
+        wo._check_fmt(f)
+    for m in Ms:
+        wo._pos_int("M", m)
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_decode needs a CUDA device")
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    spec = devices.spec_for(props.name)
+    l2 = bench.device_l2_bytes()
+    if copy is None:
+        copy = measure_copy(sampler=sampler)
+    copy_Bps = copy["rate_p50"]
+    tdt = torch.bfloat16 if act == "bf16" else torch.float16
+    rows = []
+
+    def timed(fn, sets):
+        t0 = sampler.now() if sampler else None
+        timing = bench.bench(bench.rotating(fn, sets), method="graph", rep_ms=rep_ms)
+        clk = sampler.summary(t0, sampler.now()) if sampler else {}
+        return timing, clk
+
+    for name in shape_names:
+        sh = _shape(name)
+        N, K = sh.N, sh.K
+        for fmt in formats:
+            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m)
+            b = wo.byte_count(fmt, N, K)
+            # the split-K workspace at its largest before any graph captures its pointer
+            wo.workspace(torch.device("cuda"), max(Ms) * N,
+                         max(wo.grid_x(fmt, N, m) * -(-m // wo.M_BLOCK) for m in Ms))
+            for M in Ms:
+                x = torch.randn(M, K, device="cuda").to(tdt)
+                cfg = wo.launch_config(sets[0], M)
+                s = splits or cfg["splits"]
+                outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
+                timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o),
+                                    list(zip(sets, outs)))
+                rows.append(_row(name, N, K, M, wo.ARMS[fmt], fmt, act, b, timing, clk, copy_Bps, spec,
+                                 splits=s, grid=str(tuple(cfg["grid"][:1]) + (s, cfg["grid"][2])),
+                                 ctas=cfg["ctas_per_sm"], err=err))
+                del outs
+            del sets
+            torch.cuda.empty_cache()
+        if cublas:
+            ws, err = _cublas_arm(N, K, seed, l2, check_m)
+            b = {"weight_bytes": 2 * N * K, "scale_bytes": 0, "stream_bytes": 2 * N * K}
+            for M in Ms:
+                x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+                outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
+                timing, clk = timed(lambda w, o: torch.mm(x, w.t(), out=o), list(zip(ws, outs)))
+                rows.append(_row(name, N, K, M, CUBLAS, "bf16", "bf16", b, timing, clk, copy_Bps, spec,
+                                 splits=np.nan, grid="", ctas=np.nan, err=err))
+                del outs
+            del ws
+            torch.cuda.empty_cache()
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df.attrs["copy"] = copy
+    return df
+
+
+def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err):
+    r = timing.rate(b["stream_bytes"])
+    flop = 2.0 * M * N * K
+    spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
+    return dict(shape=name, N=N, K=K, M=M, arm=arm, fmt=fmt, act=act, weight_bytes=b["weight_bytes"],
+                scale_bytes=b["scale_bytes"], stream_bytes=b["stream_bytes"], flop=flop,
+                time_p20_s=timing.p20_s, time_p50_s=timing.p50_s, time_p80_s=timing.p80_s,
+                bw_p20=r["p20"], bw_p50=r["p50"], bw_p80=r["p80"], tflops_p50=flop / timing.p50_s / 1e12,
+                copy_Bps=copy_Bps, fraction_of_copy=r["p50"] / copy_Bps, spec_Bps=spec_bw,
+                fraction_of_spec=r["p50"] / spec_bw, splits=splits, grid=grid, ctas_per_sm=ctas,
+                check_relerr=err, rotation_sets=timing.rotation_sets, timing_method=timing.method,
+                n_samples=timing.n, sm_mhz_median=clk.get("sm_mhz_median", math.nan),
+                sm_mhz_min=clk.get("sm_mhz_min", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
+                power_w_max=clk.get("power_w_max", math.nan))
+
+
+# --------------------------------------------------------------------------------------
+# Nsight Compute (GPU; the workload runs in ncu's child process)
+# --------------------------------------------------------------------------------------
+NCU_ENV = "FP8LAB_DECODE_NCU"
+
+
+def ncu_workload() -> None:
+    """The profiled program: every arm once at M = 1 between cudaProfilerStart / Stop, after a
+    warm-up outside the profiled range. Configuration from $FP8LAB_DECODE_NCU (JSON)."""
+    import torch
+
+    cfg = json.loads(os.environ[NCU_ENV])
+    N, K, act = cfg["N"], cfg["K"], cfg["act"]
+    tdt = torch.bfloat16 if act == "bf16" else torch.float16
+    calls = []
+    for fmt in cfg["formats"]:
+        pw_host, _ = wo.random_weight(fmt, N, K, act=act, seed=cfg.get("seed", 0), keep_codes=False)
+        pw = pw_host.to("cuda")
+        x = torch.randn(1, K, device="cuda").to(tdt)
+        calls.append(lambda x=x, pw=pw: wo.gemv_w16(x, pw))
+    if cfg.get("cublas", True):
+        w = (0.02 * torch.randn(N, K, device="cuda")).to(torch.bfloat16)
+        xb = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+        calls.append(lambda: torch.mm(xb, w.t()))
+    for c in calls:            # warm-up: module loads, cuBLAS heuristics, split choice
+        c()
+        c()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for c in calls:
+        c()
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FORMATS, act: str = "bf16",
+                   cublas: bool = True, seed: int = 0, timeout: float = 900) -> Path:
+    """Profile :func:`ncu_workload` for one shape; returns the .ncu-rep path."""
+    from .. import profile
+
+    sh = _shape(shape_name)
+    env = dict(os.environ)
+    env[NCU_ENV] = json.dumps(dict(N=sh.N, K=sh.K, act=act, formats=list(formats), cublas=cublas, seed=seed))
+    return profile.profile("fp8lab.experiments.decode:ncu_workload", out, timeout=timeout, env=env,
+                           extra=["--profile-from-start", "off"])
+
+
+def arm_of_kernel(name: str) -> str:
+    """fp8lab arm of a profiled kernel: the weight-only kernels by name, anything else
+    (cuBLAS's gemm / gemv / split-K reduce kernels) is the cuBLAS arm."""
+    for arm in wo.FORMAT_OF_ARM:
+        if arm in name:
+            return arm
+    return CUBLAS
+
+
+def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-arm summary and per-opcode table of one shape's M = 1 profile.
+
+    ``kernels`` / ``opcodes``: :func:`fp8lab.profile.read_report` / ``read_opcodes`` of the
+    report. A cuBLAS call that launched several kernels is summed (times, instructions) and
+    averaged (DRAM %, issue %, weighted by duration). Instructions per weight element use the
+    thread-level counts where ncu collected them (the seed's unit), else 32 x warp-level."""
+    sh = _shape(shape_name)
+    elems = sh.N * sh.K
+    k = kernels.copy()
+    k["arm"] = k["kernel"].map(arm_of_kernel)
+    o = opcodes.copy()
+    o["arm"] = o["kernel"].map(arm_of_kernel)
+    if "thread_inst" not in o or o["thread_inst"].isna().all():
+        o["thread_inst"] = 32 * o["warp_inst"]
+    o["thread_inst"] = o["thread_inst"].fillna(32 * o["warp_inst"])
+    o["dequant_class"] = o["opcode"].map(lambda op: any(op.startswith(f) for f in wo.DEQUANT_FAMILIES))
+    rows = []
+    for arm, g in k.groupby("arm", sort=False):
+        w = g["duration_s"].fillna(0)
+        wsum = float(w.sum()) or 1.0
+        og = o[o["arm"] == arm]
+        fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
+        stream = wo.byte_count(fmt, sh.N, sh.K)["stream_bytes"] if fmt != "bf16" else 2 * elems
+        dur = float(g["duration_s"].sum())
+        rows.append(dict(
+            shape=shape_name, N=sh.N, K=sh.K, M=1, arm=arm, fmt=fmt, kernels=len(g),
+            duration_s=dur, dram_pct=float((g["dram_pct"] * w).sum() / wsum),
+            issue_active_pct=float((g["issue_active_pct"] * w).sum() / wsum),
+            issue_slots_busy_pct=float((g["issue_slots_busy_pct"] * w).sum() / wsum),
+            sm_clock_hz=float((g["sm_clock_hz"] * w).sum() / wsum),
+            dram_bytes=float(g["dram_bytes"].sum()), stream_bytes=stream,
+            eff_bw=stream / dur if dur > 0 else math.nan,
+            registers=float(g["registers"].max()),
+            warp_inst=float(og["warp_inst"].sum()), thread_inst=float(og["thread_inst"].sum()),
+            inst_per_element=float(og["thread_inst"].sum()) / elems,
+            warp_inst_per_element=float(og["warp_inst"].sum()) / elems,
+            dequant_inst_per_element=float(og.loc[og["dequant_class"], "thread_inst"].sum()) / elems,
+        ))
+    summary = pd.DataFrame(rows)
+    o = o.assign(shape=shape_name, per_element=o["thread_inst"] / elems)
+    per_op = o.groupby(["shape", "arm", "opcode"], as_index=False).agg(
+        warp_inst=("warp_inst", "sum"), thread_inst=("thread_inst", "sum"), per_element=("per_element", "sum"),
+        dequant_class=("dequant_class", "first"))
+    return summary, per_op
+
+
+def c8_model(summary: pd.DataFrame, sms: int, *, schedulers_per_sm: int = 4) -> pd.DataFrame:
+    """Seed 003's issue-slot model on the profiled kernels: predicted issue use =
+    (thread instructions per element / 32) x elements per second / (SMs x schedulers x clock),
+    with ncu's duration and SM clock; beside ncu's issue-active %."""
+    from .. import roofline
+
+    out = summary.copy()
+    pred = []
+    for _, r in out.iterrows():
+        eps = r["N"] * r["K"] / r["duration_s"]
+        pred.append(100 * roofline.issue_slot_utilisation(r["inst_per_element"], eps, sms, r["sm_clock_hz"],
+                                                          schedulers_per_sm=schedulers_per_sm))
+    out["issue_predicted_pct"] = pred
+    out["issue_model_error"] = out["issue_predicted_pct"] / out["issue_active_pct"] - 1
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Tables and verdicts (CPU)
+# --------------------------------------------------------------------------------------
+def parity(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
+    """FP vs INT at the same width (C4): one row per (shape, pair) at ``M``: the two effective
+    bandwidths (p50) and fp / int - 1."""
+    rows = []
+    d = df[df["M"] == M]
+    for sh, g in d.groupby("shape", sort=False):
+        bw = g.set_index("fmt")["bw_p50"]
+        for fp, it in wo.PAIRS.items():
+            if fp in bw and it in bw:
+                rows.append(dict(shape=sh, M=M, fp=fp, int=it, bw_fp=bw[fp], bw_int=bw[it],
+                                 rel_diff=bw[fp] / bw[it] - 1))
+    return pd.DataFrame(rows, columns=["shape", "M", "fp", "int", "bw_fp", "bw_int", "rel_diff"])
+
+
+def targets(df: pd.DataFrame) -> pd.DataFrame:
+    """The issue's targets at M = 1: W8A16 and W4A16 >= 90% of the copy bandwidth on shapes
+    with >= 32 MiB of weights; FP vs INT within 2%. One row per check with its value and
+    whether it is met."""
+    rows = []
+    d = df[(df["M"] == 1) & (df["arm"] != CUBLAS)]
+    for _, r in d.iterrows():
+        if r["weight_bytes"] >= TARGET_MIN_WEIGHT_BYTES:
+            rows.append(dict(target=f">= {TARGET_FRACTION_OF_COPY:.0%} of copy", shape=r["shape"], arm=r["arm"],
+                             value=r["fraction_of_copy"], met=r["fraction_of_copy"] >= TARGET_FRACTION_OF_COPY))
+    for _, r in parity(df).iterrows():
+        rows.append(dict(target=f"|{r['fp']} / {r['int']} - 1| <= {TARGET_PARITY:.0%}", shape=r["shape"],
+                         arm=f"{wo.ARMS[r['fp']]} vs {wo.ARMS[r['int']]}", value=r["rel_diff"],
+                         met=abs(r["rel_diff"]) <= TARGET_PARITY))
+    return pd.DataFrame(rows, columns=["target", "shape", "arm", "value", "met"])
+
+
+def _v(claim, verdict, figure, reason=""):
+    from .. import claims
+
+    return claims.Verdict(claim=claim, verdict=verdict, our_figure=figure, reason=reason)
+
+
+def c3_verdict(df: pd.DataFrame, ncu: Optional[pd.DataFrame] = None):
+    """C3: at M = 1 a weight-only GEMM is DRAM-bound (seed: 91-94% of DRAM bandwidth) using
+    13-33% of issue slots.
+
+    With ncu: holds if every weight-only kernel shows DRAM >= 85% and issue-active <= 40%;
+    holds-in-kind if DRAM >= 80% (DRAM-bound) but some kernel uses more issue slots than that
+    (a card with more bandwidth per issue slot: the H200 has ~1.9x the 3090's bandwidth per
+    scheduler-clock); differs if a kernel falls below 80% of DRAM. Without ncu the timing side
+    alone (>= 85% of the measured copy bandwidth at M = 1) gives holds-in-kind at best, the
+    issue share being unmeasured."""
+    d = df[(df["M"] == 1) & (df["arm"] != CUBLAS)]
+    if d.empty:
+        return _v("C3", "not-run", "no M = 1 weight-only rows", "the sweep did not include M = 1")
+    fr = d.groupby("arm")["fraction_of_copy"].min()
+    fig_t = f"M=1 effective bandwidth {fr.min():.0%}-{fr.max():.0%} of the measured copy bandwidth"
+    if ncu is None or ncu.empty:
+        if fr.min() >= 0.85:
+            return _v("C3", "holds-in-kind", fig_t, "DRAM-bound by timing; issue-slot share not measured "
+                                                    "(no ncu profile in this run)")
+        return _v("C3", "differs", fig_t, "below 85% of the copy bandwidth at M = 1 (no ncu profile)")
+    n = ncu[ncu["arm"] != CUBLAS]
+    dram, issue = n["dram_pct"] / 100, n["issue_active_pct"] / 100
+    fig = (f"ncu at M=1: DRAM {dram.min():.0%}-{dram.max():.0%} of peak, issue slots "
+           f"{issue.min():.0%}-{issue.max():.0%} active; {fig_t}")
+    if dram.min() >= 0.85 and issue.max() <= 0.40:
+        return _v("C3", "holds", fig)
+    if dram.min() >= 0.80:
+        worst = n.loc[n["issue_active_pct"].idxmax()]
+        return _v("C3", "holds-in-kind", fig,
+                  f"DRAM-bound, but {worst['arm']} keeps {worst['issue_active_pct']:.0f}% of issue slots busy "
+                  "(seed: 13-33% on a 3090): the H200 streams ~1.9x more bytes per scheduler-clock, so the "
+                  "same dequant takes a larger share of issue")
+    worst = n.loc[n["dram_pct"].idxmin()]
+    return _v("C3", "differs", fig, f"{worst['arm']} reaches only {worst['dram_pct']:.0f}% of DRAM bandwidth")
+
+
+def c4_verdict(df: pd.DataFrame):
+    """C4: same-width FP and INT formats run at the same effective bandwidth at M = 1 (seed:
+    within 1.5%). holds <= 1.5%, holds-in-kind <= 3%, differs beyond, on every shape."""
+    p = parity(df)
+    if p.empty:
+        return _v("C4", "not-run", "no FP / INT pair measured at M = 1", "a pair's arms were not in the sweep")
+    worst = p.loc[p["rel_diff"].abs().idxmax()]
+    fig = "; ".join(f"{r['fp']}/{r['int']} {r['rel_diff']:+.1%} ({r['shape']})" for _, r in p.iterrows())
+    a = abs(worst["rel_diff"])
+    if a <= SEED_C4_PARITY:
+        return _v("C4", "holds", fig)
+    why = (f"largest gap {worst['fp']} vs {worst['int']} on {worst['shape']}: {worst['rel_diff']:+.1%} "
+           f"(seed: within {SEED_C4_PARITY:.1%})")
+    return _v("C4", "holds-in-kind" if a <= 0.03 else "differs", fig, why)
+
+
+def c5_verdict(ncu: Optional[pd.DataFrame], static: Optional[pd.DataFrame] = None, act: str = "bf16"):
+    """C5: dequant costs 1.8-2.9 instructions per weight element (FP8: 1.81), executed counts
+    from ncu's per-opcode metrics (the dequant class: LOP3 / SHF / PRMT / HADD2 / HFMA2 / HMUL2
+    / FADD / IMAD.SHL / SHFL). holds: FP8 within 10% of 1.81 and every format within
+    [1.0, 3.2]; holds-in-kind: FP8 within 25%; differs otherwise. ``static``:
+    :func:`fp8lab.kernels.weight_only.gemv_sass_counts` rows, quoted beside (those of ``act``,
+    the activation dtype that was profiled)."""
+    if ncu is None or ncu.empty:
+        return _v("C5", "not-run", "no ncu profile", "needs Nsight Compute's per-opcode counts (measure mode)")
+    n = ncu[ncu["arm"] != CUBLAS].groupby("fmt")["dequant_inst_per_element"].mean()
+    fig = ", ".join(f"{f} {v:.2f}" for f, v in n.items()) + " dequant instr./element (ncu, M=1)"
+    if static is not None and len(static):
+        st = static[static["act"] == act] if "act" in static else static
+        s = st[st["dequant_class"]].groupby("fmt")["per_element"].sum()
+        fig += "; static SASS " + ", ".join(f"{f} {v:.2f}" for f, v in s.items())
+    if "fp8" not in n:
+        return _v("C5", "not-run", fig, "FP8 was not profiled")
+    rel = abs(n["fp8"] / SEED_C5_FP8 - 1)
+    if rel <= 0.10 and n.min() >= 1.0 and n.max() <= 3.2:
+        return _v("C5", "holds", fig)
+    return _v("C5", "holds-in-kind" if rel <= 0.25 else "differs", fig,
+              f"FP8 {n['fp8']:.2f} vs the seed's {SEED_C5_FP8} ({rel:.0%} apart); range {n.min():.2f}-{n.max():.2f} "
+              f"vs {SEED_C5_RANGE[0]}-{SEED_C5_RANGE[1]}")
+
+
+def c8_verdict(model: Optional[pd.DataFrame]):
+    """C8: the issue-slot model predicts ncu's issue-active % (seed: 32% vs 32.5%). holds if
+    every weight-only kernel's prediction is within 15% (relative) of ncu's figure,
+    holds-in-kind within 30%, differs beyond."""
+    if model is None or model.empty:
+        return _v("C8", "not-run", "no ncu profile", "the measured side needs ncu (measure mode)")
+    m = model[model["arm"] != CUBLAS]
+    fig = "; ".join(f"{r['fmt']} predicted {r['issue_predicted_pct']:.1f}% vs ncu {r['issue_active_pct']:.1f}%"
+                    for _, r in m.iterrows())
+    worst = m["issue_model_error"].abs().max()
+    if worst <= 0.15:
+        return _v("C8", "holds", fig)
+    return _v("C8", "holds-in-kind" if worst <= 0.30 else "differs", fig,
+              f"largest model error {worst:.0%} (instructions issued but not executed, partial warps, or "
+              "active vs elapsed cycles)")
+
+
+def shape_table(shape_names: Sequence[str] = DEFAULT_SHAPES) -> pd.DataFrame:
+    """The decode shapes with their weight bytes per format."""
+    rows = []
+    for n in shape_names:
+        s = _shape(n)
+        r = dict(shape=n, N=s.N, K=s.K, note=s.note)
+        for f in wo.FORMATS:
+            r[f"{f}_MiB"] = wo.byte_count(f, s.N, s.K)["stream_bytes"] / 2**20
+        r["bf16_MiB"] = 2 * s.N * s.K / 2**20
+        rows.append(r)
+    return pd.DataFrame(rows)

@@ -1,0 +1,38 @@
+// gemv_w16.cu -- standalone translation unit of the weight-only decode kernels (gemv_w16.cuh), for
+// register / spill / SASS inspection and the SASS census, with no torch and no GPU:
+//   nvcc -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -I fp8lab/kernels fp8lab/kernels/gemv_w16.cu -o k.cubin
+// By default it instantiates every format in both activation types for the decode tile (NT = 1:
+// M <= 8) and the widest tile (NT = 8: M up to 64 per block): 16 kernels. -DFP8LAB_WO_NT=<1|2|4|8>
+// instantiates that tile only; -DFP8LAB_WO_FORMAT=<0..3> (fp8, int8, nvfp4, int4) and
+// -DFP8LAB_WO_BF16=<0|1> narrow it to one kernel.
+#include "gemv_w16.cuh"
+
+#define FP8LAB_WO_INST(NAME, BF16, NT) template __global__ void fp8lab::wo::NAME<BF16, NT>(const fp8lab::wo::WoParams);
+
+#if defined(FP8LAB_WO_FORMAT) && defined(FP8LAB_WO_BF16) && defined(FP8LAB_WO_NT)
+#if FP8LAB_WO_FORMAT == 0
+FP8LAB_WO_INST(gemv_w8a16_fp8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 1
+FP8LAB_WO_INST(gemv_w8a16_int8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 2
+FP8LAB_WO_INST(gemv_w4a16_nvfp4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#else
+FP8LAB_WO_INST(gemv_w4a16_int4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#endif
+#else
+#define FP8LAB_WO_ALL(NT)                       \
+  FP8LAB_WO_INST(gemv_w8a16_fp8, true, NT)      \
+  FP8LAB_WO_INST(gemv_w8a16_fp8, false, NT)     \
+  FP8LAB_WO_INST(gemv_w8a16_int8, true, NT)     \
+  FP8LAB_WO_INST(gemv_w8a16_int8, false, NT)    \
+  FP8LAB_WO_INST(gemv_w4a16_nvfp4, true, NT)    \
+  FP8LAB_WO_INST(gemv_w4a16_nvfp4, false, NT)   \
+  FP8LAB_WO_INST(gemv_w4a16_int4, true, NT)     \
+  FP8LAB_WO_INST(gemv_w4a16_int4, false, NT)
+#ifdef FP8LAB_WO_NT
+FP8LAB_WO_ALL(FP8LAB_WO_NT)
+#else
+FP8LAB_WO_ALL(1)
+FP8LAB_WO_ALL(8)
+#endif
+#endif

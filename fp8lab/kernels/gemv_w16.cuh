@@ -1,0 +1,773 @@
+// gemv_w16.cuh -- Marlin-style weight-only (A16) GEMM for decode: M = 1..64 per block of rows.
+//
+//   out[m, n] = out_factor * sum_k act[m, k] * dequant(w[n, k]) * scale(n, k)
+//
+// Four weight formats, each with fp16 or bf16 activations (the mma's operand type):
+//   gemv_w8a16_fp8    e4m3 codes, one 16-bit scale per (row n, 128-wide K group)
+//   gemv_w8a16_int8   offset-binary int8 (code c means c - 128), scales per 128
+//   gemv_w4a16_nvfp4  e2m1 codes, one e4m3 scale per (row n, 16-wide K group), fp32 global
+//   gemv_w4a16_int4   offset-binary int4 (code c means c - 8), scales per 128
+//
+// The dequant functions below issue exactly the instruction sequences of the emulators in
+// fp8lab/dequant.py (LOP3 / SHF / PRMT / HADD2 / HFMA2 / FADD, one PTX instruction per emulated
+// instruction), so the GPU test can compare every code bit for bit with the emulator and the
+// SASS check can count the same instructions per element. The exponent-bias factor of the float
+// tricks (2^8 / 2^120 for e4m3, 2^14 / 2^126 for e2m1) is never multiplied per element: it sits in
+// the group scale (fp8) or in out_factor (nvfp4); see weight_only.py for the folding.
+//
+// Design (why each choice):
+// * The weight is the mma's A operand (16 rows = 16 output features n) and the activations the B
+//   operand (8 columns = 8 tokens m): at M = 1 only one B column is real, but the 16-row side is N,
+//   so no tensor-core work is wasted on padding rows of M.
+// * Weights are streamed once from DRAM straight into registers with 16-byte loads
+//   (ld.global.nc.L1::no_allocate: read once, never re-read, so L1 is not polluted). The host
+//   repacks them so that each thread's 16-byte load holds exactly its own A fragments: no shared
+//   memory and no shuffles for weights, every warp load is 512 contiguous bytes.
+// * Weights are kept in flight in a ring of three register buffers of one 128-K step each: a
+//   buffer is refilled right after it is consumed, so two steps (4 KB per warp, 64 KB per SM at 16
+//   warps) are always in flight, what Little's law asks for at ~4.8 TB/s and ~1 us of DRAM latency
+//   over 132 SMs, and the loop (unrolled by three) needs no register copies.
+// * Activations (M x 384 K per chunk) are staged in shared memory with cp.async, double-buffered,
+//   and read as B fragments with ldmatrix.x4; tokens m >= M read a zero region instead.
+// * Group scales (per 128 K) are applied in fp32 once per 128 K (the 8 mmas of a step accumulate
+//   into a fresh fp32 fragment, then acc += frag * scale): exact products, fewer instructions than
+//   scaling every weight in 16-bit. NVFP4's per-16 scales are applied to the 16-bit weights before
+//   the mma (as Marlin does): e2m1 x e4m3 has at most 6 significant bits, so the product is exact.
+// * Split-K over blockIdx.y fills the 132 SMs when N is small; partial sums go to an fp32
+//   workspace with red.add and the last CTA of a tile (a counter) converts, writes and zeroes it,
+//   so one launch does the whole GEMM and the workspace is clean for the next call.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "gemv_w16_params.h"
+
+namespace fp8lab {
+namespace wo {
+
+enum Format : int { kFp8 = 0, kInt8 = 1, kNvfp4 = 2, kInt4 = 3 };
+
+constexpr int kStepK = 128;                   // K per pipeline step == one group-scale block
+constexpr int kWarps = 8;                     // warps per CTA; each owns 16 * TM rows of N
+constexpr int kThreads = kWarps * 32;
+constexpr int kRing = 3;                      // steps per loop iteration = register buffers
+constexpr int kChunkK = kRing * kStepK;       // K per activation chunk in shared memory
+constexpr int kActStride = kChunkK + 8;       // +8 elements (16 B): ldmatrix rows hit 8 distinct
+                                              // 16-byte bank groups (row stride 784 B = 49 x 16 B)
+constexpr int kZeroBytes = (kChunkK + 32) * 2;  // zero 'row' read for tokens m >= M, as wide as a
+                                                // chunk so the same immediate offsets stay inside
+constexpr int kMBlock = 64;                   // rows of M per CTA (blockIdx.z walks the rest)
+
+template <int F>
+struct FormatTraits;
+template <>
+struct FormatTraits<kFp8> { static constexpr int kBits = 8; static constexpr bool kGroupScale = true; };
+template <>
+struct FormatTraits<kInt8> { static constexpr int kBits = 8; static constexpr bool kGroupScale = true; };
+template <>
+struct FormatTraits<kNvfp4> { static constexpr int kBits = 4; static constexpr bool kGroupScale = false; };
+template <>
+struct FormatTraits<kInt4> { static constexpr int kBits = 4; static constexpr bool kGroupScale = true; };
+
+// ------------------------------------------------------------------------------------------------
+// One PTX instruction each: the emulator's LOP3.LUT / SHF / PRMT / HADD2 / HFMA2 / FADD.
+// Constants go in as registers so ptxas sees them (and folds them into immediates).
+// ------------------------------------------------------------------------------------------------
+constexpr uint32_t kLutAnd = 0xC0;     // (a & b), c = 0
+constexpr uint32_t kLutAndOr = 0xEA;   // (a & b) | c
+
+template <uint32_t LUT>
+__device__ __forceinline__ uint32_t lop3(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, %4;" : "=r"(d) : "r"(a), "r"(b), "r"(c), "n"(LUT));
+  return d;
+}
+template <int N>
+__device__ __forceinline__ uint32_t shr(uint32_t a) {   // SHF.R.U32.HI
+  uint32_t d;
+  asm("shr.b32 %0, %1, %2;" : "=r"(d) : "r"(a), "n"(N));
+  return d;
+}
+template <int N>
+__device__ __forceinline__ uint32_t shl(uint32_t a) {   // SHF.L.U32 (ptxas may pick IMAD.SHL.U32)
+  uint32_t d;
+  asm("shl.b32 %0, %1, %2;" : "=r"(d) : "r"(a), "n"(N));
+  return d;
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t hsub2(uint32_t a, uint32_t b) {   // HADD2 d, a, -b
+  uint32_t d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {   // HMUL2
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {   // HFMA2
+  uint32_t d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t hfma2_bf16(uint32_t a, uint32_t b, uint32_t c) {   // HFMA2.BF16_V2
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t fadd_bits(uint32_t a, uint32_t b) {   // FADD (no FTZ, no contraction)
+  uint32_t d;
+  asm("add.rn.f32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Dequant: one packed word in, half2 / bfloat162 bit patterns out, in logical element order
+// (out[k] holds elements 2k, 2k+1). Line by line the emulators of fp8lab/dequant.py.
+// ------------------------------------------------------------------------------------------------
+
+// (q & 0x80008000) | ((q & mask) >> shift): the sign stays, exponent and mantissa slide into the
+// target's fields with the source bias (hence the folded power of two). 3 instructions.
+template <uint32_t MASK, int SHIFT>
+__device__ __forceinline__ uint32_t sign_shift(uint32_t q) {
+  uint32_t t = lop3<kLutAnd>(q, MASK, 0u);
+  t = shr<SHIFT>(t);
+  return lop3<kLutAndOr>(q, 0x80008000u, t);
+}
+
+// e4m3 -> fp16 (shift 1, factor 2^8) / bf16 (shift 4, factor 2^120): 7 per 4 values.
+template <bool BF16>
+__device__ __forceinline__ void dequant_e4m3(uint32_t q, uint32_t (&h)[2]) {
+  constexpr int kShift = BF16 ? 4 : 1;
+  const uint32_t hi = sign_shift<0x7F007F00u, kShift>(q);   // bytes 1, 3: elements (2, 3)
+  const uint32_t q8 = shl<8>(q);
+  const uint32_t lo = sign_shift<0x7F007F00u, kShift>(q8);  // bytes 0, 2: elements (0, 1)
+  h[0] = lo;
+  h[1] = hi;
+}
+
+// e2m1 -> fp16 (shift 3, factor 2^14) / bf16 (shift 6, factor 2^126): 15 per 8 values.
+template <bool BF16>
+__device__ __forceinline__ void dequant_e2m1(uint32_t q, uint32_t (&h)[4]) {
+  constexpr int kShift = BF16 ? 6 : 3;
+  const uint32_t q8 = shl<8>(q);
+  {
+    const uint32_t top = sign_shift<0x70007000u, kShift>(q8);
+    const uint32_t s4 = shl<4>(q8);
+    const uint32_t nxt = sign_shift<0x70007000u, kShift>(s4);
+    h[0] = nxt;
+    h[1] = top;
+  }
+  {
+    const uint32_t top = sign_shift<0x70007000u, kShift>(q);
+    const uint32_t s4 = shl<4>(q);
+    const uint32_t nxt = sign_shift<0x70007000u, kShift>(s4);
+    h[2] = nxt;
+    h[3] = top;
+  }
+}
+
+// int4 (code - 8) -> fp16 with the 0x6400 magic: 9 per 8 values.
+__device__ __forceinline__ void dequant_int4_fp16(uint32_t q, uint32_t (&h)[4]) {
+  {
+    uint32_t lo = lop3<kLutAndOr>(q, 0x000F000Fu, 0x64006400u);
+    uint32_t hi = lop3<kLutAndOr>(q, 0x00F000F0u, 0x64006400u);
+    lo = hsub2(lo, 0x64086408u);                 // - (1024 + 8)
+    hi = hfma2(hi, 0x2C002C00u, 0xD480D480u);    // * 1/16 - 72
+    h[0] = lo;
+    h[1] = hi;
+  }
+  {
+    const uint32_t q8 = shr<8>(q);
+    uint32_t lo = lop3<kLutAndOr>(q8, 0x000F000Fu, 0x64006400u);
+    uint32_t hi = lop3<kLutAndOr>(q8, 0x00F000F0u, 0x64006400u);
+    lo = hsub2(lo, 0x64086408u);
+    hi = hfma2(hi, 0x2C002C00u, 0xD480D480u);
+    h[2] = lo;
+    h[3] = hi;
+  }
+}
+
+// int4 (code - 8) -> bf16 with the 0x4300 magic (128.0): 11 per 8 values.
+__device__ __forceinline__ void dequant_int4_bf16(uint32_t q, uint32_t (&h)[4]) {
+  const uint32_t q4 = shr<4>(q);
+  const uint32_t q8 = shr<8>(q);
+  const uint32_t q12 = shr<12>(q);
+  const uint32_t src[4] = {q, q4, q8, q12};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = lop3<kLutAndOr>(src[i], 0x000F000Fu, 0x43004300u);
+    h[i] = hfma2_bf16(v, 0x3F803F80u, 0xC308C308u);   // * 1 - 136
+  }
+}
+
+// int8 (code - 128) -> fp16: PRMT under the 0x64 magic byte, HADD2 removes 1024 + 128. 4 per 4.
+__device__ __forceinline__ void dequant_int8_fp16(uint32_t q, uint32_t (&h)[2]) {
+  uint32_t lo = prmt(q, 0x64646464u, 0x5250u);
+  uint32_t hi = prmt(q, 0x64646464u, 0x5351u);
+  lo = hsub2(lo, 0x64806480u);
+  hi = hsub2(hi, 0x64806480u);
+  h[0] = lo;
+  h[1] = hi;
+}
+
+// int8 (code - 128) -> bf16 through the fp32 magic 2^23: 10 per 4 values.
+__device__ __forceinline__ void dequant_int8_bf16(uint32_t q, uint32_t (&h)[2]) {
+  // elements 0..3 live in bytes 0, 2, 1, 3 (BYTE_ORDER)
+  uint32_t f0 = prmt(q, 0x4B000000u, 0x7650u);
+  uint32_t f1 = prmt(q, 0x4B000000u, 0x7652u);
+  uint32_t f2 = prmt(q, 0x4B000000u, 0x7651u);
+  uint32_t f3 = prmt(q, 0x4B000000u, 0x7653u);
+  f0 = fadd_bits(f0, 0xCB000080u);   // - (2^23 + 128)
+  f1 = fadd_bits(f1, 0xCB000080u);
+  f2 = fadd_bits(f2, 0xCB000080u);
+  f3 = fadd_bits(f3, 0xCB000080u);
+  h[0] = prmt(f0, f1, 0x7632u);
+  h[1] = prmt(f2, f3, 0x7632u);
+}
+
+// The A fragment of one 16x16 weight tile: 8-bit formats read two words, 4-bit formats one.
+template <int F, bool BF16>
+__device__ __forceinline__ void dequant_a(const uint32_t* words, uint32_t (&a)[4]) {
+  if constexpr (F == kFp8 || F == kInt8) {
+    uint32_t h0[2], h1[2];
+    if constexpr (F == kFp8) {
+      dequant_e4m3<BF16>(words[0], h0);
+      dequant_e4m3<BF16>(words[1], h1);
+    } else if constexpr (BF16) {
+      dequant_int8_bf16(words[0], h0);
+      dequant_int8_bf16(words[1], h1);
+    } else {
+      dequant_int8_fp16(words[0], h0);
+      dequant_int8_fp16(words[1], h1);
+    }
+    a[0] = h0[0];
+    a[1] = h0[1];
+    a[2] = h1[0];
+    a[3] = h1[1];
+  } else if constexpr (F == kNvfp4) {
+    dequant_e2m1<BF16>(words[0], a);
+  } else if constexpr (BF16) {
+    dequant_int4_bf16(words[0], a);
+  } else {
+    dequant_int4_fp16(words[0], a);
+  }
+}
+
+// NVFP4 block scales: one word holds e4m3 scales (s(g, j), s(g+8, j), s(g, j+1), s(g+8, j+1))
+// (pack_bytes order). The e4m3 trick gives s * 2^-8 (fp16) / s * 2^-120 (bf16); the multiplies
+// bring it to s * 2^7 (fp16) / s * 2^119 (bf16), so that dequant(w) * scale = w * s * 2^-7 in
+// both types: normal, exact (<= 6 significant bits), never overflowing (|w s| <= 6 * 448).
+template <bool BF16>
+__device__ __forceinline__ void decode_nvfp4_scales(uint32_t q, uint32_t (&s)[2]) {
+  dequant_e4m3<BF16>(q, s);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (BF16) {
+      s[i] = hfma2_bf16(s[i], 0x7F007F00u, 0x80008000u);   // * 2^127 (- 0 keeps the sign of 0)
+      s[i] = hfma2_bf16(s[i], 0x77807780u, 0x80008000u);   // * 2^112
+    } else {
+      s[i] = hmul2(s[i], 0x78007800u);                     // * 2^15
+    }
+  }
+}
+
+// a *= broadcast of one lane of a scale pair: lane 0 for rows g, lane 1 for rows g + 8.
+template <bool BF16, bool HIGH>
+__device__ __forceinline__ uint32_t scale_by_lane(uint32_t a, uint32_t s) {
+  if constexpr (BF16) {
+    const __nv_bfloat162 sv = *reinterpret_cast<const __nv_bfloat162*>(&s);
+    const __nv_bfloat162 b = HIGH ? __high2bfloat162(sv) : __low2bfloat162(sv);
+    const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), b);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  } else {
+    const __half2 sv = *reinterpret_cast<const __half2*>(&s);
+    const __half2 b = HIGH ? __high2half2(sv) : __low2half2(sv);
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), b);
+    return *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Memory and tensor-core helpers
+// ------------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ldg_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_u64(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ldg_u128(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem));
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool BF16>
+__device__ __forceinline__ float scale_to_float(uint32_t bits16) {
+  if constexpr (BF16) {
+    return __uint_as_float(bits16 << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+  }
+}
+
+template <bool BF16>
+__device__ __forceinline__ void store16(void* base, size_t idx, float v) {
+  if constexpr (BF16) {
+    reinterpret_cast<__nv_bfloat16*>(base)[idx] = __float2bfloat16_rn(v);
+  } else {
+    reinterpret_cast<__half*>(base)[idx] = __float2half_rn(v);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The kernel
+// ------------------------------------------------------------------------------------------------
+template <int F, int NT>
+struct Tiling {
+  static constexpr int kBits = FormatTraits<F>::kBits;
+  // 16-row tiles per warp: at M <= 8 the 4-bit formats take two (32 rows), so one warp's step is
+  // 4 x 16-byte loads per thread (2 KB per warp) as for the 8-bit formats, and the B fragments and
+  // the loop overhead are shared by twice the weights. From NT = 2 on that spills under the
+  // 128-register cap of two CTAs per SM, so one tile.
+  static constexpr int kTM = (kBits == 4 && NT == 1) ? 2 : 1;
+  static constexpr int kTilesPerSuper = kBits == 8 ? 1 : 2;   // 16-row tiles per packed super-tile
+  static constexpr int kWordsPerTile = kBits == 8 ? 16 : 8;   // 32-bit words per thread per tile-step
+  static constexpr int kWords = kTM * kWordsPerTile;
+  static constexpr int kLoads = kWords / 4;                    // uint4 per thread per step
+  static constexpr bool kGroup = FormatTraits<F>::kGroupScale;
+  static constexpr int kScaleWords = kTM;                      // per thread per step
+  static constexpr int kRowsPerCta = kWarps * 16 * kTM;
+};
+
+template <int F, int NT>
+struct Frag {
+  uint32_t w[Tiling<F, NT>::kWords];
+  uint32_t s[Tiling<F, NT>::kScaleWords];
+};
+
+// Strides of one 128-K step in the packed arrays: weights 4 x 32 uint4 per (super-)tile; scales in
+// 32-bit words: 8 (8-bit: one pair per g), 16 (int4: [g][2 tiles]), 64 (nvfp4: [g][4 q][2 tiles]).
+template <int F>
+struct Strides {
+  static constexpr int kW = 4 * 32;
+  static constexpr int kS = F == kNvfp4 ? 64 : (FormatTraits<F>::kBits == 8 ? 8 : 16);
+};
+
+// wp: this lane's first uint4 of the step; sp: this thread's first scale word of the step.
+template <int F, int NT>
+__device__ __forceinline__ void load_frag(Frag<F, NT>& f, const uint4* wp, const uint32_t* sp) {
+  using T = Tiling<F, NT>;
+#pragma unroll
+  for (int i = 0; i < T::kLoads; ++i) {
+    const uint4 v = ldg_stream(wp + i * 32);
+    f.w[4 * i + 0] = v.x;
+    f.w[4 * i + 1] = v.y;
+    f.w[4 * i + 2] = v.z;
+    f.w[4 * i + 3] = v.w;
+  }
+  if constexpr (T::kTM == 2) {
+    const uint2 v = ldg_u64(reinterpret_cast<const uint2*>(sp));
+    f.s[0] = v.x;
+    f.s[1] = v.y;
+  } else {
+    f.s[0] = ldg_u32(sp);
+  }
+}
+
+// One 128-K step of one warp: 8 k16 sub-steps x TM tiles x NT n8 tiles of mma.
+template <int F, bool BF16, int NT>
+__device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[Tiling<F, NT>::kTM][NT][4],
+                                             const uint32_t (&rows)[NT], int u, int lane) {
+  using T = Tiling<F, NT>;
+  constexpr int TM = T::kTM;
+  // NVFP4: the four threads of a quad (same g) need the same 8 k16 block scales of rows g, g+8;
+  // thread q decodes only k16 groups 2q, 2q+1 and the quad exchanges them with shuffles
+  // (11 + 8 instructions per tile and step instead of 4 x 11).
+  uint32_t bs[TM][8];
+  if constexpr (!T::kGroup) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      uint32_t d[2];
+      decode_nvfp4_scales<BF16>(f.s[t], d);
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) bs[t][kk] = __shfl_sync(0xFFFFFFFFu, d[kk & 1], (lane & ~3) | (kk >> 1));
+    }
+  }
+  float gacc[TM][NT][4];
+  if constexpr (T::kGroup) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gacc[t][j][e] = 0.f;
+  }
+  // rows[j]: this lane's ldmatrix row address for n8 tile j at K offset 0 of the chunk (see
+  // gemv_body); the K offset of step u, k16 pair kp is an immediate.
+#pragma unroll
+  for (int kp = 0; kp < 4; ++kp) {
+    uint32_t b[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) ldmatrix_x4(b[j], rows[j] + (u * kStepK + 32 * kp) * 2);
+#pragma unroll
+    for (int sub = 0; sub < 2; ++sub) {
+      const int kk = 2 * kp + sub;
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        uint32_t a[4];
+        if constexpr (T::kBits == 8) {
+          dequant_a<F, BF16>(&f.w[t * 16 + 2 * kk], a);
+        } else {
+          dequant_a<F, BF16>(&f.w[t * 8 + kk], a);
+        }
+        if constexpr (!T::kGroup) {
+          a[0] = scale_by_lane<BF16, false>(a[0], bs[t][kk]);
+          a[1] = scale_by_lane<BF16, true>(a[1], bs[t][kk]);
+          a[2] = scale_by_lane<BF16, false>(a[2], bs[t][kk]);
+          a[3] = scale_by_lane<BF16, true>(a[3], bs[t][kk]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if constexpr (T::kGroup) {
+            mma16816<BF16>(gacc[t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);
+          } else {
+            mma16816<BF16>(acc[t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);
+          }
+        }
+      }
+    }
+  }
+  if constexpr (T::kGroup) {
+    // Promote once per 128-K group: rows g (c0, c1) take the low scale, rows g + 8 the high one.
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      const float s_lo = scale_to_float<BF16>(f.s[t] & 0xFFFFu);
+      const float s_hi = scale_to_float<BF16>(f.s[t] >> 16);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        acc[t][j][0] = fmaf(gacc[t][j][0], s_lo, acc[t][j][0]);
+        acc[t][j][1] = fmaf(gacc[t][j][1], s_lo, acc[t][j][1]);
+        acc[t][j][2] = fmaf(gacc[t][j][2], s_hi, acc[t][j][2]);
+        acc[t][j][3] = fmaf(gacc[t][j][3], s_hi, acc[t][j][3]);
+      }
+    }
+  }
+}
+
+// grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem smem_bytes<NT>().
+template <int F, bool BF16, int NT>
+__device__ __forceinline__ void gemv_body(const WoParams& p) {
+  using T = Tiling<F, NT>;
+  using S = Strides<F>;
+  constexpr int TM = T::kTM;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int tid = threadIdx.x;
+
+  const int m0 = blockIdx.z * kMBlock;
+  const int mb = min(kMBlock, p.M - m0);                  // rows of M in this block (1..64)
+  const int st0 = blockIdx.y * p.steps_per_split;
+  const int nsteps = min(p.steps, st0 + p.steps_per_split) - st0;
+  const int tile16 = (blockIdx.x * kWarps + warp) * TM;   // first 16-row tile of this warp
+  const bool active = tile16 < p.n_tiles16;                // warp-uniform
+
+  // Shared memory: two activation chunks [8 NT rows][kActStride] and the zero region.
+  constexpr int kBufBytes = 8 * NT * kActStride * 2;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t zero_smem = smem_base + 2 * kBufBytes;
+  for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
+
+  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  const int kend = (st0 + nsteps) * kStepK;
+  auto load_chunk = [&](int it) {
+    const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
+    const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int k = kc + 8 * seg;
+      if (k < kend) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    }
+  };
+
+  // This lane's weights and this thread's scales at step st0 (see the pack layout in
+  // weight_only.py). A 4-bit warp with TM = 1 owns half of a 32-row super-tile: loads q = 2 sub, +1.
+  const int super = tile16 / T::kTilesPerSuper;
+  const int sub = tile16 % T::kTilesPerSuper;
+  const int g = lane >> 2;
+  const size_t sstep = static_cast<size_t>(super) * p.steps + st0;
+  const uint4* wnext = static_cast<const uint4*>(p.w) + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
+  const uint32_t* snext = reinterpret_cast<const uint32_t*>(p.scales) + sstep * S::kS;
+  if constexpr (T::kBits == 8) {
+    snext += g;                                                 // [g]
+  } else if constexpr (T::kGroup) {
+    snext += 2 * g + (TM == 1 ? sub : 0);                       // [g][tile]
+  } else {
+    snext += 2 * (4 * g + (lane & 3)) + (TM == 1 ? sub : 0);    // [g][q][tile]
+  }
+
+  float acc[TM][NT][4];
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+
+  // Register ring: buffer u holds step kRing * it + u; it is refilled with step + kRing right after
+  // it is consumed, so the two other steps stay in flight meanwhile.
+  Frag<F, NT> f[kRing];
+  if (active) {
+#pragma unroll
+    for (int u = 0; u < kRing; ++u) {
+      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+        wnext += S::kW;
+        snext += S::kS;
+      }
+    }
+  }
+  load_chunk(0);
+  cp_async_commit();
+  const int iters = (nsteps + kRing - 1) / kRing;
+  const int mi = lane >> 3;   // ldmatrix.x4: matrix mi = (k16 sub-step 2 kp + mi / 2, k half mi % 2)
+  const int r8 = lane & 7;    // its row: token m = 8 j + lane % 8
+  for (int it = 0; it < iters; ++it) {
+    if (it + 1 < iters) load_chunk(it + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (active) {
+      const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+      uint32_t rows[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int m = 8 * j + r8;
+        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
+      }
+#pragma unroll
+      for (int u = 0; u < kRing; ++u) {
+        const int st = kRing * it + u;
+        if (st < nsteps) {
+          compute_step<F, BF16, NT>(f[u], acc, rows, u, lane);
+          if (st + kRing < nsteps) {
+            load_frag<F, NT>(f[u], wnext, snext);
+            wnext += S::kW;
+            snext += S::kS;
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  // Epilogue. Thread (g, q) holds, per tile t and n8 tile j: c0 (n = g, m = 2q), c1 (g, 2q + 1),
+  // c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
+  const int q = lane & 3;
+  const bool split = gridDim.y > 1;
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
+        const int m = 8 * j + 2 * q + (e & 1);
+        if (active && n < p.N && m < mb) {
+          const float v = acc[t][j][e] * p.out_factor;
+          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
+          if (split) {
+            atomicAdd(p.ws + idx, v);
+          } else {
+            store16<BF16>(p.out, idx, v);
+          }
+        }
+      }
+    }
+  }
+  if (!split) return;
+
+  // Split-K: the last CTA of this (x, z) tile converts the sums, writes them and zeroes the
+  // workspace and its counter (threadFenceReduction pattern).
+  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int prev = atomicAdd(p.counters + blockIdx.z * gridDim.x + blockIdx.x, 1);
+    s_last = (prev == static_cast<int>(gridDim.y) - 1);
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
+        const int m = 8 * j + 2 * q + (e & 1);
+        if (active && n < p.N && m < mb) {
+          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
+          const float v = __ldcg(p.ws + idx);
+          __stcg(p.ws + idx, 0.f);
+          store16<BF16>(p.out, idx, v);
+        }
+      }
+    }
+  }
+  if (tid == 0) p.counters[blockIdx.z * gridDim.x + blockIdx.x] = 0;
+}
+
+template <int NT>
+constexpr int smem_bytes() {
+  return 2 * 8 * NT * kActStride * 2 + kZeroBytes;
+}
+
+// One __global__ per format, named after the arm (gemv_w8a16_fp8 ...), so the SASS census and
+// ncu name the scheme; __launch_bounds__ asks for 2 CTAs (16 warps) per SM where the
+// accumulators allow it.
+#define FP8LAB_WO_KERNEL(NAME, FMT)                                                          \
+  template <bool BF16, int NT>                                                               \
+  __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p) {   \
+    gemv_body<FMT, BF16, NT>(p);                                                             \
+  }
+FP8LAB_WO_KERNEL(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_KERNEL(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_KERNEL(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_KERNEL
+
+template <int F, bool BF16, int NT>
+struct KernelFor;
+#define FP8LAB_WO_KFOR(NAME, FMT)                                                 \
+  template <bool BF16, int NT>                                                    \
+  struct KernelFor<FMT, BF16, NT> {                                               \
+    static constexpr void (*fn)(const WoParams) = &NAME<BF16, NT>;                \
+  };
+FP8LAB_WO_KFOR(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_KFOR(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_KFOR(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_KFOR(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_KFOR
+
+// Opt in to more than 48 KB of dynamic shared memory (NT = 4, 8) once per instantiation; the
+// occupancy query needs it too, or it reports that no CTA fits.
+template <int F, bool BF16, int NT>
+cudaError_t ensure_smem_attr() {
+  constexpr int smem = smem_bytes<NT>();
+  if (smem <= 48 * 1024) return cudaSuccess;
+  static bool done = false;
+  if (done) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(KernelFor<F, BF16, NT>::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  done = e == cudaSuccess;
+  return e;
+}
+
+// grid.x is the number of CTAs along N, grid.y the K splits, grid.z the M blocks.
+template <int F, bool BF16, int NT>
+cudaError_t launch_gemv(const WoParams& p, int splits, cudaStream_t stream) {
+  using T = Tiling<F, NT>;
+  const cudaError_t e = ensure_smem_attr<F, BF16, NT>();
+  if (e != cudaSuccess) return e;
+  const int tiles_per_cta = kWarps * T::kTM;
+  dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
+  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, smem_bytes<NT>(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int F, bool BF16, int NT>
+int occupancy_gemv() {
+  if (ensure_smem_attr<F, BF16, NT>() != cudaSuccess) return -1;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, KernelFor<F, BF16, NT>::fn, kThreads,
+                                                    smem_bytes<NT>()) != cudaSuccess)
+    return -1;
+  return blocks;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Dequant probe: words in, the dequant's 16-bit pairs out, nothing else. The GPU test runs every
+// code through it and compares with the emulator bit for bit; the SASS check compiles it against
+// a pass-through twin (DEQUANT = false) and counts the difference in the loop body, where the
+// constants are hoisted as they are in the GEMV's main loop.
+// ------------------------------------------------------------------------------------------------
+// words: [n] uint32; out: [n * H] uint32 with H = 2 (8-bit) or 4 (4-bit) half2 per word.
+template <int F, bool BF16, bool DEQUANT>
+__global__ void dequant_probe(const uint32_t* __restrict__ words, uint32_t* __restrict__ out, int n) {
+  constexpr int H = FormatTraits<F>::kBits == 8 ? 2 : 4;
+#pragma unroll 1
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const uint32_t q = words[i];
+    uint32_t h[H];
+    if constexpr (!DEQUANT) {
+#pragma unroll
+      for (int k = 0; k < H; ++k) h[k] = q;
+    } else if constexpr (F == kFp8) {
+      dequant_e4m3<BF16>(q, h);
+    } else if constexpr (F == kInt8) {
+      if constexpr (BF16) dequant_int8_bf16(q, h); else dequant_int8_fp16(q, h);
+    } else if constexpr (F == kNvfp4) {
+      dequant_e2m1<BF16>(q, h);
+    } else {
+      if constexpr (BF16) dequant_int4_bf16(q, h); else dequant_int4_fp16(q, h);
+    }
+#pragma unroll
+    for (int k = 0; k < H; ++k) out[static_cast<size_t>(i) * H + k] = h[k];
+  }
+}
+
+}  // namespace wo
+}  // namespace fp8lab

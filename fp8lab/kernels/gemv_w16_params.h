@@ -1,0 +1,27 @@
+// gemv_w16_params.h -- the argument block of the weight-only decode kernels (gemv_w16.cuh), in a
+// header with no device code so the torch binding (a .cpp) and the kernels share one definition.
+#pragma once
+
+#include <cstdint>
+
+namespace fp8lab {
+namespace wo {
+
+// Shapes are logical; the packed arrays are padded to whole tiles (see weight_only.py).
+struct WoParams {
+  const void* w;            // packed weights, uint4 units: 8-bit [N16/16][S][4][32], 4-bit [N32/32][S][4][32]
+  const uint32_t* scales;   // packed scales, 32-bit words: fp8/int8 [N16/16][S][8 g] (16-bit pairs);
+                            // int4 [N32/32][S][8 g][2 tiles]; nvfp4 [N32/32][S][8 g][4 q][2 tiles] (e4m3 x 4)
+  const void* act;          // [M, K] fp16 / bf16, row-major, 16-byte aligned
+  void* out;                // [M, N] fp16 / bf16 (same type as act), row-major
+  float* ws;                // [M, N] float32, all zero on entry (split-K only; zero again on exit)
+  int* counters;            // [gridDim.z * gridDim.x] int32, all zero on entry (split-K only)
+  float out_factor;         // multiplies every output (nvfp4: 2^7 * global scale; others 1)
+  int M, N, K;              // logical sizes, K % 128 == 0
+  int n_tiles16;            // 16-row tiles in the packed weight (N padded to 16 or 32, over 16)
+  int steps;                // K / 128
+  int steps_per_split;      // steps per blockIdx.y; gridDim.y = ceil(steps / steps_per_split)
+};
+
+}  // namespace wo
+}  // namespace fp8lab

@@ -1,0 +1,205 @@
+"""``triton_w8a16``: a Triton weight-only FP8 GEMM for prefill, dequantising in the K loop.
+
+    out[m, n] = sum_k x[m, k] * e4m3(q[n, k]) * s[n, k // 128]
+
+x (M, K) bf16 row-major; q (N, K) e4m3 codes as uint8, row-major (K contiguous); s (N, K/128)
+group scales, the same scales as ``gemv_w8a16_fp8`` (bf16, exponent-bias factor 2^120 folded
+in: pass :func:`fold_scales`). out (M, N) bf16.
+
+Each 128-wide K step converts the (BLOCK_N, 128) code tile with Marlin's and/shift/or trick
+(e4m3 bits moved into bf16's fields, giving w x 2^-120), multiplies it by its row's folded
+scale in bf16 (w x s rounded once to bf16, as Marlin does with group scales), and feeds
+``tl.dot`` with bf16 operands, which is wgmma (HGMMA) on Hopper for BLOCK_M >= 64 and
+mma.sync (HMMA) below: no FP8 tensor instruction and no FP8 conversion instruction anywhere,
+the weight-only kernel of claim C1. The decode kernel (``gemv_w16``) is tuned for M <= 64;
+this one is for prefill, where the GEMM is compute-bound and the tensor-core rate decides.
+
+:func:`triton_w8a16_resource_usage` compiles it for sm_90 with no GPU (for the SASS census).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import triton
+import triton.language as tl
+
+GROUP = 128
+FOLD = 2.0 ** 120          # e4m3 -> bf16 by shifting leaves w x 2^-120
+
+
+@triton.jit
+def _w8a16_kernel(
+    x_ptr,   # (M, K) bfloat16, row-major: activations
+    q_ptr,   # (N, K) uint8, row-major: e4m3 weight codes
+    s_ptr,   # (N, K/128) bfloat16, row-major: group scales x 2^120
+    c_ptr,   # (M, N) bfloat16, row-major: output
+    M, N, K,  # int32
+    stride_xm, stride_qn, stride_sn, stride_cm,  # int32 row strides (elements)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # grouped launch order: GROUP_M row tiles share a weight column tile while it is in L2
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    size_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % size_m
+    pid_n = (pid % in_group) // size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, 128)
+    rows_m = tl.where(offs_m < M, offs_m, 0)       # clamped loads, masked store
+    rows_n = tl.where(offs_n < N, offs_n, 0)
+    x_ptrs = x_ptr + rows_m[:, None] * stride_xm + offs_k[None, :]     # (BLOCK_M, 128)
+    q_ptrs = q_ptr + rows_n[:, None] * stride_qn + offs_k[None, :]     # (BLOCK_N, 128)
+    s_ptrs = s_ptr + rows_n * stride_sn                                 # (BLOCK_N,)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(0, K // 128):
+        x = tl.load(x_ptrs + kb * 128)
+        q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
+        s = tl.load(s_ptrs + kb)
+        # e4m3 -> bf16 bits: sign to bit 15, exponent + mantissa shifted into place (w x 2^-120)
+        bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)
+        w = bits.to(tl.bfloat16, bitcast=True) * s[:, None]    # x (s x 2^120): w x s in bf16
+        acc = tl.dot(x, tl.trans(w), acc)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, acc.to(tl.bfloat16), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages): prefill tiles (wgmma wants BLOCK_M >= 64) and two
+# small ones so any M runs.
+TILES = [(128, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 4), (256, 128, 8, 3), (64, 128, 4, 4),
+         (64, 256, 8, 3), (16, 128, 4, 4), (32, 64, 4, 4)]
+
+
+def tile_configs() -> list[dict]:
+    return [dict(BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8, num_warps=w, num_stages=s) for bm, bn, w, s in TILES]
+
+
+def _prune(configs, named_args, **kwargs):
+    M = named_args["M"]
+    small = [c for c in configs if c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(M))]
+    return small or configs[:1]
+
+
+@functools.lru_cache(maxsize=None)
+def _autotuned():
+    cfgs = [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
+                          num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in tile_configs()]
+    return triton.autotune(configs=cfgs, key=["M", "N", "K"], prune_configs_by={"early_config_prune": _prune})(
+        _w8a16_kernel)
+
+
+def fold_scales(scales):
+    """Logical group scales (N, K/128) (torch or numpy, exactly representable in bf16) -> the
+    kernel's bf16 scales x 2^120 (a torch tensor when given one)."""
+    try:
+        import torch
+        if isinstance(scales, torch.Tensor):
+            s = scales.to(torch.float64) * FOLD
+            out = s.to(torch.bfloat16)
+            if not torch.equal(out.to(torch.float64), s):
+                raise ValueError("scales x 2^120 must be exact in bf16 (bf16 scales below 2^8)")
+            return out
+    except ImportError:
+        pass
+    import ml_dtypes
+    s = np.asarray(scales, np.float64) * FOLD
+    with np.errstate(over="ignore"):
+        out = s.astype(ml_dtypes.bfloat16)
+    if not np.array_equal(out.astype(np.float64), s):
+        raise ValueError("scales x 2^120 must be exact in bf16 (bf16 scales below 2^8)")
+    return out
+
+
+def _validate(x, q, s, torch):
+    def need(c, msg):
+        if not c:
+            raise ValueError(msg)
+    for name, t in (("x", x), ("q", q), ("s", s)):
+        need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        need(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
+        need(t.is_cuda and t.device == x.device, f"{name} must be on x's CUDA device")
+        need(t.is_contiguous(), f"{name} must be contiguous (row-major)")
+    need(x.dtype == torch.bfloat16, f"x must be torch.bfloat16, got {x.dtype}")
+    need(q.dtype == torch.uint8, f"q must be torch.uint8 (e4m3 codes), got {q.dtype}")
+    need(s.dtype == torch.bfloat16, f"s must be torch.bfloat16 (fold_scales), got {s.dtype}")
+    M, K = x.shape
+    N = q.shape[0]
+    need(q.shape[1] == K, f"x is (M, K) = {tuple(x.shape)} and q must be (N, K), got {tuple(q.shape)}")
+    need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
+    need(tuple(s.shape) == (N, K // GROUP), f"s must be (N, K/128) = {(N, K // GROUP)}, got {tuple(s.shape)}")
+    need(M >= 1 and N >= 1, f"M and N must be >= 1, got M={M}, N={N}")
+    need(max(M * K, N * K, M * N) < 2**31, "M*K, N*K and M*N must fit in int32")
+    return M, N, K
+
+
+def triton_w8a16(x, q, s, *, config: dict | None = None, out=None):
+    """out (M, N) bf16 = x (M, K) bf16 @ (e4m3(q) x s)^T; ``s`` from :func:`fold_scales`.
+    ``config`` pins one tile (keys of :func:`tile_configs`), else autotuned on (M, N, K)."""
+    import torch
+
+    M, N, K = _validate(x, q, s, torch)
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
+    args = (x, q, s, out, M, N, K, x.stride(0), q.stride(0), s.stride(0), out.stride(0))
+    if config is None:
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        _autotuned()[grid](*args)
+    else:
+        c = dict(GROUP_M=8) | dict(config)
+        grid = (triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]),)
+        _w8a16_kernel[grid](*args, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], GROUP_M=c["GROUP_M"],
+                            num_warps=c.get("num_warps", 8), num_stages=c.get("num_stages", 3))
+    return out
+
+
+def chosen_config() -> dict | None:
+    """The autotuner's last choice, or None before the first autotuned call."""
+    k = _autotuned()
+    c = getattr(k, "best_config", None)
+    if c is None:
+        return None
+    return dict(c.kwargs) | dict(num_warps=c.num_warps, num_stages=c.num_stages)
+
+
+def reference(x, q, scales):
+    """float64 reference: x (M, K) values, q (N, K) e4m3 codes, ``scales`` the *logical*
+    (N, K/128) group scales (numpy); decoded with ml_dtypes (independent of the trick)."""
+    import ml_dtypes
+    w = np.asarray(q, np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    w = w * np.repeat(np.asarray(scales, np.float64), GROUP, axis=1)
+    return np.asarray(x, np.float64) @ w.T
+
+
+def triton_w8a16_resource_usage(arch: str = "sm_90", *, BLOCK_M: int = 128, BLOCK_N: int = 128,
+                                num_warps: int = 8, num_stages: int = 3) -> dict:
+    """Compile one tile for ``arch`` on this machine (no GPU): dict(name, cubin (bytes), ptx,
+    shared_mem, num_warps)."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})a?", str(arch))
+    if not m:
+        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+    cc = int(m.group(1))
+    fn = _w8a16_kernel
+    sig = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32",
+           "K": "i32", "stride_xm": "i32", "stride_qn": "i32", "stride_sn": "i32", "stride_cm": "i32"}
+    consts = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=8)
+    signature = {n: sig.get(n, "constexpr") for n in fn.arg_names}
+    idx = {n: i for i, n in enumerate(fn.arg_names)}
+    divisible = ["x_ptr", "q_ptr", "s_ptr", "c_ptr", "N", "K", "stride_xm", "stride_qn", "stride_cm"]
+    src = ASTSource(fn, signature, {(idx[k],): v for k, v in consts.items()},
+                    {(idx[k],): [["tt.divisibility", 16]] for k in divisible})
+    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
+    return dict(name=compiled.name, cubin=compiled.asm["cubin"], ptx=compiled.asm["ptx"],
+                shared_mem=compiled.metadata.shared, num_warps=num_warps)

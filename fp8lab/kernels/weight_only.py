@@ -1,0 +1,1048 @@
+"""Weight-only (A16) decode kernels: ``gemv_w8a16_fp8``, ``gemv_w8a16_int8``,
+``gemv_w4a16_nvfp4``, ``gemv_w4a16_int4`` (CUDA source: ``gemv_w16.cuh``).
+
+    out[m, n] = sum_k act[m, k] * value(code[n, k]) * scale(n, k)        (M = 1 .. any; tuned for <= 64)
+
+| format | code (``fp8lab.formats``) | scale per (row n, K group) | bytes per weight element |
+| --- | --- | --- | --- |
+| ``fp8``   | e4m3                      | one 16-bit (act dtype) per 128 | 1 + 2/128       |
+| ``int8``  | int8 (code c means c-128) | one 16-bit per 128             | 1 + 2/128       |
+| ``nvfp4`` | e2m1                      | one e4m3 per 16, one fp32 global | 1/2 + 1/16     |
+| ``int4``  | int4 (code c means c-8)   | one 16-bit per 128             | 1/2 + 2/128     |
+
+Activations (and output) are bf16 or fp16; the mma is ``mma.sync.m16n8k16`` on that type
+(HMMA): no mma takes a 16-bit and an 8/4-bit operand, so the weights are converted in
+registers with the bit tricks of :mod:`fp8lab.dequant`, instruction for instruction.
+
+What this module holds (torch is imported lazily: everything but the launch runs on CPU):
+
+- the packed layouts (:func:`pack_weights`): logical codes -> the words each thread loads,
+  built with :func:`fp8lab.dequant.pack_bytes` / ``pack_nibbles`` (the emulators' byte order);
+  the exponent-bias factor of the float tricks (2^8 / 2^120 for e4m3) folded into the scale;
+- :func:`emulate_packed`: the dense weight the kernel multiplies, rebuilt from the packed words
+  with the emulators (a CPU check of the packing, scale folding and byte order);
+- :func:`reference` (float64, from :func:`fp8lab.formats.decode`, independent of the tricks),
+  :func:`byte_count` / :func:`flop_byte_count` (the one source of truth for rates),
+  :func:`generate` (realistic random quantised weights and activations);
+- :func:`choose_splits` (split-K against wave quantisation), the torch wrapper
+  :func:`gemv_w16` and :func:`dequant_probe`;
+- :func:`dequant_sass_counts` / :func:`gemv_sass_counts`: compile the kernels here (no GPU)
+  and count their SASS: the dequant sequence per opcode against the emulator's trace, and
+  the static instructions per weight element of the main loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import subprocess
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from .. import dequant, formats
+
+KERNEL_DIR = Path(__file__).resolve().parent
+HEADER = KERNEL_DIR / "gemv_w16.cuh"
+PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
+STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
+CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
+EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu")
+SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE)
+
+FORMATS = ("fp8", "int8", "nvfp4", "int4")
+FORMAT_ID = {f: i for i, f in enumerate(FORMATS)}   # the C++ enum Format
+ARMS = {"fp8": "gemv_w8a16_fp8", "int8": "gemv_w8a16_int8", "nvfp4": "gemv_w4a16_nvfp4",
+        "int4": "gemv_w4a16_int4"}
+FORMAT_OF_ARM = {v: k for k, v in ARMS.items()}
+CODE_FORMAT = {"fp8": "e4m3", "int8": "int8", "nvfp4": "e2m1", "int4": "int4"}
+BITS = {"fp8": 8, "int8": 8, "nvfp4": 4, "int4": 4}
+GROUP = {"fp8": 128, "int8": 128, "nvfp4": 16, "int4": 128}     # K elements per scale
+SCALE_BYTES = {"fp8": 2, "int8": 2, "nvfp4": 1, "int4": 2}      # bytes per scale
+PAIRS = {"fp8": "int8", "nvfp4": "int4"}                         # same width, other dequant (C4)
+ACT_DTYPES = ("bf16", "fp16")
+
+STEP_K = 128        # K per pipeline step (== the 128-wide scale group)
+WARPS = 8           # warps per CTA
+THREADS = 32 * WARPS
+M_BLOCK = 64        # tokens per CTA; blockIdx.z walks the rest
+RING = 3            # steps per loop iteration (register buffers)
+CHUNK_K = RING * STEP_K
+ACT_STRIDE = CHUNK_K + 8
+ZERO_BYTES = (CHUNK_K + 32) * 2
+NVFP4_SHIFT = 7     # dequant(w) x decoded scale = w * s * 2^-7 in both types; out_factor = 2^7 * global
+
+_NP_DTYPE = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+
+
+def _check_fmt(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    return fmt
+
+
+def _check_act(act: str) -> str:
+    if act not in ACT_DTYPES:
+        raise ValueError(f"act dtype must be one of {ACT_DTYPES}, got {act!r}")
+    return act
+
+
+def _pos_int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def fold_factor(fmt: str, act: str) -> float:
+    """The exact power of two the float tricks leave out (the emulator's ``factor``): folded
+    into the 16-bit group scale for fp8 (2^8 fp16, 2^120 bf16), 1 for the integer formats.
+    NVFP4 keeps 2^7 x its global scale in ``out_factor`` instead (see gemv_w16.cuh)."""
+    _check_fmt(fmt)
+    target = "fp16" if _check_act(act) == "fp16" else "bf16"
+    return dequant.dequant(CODE_FORMAT[fmt], target, np.zeros(1, np.uint32)).factor
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiling: the host's mirror of gemv_w16.cuh (Tiling<F, NT>)
+# ---------------------------------------------------------------------------------------------
+def n_tiles(M: int) -> int:
+    """n8 tiles (8 tokens each) per CTA: the kernel instantiation for this M (1, 2, 4, 8)."""
+    mb = min(_pos_int("M", M), M_BLOCK)
+    return 1 if mb <= 8 else 2 if mb <= 16 else 4 if mb <= 32 else 8
+
+
+def tiles_per_warp(fmt: str, nt: int) -> int:
+    """16-row tiles per warp (TM): two for the 4-bit formats at M <= 8, else one."""
+    return 2 if BITS[_check_fmt(fmt)] == 4 and nt == 1 else 1
+
+
+def padded_rows(fmt: str, N: int) -> int:
+    """Rows of the packed weight: N up to a whole (super-)tile (16 rows 8-bit, 32 rows 4-bit)."""
+    t = 16 if BITS[_check_fmt(fmt)] == 8 else 32
+    return -(-_pos_int("N", N) // t) * t
+
+
+def smem_bytes(nt: int) -> int:
+    return 2 * 8 * nt * ACT_STRIDE * 2 + ZERO_BYTES
+
+
+def grid_x(fmt: str, N: int, M: int) -> int:
+    """CTAs along N."""
+    nt = n_tiles(M)
+    tiles16 = padded_rows(fmt, N) // 16
+    per_cta = WARPS * tiles_per_warp(fmt, nt)
+    return -(-tiles16 // per_cta)
+
+
+#: fixed cost of one CTA in units of one of its 128-K steps: the register ring's prologue (the
+#: first steps' DRAM latency before any math) and the epilogue
+CTA_OVERHEAD_STEPS = 1.5
+
+
+def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: int,
+                  max_splits: int = 64) -> int:
+    """Split-K factor that best fills ``sms`` x ``ctas_per_sm`` CTA slots.
+
+    A memory-bound kernel's time is set by its slowest SM: with C CTAs of equal work on S
+    slots it is ceil(C / S) waves of one CTA's time. Each candidate split count s makes
+    C = x * z * s CTAs of ceil(steps / s) steps plus a fixed :data:`CTA_OVERHEAD_STEPS`; the
+    reduction adds M x rows x 4 bytes of atomics per CTA (counted at twice a weight byte:
+    read-modify-write in L2). Picks the s with
+    the smallest modelled time (the first among equals, so the fewest splits). Returns the
+    split count actually launched (ceil(steps / ceil(steps / s)))."""
+    _check_fmt(fmt)
+    for name, v in (("M", M), ("N", N), ("K", K), ("sms", sms), ("ctas_per_sm", ctas_per_sm),
+                    ("max_splits", max_splits)):
+        _pos_int(name, v)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
+    steps = K // STEP_K
+    nt = n_tiles(M)
+    rows = 16 * WARPS * tiles_per_warp(fmt, nt)
+    x = grid_x(fmt, N, M)
+    z = -(-M // M_BLOCK)
+    mb = min(M, M_BLOCK)
+    slots = sms * ctas_per_sm
+    wbytes_step = rows * STEP_K * bytes_per_element(fmt)
+    best, best_t = 1, math.inf
+    for s in range(1, min(steps, max_splits) + 1):
+        sps = -(-steps // s)
+        s_eff = -(-steps // sps)
+        ctas = x * z * s_eff
+        t = -(-ctas // slots) * ((sps + CTA_OVERHEAD_STEPS) * wbytes_step
+                                 + (2.0 * rows * mb * 4 if s_eff > 1 else 0.0))
+        if t < best_t * (1 - 1e-9):
+            best, best_t = s_eff, t
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: the one source of truth for rates
+# ---------------------------------------------------------------------------------------------
+def bytes_per_element(fmt: str) -> float:
+    """Weight + scale bytes per weight element."""
+    return BITS[_check_fmt(fmt)] / 8 + SCALE_BYTES[fmt] / GROUP[fmt]
+
+
+def byte_count(fmt: str, N: int, K: int) -> dict:
+    """The weight stream of one (N, K) layer: codes, scales (and NVFP4's 4-byte global)."""
+    _check_fmt(fmt)
+    N, K = _pos_int("N", N), _pos_int("K", K)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
+    w = N * K * BITS[fmt] // 8
+    s = N * (K // GROUP[fmt]) * SCALE_BYTES[fmt] + (4 if fmt == "nvfp4" else 0)
+    return {"weight_bytes": w, "scale_bytes": s, "stream_bytes": w + s}
+
+
+def flop_byte_count(fmt: str, M: int, N: int, K: int, act_bytes: int = 2) -> dict:
+    """FLOPs (2MNK) and the minimum DRAM bytes of one call: the weight stream once,
+    activations read once, output written once. ``stream_bytes`` (weights + scales) is what
+    the decode notebook's effective bandwidth counts."""
+    d = byte_count(fmt, N, K)
+    M = _pos_int("M", M)
+    d.update(flops=2 * M * N * K, act_bytes=M * K * act_bytes, out_bytes=M * N * act_bytes)
+    d["bytes"] = d["stream_bytes"] + d["act_bytes"] + d["out_bytes"]
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=16)
+def _positions(bits: int, n_super: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) of every packed element in memory order (int64 arrays, one per element).
+
+    Memory order is [super-tile][step][q = 0..3][lane][word wi = 0..3][element e], a uint4
+    per (q, lane). Lane = 4 g + tq. The mma A fragment of a 16x16 tile (PTX m16n8k16): a0 =
+    (row g, cols 2tq, 2tq+1), a1 = (row g+8, same cols), a2 = (row g, cols 2tq+8, +9), a3 =
+    (row g+8, cols 2tq+8, +9); each a-register is a half2 of two consecutive elements.
+
+    8-bit (super-tile = one 16-row tile): word wi of uint4 q is k16 sub-step kk = 2q + wi//2,
+    half h = wi % 2; its 4 elements are (a0, a1) for h = 0 or (a2, a3) for h = 1.
+    4-bit (super-tile = two 16-row tiles t): uint4 q holds tile t = q // 2, k16 sub-steps
+    kk = 4 (q % 2) + wi; a word's 8 elements are a0..a3.
+    """
+    lane = np.arange(32)
+    g, tq = lane // 4, lane % 4
+    if bits == 8:
+        su, st, q, ln, wi, e = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(4),
+                                           lane, np.arange(4), np.arange(4), indexing="ij")
+        kk = 2 * q + wi // 2
+        half = wi % 2
+        row = g[ln] + 8 * (e // 2)
+        col = 2 * tq[ln] + e % 2 + 8 * half
+        n = 16 * su + row
+    else:
+        su, st, q, ln, wi, e = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(4),
+                                           lane, np.arange(4), np.arange(8), indexing="ij")
+        t = q // 2
+        kk = 4 * (q % 2) + wi
+        r = e // 2
+        row = g[ln] + 8 * (r % 2)
+        col = 2 * tq[ln] + e % 2 + 8 * (r // 2)
+        n = 32 * su + 16 * t + row
+    k = STEP_K * st + 16 * kk + col
+    return n.reshape(-1), k.reshape(-1)
+
+
+def _layout(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Padded (rows, K) uint8 codes -> 1-D in the packed memory order of :func:`_positions`,
+    by reshape and transpose (a second derivation of the same layout: the test checks that
+    they agree; this one is fast enough for 10^8-element weights)."""
+    rows, K = codes.shape
+    S = K // STEP_K
+    if bits == 8:
+        # row = 16 tile + 8 rsel + g; k = 128 step + 32 q + 16 kkl + 8 half + 2 tq + c
+        a = codes.reshape(rows // 16, 2, 8, S, 4, 2, 2, 4, 2)
+        # -> [tile][step][q][g][tq][kkl][half][rsel][c]: lane = 4 g + tq, word = 2 kkl + half,
+        #    element = 2 rsel + c
+        a = a.transpose(0, 3, 4, 2, 7, 5, 6, 1, 8)
+    else:
+        # row = 32 su + 16 t + 8 rr + g; k = 128 step + 64 qh + 16 wi + 8 rk + 2 tq + c
+        a = codes.reshape(rows // 32, 2, 2, 8, S, 2, 4, 2, 4, 2)
+        # -> [su][step][t][qh][g][tq][wi][rk][rr][c]: q = 2 t + qh, element = 4 rk + 2 rr + c
+        a = a.transpose(0, 4, 1, 5, 3, 8, 6, 7, 2, 9)
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def pack_words(bits: int, logical: np.ndarray) -> np.ndarray:
+    """Logical-order codes (uint8) -> uint32 words, the byte / nibble order of
+    :func:`fp8lab.dequant.pack_bytes` / ``pack_nibbles`` (the test checks they agree), built
+    with byte views instead of 32-bit arithmetic so that large weights pack quickly."""
+    c = np.asarray(logical, dtype=np.uint8)
+    if bits == 8:
+        if c.size % 4:
+            raise ValueError(f"8-bit codes pack 4 to a word, got {c.size}")
+        # byte i of a (little-endian) word holds element BYTE_ORDER[i]
+        b = c.reshape(-1, 4)[:, list(dequant.BYTE_ORDER)]
+    else:
+        if c.size % 8:
+            raise ValueError(f"4-bit codes pack 8 to a word, got {c.size}")
+        if c.size and c.max() > 15:
+            raise ValueError("4-bit codes must lie in 0..15")
+        e = c.reshape(-1, 8)
+        no = dequant.NIBBLE_ORDER     # nibble i holds element no[i]; byte j = nibbles 2j, 2j+1
+        b = np.stack([e[:, no[2 * j]] | (e[:, no[2 * j + 1]] << 4) for j in range(4)], axis=1)
+    return np.ascontiguousarray(b, dtype=np.uint8).reshape(-1).view("<u4").astype(np.uint32, copy=False)
+
+
+def unpack_codes(fmt: str, words, rows: int, K: int):
+    """Inverse of the packing: words (numpy uint32 or torch int32, on any device) -> (rows, K)
+    uint8 logical codes (padding rows included). The same reshapes as :func:`_layout`, undone."""
+    bits = BITS[_check_fmt(fmt)]
+    S = K // STEP_K
+    is_np = isinstance(words, np.ndarray)
+    if is_np:
+        b = np.ascontiguousarray(words, dtype=np.uint32).view(np.uint8).reshape(-1, 4)
+    else:
+        import torch
+        b = words.contiguous().view(torch.uint8).reshape(-1, 4)
+    if bits == 8:
+        e = b[:, list(dequant.BYTE_ORDER)]      # its own inverse: swaps bytes 1 and 2
+        shape, perm = (rows // 16, S, 4, 8, 4, 2, 2, 2, 2), (0, 7, 3, 1, 2, 5, 6, 4, 8)
+    else:
+        no = dequant.NIBBLE_ORDER
+        cols = [None] * 8
+        for j in range(4):
+            cols[no[2 * j]] = b[:, j] & 15
+            cols[no[2 * j + 1]] = b[:, j] >> 4
+        e = np.stack(cols, axis=1) if is_np else __import__("torch").stack(cols, dim=1)
+        shape, perm = (rows // 32, S, 2, 2, 8, 4, 4, 2, 2, 2), (0, 2, 8, 4, 1, 3, 6, 7, 5, 9)
+    e = e.reshape(shape)
+    e = e.transpose(perm) if is_np else e.permute(*perm)
+    return e.reshape(rows, K) if is_np else e.contiguous().reshape(rows, K)
+
+
+@dataclasses.dataclass
+class PackedWeight:
+    """A weight in the kernel's layout. ``w`` and ``s`` are numpy uint32 (host) or torch
+    int32 (device, after :meth:`to`) words; ``out_factor`` multiplies every output."""
+
+    fmt: str
+    act: str            # "bf16" | "fp16": the activation / mma / scale dtype it was packed for
+    N: int
+    K: int
+    w: object           # packed weight words
+    s: object           # packed scale words
+    out_factor: float
+
+    @property
+    def n_rows(self) -> int:
+        return padded_rows(self.fmt, self.N)
+
+    @property
+    def n_tiles16(self) -> int:
+        return self.n_rows // 16
+
+    @property
+    def steps(self) -> int:
+        return self.K // STEP_K
+
+    def bytes(self) -> dict:
+        return byte_count(self.fmt, self.N, self.K)
+
+    def to(self, device="cuda") -> "PackedWeight":
+        """A copy with torch int32 tensors on ``device``."""
+        import torch
+
+        def t(a):
+            if isinstance(a, torch.Tensor):
+                return a.to(device)
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int32)).to(device)
+
+        return dataclasses.replace(self, w=t(self.w), s=t(self.s))
+
+    def numpy(self) -> "PackedWeight":
+        def n(a):
+            if isinstance(a, np.ndarray):
+                return a
+            return a.cpu().numpy().view(np.uint32)
+
+        return dataclasses.replace(self, w=n(self.w), s=n(self.s))
+
+
+def _as_codes(fmt: str, codes, N: int | None = None, K: int | None = None) -> np.ndarray:
+    codes = np.asarray(codes)
+    if not np.issubdtype(codes.dtype, np.integer):
+        raise ValueError(f"codes must be an integer array, got dtype {codes.dtype}")
+    if codes.ndim != 2:
+        raise ValueError(f"codes must be 2-D (N, K), got shape {codes.shape}")
+    lim = 1 << BITS[fmt]
+    if codes.size and (codes.min() < 0 or codes.max() >= lim):
+        raise ValueError(f"{fmt} codes must lie in 0..{lim - 1}, got min {codes.min()} max {codes.max()}")
+    if codes.shape[1] % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got K={codes.shape[1]}")
+    return codes.astype(np.uint32)
+
+
+def _scales_16(scales, act: str, shape) -> np.ndarray:
+    """Group scales as float64, each exactly representable in the act dtype."""
+    s = np.asarray(scales, dtype=np.float64)
+    if s.shape != shape:
+        raise ValueError(f"scales must have shape (N, K/128) = {shape}, got {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scales must be finite")
+    with np.errstate(over="ignore"):
+        r = s.astype(_NP_DTYPE[act]).astype(np.float64)
+    if not np.array_equal(r, s):
+        bad = int(np.sum(r != s))
+        raise ValueError(f"scales must be exactly representable in {act} ({bad} are not): round them "
+                         f"to {act} first (the kernel keeps its group scales in the activation dtype)")
+    return s
+
+
+def pack_weights(fmt: str, codes, scales, *, act: str = "bf16", global_scale: float = 1.0) -> PackedWeight:
+    """Logical codes and scales -> the kernel's packed layout (numpy).
+
+    codes: (N, K) integers, the format's codes (e4m3 bytes, offset-binary int8, e2m1 / int4
+    nibbles 0..15), K a multiple of 128. scales: fp8 / int8 / int4: (N, K/128) floats, exactly
+    representable in ``act`` (the kernel's scale dtype); nvfp4: (N, K/16) e4m3 codes (uint8).
+    global_scale: NVFP4's per-tensor fp32 scale (others must leave it at 1).
+
+    The fp8 scale is stored times the trick's exponent-bias factor (2^8 for fp16, 2^120 for
+    bf16), so the kernel never multiplies per element; a scale whose folded value overflows
+    or underflows the 16-bit type is refused.
+    """
+    _check_fmt(fmt)
+    _check_act(act)
+    c = _as_codes(fmt, codes)
+    N, K = c.shape
+    rows = padded_rows(fmt, N)
+    zero = {"fp8": 0, "int8": 128, "nvfp4": 0, "int4": 8}[fmt]
+    cp = np.full((rows, K), zero, dtype=np.uint8)
+    cp[:N] = c
+    w = pack_words(BITS[fmt], _layout(cp, BITS[fmt]))
+
+    s_words, out_factor = pack_scales(fmt, scales, N, K, act=act, global_scale=global_scale)
+    return PackedWeight(fmt, act, N, K, w, s_words, out_factor)
+
+
+def pack_scales(fmt: str, scales, N: int, K: int, *, act: str = "bf16",
+                global_scale: float = 1.0) -> tuple[np.ndarray, float]:
+    """The scale half of :func:`pack_weights`: (packed scale words, out_factor)."""
+    _check_fmt(fmt)
+    _check_act(act)
+    N, K = _pos_int("N", N), _pos_int("K", K)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got K={K}")
+    steps = K // STEP_K
+    rows = padded_rows(fmt, N)
+    bits = BITS[fmt]
+    n_super = rows // (16 if bits == 8 else 32)
+    if fmt == "nvfp4":
+        if not (np.isfinite(global_scale) and global_scale > 0):
+            raise ValueError(f"global_scale must be a positive finite number, got {global_scale!r}")
+        sc = np.asarray(scales)
+        if sc.shape != (N, K // 16):
+            raise ValueError(f"nvfp4 scales must be (N, K/16) = {(N, K // 16)} e4m3 codes, got {sc.shape}")
+        if not np.issubdtype(sc.dtype, np.integer) or (sc.size and (sc.min() < 0 or sc.max() > 255)):
+            raise ValueError("nvfp4 scales must be e4m3 codes (integers 0..255)")
+        sp = np.zeros((rows, K // 16), dtype=np.uint32)
+        sp[:N] = sc
+        # words [super][step][g][q][t]; logical bytes (s(n, j), s(n+8, j), s(n, j+1), s(n+8, j+1)),
+        # n = 32 super + 16 t + g, j = 8 step + 2 q
+        su, st, g, q, t = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(8), np.arange(4),
+                                      np.arange(2), indexing="ij")
+        n = 32 * su + 16 * t + g
+        j = 8 * st + 2 * q
+        lg = np.stack([sp[n, j], sp[n + 8, j], sp[n, j + 1], sp[n + 8, j + 1]], axis=-1)
+        s_words = dequant.pack_bytes(lg.reshape(-1))
+        out_factor = float(np.float32(2.0 ** NVFP4_SHIFT * np.float32(global_scale)))
+        if not np.isfinite(out_factor):
+            raise ValueError(f"2^{NVFP4_SHIFT} x global_scale must be finite in fp32")
+        return s_words, out_factor
+
+    if global_scale != 1.0:
+        raise ValueError(f"global_scale is NVFP4's; {fmt} takes its scales per group only (leave it at 1)")
+    s = _scales_16(scales, act, (N, K // 128))
+    fold = fold_factor(fmt, act)
+    with np.errstate(over="ignore", under="ignore"):
+        folded = (s * fold).astype(_NP_DTYPE[act])
+    back = folded.astype(np.float64) / fold
+    if not np.array_equal(back, s):
+        raise ValueError(f"scale x 2^{int(np.log2(fold))} (the {CODE_FORMAT[fmt]} exponent-bias factor "
+                         f"folded into the scale) must stay exact in {act}: some scales overflow or "
+                         "underflow it")
+    bits16 = np.zeros((rows, K // 128), dtype=np.uint32)
+    bits16[:N] = folded.view(np.uint16)
+    if bits == 8:
+        # words [tile16][step][g]: (s(16 tile + g), s(16 tile + g + 8))
+        tl, st, g = np.meshgrid(np.arange(rows // 16), np.arange(steps), np.arange(8), indexing="ij")
+        n = 16 * tl + g
+    else:
+        # words [super][step][g][t]
+        su, st, g, t = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(8), np.arange(2),
+                                   indexing="ij")
+        n = 32 * su + 16 * t + g
+    s_words = (bits16[n, st] | (bits16[n + 8, st] << np.uint32(16))).reshape(-1).astype(np.uint32)
+    return s_words, 1.0
+
+
+def emulate_packed(pw: PackedWeight) -> np.ndarray:
+    """The dense (N, K) float64 weight the kernel multiplies, rebuilt from the packed words
+    through the emulators (the kernel's instruction sequences), its scale words and
+    ``out_factor``: ``out = act @ emulate_packed(pw).T`` up to the kernel's rounding."""
+    pw = pw.numpy()
+    fmt, act = pw.fmt, pw.act
+    target = "fp16" if act == "fp16" else "bf16"
+    bits = BITS[fmt]
+    rows, K, steps = pw.n_rows, pw.K, pw.steps
+    n_super = rows // (16 if bits == 8 else 32)
+    res = dequant.dequant(CODE_FORMAT[fmt], target, np.asarray(pw.w, dtype=np.uint32))
+    vals = res.values()                      # trick value = pattern x factor
+    pattern = vals / res.factor              # what the registers hold
+    n_idx, k_idx = _positions(bits, n_super, steps)
+    W = np.zeros((rows, K))
+    s_words = np.asarray(pw.s, dtype=np.uint32)
+    if fmt == "nvfp4":
+        # scale words decode with the e4m3 trick, then x 2^15 (fp16) / 2^239 (bf16)
+        sres = dequant.dequant("e4m3", target, s_words)
+        sval = sres.values()                 # the e4m3 value s (trick x factor)
+        su, st, g, q, t = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(8), np.arange(4),
+                                      np.arange(2), indexing="ij")
+        n = (32 * su + 16 * t + g).reshape(-1)
+        j = (8 * st + 2 * q).reshape(-1)
+        S = np.zeros((rows, K // 16))
+        v = sval.reshape(-1, 4)
+        S[n, j], S[n + 8, j], S[n, j + 1], S[n + 8, j + 1] = v[:, 0], v[:, 1], v[:, 2], v[:, 3]
+        # in registers: pattern x (s x 2^(Bw - 7)) with Bw the trick's exponent: value x s x 2^-7
+        W[n_idx, k_idx] = pattern * res.factor * 2.0 ** -NVFP4_SHIFT * S[n_idx, k_idx // 16]
+        return W[: pw.N] * pw.out_factor
+    dt = _NP_DTYPE[act]
+    lo = (s_words & np.uint32(0xFFFF)).astype(np.uint16).view(dt).astype(np.float64)
+    hi = (s_words >> np.uint32(16)).astype(np.uint16).view(dt).astype(np.float64)
+    S = np.zeros((rows, steps))
+    if bits == 8:
+        tl, st, g = np.meshgrid(np.arange(rows // 16), np.arange(steps), np.arange(8), indexing="ij")
+        n = (16 * tl + g).reshape(-1)
+    else:
+        su, st, g, t = np.meshgrid(np.arange(n_super), np.arange(steps), np.arange(8), np.arange(2),
+                                   indexing="ij")
+        n = (32 * su + 16 * t + g).reshape(-1)
+    st = st.reshape(-1)
+    S[n, st], S[n + 8, st] = lo, hi
+    W[n_idx, k_idx] = pattern * S[n_idx, k_idx // STEP_K]
+    return W[: pw.N] * pw.out_factor
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference and inputs
+# ---------------------------------------------------------------------------------------------
+def dequantize(fmt: str, codes, scales, global_scale: float = 1.0) -> np.ndarray:
+    """(N, K) float64 weight from logical codes and scales, through fp8lab.formats.decode
+    (ml_dtypes / integer arithmetic: independent of the bit tricks)."""
+    _check_fmt(fmt)
+    c = _as_codes(fmt, codes)
+    v = formats.decode(CODE_FORMAT[fmt], c)
+    if fmt == "nvfp4":
+        s = formats.decode("e4m3", np.asarray(scales))
+        return v * np.repeat(s, 16, axis=1) * float(np.float32(global_scale))
+    return v * np.repeat(np.asarray(scales, dtype=np.float64), 128, axis=1)
+
+
+def reference(fmt: str, act, codes, scales, global_scale: float = 1.0) -> np.ndarray:
+    """float64 out[M, N] = act @ dequantize(...).T (act: any array of 16-bit values)."""
+    a = np.asarray(act, dtype=np.float64) if isinstance(act, np.ndarray) else np.asarray(
+        act.double().cpu().numpy())
+    return a @ dequantize(fmt, codes, scales, global_scale).T
+
+
+_E2M1_VALUES = formats.decode("e2m1", np.arange(16))
+
+
+def _round_e2m1(x: np.ndarray) -> np.ndarray:
+    """Nearest e2m1 code (ties to the even code) of values already scaled into [-6, 6]."""
+    pos = np.abs(np.clip(x, -6, 6))
+    mags = _E2M1_VALUES[:8]                          # codes 0..7: 0, .5, 1, 1.5, 2, 3, 4, 6
+    d = np.abs(pos[..., None] - mags)
+    best = d.min(axis=-1, keepdims=True)
+    ties = d == best
+    # among equally near codes prefer an even mantissa (RNE): codes 0, 2, 4, 6 have mantissa 0
+    even = ties & (np.arange(8) % 2 == 0)
+    code = np.where(even.any(axis=-1), even.argmax(axis=-1), ties.argmax(axis=-1))
+    return (code | np.where(x < 0, 8, 0)).astype(np.uint8)
+
+
+def generate(fmt: str, M: int, N: int, K: int, *, act: str = "bf16", seed: int = 0) -> dict:
+    """Random quantised weights and activations with realistic magnitudes.
+
+    W ~ N(0, 0.02) x a per-row magnitude 2^U(-1, 1); activations N(0, 1) x a per-token
+    2^U(-2, 2) with every 37th channel an outlier (x 8). Quantised as a checkpoint would be:
+    fp8 / int8 / int4 with one scale per 128 (amax / 448, 127, 7; rounded to ``act``),
+    nvfp4 with an fp32 global (amax / (448 x 6)) and e4m3 block scales per 16.
+
+    Returns dict(act (M, K) float64 values exact in ``act``, codes (N, K) uint8, scales,
+    global_scale, fmt, act_dtype).
+    """
+    _check_fmt(fmt)
+    _check_act(act)
+    M, N, K = _pos_int("M", M), _pos_int("N", N), _pos_int("K", K)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
+    rng = np.random.default_rng(seed)
+    dt = _NP_DTYPE[act]
+    x = rng.standard_normal((M, K)) * np.exp2(rng.uniform(-2, 2, size=(M, 1)))
+    x[:, ::37] *= 8
+    x = x.astype(dt).astype(np.float64)
+    w = 0.02 * rng.standard_normal((N, K)) * np.exp2(rng.uniform(-1, 1, size=(N, 1)))
+    out = {"act": x, "fmt": fmt, "act_dtype": act, "global_scale": 1.0}
+    if fmt == "nvfp4":
+        gs = float(np.float32(np.abs(w).max() / (448.0 * 6.0)))
+        blocks = w.reshape(N, K // 16, 16)
+        bs = np.abs(blocks).max(axis=2) / 6.0 / gs
+        sc = np.clip(bs, 2.0 ** -9, 448).astype(ml_dtypes.float8_e4m3fn)
+        sval = sc.astype(np.float64)
+        codes = _round_e2m1(blocks / (sval[..., None] * gs)).reshape(N, K)
+        out.update(codes=codes, scales=sc.view(np.uint8), global_scale=gs)
+        return out
+    g = w.reshape(N, K // 128, 128)
+    amax = np.maximum(np.abs(g).max(axis=2), 1e-8)
+    qmax = {"fp8": 448.0, "int8": 127.0, "int4": 7.0}[fmt]
+    s = (amax / qmax).astype(dt).astype(np.float64)
+    y = g / s[..., None]
+    if fmt == "fp8":
+        codes = np.clip(y, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    else:
+        zp = 128 if fmt == "int8" else 8
+        codes = (np.clip(np.rint(y), -zp, zp - 1) + zp).astype(np.uint8)
+    out.update(codes=codes.reshape(N, K), scales=s)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch binding
+# ---------------------------------------------------------------------------------------------
+def _ext_hash(torch) -> str:
+    h = hashlib.sha256()
+    for p in (HEADER, PARAMS_HEADER, *EXT_SOURCES):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(f"torch={torch.__version__} cuda={torch.version.cuda}".encode())
+    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        h.update(repr(caps).encode())
+    return h.hexdigest()[:16]
+
+
+_EXT = None
+
+
+def load_extension(verbose: bool = False):
+    """Build (once per content hash) and import the torch extension (4 formats x 2 dtypes x
+    4 tiles = 32 kernels: about a minute of nvcc for one arch)."""
+    global _EXT
+    if _EXT is not None:
+        return _EXT
+    import torch
+    from torch.utils import cpp_extension
+
+    from ..paths import cache_dir
+
+    digest = _ext_hash(torch)
+    build = cache_dir("torch_ext", digest)
+    _EXT = cpp_extension.load(
+        name=f"fp8lab_gemv_w16_{digest}",
+        sources=[str(p) for p in EXT_SOURCES],
+        extra_include_paths=[str(KERNEL_DIR)],
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3"],   # no -std: torch adds the standard its headers need (C++17)
+        build_directory=str(build),
+        verbose=verbose,
+    )
+    return _EXT
+
+
+_WORKSPACES: dict = {}
+
+
+def workspace(device, n_floats: int, n_counters: int):
+    """(fp32 workspace, int32 counters) for split-K on ``device``, zero and reused: the kernel
+    leaves both zero again. Grown (reallocated zero) when a larger call needs more, so before
+    capturing CUDA graphs of several sizes, call it once with the largest (a graph keeps the
+    pointer it captured). Not safe for two calls running at once on different streams."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    key = str(dev)
+    ws, cnt = _WORKSPACES.get(key, (None, None))
+    if ws is None or ws.numel() < n_floats:
+        ws = torch.zeros(max(n_floats, 1 << 16), dtype=torch.float32, device=dev)
+    if cnt is None or cnt.numel() < n_counters:
+        cnt = torch.zeros(max(n_counters, 1024), dtype=torch.int32, device=dev)
+    _WORKSPACES[key] = (ws, cnt)
+    return ws, cnt
+
+
+def reset_workspace() -> None:
+    """Forget the cached workspaces (after an interrupted launch left them dirty)."""
+    _WORKSPACES.clear()
+
+
+@lru_cache(maxsize=None)
+def _occupancy(fmt: str, bf16: bool, nt: int, device_index: int) -> int:
+    n = int(load_extension().occupancy(FORMAT_ID[fmt], bf16, nt))
+    if n < 1:
+        raise RuntimeError(f"occupancy query failed for {fmt} nt={nt}: {n}")
+    return n
+
+
+def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
+    """What :func:`gemv_w16` launches for this weight and M on the current device."""
+    import torch
+
+    dev = torch.device("cuda") if device is None else torch.device(device)
+    idx = dev.index if dev.index is not None else torch.cuda.current_device()
+    sms = torch.cuda.get_device_properties(idx).multi_processor_count
+    nt = n_tiles(M)
+    occ = _occupancy(pw.fmt, pw.act == "bf16", nt, idx)
+    splits = choose_splits(pw.fmt, M, pw.N, pw.K, sms=sms, ctas_per_sm=occ)
+    return {"nt": nt, "tm": tiles_per_warp(pw.fmt, nt), "ctas_per_sm": occ, "sms": sms,
+            "grid": (grid_x(pw.fmt, pw.N, M), splits, -(-M // M_BLOCK)), "splits": splits}
+
+
+def _validate(act, pw: PackedWeight, out, splits, torch):
+    def need(cond, msg):
+        if not cond:
+            raise ValueError(msg)
+
+    need(isinstance(pw, PackedWeight), f"pw must be a PackedWeight (pack_weights(...).to('cuda')), got "
+                                       f"{type(pw).__name__}")
+    need(isinstance(act, torch.Tensor), f"act must be a torch.Tensor, got {type(act).__name__}")
+    want = torch.bfloat16 if pw.act == "bf16" else torch.float16
+    need(act.dtype == want, f"act must be {want} (the weight was packed for {pw.act}), got {act.dtype}")
+    need(act.dim() == 2, f"act must be 2-D (M, K), got shape {tuple(act.shape)}")
+    need(act.is_cuda, f"act must be on a CUDA device, got {act.device}")
+    need(act.is_contiguous(), "act must be contiguous (row-major, K innermost)")
+    need(act.data_ptr() % 16 == 0, f"act must be 16-byte aligned for cp.async (data_ptr % 16 = "
+                                   f"{act.data_ptr() % 16})")
+    M, K = act.shape
+    need(M >= 1, f"M must be >= 1, got {M}")
+    need(K == pw.K, f"act is (M, K) = {tuple(act.shape)} but the weight has K = {pw.K}")
+    for name, t in (("pw.w", pw.w), ("pw.s", pw.s)):
+        need(isinstance(t, torch.Tensor) and t.is_cuda and t.dtype == torch.int32,
+             f"{name} must be an int32 CUDA tensor (call pw.to('cuda'))")
+        need(t.device == act.device, f"{name} is on {t.device} but act is on {act.device}")
+    need(pw.w.data_ptr() % 16 == 0, "packed weights must be 16-byte aligned")
+    words = pw.n_rows * pw.K * BITS[pw.fmt] // 32
+    need(pw.w.numel() == words, f"pw.w has {pw.w.numel()} words, the layout needs {words}")
+    need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62, "sizes must fit in int32")
+    if out is not None:
+        need(isinstance(out, torch.Tensor) and out.dtype == want, f"out must be a {want} tensor")
+        need(tuple(out.shape) == (M, pw.N), f"out must be (M, N) = {(M, pw.N)}, got {tuple(out.shape)}")
+        need(out.is_contiguous() and out.device == act.device, "out must be contiguous, on act's device")
+    if splits is not None:
+        need(isinstance(splits, int) and 1 <= splits <= pw.steps,
+             f"splits must be an integer in [1, K/128 = {pw.steps}], got {splits!r}")
+
+
+def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None):
+    """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
+
+    ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
+    factor (None: :func:`choose_splits` for this device). Any M works; the kernel takes 64
+    tokens per CTA (more M = more blocks, the weights re-read from L2)."""
+    import torch
+
+    _validate(act, pw, out, splits, torch)
+    M = act.shape[0]
+    if splits is None:
+        splits = launch_config(pw, M, act.device)["splits"]
+    sps = -(-pw.steps // splits)
+    splits = -(-pw.steps // sps)
+    if out is None:
+        out = torch.empty((M, pw.N), dtype=act.dtype, device=act.device)
+    ctas = grid_x(pw.fmt, pw.N, M) * -(-M // M_BLOCK)
+    ws, cnt = workspace(act.device, M * pw.N if splits > 1 else 1, ctas)
+    return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
+                                 pw.N, pw.n_tiles16, splits, sps)
+
+
+def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
+    """Run the kernel's dequant alone on the GPU: uint32 words -> uint16 patterns in logical
+    element order (the emulators' ``bits``)."""
+    import torch
+
+    _check_fmt(fmt)
+    _check_act(act)
+    w = np.ascontiguousarray(np.asarray(words, dtype=np.uint32))
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError("words must be a non-empty 1-D uint32 array")
+    t = torch.from_numpy(w.view(np.int32)).cuda()
+    out = load_extension().probe(t, FORMAT_ID[fmt], act == "bf16")
+    pairs = out.cpu().numpy().view(np.uint32).reshape(-1)
+    lanes = np.stack([(pairs & np.uint32(0xFFFF)), pairs >> np.uint32(16)], axis=1)
+    return lanes.reshape(-1).astype(np.uint16)
+
+
+# ---------------------------------------------------------------------------------------------
+# SASS: compiled here, no GPU
+# ---------------------------------------------------------------------------------------------
+#: SASS opcodes that do the emulator's instruction on another pipe: ptxas turns a shift left
+#: by a constant into IMAD.SHL (the FMA pipe), and a bf16 multiply by an FMA with -0 into HMUL2.
+OPCODE_EQUIV = {"IMAD.SHL.U32": "SHF.L.U32", "HMUL2.BF16_V2": "HFMA2.BF16_V2"}
+#: what ptxas may add to a dequant probe's loop besides the trace: constant moves, loop counting
+PROBE_EXTRA_OK = ("MOV", "IMAD.MOV.U32", "HFMA2.MMA", "PRMT", "IADD3", "VIADD", "IMAD.IADD")
+#: opcode families that make up a dequant (and the NVFP4 block-scale handling)
+DEQUANT_FAMILIES = ("LOP3", "SHF", "PRMT", "HADD2", "HFMA2", "HMUL2", "FADD", "IMAD.SHL", "SHFL")
+
+
+def _nvcc_version() -> str:
+    from ..tools import tool_version
+
+    try:
+        return tool_version("nvcc")
+    except Exception:  # pragma: no cover - nvcc missing: compile() raises below
+        return "?"
+
+
+def _compile(source: Path, arch: str, defines=()) -> Path:
+    """cubin of ``source`` for ``arch`` (content-hashed cache outside the repo)."""
+    from ..paths import cache_dir
+    from ..tools import find_tool
+
+    h = hashlib.sha256()
+    for p in (*SOURCES,):
+        h.update(p.read_bytes())
+    h.update(f"{source.name} {arch} {sorted(defines)} {_nvcc_version()}".encode())
+    out = cache_dir("wo_sass") / f"{source.stem}_{arch}_{h.hexdigest()[:16]}.cubin"
+    if out.is_file():
+        return out
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [str(find_tool("nvcc")), "-cubin", "-O3", "-std=c++17", f"-arch={arch}", "-I", str(KERNEL_DIR),
+           *[f"-D{d}" for d in defines], str(source), "-o", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode:
+        raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    os.replace(tmp, out)
+    return out
+
+
+def _kernels_in_order(cubin: Path, arch: str, with_addr: bool = False) -> dict[str, list]:
+    """mangled kernel name -> its opcodes in address order (or (address, opcode, branch
+    target or None) with ``with_addr``)."""
+    import re
+
+    from .. import sass
+
+    bra = re.compile(r"/\*([0-9a-fA-F]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`\()?0x([0-9a-fA-F]+)")
+    addr_re = re.compile(r"/\*([0-9a-fA-F]+)\*/")
+    out: dict[str, list] = {}
+    cur = None
+    for line in sass.disassemble(cubin, arch=arch):
+        op = sass.parse_instruction(line)
+        if op is not None:
+            if cur is not None:
+                a = int(addr_re.search(line).group(1), 16)
+                m = bra.search(line)
+                out[cur].append((a, op, int(m.group(2), 16) if m else None))
+            continue
+        s = line.strip()
+        if s.startswith("Function :"):
+            cur = s.split(":", 1)[1].strip()
+            out[cur] = []
+    for k, ops in out.items():
+        while ops and ops[-1][1] == "NOP":   # alignment padding after the final self-branch
+            ops.pop()
+        if ops and ops[-1][1] == "BRA" and ops[-1][2] == ops[-1][0]:
+            ops.pop()
+    return out if with_addr else {k: [o for _, o, _ in v] for k, v in out.items()}
+
+
+def _loop_body(ops: list) -> list[str]:
+    """Opcodes of the (single) loop: from a backward branch's target to the branch."""
+    back = [(a, t) for a, o, t in ops if o.startswith("BRA") and t is not None and t < a]
+    if len(back) != 1:
+        raise RuntimeError(f"expected one backward branch, found {len(back)}")
+    a_b, a_t = back[0]
+    return [o for a, o, _ in ops if a_t <= a < a_b]
+
+
+def _canon(op: str) -> str:
+    return OPCODE_EQUIV.get(op, op)
+
+
+def dequant_sass_counts(arch: str = "sm_90"):
+    """The dequant sequences as ptxas compiles them, against the emulators' traces.
+
+    Compiles ``gemv_w16_check.cu`` for ``arch`` and, per (format, act dtype), subtracts the
+    pass-through probe's loop-body opcode counts from the dequant probe's (constants are
+    hoisted out of the loop, as in the GEMV). One row per (fmt, act,
+    opcode): ``sass`` (the difference), ``emulator`` (the trace's count of that opcode, with
+    :data:`OPCODE_EQUIV` applied to the SASS side), per word; plus ``*_total`` rows."""
+    import pandas as pd
+
+    cubin = _compile(CHECK_SOURCE, arch)
+    kernels = _kernels_in_order(cubin, arch, with_addr=True)
+    rows = []
+    for fmt in FORMATS:
+        for act in ACT_DTYPES:
+            bf = "1" if act == "bf16" else "0"
+            fid = FORMAT_ID[fmt]
+            probe = [k for k in kernels if f"dequant_probeILi{fid}ELb{bf}ELb1E" in k]
+            twin = [k for k in kernels if f"dequant_probeILi{fid}ELb{bf}ELb0E" in k]
+            if len(probe) != 1 or len(twin) != 1:
+                raise RuntimeError(f"probe kernels for {fmt}/{act} not found in {cubin.name}: {list(kernels)}")
+            diff = Counter(_canon(o) for o in _loop_body(kernels[probe[0]]))
+            diff.subtract(Counter(_canon(o) for o in _loop_body(kernels[twin[0]])))
+            target = "fp16" if act == "fp16" else "bf16"
+            emu = dequant.dequant(CODE_FORMAT[fmt], target, np.zeros(1, np.uint32))
+            emu_counts = Counter(emu.op_counts)
+            for op in sorted(set(k for k, v in diff.items() if v) | set(emu_counts)):
+                rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, opcode=op, sass=int(diff[op]),
+                                 emulator=int(emu_counts.get(op, 0)),
+                                 kind="emulated" if op in emu_counts else "extra",
+                                 elements_per_word=emu.elements_per_word))
+            rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, opcode="*_total",
+                             sass=int(sum(diff.values())), emulator=len(emu.trace), kind="total",
+                             elements_per_word=emu.elements_per_word))
+    return pd.DataFrame(rows)
+
+
+def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
+    """Static SASS of each GEMV kernel's main loop (between its two barriers: one iteration =
+    3 steps of 128 K), per weight element a thread covers there, by opcode.
+
+    One row per (fmt, act, opcode): ``count`` in the loop, ``per_element`` = count /
+    (3 x 128 x 16 x TM / 32), ``dequant_class`` (opcode in :data:`DEQUANT_FAMILIES`). Also the
+    whole kernel's census flags: ``mma_ops`` and ``fp8_converts`` (F2FP touching E4M3/E5M2)."""
+    import pandas as pd
+
+    from .. import sass
+
+    if nt not in (1, 2, 4, 8):
+        raise ValueError(f"nt must be 1, 2, 4 or 8, got {nt}")
+    cubin = _compile(STANDALONE_SOURCE, arch, (f"FP8LAB_WO_NT={nt}",))
+    kernels = _kernels_in_order(cubin, arch)
+    rows = []
+    for fmt in FORMATS:
+        for act in ACT_DTYPES:
+            bf = "1" if act == "bf16" else "0"
+            names = [k for k in kernels if f"{ARMS[fmt]}ILb{bf}ELi{nt}E" in k]
+            if len(names) != 1:
+                raise RuntimeError(f"kernel {ARMS[fmt]}<{act}, {nt}> not found in {cubin.name}")
+            ops = kernels[names[0]]
+            bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
+            if len(bars) < 2:
+                raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
+            loop = Counter(ops[bars[0] + 1: bars[1]])
+            tm = tiles_per_warp(fmt, nt)
+            elems = RING * STEP_K * 16 * tm / 32
+            mma = sorted({o for o in ops if sass.is_mma(sass.opcode_family(o))})
+            fp8c = sum(1 for o in ops if sass.opcode_family(o) == "F2FP.FP8")
+            for op, c in sorted(loop.items()):
+                fam = sass.opcode_family(op)
+                rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, nt=nt, opcode=op, count=c,
+                                 per_element=c / elems,
+                                 dequant_class=any(op.startswith(f) for f in DEQUANT_FAMILIES),
+                                 kernel_instructions=len(ops), mma_ops="+".join(mma), fp8_converts=fp8c,
+                                 family=fam))
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact probes (the bitwise GPU test builds its inputs here, so the CPU test checks them)
+# ---------------------------------------------------------------------------------------------
+def unit_scales(fmt: str, act: str, N: int, K: int) -> tuple[np.ndarray, float, float]:
+    """(scales, global_scale, act_value) under which a one-hot activation row of value
+    ``act_value`` makes the kernel output the code's value exactly.
+
+    bf16 e4m3 weights sit in the registers as w x 2^-120 (bf16 subnormals for the smallest
+    codes); an activation of 2^64 keeps every product and fp32 partial sum a normal number,
+    and the scale 2^-64 (2^56 once the 2^120 is folded in) undoes it exactly."""
+    _check_fmt(fmt)
+    _check_act(act)
+    if fmt == "nvfp4":
+        return np.full((N, K // 16), 0x38, dtype=np.uint8), 1.0, 1.0   # e4m3 0x38 = 1.0
+    a = 2.0 ** 64 if (fmt == "fp8" and act == "bf16") else 1.0
+    return np.full((N, K // 128), 1.0 / a), 1.0, a
+
+
+def all_codes(fmt: str, N: int, K: int, seed: int = 0) -> np.ndarray:
+    """(N, K) codes in which every code of the format appears, shuffled over positions."""
+    _check_fmt(fmt)
+    n_codes = 1 << BITS[fmt]
+    if N * K < n_codes:
+        raise ValueError(f"N x K = {N * K} cannot hold all {n_codes} codes")
+    rng = np.random.default_rng(seed)
+    return rng.permutation(np.resize(np.arange(n_codes), N * K)).reshape(N, K).astype(np.uint8)
+
+
+def onehot(M: int, K: int, cols, value: float) -> np.ndarray:
+    """(M, K) activations with act[m, cols[m]] = value and zeros elsewhere."""
+    cols = np.asarray(cols)
+    if cols.shape != (M,) or cols.min() < 0 or cols.max() >= K:
+        raise ValueError(f"cols must be M = {M} column indices in [0, {K})")
+    a = np.zeros((M, K))
+    a[np.arange(M), cols] = value
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark-size weights
+# ---------------------------------------------------------------------------------------------
+def random_weight(fmt: str, N: int, K: int, *, act: str = "bf16", seed: int = 0,
+                  keep_codes: bool = True) -> tuple[PackedWeight, dict]:
+    """A benchmark-size weight: uniformly random packed words (so uniformly random codes,
+    e4m3's two NaN codes too: the trick decodes them to +-480) with realistic scales (one per
+    group, 2^U(-10, -6) rounded to ``act``; NVFP4 block scales e4m3 in [2^-3, 2^5], global
+    2^-8). ``generate`` quantises a real weight but needs ~50 bytes per element and seconds
+    per 10^7 elements; this draws the words directly.
+
+    Returns (PackedWeight on the host, dict(codes (N, K) uint8 or None, scales, global_scale))."""
+    _check_fmt(fmt)
+    _check_act(act)
+    N, K = _pos_int("N", N), _pos_int("K", K)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
+    rng = np.random.default_rng(seed)
+    rows = padded_rows(fmt, N)
+    # uniformly random words are uniformly random codes in every position
+    w = rng.integers(0, 1 << 32, size=rows * K * BITS[fmt] // 32, dtype=np.uint32)
+    if fmt == "nvfp4":
+        lo, hi = 0x20, 0x60          # e4m3 2^-3 .. 2^5
+        scales = rng.integers(lo, hi, size=(N, K // 16), dtype=np.uint8)
+        gs = 2.0 ** -8
+    else:
+        scales = np.exp2(rng.uniform(-10, -6, size=(N, K // 128))).astype(_NP_DTYPE[act]).astype(np.float64)
+        gs = 1.0
+    s_words, out_factor = pack_scales(fmt, scales, N, K, act=act, global_scale=gs)
+    pw = PackedWeight(fmt, act, N, K, w, s_words, out_factor)
+    codes = unpack_codes(fmt, w, rows, K)[:N] if keep_codes else None
+    return pw, {"codes": codes, "scales": scales, "global_scale": gs}
+
+
+def trick_values(fmt: str) -> np.ndarray:
+    """Value of every code as the kernel decodes it (the emulator's trick value: e4m3's NaN
+    codes become +-480), float64, indexed by code."""
+    _check_fmt(fmt)
+    codes = np.arange(1 << BITS[fmt])
+    r = dequant.dequant(CODE_FORMAT[fmt], "fp16", dequant.pack(CODE_FORMAT[fmt], codes))
+    return r.values()
+
+
+def dequantize_torch(fmt: str, codes, scales, global_scale: float = 1.0, dtype=None):
+    """(N, K) weight on the GPU from logical codes (torch uint8 or numpy) and logical scales,
+    through :func:`trick_values` (the kernel's decode; float64 by default), for checking a
+    benchmark-size run against float64 without a host round trip."""
+    import torch
+
+    dtype = dtype or torch.float64
+    dev = codes.device if isinstance(codes, torch.Tensor) else torch.device("cuda")
+    c = codes if isinstance(codes, torch.Tensor) else torch.from_numpy(np.asarray(codes, np.uint8)).to(dev)
+    lut = torch.from_numpy(trick_values(fmt)).to(dev, dtype)
+    W = lut[c.long()]
+    if fmt == "nvfp4":
+        sv = torch.from_numpy(trick_values("fp8")[np.asarray(scales, np.uint8)]).to(dev, dtype)
+        W *= sv.repeat_interleave(16, dim=1) * float(np.float32(global_scale))
+    else:
+        W *= torch.from_numpy(np.asarray(scales, np.float64)).to(dev, dtype).repeat_interleave(128, dim=1)
+    return W

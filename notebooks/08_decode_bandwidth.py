@@ -1,0 +1,391 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Weight-only decode: bandwidth, FP vs INT, instructions per element
+#
+# Seed 003 measured Marlin's weight-only (A16) kernels at decode on an RTX 3090 and claims:
+#
+# - **C3**: at M = 1 a weight-only GEMM is DRAM-bound: 91-94% of DRAM bandwidth, only 13-33%
+#   of issue slots used.
+# - **C4**: FP8 and INT8 (and NVFP4 and INT4) run at the same effective bandwidth at M = 1
+#   (within 1.5%), although their dequant instructions differ completely.
+# - **C5**: dequant costs 1.8-2.9 instructions per weight element (FP8: 1.81).
+# - **C8**: issue-slot use = instructions per element x elements per second / (SMs x 4
+#   schedulers x clock) predicts Nsight Compute's figure.
+#
+# fp8lab's own four kernels (`gemv_w8a16_fp8`, `gemv_w8a16_int8`, `gemv_w4a16_nvfp4`,
+# `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
+# instruction sequences of the emulators in `fp8lab/dequant.py` and feed bf16 `mma.sync` (HMMA).
+# This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
+# M = 1..64, reports the effective bandwidth (weight + scale bytes over time) against the copy
+# bandwidth measured in the same run, and profiles M = 1 with Nsight Compute (clocks not locked).
+#
+# **The H200 is not a 3090.** The issue-slot model of `fp8lab.roofline` predicts that NVFP4
+# decode at full H200 bandwidth with Marlin's 3.66 instructions per element would need ~93% of
+# the issue slots: the H200 streams about twice as many bytes per scheduler-clock as a 3090, so
+# on it the dequant instruction count matters much more than on the seed's card. We measure how
+# much of the issue budget our kernels use.
+#
+# Without a GPU this notebook redraws what earlier runs measured; the SASS counts below are
+# compiled here either way.
+
+# %% tags=["parameters"]
+mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
+shape_names = ["llama3-70b:down_proj", "qwen3-8b:gate_up"]  # fp8lab.shapes names, >= 32 MiB of weights
+Ms = [1, 4, 16, 64]  # tokens per decode step; the full sweep: [1, 2, 4, 8, 16, 32, 64]
+formats = ["fp8", "int8", "nvfp4", "int4"]
+act = "bf16"  # activation / mma dtype: "bf16" or "fp16"
+rep_ms = 40  # timing budget per (shape, arm, M), milliseconds of graph replays
+ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
+ncu_shapes = ["qwen3-8b:gate_up"]  # shapes to profile (each costs ~30-60 s)
+splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
+seed = 0
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from fp8lab import claims, clocks, dequant, devices, plotting, results
+from fp8lab import roofline as rl
+from fp8lab.experiments import decode as dx
+from fp8lab.kernels import weight_only as wo
+from fp8lab.tools import have_tool
+
+NB = "08_decode_bandwidth"
+run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
+                                        rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
+                                        seed=seed),
+                        device="gpu", mode=mode)
+plotting.apply_style()
+print(run.summary())
+display(dx.shape_table(shape_names).round(1))
+
+# %% [markdown]
+# ## The key idea: the emulator's instructions, issued by the kernel
+#
+# E4M3 -> bf16 for four values in one 32-bit register, Marlin's and/shift/or trick: the sign
+# stays, exponent and mantissa slide right by 4 bits into bf16's fields with e4m3's bias, and
+# the missing factor 2^120 is folded into the group scale. The CUDA source and the emulator's
+# trace are the same seven instructions:
+
+# %%
+src = wo.HEADER.read_text()
+i = src.index("template <uint32_t MASK, int SHIFT>")
+j = src.index("// e2m1 -> fp16")
+print(src[i:j])
+trace = dequant.dequant("e4m3", "bf16", np.zeros(1, np.uint32)).trace
+print("\n".join(str(t) for t in trace))
+
+# %% [markdown]
+# ## SASS: the dequant sequences as ptxas compiled them
+#
+# Compiled here for sm_90 (no GPU needed). Each format's dequant probe minus its pass-through
+# twin must issue the emulator's opcodes, count for count (ptxas moves a left shift to the FMA
+# pipe as `IMAD.SHL`, and may re-create a second 32-bit constant with a move: those are shown as
+# 'extra'). Then the main loop of each GEMV kernel: static instructions per weight element, the
+# dequant class beside the rest, and the MMA opcodes of the whole kernel.
+
+# %%
+static = None
+if have_tool("nvcc") and have_tool("cuobjdump"):
+    probe = wo.dequant_sass_counts("sm_90")
+    emu = probe[probe["kind"] == "emulated"]
+    assert (emu["sass"] == emu["emulator"]).all(), emu[emu["sass"] != emu["emulator"]]
+    assert set(probe.loc[probe["kind"] == "extra", "opcode"]) <= set(wo.PROBE_EXTRA_OK)
+    tot = probe[probe["kind"] == "total"].assign(
+        per_element=lambda d: d["emulator"] / d["elements_per_word"])
+    display(tot[["arm", "act", "emulator", "sass", "elements_per_word", "per_element"]]
+            .rename(columns={"emulator": "emulator instr./word", "sass": "SASS instr./word (incl. extra)"}))
+    static = wo.gemv_sass_counts("sm_90", nt=1)
+    assert (static["fp8_converts"] == 0).all() and set(static["mma_ops"]) <= {"HMMA.16816.F32",
+                                                                             "HMMA.16816.F32.BF16"}
+    per = static[static["act"] == act].groupby(["arm", "dequant_class"])["per_element"].sum().unstack()
+    per.columns = ["other" if not c else "dequant class" for c in per.columns]
+    per["total"] = per.sum(axis=1)
+    per["MMA in the kernel"] = static[static["act"] == act].groupby("arm")["mma_ops"].first()
+    display(per.round(2))
+else:
+    display(Markdown("*nvcc / cuobjdump not found: the SASS counts are skipped.*"))
+
+# %% [markdown]
+# ## Measure
+#
+# Only in measure mode, on a GPU: the copy ceiling, then every (shape, format, M) and cuBLAS
+# BF16, each checked against float64 (4 rows) before it is timed, inputs rotated over more than
+# 2x the L2, timed as back-to-back CUDA-graph replays, with an NVML sampler beside. Then Nsight
+# Compute on M = 1.
+
+# %%
+if run.mode == "measure":
+    import torch
+
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
+        copy = dx.measure_copy(sampler=sampler)
+        sweep = dx.measure_decode(shape_names, Ms, formats, act=act, rep_ms=rep_ms, seed=seed,
+                                  copy=copy, sampler=sampler, splits=splits)
+    clock_summary = sampler.summary()
+    assert len(sweep) == len(shape_names) * len(Ms) * (len(formats) + 1)
+    assert (sweep["check_relerr"] < 1e-2).all()
+    assert (sweep["bw_p20"] <= sweep["bw_p50"]).all() and (sweep["bw_p50"] <= sweep["bw_p80"]).all()
+    # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
+    assert (sweep["fraction_of_copy"] < 1.25).all(), sweep[["arm", "M", "fraction_of_copy"]]
+    assert (sweep["fraction_of_spec"] < 1.0).all()
+    run.write_table("decode", sweep, meta={"clocks": clock_summary, "copy": copy})
+    if static is not None:
+        run.write_table("sass_static", static)
+    if ncu and have_tool("ncu"):
+        from fp8lab import profile
+        from fp8lab.paths import cache_dir
+
+        summaries, opcodes = [], []
+        for sn in ncu_shapes:
+            rep = dx.profile_decode(sn, cache_dir("ncu") / f"decode_{sn.replace(':', '_')}",
+                                    formats=formats, act=act, seed=seed)
+            s, o = dx.ncu_tables(profile.read_report(rep), profile.read_opcodes(rep), sn)
+            assert set(s["arm"]) >= {wo.ARMS[f] for f in formats}, s["arm"].tolist()
+            summaries.append(s)
+            opcodes.append(o)
+        ncu_summary = dx.c8_model(pd.concat(summaries, ignore_index=True), run.gpu["sm_count"])
+        assert (ncu_summary["dram_pct"].between(0, 100)).all()
+        run.write_table("ncu_summary", ncu_summary, meta={"clock_control": "none"})
+        run.write_table("ncu_opcodes", pd.concat(opcodes, ignore_index=True))
+    display(sweep[["shape", "arm", "M", "time_p50_s", "bw_p50", "fraction_of_copy", "splits",
+                   "sm_mhz_median"]].round(3))
+
+# %% [markdown]
+# ## Effective bandwidth against the copy ceiling
+#
+# Weight + scale bytes per second (p50, bars p20-p80) for each arm and M, one panel per
+# shape; the dashed line is the device-to-device copy bandwidth measured in the same run
+# (read + write bytes), the dotted one 90% of it. cuBLAS BF16 reads 2 bytes per weight, so at
+# the same bandwidth it takes 2-4x longer: the bandwidth is what compares.
+
+# %%
+ARM_LABEL = {wo.ARMS["fp8"]: "W8A16 FP8 (e4m3)", wo.ARMS["int8"]: "W8A16 INT8",
+             wo.ARMS["nvfp4"]: "W4A16 NVFP4", wo.ARMS["int4"]: "W4A16 INT4", dx.CUBLAS: "cuBLAS BF16"}
+
+
+def info_for(dev, df):
+    own = run.mode == "measure" and dev == run.device
+    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
+
+
+def draw_bandwidth(df, info):
+    shp = list(dict.fromkeys(df["shape"]))
+    fig, axes = plt.subplots(1, len(shp), figsize=(5.2 * len(shp), 4.0), squeeze=False, sharey=True)
+    for ax, sn in zip(axes[0], shp):
+        d = df[df["shape"] == sn]
+        for arm in dx.ARMS:
+            a = d[d["arm"] == arm].sort_values("M")
+            if a.empty:
+                continue
+            ax.errorbar(a["M"], a["bw_p50"] / 1e12, yerr=[(a["bw_p50"] - a["bw_p20"]) / 1e12,
+                                                          (a["bw_p80"] - a["bw_p50"]) / 1e12],
+                        marker="o", ms=4, capsize=2, label=ARM_LABEL[arm], color=plotting.color(arm))
+        cp = d["copy_Bps"].iloc[0] / 1e12
+        ax.axhline(cp, ls="--", color="#555555", lw=1, label=f"copy {cp:.2f} TB/s")
+        ax.axhline(0.9 * cp, ls=":", color="#555555", lw=1, label="90% of copy")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(d["M"].unique()), [str(m) for m in sorted(d["M"].unique())])
+        ax.set_xlabel("M (tokens)")
+        ax.set_title(f"{sn} (N={d['N'].iloc[0]}, K={d['K'].iloc[0]})")
+    axes[0][0].set_ylabel("effective bandwidth (TB/s, weights + scales)")
+    axes[0][0].legend(fontsize=8, loc="lower left")
+    plotting.save(fig, info, "decode_bandwidth")
+    plt.show()
+
+
+def draw_m1(df, info):
+    d = df[df["M"] == 1]
+    shp = list(dict.fromkeys(d["shape"]))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    width = 0.8 / len(dx.ARMS)
+    for i, arm in enumerate(dx.ARMS):
+        a = d[d["arm"] == arm].set_index("shape").reindex(shp)
+        x = np.arange(len(shp)) + (i - len(dx.ARMS) / 2 + 0.5) * width
+        ax.bar(x, a["fraction_of_copy"], width, color=plotting.color(arm), label=ARM_LABEL[arm])
+        for xi, v in zip(x, a["fraction_of_copy"]):
+            if np.isfinite(v):
+                ax.text(xi, v + 0.01, f"{v:.0%}", ha="center", fontsize=7)
+    ax.axhline(0.9, ls=":", color="#555555", lw=1)
+    ax.set_xticks(np.arange(len(shp)), shp)
+    ax.set_ylabel("M=1 effective bandwidth / copy bandwidth")
+    ax.set_ylim(0, 1.25)
+    ax.legend(fontsize=8, ncol=3, loc="upper center")
+    ax.set_title("Decode at M = 1: FP vs INT at the same width (C4)")
+    plotting.save(fig, info, "decode_m1_parity")
+    plt.show()
+
+
+devs = results.devices_with(NB, "decode")
+tables = {}
+for dev in devs:
+    df = results.load_table(dev, NB, "decode")
+    tables[dev] = df
+    info = info_for(dev, df)
+    draw_bandwidth(df, info)
+    draw_m1(df, info)
+    display(dx.targets(df).round(4))
+    display(dx.parity(df).round(4))
+
+if not devs:
+    display(Markdown("**No measured decode data in `data/` yet.** Run this notebook on a GPU "
+                     "(mode `measure`) to measure it; nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Nsight Compute at M = 1: DRAM, issue slots, instructions per element
+#
+# From the per-opcode counts (thread level, the seed's unit) divided by the K x N weight
+# elements; the dequant class is LOP3 / SHF / PRMT / HADD2 / HFMA2 / HMUL2 / FADD / IMAD.SHL /
+# SHFL. The black ticks are the static SASS count of the same class in the main loop (one
+# iteration, compiled here): executed and static agree when the loop dominates.
+
+
+# %%
+def draw_ncu(s, static_df, info, act_of):
+    s = s[s["arm"].isin(dx.ARMS)]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    x = np.arange(len(s))
+    a1.bar(x - 0.2, s["dram_pct"], 0.4, color="#0072B2", label="DRAM throughput (% of peak)")
+    a1.bar(x + 0.2, s["issue_active_pct"], 0.4, color="#E69F00", label="issue slots active (%)")
+    a1.set_xticks(x, [ARM_LABEL[a].replace(" ", "\n", 1) for a in s["arm"]], fontsize=8)
+    a1.set_ylabel("percent")
+    a1.set_ylim(0, 110)
+    a1.legend(fontsize=8, loc="upper left")
+    a1.set_title(f"ncu, M = 1, {s['shape'].iloc[0]}")
+    deq = s["dequant_inst_per_element"]
+    a2.bar(x, deq, color="#D55E00", label="dequant class")
+    a2.bar(x, s["inst_per_element"] - deq, bottom=deq, color="#999999", label="everything else")
+    if static_df is not None:
+        st = static_df[static_df["act"] == act_of]
+        sd = st[st["dequant_class"]].groupby("arm")["per_element"].sum()
+        for xi, arm in zip(x, s["arm"]):
+            if arm in sd:
+                a2.plot([xi - 0.35, xi + 0.35], [sd[arm]] * 2, color="black", lw=2)
+    a2.set_xticks(x, [ARM_LABEL[a].replace(" ", "\n", 1) for a in s["arm"]], fontsize=8)
+    a2.set_ylabel("thread instructions per weight element")
+    a2.legend(fontsize=8)
+    a2.set_title("executed instr. per element (black: static SASS)")
+    plotting.save(fig, info, "decode_ncu")
+    plt.show()
+
+
+ncu_by_dev = {}
+for dev in results.devices_with(NB, "ncu_summary"):
+    s = results.load_table(dev, NB, "ncu_summary")
+    st = (results.load_table(dev, NB, "sass_static") if dev in results.devices_with(NB, "sass_static")
+          else static)
+    ncu_by_dev[dev] = s
+    d = tables.get(dev)
+    act_of = d.loc[d["arm"] != dx.CUBLAS, "act"].iloc[0] if d is not None else act
+    for sn, g in s.groupby("shape"):
+        draw_ncu(g.reset_index(drop=True), st, info_for(dev, s), act_of)
+    display(s[["shape", "arm", "dram_pct", "issue_active_pct", "inst_per_element", "dequant_inst_per_element",
+               "issue_predicted_pct", "sm_clock_hz"]].round(2))
+
+# %% [markdown]
+# ## C8: the issue-slot model against ncu, and what it predicts at full bandwidth
+#
+# Left: the model's issue use (instructions per element x elements per second / (SMs x 4 x
+# clock), with ncu's duration and clock) against ncu's issue-active %. Right: the model at the
+# copy bandwidth measured here and the card's boost clock, with our measured instructions per
+# element and with the seed's 3.66 for NVFP4: the share of issue slots full-speed decode needs.
+
+# %%
+def draw_c8(s, copy_Bps, spec, info):
+    s = s[s["arm"] != dx.CUBLAS]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for _, r in s.iterrows():
+        a1.scatter(r["issue_active_pct"], r["issue_predicted_pct"], color=plotting.color(r["arm"]),
+                   label=ARM_LABEL[r["arm"]], s=40)
+    lim = max(s["issue_active_pct"].max(), s["issue_predicted_pct"].max()) * 1.15
+    a1.plot([0, lim], [0, lim], color="#555555", lw=0.8, ls="--")
+    a1.set_xlim(0, lim)
+    a1.set_ylim(0, lim)
+    a1.set_xlabel("ncu issue slots active (%)")
+    a1.set_ylabel("model prediction (%)")
+    a1.legend(fontsize=8)
+    a1.set_title("C8: model vs ncu, M = 1")
+    rows = []
+    for _, r in s.iterrows():
+        eps = copy_Bps / wo.bytes_per_element(r["fmt"])
+        rows.append((ARM_LABEL[r["arm"]], 100 * rl.issue_slot_utilisation(r["inst_per_element"], eps, spec.sms,
+                                                                          spec.clock_hz), r["arm"]))
+    eps = copy_Bps / rl.NVFP4_BYTES_PER_ELEMENT
+    rows.append(("NVFP4 at the seed's 3.66", 100 * rl.issue_slot_utilisation(
+        rl.SEED003_C8["nvfp4_instr_per_element"], eps, spec.sms, spec.clock_hz), "seed"))
+    y = np.arange(len(rows))
+    a2.barh(y, [r[1] for r in rows], color=[plotting.color(r[2], "#777777") for r in rows])
+    for yi, r in zip(y, rows):
+        a2.text(r[1] + 1, yi, f"{r[1]:.0f}%", va="center", fontsize=8)
+    a2.set_yticks(y, [r[0] for r in rows], fontsize=8)
+    a2.axvline(100, color="#555555", lw=0.8, ls="--")
+    a2.set_xlabel(f"issue slots needed at {copy_Bps / 1e12:.2f} TB/s, {spec.boost_clock_mhz:.0f} MHz (%)")
+    a2.set_title(f"the model on {spec.name}")
+    plotting.save(fig, info, "decode_c8")
+    plt.show()
+    return pd.DataFrame(rows, columns=["arm", "issue_needed_pct", "key"])
+
+
+c8_full = {}
+for dev, s in ncu_by_dev.items():
+    df = tables.get(dev)
+    spec = devices.spec_for(s.attrs["meta"].get("device_name", dev)) or devices.spec_for(dev)
+    if df is None or spec is None:
+        continue
+    c8_full[dev] = draw_c8(s, float(df["copy_Bps"].iloc[0]), spec, info_for(dev, s))
+
+# %% [markdown]
+# ## Verdicts and what the numbers say
+#
+# Computed from the measured tables (never typed). C3 needs the ncu profile for its issue-slot
+# half; without it the timing alone can only show the DRAM-bound half.
+
+# %%
+for dev, df in tables.items():
+    s = ncu_by_dev.get(dev)
+    st = results.load_table(dev, NB, "sass_static") if dev in results.devices_with(NB, "sass_static") else static
+    model = s if s is not None and "issue_predicted_pct" in s else None
+    act_of = df.loc[df["arm"] != dx.CUBLAS, "act"].iloc[0]   # the dtype that run measured
+    verdicts = [dx.c3_verdict(df, s), dx.c4_verdict(df), dx.c5_verdict(s, st, act_of), dx.c8_verdict(model)]
+    own = run.mode == "measure" and dev == run.device
+    if own:
+        claims.record(run, verdicts)
+    for v in verdicts:
+        display(Markdown(f"**{v.claim}: {v.verdict}** ({dev}). {v.our_figure}. {v.reason}"))
+    meta = df.attrs["meta"]
+    m1 = df[(df["M"] == 1) & (df["arm"] != dx.CUBLAS)]
+    cb = df[(df["M"] == 1) & (df["arm"] == dx.CUBLAS)]
+    tg = dx.targets(df)
+    clk = (meta.get("extra") or {}).get("clocks") or {}
+    text = (f"**{meta.get('device_name', dev)}** ({str(meta.get('time', ''))[:10]}): copy bandwidth "
+            f"{df['copy_Bps'].iloc[0] / 1e12:.2f} TB/s. At M = 1 the weight-only kernels stream "
+            f"{m1['bw_p50'].min() / 1e12:.2f}-{m1['bw_p50'].max() / 1e12:.2f} TB/s "
+            f"({m1['fraction_of_copy'].min():.0%}-{m1['fraction_of_copy'].max():.0%} of copy); cuBLAS BF16 "
+            f"{cb['bw_p50'].min() / 1e12:.2f}-{cb['bw_p50'].max() / 1e12:.2f} TB/s. Targets met: "
+            f"{int(tg['met'].sum())} of {len(tg)}.")
+    if s is not None:
+        nv = s[s["fmt"] == "nvfp4"]
+        if len(nv):
+            text += (f" NVFP4 executes {nv['inst_per_element'].iloc[0]:.2f} instructions per element "
+                     f"({nv['dequant_inst_per_element'].iloc[0]:.2f} of them dequant) and keeps "
+                     f"{nv['issue_active_pct'].iloc[0]:.0f}% of the issue slots busy at M = 1.")
+    if clk.get("sm_mhz_median"):
+        text += f" SM clock median {clk['sm_mhz_median']:.0f} MHz during the sweep."
+    display(Markdown(text))

@@ -1,0 +1,182 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Weight-only prefill against cuBLAS BF16; W8A8 vs W8A16 vs BF16
+#
+# Seed 003 (RTX 3090) claims:
+#
+# - **C7**: at prefill (M = 8192) the weight-only GEMM runs at 95-97% of cuBLAS BF16 at the
+#   same clock; cuBLAS reaches ~99% of the spec's TFLOPS per GHz.
+# - **C9**: W8A8 doubles the compute ceiling of prefill (FP4 x4); at decode, quantising
+#   activations does not help and can be slower.
+#
+# Five arms on one Llama-style layer across M: cuBLAS BF16 (`torch.mm`), two W8A16 kernels
+# (fp8lab's mma.sync decode kernel `gemv_w8a16_fp8`, and `triton_w8a16`, which turns e4m3 codes
+# into bf16 inside the K loop and feeds `tl.dot`, wgmma on Hopper), and two W8A8 kernels
+# (cuBLASLt's blockwise FP8 and fp8lab's Triton blockwise kernel), the W8A8 ones also with the
+# 1x128 activation quantisation added. "At the same clock" is TFLOP/s divided by the SM clock
+# NVML sampled during each measurement: the H200 is power-capped under GEMM load and drops its
+# clock, by different amounts for different kernels.
+#
+# Without a GPU this notebook redraws what earlier runs measured.
+
+# %% tags=["parameters"]
+mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
+shape_name = "llama3-70b:o_proj"  # fp8lab.shapes name (N = K = 8192)
+Ms = [1, 64, 1024, 8192]  # tokens; the full sweep: [1, 4, 16, 64, 256, 1024, 4096, 8192]
+arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise"]
+rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
+seed = 0
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import Markdown, display
+
+from fp8lab import claims, clocks, plotting, results
+from fp8lab.experiments import prefill as px
+from fp8lab.kernels import triton_w8a16 as tw
+
+NB = "11_prefill"
+run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed),
+                        device="gpu", mode=mode)
+plotting.apply_style()
+print(run.summary())
+
+# %% [markdown]
+# ## The key idea: dequantise in the K loop, multiply in 16 bits
+#
+# No mma takes bf16 x e4m3, so a W8A16 GEMM converts each weight tile to bf16 before its
+# `tl.dot`: two masks, two shifts and an or put the e4m3 bits into bf16's fields (the value
+# comes out 2^120 too small, and the folded group scale multiplies that back), then one bf16
+# multiply applies the scale. On Hopper the dot is a bf16 wgmma (HGMMA): the FP8 tensor cores
+# are never used by a weight-only kernel.
+
+# %%
+import inspect
+
+src = inspect.getsource(tw)  # the module: a @triton.jit object has no source of its own
+print(src[src.index("    acc = tl.zeros"):src.index("    c_ptrs")])
+
+# %% [markdown]
+# ## Measure
+#
+# Only in measure mode, on a GPU. Each arm is checked against float64 (4 rows) before it is
+# timed; CUDA events with L2 flushed, p20 / p50 / p80; NVML clocks sampled beside.
+
+# %%
+if run.mode == "measure":
+    import torch
+
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    with clocks.ClockSampler(uuid=uuid, interval_s=0.01) as sampler:
+        sweep = px.measure_prefill(shape_name, Ms, arms, rep_ms=rep_ms, seed=seed, sampler=sampler)
+    clock_summary = sampler.summary()
+    assert (sweep["check_relerr"] < 1e-2).all()
+    assert (sweep["tflops_p20"] <= sweep["tflops_p50"]).all() and (sweep["tflops_p50"] <= sweep["tflops_p80"]).all()
+    # faster than the FP8 datasheet would be a timing or counting bug
+    assert (sweep["tflops_p50"] < 2000).all(), sweep[["arm", "M", "tflops_p50"]]
+    run.write_table("prefill", sweep, meta={"clocks": clock_summary, "quantiser": sweep.attrs["quantiser"]})
+    display(sweep[["M", "arm", "time_p50_s", "tflops_p50", "sm_mhz_median", "tflops_per_ghz", "config"]].round(3))
+
+# %% [markdown]
+# ## TFLOP/s across M, and per GHz at prefill
+#
+# Left: TFLOP/s (p50, bars p20-p80) against M for every arm; dashed: the W8A8 arms with the
+# activation quantisation added. Right: at the largest M, TFLOP/s per GHz of SM clock (the
+# sampled median during each arm's measurement), beside the spec sheet's BF16 TFLOP/s per GHz.
+
+# %%
+LABEL = {"cublas_bf16": "cuBLAS BF16 (W16A16)", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (W8A16, mma.sync)",
+         "triton_w8a16": "triton_w8a16 (W8A16, wgmma)", "cublaslt_blockwise": "cuBLASLt blockwise (W8A8)",
+         "triton_blockwise": "triton_blockwise (W8A8)"}
+COLOR = {"triton_w8a16": "#CC79A7"}
+
+
+def draw(df, info):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.4), gridspec_kw=dict(wspace=0.6))
+    for arm in px.ARMS:
+        for wq in (False, True):
+            d = df[(df["arm"] == arm + ("+quant" if wq else "")) & (df["with_quant"] == wq)].sort_values("M")
+            if d.empty:
+                continue
+            c = plotting.color(arm, COLOR.get(arm))
+            a1.errorbar(d["M"], d["tflops_p50"], yerr=[d["tflops_p50"] - d["tflops_p20"],
+                                                       d["tflops_p80"] - d["tflops_p50"]],
+                        marker="o", ms=4, capsize=2, color=c, ls="--" if wq else "-",
+                        label=LABEL[arm] + (" + act. quantisation" if wq else ""))
+    a1.set_xscale("log", base=2)
+    ms = sorted(df["M"].unique())
+    a1.set_xticks(ms, [str(m) for m in ms])
+    a1.set_yscale("log")
+    a1.set_xlabel("M (tokens)")
+    a1.set_ylabel("TFLOP/s (p50)")
+    a1.set_title(f"{df['shape'].iloc[0]} (N={df['N'].iloc[0]}, K={df['K'].iloc[0]})")
+    a1.legend(fontsize=7, loc="upper left")
+    M = df["M"].max()
+    d = df[(df["M"] == M) & (~df["with_quant"])].set_index("arm").reindex([a for a in px.ARMS if a in set(df["arm"])])
+    y = np.arange(len(d))
+    a2.barh(y, d["tflops_per_ghz"], color=[plotting.color(a, COLOR.get(a)) for a in d.index])
+    for yi, (a, r) in zip(y, d.iterrows()):
+        a2.text(r["tflops_per_ghz"] + 5, yi, f"{r['tflops_per_ghz']:.0f} ({r['tflops_p50']:.0f} TFLOP/s at "
+                f"{r['sm_mhz_median']:.0f} MHz)", va="center", fontsize=7)
+    a2.axvline(d["spec_tflops_per_ghz"].iloc[0], color="#555555", ls="--", lw=1, label="spec BF16 per GHz")
+    a2.set_yticks(y, [LABEL[a] for a in d.index], fontsize=8)
+    a2.set_xlabel(f"TFLOP/s per GHz of SM clock at M = {M}")
+    a2.set_xlim(0, max(d["tflops_per_ghz"].max(), d["spec_tflops_per_ghz"].iloc[0]) * 1.6)
+    a2.legend(fontsize=8, loc="lower right")
+    a2.set_title("C7: at the same clock")
+    plotting.save(fig, info, "prefill_tflops")
+    plt.show()
+
+
+devs = results.devices_with(NB, "prefill")
+tables = {}
+for dev in devs:
+    df = results.load_table(dev, NB, "prefill")
+    tables[dev] = df
+    own = run.mode == "measure" and dev == run.device
+    draw(df, run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True))
+    display(px.best_by_scheme(df, with_quant=True)[["M", "scheme", "arm", "time_p50_s", "tflops_p50"]].round(3))
+
+if not devs:
+    display(Markdown("**No measured prefill data in `data/` yet.** Run this notebook on a GPU (mode "
+                     "`measure`) to measure it; nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Verdicts and what the numbers say
+
+# %%
+for dev, df in tables.items():
+    verdicts = [px.c7_verdict(df), px.c9_verdict(df)]
+    if run.mode == "measure" and dev == run.device:
+        claims.record(run, verdicts)
+    for v in verdicts:
+        display(Markdown(f"**{v.claim}: {v.verdict}** ({dev}). {v.our_figure}. {v.reason}"))
+    t = px.c7_table(df)
+    b = px.best_by_scheme(df, with_quant=True)
+    lo, hi = b["M"].min(), b["M"].max()
+    fast = b[b["M"] == lo].sort_values("time_p50_s").iloc[0]
+    top = b[b["M"] == hi].sort_values("time_p50_s").iloc[0]
+    meta = df.attrs["meta"]
+    text = (f"**{meta.get('device_name', dev)}** ({str(meta.get('time', ''))[:10]}): at M = {lo} the fastest "
+            f"scheme is {fast['scheme']} ({fast['arm']}, {fast['time_p50_s'] * 1e6:.1f} us); at M = {hi} it is "
+            f"{top['scheme']} ({top['arm']}, {top['tflops_p50']:.0f} TFLOP/s).")
+    if t:
+        text += (f" The best W8A16 kernel ({t['best_w8a16']}) runs at {t['ratio']:.0%} of cuBLAS BF16 per GHz "
+                 f"({t['ratio_raw']:.0%} in plain TFLOP/s), and cuBLAS at {t['cublas_of_spec']:.0%} of the spec "
+                 "sheet's BF16 TFLOP/s per GHz.")
+    display(Markdown(text))

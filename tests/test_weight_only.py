@@ -1,0 +1,458 @@
+"""fp8lab.kernels.weight_only on CPU: packed layouts against the emulators and an independent
+decode, hand-derived fragment positions, byte counts, split-K choice, input validation, and
+the SASS of the kernels compiled here (dequant sequences against the emulators' traces, HMMA
+only, no FP8 conversions)."""
+
+import numpy as np
+import pytest
+
+from fp8lab import dequant
+from fp8lab.kernels import weight_only as wo
+from fp8lab.tools import have_tool
+
+needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")),
+                                reason="needs nvcc and cuobjdump")
+
+
+# --------------------------------------------------------------------------- packing
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+@pytest.mark.parametrize("act", wo.ACT_DTYPES)
+@pytest.mark.parametrize("N,K", [(80, 384), (16, 128), (33, 256)])
+def test_packed_weight_through_emulators_equals_independent_decode(fmt, act, N, K):
+    d = wo.generate(fmt, 2, N, K, act=act, seed=N + K)
+    pw = wo.pack_weights(fmt, d["codes"], d["scales"], act=act, global_scale=d["global_scale"])
+    W = wo.emulate_packed(pw)
+    R = wo.dequantize(fmt, d["codes"], d["scales"], d["global_scale"])
+    assert W.shape == (N, K)
+    assert np.array_equal(W, R)     # bit tricks + byte order + scale folding, exactly
+    words = pw.n_rows * K * wo.BITS[fmt] // 32
+    assert pw.w.shape == (words,) and pw.w.dtype == np.uint32
+
+
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+def test_every_code_survives_packing(fmt):
+    codes = wo.all_codes(fmt, 32, 256, seed=3)
+    assert len(np.unique(codes)) == 1 << wo.BITS[fmt]
+    sc, gs, _ = wo.unit_scales(fmt, "fp16", 32, 256)
+    pw = wo.pack_weights(fmt, codes, sc, act="fp16", global_scale=gs)
+    W = wo.emulate_packed(pw)
+    R = wo.dequantize(fmt, codes, sc, gs)
+    nan = np.isnan(R)                 # e4m3 0x7F / 0xFF: the trick gives +-480 (no NaN check)
+    assert np.array_equal(W[~nan], R[~nan])
+    if fmt == "fp8":
+        assert nan.any() and np.all(np.abs(W[nan]) == 480)
+
+
+def test_positions_hand_derived():
+    # PTX m16n8k16 A fragment: a0 (row g, cols 2tq, 2tq+1), a1 (row g+8), a2 (cols + 8), a3 (both)
+    n, k = wo._positions(8, 1, 1)
+    # lane 0, uint4 q 0, word 0 (kk 0, half 0): (0,0) (0,1) (8,0) (8,1)
+    assert list(zip(n[:4], k[:4])) == [(0, 0), (0, 1), (8, 0), (8, 1)]
+    # lane 5 (g 1, tq 1), q 0, word 1 (kk 0, half 1): cols 2+8, 3+8
+    i = (0 * 32 + 5) * 16 + 1 * 4
+    assert list(zip(n[i:i + 4], k[i:i + 4])) == [(1, 10), (1, 11), (9, 10), (9, 11)]
+    # q 3, lane 31 (g 7, tq 3), word 3: kk 7, half 1
+    i = (3 * 32 + 31) * 16 + 3 * 4
+    assert list(zip(n[i:i + 4], k[i:i + 4])) == [(7, 126), (7, 127), (15, 126), (15, 127)]
+    n4, k4 = wo._positions(4, 1, 1)
+    # q 3 = tile 1, kk 4 + wi; lane 0, word 0 -> kk 4: a0..a3 of rows 16 / 24, cols 64.. / 72..
+    i = (3 * 32 + 0) * 32 + 0
+    assert list(zip(n4[i:i + 8], k4[i:i + 8])) == [(16, 64), (16, 65), (24, 64), (24, 65),
+                                                   (16, 72), (16, 73), (24, 72), (24, 73)]
+    for nn, kk, rows in ((n, k, 16), (n4, k4, 32)):      # a bijection onto the tile
+        assert len(set(zip(nn.tolist(), kk.tolist()))) == rows * 128 == len(nn)
+
+
+def test_scale_folding_and_factors():
+    assert wo.fold_factor("fp8", "fp16") == 2.0 ** 8
+    assert wo.fold_factor("fp8", "bf16") == 2.0 ** 120
+    assert wo.fold_factor("int8", "bf16") == 1.0 and wo.fold_factor("int4", "fp16") == 1.0
+    d = wo.generate("fp8", 1, 16, 128, act="bf16")
+    pw = wo.pack_weights("fp8", d["codes"], d["scales"], act="bf16")
+    lo = (pw.s & 0xFFFF).astype(np.uint16).view(wo._NP_DTYPE["bf16"]).astype(np.float64)
+    assert np.array_equal(lo[:8], d["scales"][:8, 0] * 2.0 ** 120)   # rows 0..7, step 0
+    nv = wo.generate("nvfp4", 1, 32, 128)
+    pn = wo.pack_weights("nvfp4", nv["codes"], nv["scales"], global_scale=nv["global_scale"])
+    assert pn.out_factor == pytest.approx(2.0 ** 7 * nv["global_scale"], rel=1e-7)
+
+
+def test_pack_rejects_bad_input():
+    codes = np.zeros((16, 128), np.uint8)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        wo.pack_weights("fp6", codes, np.ones((16, 1)))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        wo.pack_weights("fp8", np.zeros((16, 100), np.uint8), np.ones((16, 1)))
+    with pytest.raises(ValueError, match="codes must lie in 0..15"):
+        wo.pack_weights("int4", np.full((16, 128), 16), np.ones((16, 1)))
+    with pytest.raises(ValueError, match=r"shape \(N, K/128\)"):
+        wo.pack_weights("int8", codes, np.ones((16, 2)))
+    with pytest.raises(ValueError, match="exactly representable in bf16"):
+        wo.pack_weights("int8", codes, np.full((16, 1), 0.1))
+    with pytest.raises(ValueError, match="must stay exact in fp16"):       # 512 x 2^8 overflows fp16
+        wo.pack_weights("fp8", codes, np.full((16, 1), 512.0), act="fp16")
+    with pytest.raises(ValueError, match="global_scale is NVFP4's"):
+        wo.pack_weights("fp8", codes, np.ones((16, 1)), global_scale=2.0)
+    with pytest.raises(ValueError, match=r"\(N, K/16\)"):
+        wo.pack_weights("nvfp4", codes, np.ones((16, 1), np.uint8))
+    with pytest.raises(ValueError, match="act dtype"):
+        wo.pack_weights("fp8", codes, np.ones((16, 1)), act="fp32")
+
+
+# --------------------------------------------------------------------------- exact probes
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+@pytest.mark.parametrize("act", wo.ACT_DTYPES)
+def test_onehot_probe_is_exact_in_the_output_type(fmt, act):
+    """The bitwise GPU test expects out[m, n] = value(code[n, cols[m]]) exactly: check on CPU
+    that the construction makes the emulated product exact and representable in act."""
+    N, K, M = 32, 256, 64
+    codes = wo.all_codes(fmt, N, K)
+    sc, gs, a = wo.unit_scales(fmt, act, N, K)
+    pw = wo.pack_weights(fmt, codes, sc, act=act, global_scale=gs)
+    cols = np.arange(M) * 4 + 1
+    x = wo.onehot(M, K, cols, a)
+    expect = x @ wo.emulate_packed(pw).T
+    value = wo.dequantize(fmt, codes, np.ones_like(sc) if fmt != "nvfp4" else sc)
+    value = np.where(np.isnan(value), np.copysign(480.0, value), value)   # e4m3 NaN codes -> +-480
+    assert np.array_equal(expect, value[:, cols].T)
+    r = expect.astype(wo._NP_DTYPE[act]).astype(np.float64)
+    assert np.array_equal(r, expect)
+
+
+def test_generate_quantises_reasonably():
+    for fmt, tol in (("fp8", 0.04), ("int8", 0.01), ("int4", 0.2), ("nvfp4", 0.15)):
+        d = wo.generate(fmt, 1, 64, 512, seed=1)
+        W = wo.dequantize(fmt, d["codes"], d["scales"], d["global_scale"])
+        assert np.isfinite(W).all()
+        assert d["codes"].max() < 1 << wo.BITS[fmt]
+        # reconstruct the generator's unquantised weight to measure the error
+        rng = np.random.default_rng(1)
+        rng.standard_normal((1, 512))                      # the activations, drawn first
+        rng.uniform(-2, 2, size=(1, 1))
+        w = 0.02 * rng.standard_normal((64, 512)) * np.exp2(rng.uniform(-1, 1, size=(64, 1)))
+        err = np.linalg.norm(W - w) / np.linalg.norm(w)
+        assert err < tol, (fmt, err)
+
+
+# --------------------------------------------------------------------------- counting
+def test_byte_counts():
+    b = wo.byte_count("fp8", 4096, 4096)
+    assert b == {"weight_bytes": 4096 * 4096, "scale_bytes": 4096 * 32 * 2,
+                 "stream_bytes": 4096 * 4096 + 4096 * 64}
+    n = wo.byte_count("nvfp4", 4096, 4096)
+    assert n["weight_bytes"] == 4096 * 2048 and n["scale_bytes"] == 4096 * 256 + 4
+    assert wo.byte_count("int8", 96, 384) == wo.byte_count("fp8", 96, 384)    # C4 pairs: same bytes
+    assert wo.bytes_per_element("int4") == 0.5 + 2 / 128
+    f = wo.flop_byte_count("int4", 3, 256, 512)
+    assert f["flops"] == 2 * 3 * 256 * 512
+    assert f["bytes"] == f["stream_bytes"] + 3 * 512 * 2 + 3 * 256 * 2
+    with pytest.raises(ValueError, match="multiple of 128"):
+        wo.byte_count("fp8", 16, 100)
+    with pytest.raises(ValueError, match="positive integer"):
+        wo.flop_byte_count("fp8", 0, 16, 128)
+
+
+def test_tiling_mirrors_the_kernel():
+    assert [wo.n_tiles(m) for m in (1, 8, 9, 16, 17, 32, 33, 64, 65, 8192)] == [1, 1, 2, 2, 4, 4, 8, 8, 8, 8]
+    assert wo.tiles_per_warp("nvfp4", 1) == 2 and wo.tiles_per_warp("nvfp4", 2) == 1
+    assert wo.tiles_per_warp("fp8", 1) == 1
+    assert wo.padded_rows("int4", 200) == 224 and wo.padded_rows("fp8", 200) == 208
+    assert wo.grid_x("fp8", 4096, 1) == 32 and wo.grid_x("int4", 4096, 1) == 16
+    assert wo.smem_bytes(8) == 2 * 64 * 392 * 2 + 832
+
+
+def test_choose_splits():
+    # small N: 32 CTAs along N cannot fill 132 x 2 slots alone
+    s = wo.choose_splits("fp8", 1, 4096, 4096, sms=132, ctas_per_sm=2)
+    assert s > 1 and 32 * s <= 2 * 264
+    # one slot: splitting only adds reduction traffic
+    assert wo.choose_splits("fp8", 1, 4096, 4096, sms=1, ctas_per_sm=1) == 1
+    # the returned count is what the launch really has: ceil(steps / ceil(steps / s))
+    for K in (384, 1280, 28672):
+        steps = K // 128
+        s = wo.choose_splits("int4", 4, 8192, K, sms=132, ctas_per_sm=2)
+        assert -(-steps // -(-steps // s)) == s and 1 <= s <= steps
+    with pytest.raises(ValueError, match="sms"):
+        wo.choose_splits("fp8", 1, 16, 128, sms=0, ctas_per_sm=1)
+
+
+# --------------------------------------------------------------------------- SASS
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dequant_sass_matches_the_emulators(arch):
+    d = wo.dequant_sass_counts(arch)
+    emu = d[d["kind"] == "emulated"]
+    bad = emu[emu["sass"] != emu["emulator"]]
+    assert bad.empty, bad
+    extra = d[d["kind"] == "extra"]
+    assert set(extra["opcode"]) <= set(wo.PROBE_EXTRA_OK), extra
+    per = extra.groupby(["fmt", "act"])["sass"].sum()
+    assert (per <= 3).all(), per
+
+
+@needs_nvcc
+def test_gemv_sass_hmma_only_and_dequant_per_element():
+    d = wo.gemv_sass_counts("sm_90", nt=1)
+    assert set(d["mma_ops"]) == {"HMMA.16816.F32", "HMMA.16816.F32.BF16"}
+    assert (d["fp8_converts"] == 0).all()
+    for (fmt, act), g in d.groupby(["fmt", "act"]):
+        target = "fp16" if act == "fp16" else "bf16"
+        emu = dequant.dequant(wo.CODE_FORMAT[fmt], target, np.zeros(1, np.uint32)).ops_per_element
+        deq = g.loc[g["dequant_class"], "per_element"].sum()
+        total = g["per_element"].sum()
+        assert emu <= deq < total, (fmt, act, emu, deq, total)
+        # the loop spends at most ~1.3 instructions per element beyond the trick (nvfp4: block
+        # scales x 16-bit multiply, ~0.75)
+        assert total - emu < 1.45, (fmt, act, total, emu)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_fast_layout_and_word_packing_agree_with_the_reference_ones(bits):
+    rng = np.random.default_rng(bits)
+    rows = 64
+    codes = rng.integers(0, 1 << bits, size=(rows, 384), dtype=np.uint8)
+    n, k = wo._positions(bits, rows // (16 if bits == 8 else 32), 3)
+    logical = wo._layout(codes, bits)
+    assert np.array_equal(logical, codes[n, k])
+    fmt = "e4m3" if bits == 8 else "e2m1"
+    assert np.array_equal(wo.pack_words(bits, logical), dequant.pack(fmt, logical))
+
+
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+def test_unpack_inverts_pack(fmt):
+    codes = wo.all_codes(fmt, 64, 384, seed=5)
+    sc, gs, _ = wo.unit_scales(fmt, "bf16", 64, 384)
+    pw = wo.pack_weights(fmt, codes, sc, global_scale=gs)
+    assert np.array_equal(wo.unpack_codes(fmt, pw.w, 64, 384), codes)
+
+
+def test_random_weight_is_packed_like_pack_weights():
+    for fmt in wo.FORMATS:
+        pw, info = wo.random_weight(fmt, 48, 256, act="bf16", seed=2)
+        ref = wo.pack_weights(fmt, info["codes"], info["scales"], act="bf16", global_scale=info["global_scale"])
+        rows = wo.padded_rows(fmt, 48)
+        # the same words on the real rows (random_weight leaves random codes in padding rows)
+        assert np.array_equal(wo.unpack_codes(fmt, pw.w, rows, 256)[:48], wo.unpack_codes(fmt, ref.w, rows, 256)[:48])
+        assert np.array_equal(pw.s, ref.s)
+        assert pw.out_factor == ref.out_factor
+        W = wo.emulate_packed(pw)
+        assert np.isfinite(W).all() and np.abs(W).max() > 0
+
+
+# --------------------------------------------------------------------------- decode experiment logic
+def synthetic_decode(bw=None, copy=4.2e12, Ms=(1, 4)):
+    """A decode table as measure_decode writes it, from chosen effective bandwidths."""
+    import pandas as pd
+    from fp8lab.experiments import decode as dx
+    bw = bw or {}
+    rows = []
+    for sn in dx.DEFAULT_SHAPES:
+        from fp8lab import shapes
+        s = shapes.get(sn)
+        for arm in dx.ARMS:
+            fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
+            b = wo.byte_count(fmt, s.N, s.K) if fmt != "bf16" else {
+                "weight_bytes": 2 * s.N * s.K, "scale_bytes": 0, "stream_bytes": 2 * s.N * s.K}
+            for M in Ms:
+                v = bw.get((sn, fmt, M), bw.get(fmt, 3.9e12))
+                t = b["stream_bytes"] / v
+                rows.append(dict(shape=sn, N=s.N, K=s.K, M=M, arm=arm, fmt=fmt, act="bf16",
+                                 weight_bytes=b["weight_bytes"], scale_bytes=b["scale_bytes"],
+                                 stream_bytes=b["stream_bytes"], flop=2.0 * M * s.N * s.K,
+                                 time_p20_s=0.99 * t, time_p50_s=t, time_p80_s=1.01 * t,
+                                 bw_p20=v / 1.01, bw_p50=v, bw_p80=v / 0.99, tflops_p50=2 * M * s.N * s.K / t / 1e12,
+                                 copy_Bps=copy, fraction_of_copy=v / copy, spec_Bps=4.8e12,
+                                 fraction_of_spec=v / 4.8e12, splits=2, grid="(64, 2, 1)", ctas_per_sm=2,
+                                 check_relerr=1e-3, rotation_sets=2, timing_method="graph", n_samples=50,
+                                 sm_mhz_median=1980, sm_mhz_min=1950, mem_mhz_median=3201, power_w_max=400))
+    return pd.DataFrame(rows, columns=dx.COLUMNS)
+
+
+def synthetic_ncu(dram=92.0, issue=None, ipe=None, deq=None):
+    import pandas as pd
+    from fp8lab.experiments import decode as dx
+    from fp8lab import shapes
+    sn = dx.DEFAULT_SHAPES[1]
+    s = shapes.get(sn)
+    issue = issue or {}
+    ipe = ipe or {"fp8": 2.4, "int8": 3.2, "nvfp4": 3.1, "int4": 1.8, "bf16": 0.5}
+    deq = deq or {"fp8": 1.80, "int8": 2.55, "nvfp4": 2.6, "int4": 1.45, "bf16": 0.1}
+    rows = []
+    for arm in dx.ARMS:
+        fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
+        dur = wo.byte_count(fmt, s.N, s.K)["stream_bytes"] / 3.9e12 if fmt != "bf16" else 2 * s.N * s.K / 3.9e12
+        rows.append(dict(shape=sn, N=s.N, K=s.K, M=1, arm=arm, fmt=fmt, kernels=1, duration_s=dur,
+                         dram_pct=dram, issue_active_pct=issue.get(fmt, 30.0), issue_slots_busy_pct=30.0,
+                         sm_clock_hz=1.98e9, dram_bytes=1.0, stream_bytes=1.0, eff_bw=3.9e12, registers=128,
+                         warp_inst=1.0, thread_inst=1.0, inst_per_element=ipe[fmt],
+                         warp_inst_per_element=ipe[fmt] / 32, dequant_inst_per_element=deq[fmt]))
+    return pd.DataFrame(rows)
+
+
+def test_parity_and_targets():
+    from fp8lab.experiments import decode as dx
+    sn0, sn1 = dx.DEFAULT_SHAPES
+    df = synthetic_decode({"fp8": 4.0e12, "int8": 3.96e12, "nvfp4": 3.6e12, "int4": 3.9e12})
+    p = dx.parity(df)
+    assert len(p) == 4
+    r = p[(p["shape"] == sn0) & (p["fp"] == "nvfp4")].iloc[0]
+    assert r["rel_diff"] == pytest.approx(3.6 / 3.9 - 1)
+    t = dx.targets(df)
+    # every weight-only arm has >= 32 MiB on both default shapes: 8 bandwidth rows + 4 parity rows
+    assert len(t) == 12
+    assert not t[t["arm"] == wo.ARMS["nvfp4"]]["met"].any()          # 3.6 / 4.2 < 90%
+    assert t[t["arm"] == wo.ARMS["fp8"]]["met"].all()
+    par = t[t["target"].str.contains("<=")]
+    assert par["met"].tolist().count(False) == 2                      # nvfp4 vs int4 on both shapes
+
+
+def test_c3_c4_verdicts():
+    from fp8lab.experiments import decode as dx
+    good = synthetic_decode({"fp8": 3.95e12, "int8": 3.94e12, "nvfp4": 3.9e12, "int4": 3.92e12})
+    assert dx.c4_verdict(good).verdict == "holds"
+    gap = synthetic_decode({"fp8": 3.95e12, "int8": 3.94e12, "nvfp4": 3.84e12, "int4": 3.92e12})
+    assert dx.c4_verdict(gap).verdict == "holds-in-kind"
+    far = synthetic_decode({"nvfp4": 3.0e12, "int4": 3.92e12})
+    v = dx.c4_verdict(far)
+    assert v.verdict == "differs" and "nvfp4" in v.reason
+    assert dx.c3_verdict(good, synthetic_ncu(92, {"nvfp4": 30})).verdict == "holds"
+    v = dx.c3_verdict(good, synthetic_ncu(92, {"nvfp4": 75}))
+    assert v.verdict == "holds-in-kind" and "gemv_w4a16_nvfp4" in v.reason
+    assert dx.c3_verdict(good, synthetic_ncu(70)).verdict == "differs"
+    assert dx.c3_verdict(good, None).verdict == "holds-in-kind"           # timing only
+    assert dx.c3_verdict(far, None).verdict == "differs"                  # 3.0 / 4.2 < 85%
+
+
+def test_c5_c8_verdicts_and_model():
+    from fp8lab.experiments import decode as dx
+    n = synthetic_ncu()
+    assert dx.c5_verdict(n).verdict == "holds"
+    assert dx.c5_verdict(synthetic_ncu(deq={"fp8": 2.2, "int8": 2.5, "nvfp4": 2.6, "int4": 1.4,
+                                            "bf16": 0})).verdict == "holds-in-kind"
+    assert dx.c5_verdict(None).verdict == "not-run"
+    m = dx.c8_model(n, sms=132)
+    # the model by hand for fp8: ipe / 32 x elements/s / (132 x 4 x clock)
+    r = m[m["fmt"] == "fp8"].iloc[0]
+    want = 100 * r["inst_per_element"] / 32 * (r["N"] * r["K"] / r["duration_s"]) / (132 * 4 * 1.98e9)
+    assert r["issue_predicted_pct"] == pytest.approx(want)
+    # make ncu agree with the model: holds; off by half: differs
+    agree = m.assign(issue_active_pct=m["issue_predicted_pct"] * 1.05)
+    assert dx.c8_verdict(dx.c8_model(agree, 132)).verdict == "holds"
+    off = m.assign(issue_active_pct=m["issue_predicted_pct"] * 2)
+    assert dx.c8_verdict(dx.c8_model(off, 132)).verdict == "differs"
+    assert dx.c8_verdict(None).verdict == "not-run"
+
+
+def test_ncu_tables_groups_kernels_by_arm():
+    import pandas as pd
+    from fp8lab.experiments import decode as dx
+    sn = "qwen3-8b:o_proj"
+    names = ["void fp8lab::wo::gemv_w8a16_fp8<true, 1>(fp8lab::wo::WoParams)",
+             "nvjet_hsh_64x8_64x16_2x1_v_bz_TNT", "cublasLt::splitKreduce_kernel<...>"]
+    k = pd.DataFrame(dict(kernel=names, duration_s=[5e-6, 8e-6, 2e-6], dram_pct=[90.0, 80.0, 10.0],
+                          issue_active_pct=[30.0, 20.0, 5.0], issue_slots_busy_pct=[30.0, 20.0, 5.0],
+                          sm_clock_hz=[1.9e9] * 3, dram_bytes=[16e6, 32e6, 1e5], registers=[128, 200, 32]))
+    o = pd.DataFrame(dict(kernel=[names[0]] * 3 + [names[1]], opcode=["LOP3.LUT", "HMMA.16816.F32.BF16",
+                                                                      "SHF.R.U32.HI", "HGMMA"],
+                          warp_inst=[100.0, 10.0, 50.0, 7.0], thread_inst=[3200.0, 320.0, 1600.0, float("nan")]))
+    s, per = dx.ncu_tables(k, o, sn)
+    assert set(s["arm"]) == {wo.ARMS["fp8"], dx.CUBLAS}
+    cb = s[s["arm"] == dx.CUBLAS].iloc[0]
+    assert cb["kernels"] == 2 and cb["duration_s"] == pytest.approx(10e-6)
+    assert cb["dram_pct"] == pytest.approx((80 * 8 + 10 * 2) / 10)
+    fp = s[s["arm"] == wo.ARMS["fp8"]].iloc[0]
+    assert fp["inst_per_element"] == pytest.approx(5120 / (4096 * 4096))
+    assert fp["dequant_inst_per_element"] == pytest.approx(4800 / (4096 * 4096))
+    assert cb["inst_per_element"] == pytest.approx(7 * 32 / (4096 * 4096))   # warp x 32 where no thread count
+    assert dx.arm_of_kernel("gemv2T_kernel_val<int, int, __nv_bfloat16>") == dx.CUBLAS
+
+
+# --------------------------------------------------------------------------- prefill experiment logic
+def synthetic_prefill(tflops, mhz=None, Ms=(1, 64, 1024, 8192), quant_s=5e-6):
+    """A prefill table as measure_prefill writes it; tflops: {arm: TFLOP/s} or {(arm, M): ...}."""
+    import pandas as pd
+    from fp8lab.experiments import prefill as px
+    mhz = mhz or {}
+    N = K = 8192
+    rows = []
+    for M in Ms:
+        for arm in px.ARMS:
+            tf = tflops.get((arm, M), tflops.get(arm))
+            flop = 2.0 * M * N * K
+            t = flop / (tf * 1e12)
+            f = mhz.get(arm, 1700.0)
+            for wq in ([False, True] if arm in px.W8A8_ARMS else [False]):
+                tt = t + (quant_s if wq else 0)
+                rows.append(dict(shape="llama3-70b:o_proj", N=N, K=K, M=M, arm=arm + ("+quant" if wq else ""),
+                                 scheme=px.SCHEME[arm], with_quant=wq, flop=flop, time_p20_s=tt, time_p50_s=tt,
+                                 time_p80_s=tt, tflops_p20=flop / tt / 1e12, tflops_p50=flop / tt / 1e12,
+                                 tflops_p80=flop / tt / 1e12, quant_time_s=quant_s if wq else float("nan"),
+                                 sm_mhz_median=f, sm_mhz_min=f, power_w_max=600,
+                                 tflops_per_ghz=flop / tt / 1e12 / (f / 1e3), spec_tflops_per_ghz=989.5 / 1.98,
+                                 check_relerr=1e-3, config="", timing_method="events", n_samples=20))
+    return pd.DataFrame(rows, columns=px.COLUMNS)
+
+
+def test_prefill_c7():
+    from fp8lab.experiments import prefill as px
+    df = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 640,
+                            "cublaslt_blockwise": 1200, "triton_blockwise": 1000},
+                           mhz={"cublas_bf16": 1600, "triton_w8a16": 1520})
+    t = px.c7_table(df)
+    assert t["best_w8a16"] == "triton_w8a16" and t["M"] == 8192
+    assert t["ratio"] == pytest.approx((640 / 1.52) / (700 / 1.6))
+    assert t["ratio_raw"] == pytest.approx(640 / 700)
+    assert t["cublas_of_spec"] == pytest.approx((700 / 1.6) / (989.5 / 1.98))
+    assert px.c7_verdict(df).verdict == "holds"            # 0.9624 at the same clock
+    slow = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 600,
+                              "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
+    assert px.c7_verdict(slow).verdict == "holds-in-kind"  # 0.857
+    bad = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 400,
+                             "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
+    assert px.c7_verdict(bad).verdict == "differs"
+
+
+def test_prefill_c9_and_best():
+    from fp8lab.experiments import prefill as px
+    base = {"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 600,
+            "cublaslt_blockwise": 1250, "triton_blockwise": 1000}
+    # decode: W8A16 0.1 TFLOP/s-equivalents... set M=1 times so W8A16 is faster than W8A8 + quant
+    tf = dict(base)
+    tf.update({(a, 1): v for a, v in {"cublas_bf16": 0.8, "gemv_w8a16_fp8": 1.6, "triton_w8a16": 0.5,
+                                       "cublaslt_blockwise": 1.7, "triton_blockwise": 1.5}.items()})
+    df = synthetic_prefill(tf)
+    assert px.c9_verdict(df).verdict == "holds"            # 1250/700 = 1.79x; decode W8A8+quant slower
+    b = px.best_by_scheme(df)
+    assert set(b["scheme"]) == {"W16A16", "W8A16", "W8A8"}
+    assert b[(b["M"] == 8192) & (b["scheme"] == "W8A8")]["arm"].item() == "cublaslt_blockwise"
+    bq = px.best_by_scheme(df, with_quant=True)
+    assert bq[(bq["M"] == 1) & (bq["scheme"] == "W8A8")]["with_quant"].item()
+    weak = dict(tf)
+    weak.update({"cublaslt_blockwise": 800, "triton_blockwise": 750})
+    assert px.c9_verdict(synthetic_prefill(weak)).verdict == "differs"
+    fast_dec = dict(tf)
+    fast_dec.update({("cublaslt_blockwise", 1): 50.0})
+    v = px.c9_verdict(synthetic_prefill(fast_dec, quant_s=1e-7))
+    assert v.verdict == "differs" and "faster than W8A16" in v.reason
+
+
+def test_triton_w8a16_compiles_to_hgmma_without_fp8():
+    import tempfile
+    from pathlib import Path
+    from fp8lab import sass
+    from fp8lab.kernels import triton_w8a16 as tw
+    if not have_tool("cuobjdump"):
+        pytest.skip("needs cuobjdump")
+    r = tw.triton_w8a16_resource_usage("sm_90", BLOCK_M=128, BLOCK_N=128)
+    p = Path(tempfile.mkdtemp()) / "k.cubin"
+    p.write_bytes(r["cubin"])
+    s = sass.mma_summary(sass.sass_census(p, demangle_names=False)).iloc[0]
+    assert s["mma_families"] == "HGMMA" and s["mma_fp8"] == 0 and s["fp8_converts"] == 0
+    assert s["local_mem"] == 0
+
+
+def test_fold_scales_numpy():
+    from fp8lab.kernels import triton_w8a16 as tw
+    s = np.array([[2.0 ** -10, 0.5]])
+    assert np.array_equal(tw.fold_scales(s).astype(np.float64), s * 2.0 ** 120)
+    with pytest.raises(ValueError, match="exact in bf16"):
+        tw.fold_scales(np.array([[300.0]]))
