@@ -1,0 +1,120 @@
+"""1x128 per-token activation quantisers (claim B6): bf16 (M, K) -> e4m3 (M, K) + fp32 (M, K/128).
+
+Three CUDA kernels (``quant_act.cu``), one arithmetic:
+
+- ``quant_act_naive``: the seed's launch: a 32 x 32 = 1024-thread block per 128-group, of which
+  32 threads work, and max |x| found by 128 ``atomicMax`` calls on one shared address.
+- ``quant_act_warp``: one warp per group, 4 values per lane (8-byte loads), shuffle reduction.
+- ``quant_act_16t``: 16 threads per group, 8 values per lane (16-byte loads), shuffle reduction
+  inside each half-warp. (One warp per group with 16-byte loads would leave half the warp idle:
+  the 16-byte-load variant is this one.)
+
+Their output is the output of ``fp8lab.kernels.baselines.quant_act_reference`` run by torch on a
+GPU, bit for bit: scale = amax * fp32(1/448) (torch's CUDA division by a Python scalar multiplies
+by the reciprocal), q = e4m3(x / scale) with an IEEE division, round to nearest even, non-saturating.
+``scale_rule='true_division'`` computes amax / 448 instead (what torch does on a CPU), kept to show
+that the choice matters: the two scales differ in the last bit for about half of all groups.
+
+:func:`quant_act_emulate` is the same computation in numpy + ml_dtypes (an independent CPU model).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GROUP = 128
+FP8_MAX = 448.0
+VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t")
+SCALE_RULES = ("torch_cuda", "true_division")
+SCALE_LAYOUTS = ("row", "m_major")
+# Launch facts of the naive kernel (seed 001: "32 of 1024 threads do work", 128 atomics per group)
+NAIVE_THREADS_PER_BLOCK = 1024
+NAIVE_BUSY_THREADS = 32
+NAIVE_ATOMICS_PER_GROUP = GROUP
+
+
+def _need(cond, msg):
+    if not cond:
+        raise ValueError(msg)
+
+
+def byte_count(M: int, K: int) -> dict:
+    """Fewest DRAM bytes of one quantisation: bf16 in, e4m3 out, one fp32 scale per group."""
+    for name, v in (("M", M), ("K", K)):
+        _need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+              f"{name} must be a positive integer, got {v!r}")
+    _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
+    b_in, b_q, b_s = 2 * M * K, M * K, 4 * M * (K // GROUP)
+    return {"bytes": b_in + b_q + b_s, "bytes_in": b_in, "bytes_q": b_q, "bytes_scales": b_s,
+            "groups": M * (K // GROUP)}
+
+
+def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np.ndarray]:
+    """numpy model of the quantisers: x (M, K) bf16 values (ml_dtypes.bfloat16 or any float array
+    holding bf16 values) -> (q (M, K) ml_dtypes.float8_e4m3fn, s (M, K/128) float32, row-major).
+
+    Every step is fp32 as on the GPU: amax exact, s = amax * fp32(1/448) ('torch_cuda') or
+    amax / 448 ('true_division'), q = RN_e4m3(fp32(x / s)) (ml_dtypes rounds to nearest even
+    and, like torch, turns |v| > 464 into NaN keeping the sign; a NaN from the division is the GPU's
+    canonical +NaN).
+    """
+    import ml_dtypes
+
+    _need(scale_rule in SCALE_RULES, f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    x = np.asarray(x)
+    _need(x.ndim == 2, f"x must be 2-D (M, K), got shape {x.shape}")
+    M, K = x.shape
+    _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
+    g = x.astype(np.float32).reshape(M, K // GROUP, GROUP)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        amax = np.abs(g).max(axis=-1)                      # NaN propagates, as torch.amax
+        if scale_rule == "torch_cuda":
+            s = amax * (np.float32(1) / np.float32(FP8_MAX))
+        else:
+            s = amax / np.float32(FP8_MAX)
+        s = np.where(amax > 0, s, np.float32(1)).astype(np.float32)
+        v = (g / s[..., None]).astype(np.float32)
+        # A GPU's fp32 division returns the canonical NaN (0x7FFFFFFF, positive) for inf/inf or a
+        # NaN operand; x86 returns a negative one. Model the GPU: every NaN code is then 0x7F.
+        v = np.where(np.isnan(v), np.float32(np.nan), v)
+        q = v.reshape(M, K).astype(ml_dtypes.float8_e4m3fn)
+    return q, s
+
+
+def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
+              q_out=None, s_out=None):
+    """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
+
+    scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
+    the layout cuBLASLt's blockwise GEMM wants (so no transposing copy is needed after). q_out /
+    s_out: preallocated outputs (s_out of any strides).
+    """
+    import torch
+
+    from .seed001 import load_extension
+
+    _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
+    _need(scale_rule in SCALE_RULES, f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    _need(scale_layout in SCALE_LAYOUTS, f"scale_layout must be one of {SCALE_LAYOUTS}, got {scale_layout!r}")
+    _need(isinstance(x, torch.Tensor), f"x must be a torch.Tensor, got {type(x).__name__}")
+    _need(x.dtype == torch.bfloat16, f"x must be torch.bfloat16, got {x.dtype}")
+    _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
+    _need(x.is_cuda, f"x must be on a CUDA device, got {x.device}")
+    _need(x.is_contiguous(), "x must be contiguous (row-major)")
+    _need(x.data_ptr() % 16 == 0, f"x must be 16-byte aligned (16-byte loads; data_ptr % 16 = {x.data_ptr() % 16})")
+    M, K = x.shape
+    _need(M >= 1 and K >= GROUP and K % GROUP == 0, f"K must be a positive multiple of {GROUP}, got K={K} (M={M})")
+    kb = K // GROUP
+    if q_out is None:
+        q_out = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
+    _need(isinstance(q_out, torch.Tensor) and q_out.dtype == torch.float8_e4m3fn and tuple(q_out.shape) == (M, K)
+          and q_out.is_contiguous() and q_out.device == x.device and q_out.data_ptr() % 16 == 0,
+          "q_out must be a contiguous, 16-byte aligned (M, K) float8_e4m3fn tensor on x's device")
+    if s_out is None:
+        s_out = (torch.empty((M, kb), dtype=torch.float32, device=x.device) if scale_layout == "row"
+                 else torch.empty((kb, M), dtype=torch.float32, device=x.device).t())
+    _need(isinstance(s_out, torch.Tensor) and s_out.dtype == torch.float32 and tuple(s_out.shape) == (M, kb)
+          and s_out.device == x.device and min(s_out.stride()) >= 0,
+          f"s_out must be an (M, K/128) = {(M, kb)} float32 tensor on x's device")
+    load_extension().quant_act(x, q_out, s_out, VARIANTS.index(variant), int(scale_rule == "torch_cuda"))
+    return q_out, s_out

@@ -1,0 +1,422 @@
+// wmma_w8a16.cu -- seed 001's tensor-core W8A16 GEMM (fp8_matmul_wmma), claims B3, B8, B9.
+//
+//   C[m, n] = sum over 128-wide K blocks kb of  w_scale[n / 128][kb] * sum_{k in kb} A[m, k] * W[n, k]
+//
+// A: bf16 activations (M, K). W: e4m3 weights (N, K) with one fp32 scale per 128 x 128 block.
+// Weights stay FP8 in global memory and are converted *exactly* to bf16 on their way into shared
+// memory (every e4m3 value is a bf16 value); nvcuda::wmma bf16 MMAs accumulate one 128-wide K
+// block into a fresh fp32 fragment, which is then promoted into the running accumulator with
+// that block's single weight scale (BK == 128 and BN divides 128, so one K tile of one CTA sees
+// exactly one scale): DeepGEMM's structure, as the seed describes it.
+//
+// Pipeline: two shared-memory stages. The A tile of the next K block goes in with cp.async; the
+// W tile of the next K block is loaded into registers (16 B per load) while the current block is
+// multiplied, then converted and stored into the other stage. One __syncthreads per K block.
+//
+// Shared-memory pad (claim B9). A and W tiles are stored with a row stride of 128 + PAD bf16.
+// wmma's 16-bit loads require the leading dimension to be a multiple of 8 elements = 16 bytes
+// (CUDA C++ Programming Guide, "Warp Matrix Functions", load_matrix_sync: "ldm ... must be a
+// multiple of 8 for __half element type"); on sm_80+ the load becomes ldmatrix (LDSM), which reads
+// eight 16-byte rows and needs each row address 16-byte aligned. So PAD must be a multiple of 8:
+// +8 gives 272 B = 17 x 16 B rows (and staggers the rows by 4 banks, so LDSM is conflict-free),
+// +0 is legal but puts all 8 rows of an LDSM in the same banks, +1 gives 258 B and misaligns every
+// odd row. Config<..., PAD, kForcePad = false> refuses such a PAD at compile time; kForcePad = true
+// builds it anyway (with 2-byte shared stores, so that the ldm rule is the only rule it breaks)
+// for the GPU experiment that shows what it computes. Never use it for anything else.
+//
+// nvcc compiles this file alone (no torch), e.g.
+//   nvcc -cubin -arch=sm_90a -O3 -Xptxas -v fp8lab/kernels/wmma_w8a16.cu -o wmma.cubin
+// Pad check mode (one kernel, 64x64 tile, bf16 out): -DFP8LAB_WMMA_PAD_CHECK=<pad> refuses a pad
+// that is not a multiple of 8 with the static_assert below; add -DFP8LAB_WMMA_FORCE_PAD to build it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#include <stdint.h>
+
+namespace fp8lab {
+namespace wmma_w8a16 {
+
+using namespace nvcuda;
+using bf16 = __nv_bfloat16;
+
+constexpr int BK = 128;        // K per stage == the scale block along K
+constexpr int kGroupM = 8;     // tile rows launched together (swizzle) so W tiles are reused from L2
+
+// Kernel arguments. Shapes and layouts are checked by the Python wrapper (fp8lab/kernels/seed001.py).
+struct Params {
+  const bf16* a;          // (M, K) bf16, row-major, 16-byte aligned
+  const uint8_t* w;       // (N, K) e4m3 codes, row-major (K contiguous), 16-byte aligned
+  const float* w_scale;   // (ceil(N/128), K/128) fp32, row-major
+  void* c;                // (M, N) bf16 or fp32, row-major: written when there is one K split
+  float* partial;         // (splits, M, N) fp32 workspace: written when there are several K splits
+  int M, N, K;
+  int kb_per_split;       // K blocks per split; splits = gridDim.y = ceil(K/128 / kb_per_split)
+};
+
+template <int BM_, int BN_, int WM_, int WN_, int PAD_, bool kForcePad_ = false>
+struct Config {
+  static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, PAD = PAD_;
+  static constexpr bool kForcePad = kForcePad_;
+  static constexpr int LDS = BK + PAD;                   // smem row stride of A and W tiles (bf16)
+  static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+  static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int FM = WM / 16, FN = WN / 16;       // 16x16 fragments per warp tile
+  static constexpr int LDC = BN + 4;                     // epilogue staging stride (floats): ldm % 4 == 0
+  static constexpr bool kWideSmem = PAD % 8 == 0;        // rows 16-byte aligned: cp.async / 16 B stores
+  static constexpr int A_STAGE = BM * LDS, W_STAGE = BN * LDS;  // bf16 elements per stage
+  static constexpr int A_CHUNKS = BM * (BK / 8) / THREADS;      // 16-byte pieces of A per thread
+  static constexpr int W_CHUNKS = BN * (BK / 16) / THREADS;     // 16-byte pieces of W per thread
+  static constexpr size_t SMEM_MAIN = 2u * (A_STAGE + W_STAGE) * sizeof(bf16);
+  static constexpr size_t SMEM_EPI = size_t(BM) * LDC * sizeof(float);
+  static constexpr size_t SMEM = SMEM_MAIN > SMEM_EPI ? SMEM_MAIN : SMEM_EPI;
+
+  static_assert(kForcePad || PAD % 8 == 0,
+                "wmma::load_matrix_sync needs a leading dimension that is a multiple of 8 bf16 "
+                "(16 bytes); the tile row is 128 + PAD bf16, so PAD must be a multiple of 8 "
+                "(+8: 272 B = 17 x 16 B is valid; +1: 258 B is not)");
+  static_assert(PAD >= 0, "PAD must be >= 0");
+  static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the CTA tile");
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16x16 wmma fragments");
+  static_assert(BK % BN == 0, "BN must divide 128 so that one CTA tile sees one weight scale per K block");
+  static_assert((BM * (BK / 8)) % THREADS == 0 && (BN * (BK / 16)) % THREADS == 0,
+                "tile loads must split evenly over the threads");
+};
+
+__host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// 2 e4m3 codes -> 2 bf16, exact: e4m3 -> f16 (hardware cvt on sm_89+) -> f32 -> bf16 (RN of a
+// value bf16 holds exactly). Byte 0 (the lower address) lands in the low half.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  const __nv_bfloat162 b = __float22bfloat162_rn(f);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes = 0 fills the 16 bytes with zeros (rows past M).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+}
+
+// wmma fragment loads from shared memory. wmma::load_matrix_sync takes a generic pointer and nvcc
+// keeps the generic load (LD.E, 4 per fragment); the same PTX instruction with the .shared state
+// space lets ptxas use ldmatrix (one LDSM.x4 per fragment). Same instruction, same fragment layout:
+// the four registers are the fragment's storage, in the order wmma::load_matrix_sync fills them.
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+static_assert(sizeof(FragA) == 16 && sizeof(FragB) == 16, "a bf16 16x16x16 operand fragment is 4 registers");
+
+__device__ __forceinline__ void load_a(FragA& f, const bf16* p, unsigned ldm) {
+  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)), "r"(ldm));
+}
+__device__ __forceinline__ void load_b(FragB& f, const bf16* p, unsigned ldm) {
+  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
+  asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)), "r"(ldm));
+}
+
+template <typename OutT>
+__device__ __forceinline__ OutT from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// One thread's share of the tile traffic of one K block.
+template <class Cfg>
+struct TileLoader {
+  uint4 wreg[Cfg::W_CHUNKS];                       // 16 e4m3 each, in flight during the MMAs
+  uint4 areg[Cfg::kWideSmem ? 1 : Cfg::A_CHUNKS];  // only the forced-pad build stages A in registers
+
+  // Start the loads of K block kb (A into stage `stage` via cp.async, W into registers).
+  __device__ __forceinline__ void issue(const Params& p, bf16* As, int m0, int n0, int kb) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
+      const int chunk = tid + i * Cfg::THREADS;
+      const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
+      const int gm = m0 + row;
+      const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
+      if constexpr (Cfg::kWideSmem) {
+        cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+      } else {
+        areg[i] = gm < p.M ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::W_CHUNKS; ++i) {
+      const int chunk = tid + i * Cfg::THREADS;
+      const int row = chunk / (BK / 16), col = (chunk % (BK / 16)) * 16;
+      const int gn = n0 + row;
+      wreg[i] = gn < p.N ? __ldg(reinterpret_cast<const uint4*>(p.w + static_cast<size_t>(gn) * p.K + kb * BK + col))
+                         : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  // Finish K block kb's loads into stage (As, Ws): convert W to bf16 and store it; wait for A.
+  __device__ __forceinline__ void finish(bf16* As, bf16* Ws) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < Cfg::W_CHUNKS; ++i) {
+      const int chunk = tid + i * Cfg::THREADS;
+      const int row = chunk / (BK / 16), col = (chunk % (BK / 16)) * 16;
+      const uint32_t q[4] = {wreg[i].x, wreg[i].y, wreg[i].z, wreg[i].w};
+      uint32_t b[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        b[2 * j] = e4m3x2_to_bf16x2(q[j] & 0xFFFFu);
+        b[2 * j + 1] = e4m3x2_to_bf16x2(q[j] >> 16);
+      }
+      bf16* dst = Ws + row * Cfg::LDS + col;
+      if constexpr (Cfg::kWideSmem) {
+        reinterpret_cast<uint4*>(dst)[0] = make_uint4(b[0], b[1], b[2], b[3]);
+        reinterpret_cast<uint4*>(dst)[1] = make_uint4(b[4], b[5], b[6], b[7]);
+      } else {
+        unsigned short* d16 = reinterpret_cast<unsigned short*>(dst);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          d16[2 * j] = static_cast<unsigned short>(b[j] & 0xFFFFu);
+          d16[2 * j + 1] = static_cast<unsigned short>(b[j] >> 16);
+        }
+      }
+    }
+    if constexpr (Cfg::kWideSmem) {
+      cp_async_commit_wait_all();
+    } else {
+#pragma unroll
+      for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
+        const int chunk = tid + i * Cfg::THREADS;
+        const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
+        unsigned short* d16 = reinterpret_cast<unsigned short*>(As + row * Cfg::LDS + col);
+        const uint32_t v[4] = {areg[i].x, areg[i].y, areg[i].z, areg[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          d16[2 * j] = static_cast<unsigned short>(v[j] & 0xFFFFu);
+          d16[2 * j + 1] = static_cast<unsigned short>(v[j] >> 16);
+        }
+      }
+    }
+  }
+};
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::THREADS)
+wmma_w8a16_kernel(const Params p) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [2][BM][LDS]
+  bf16* const Ws0 = As0 + 2 * Cfg::A_STAGE;                // [2][BN][LDS]
+
+  // Grouped launch order: kGroupM tile rows share each column of W tiles while it is in L2.
+  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
+  const int pid = blockIdx.x;
+  const int width = kGroupM * tiles_n;
+  const int first_m = (pid / width) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int pid_m = first_m + (pid % width) % group_rows;
+  const int pid_n = (pid % width) / group_rows;
+  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
+
+  const int KB = p.K / BK;
+  const int kb_begin = blockIdx.y * p.kb_per_split;
+  const int kb_end = min(KB, kb_begin + p.kb_per_split);
+  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;  // one scale per K block
+
+  const int warp = threadIdx.x / 32;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+
+  FragC acc[Cfg::FM][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  TileLoader<Cfg> ld;
+  ld.issue(p, As0, m0, n0, kb_begin);
+  ld.finish(As0, Ws0);
+  float scale = w_scale_row[kb_begin];
+  __syncthreads();
+
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int cur = (kb - kb_begin) & 1;
+    const bool more = kb + 1 < kb_end;
+    float next_scale = 0.f;
+    if (more) {
+      ld.issue(p, As0 + (cur ^ 1) * Cfg::A_STAGE, m0, n0, kb + 1);
+      next_scale = w_scale_row[kb + 1];
+    }
+    const bf16* As = As0 + cur * Cfg::A_STAGE + (wm * Cfg::WM) * Cfg::LDS;
+    const bf16* Ws = Ws0 + cur * Cfg::W_STAGE + (wn * Cfg::WN) * Cfg::LDS;
+
+    // One 128-wide K block into a fresh fp32 fragment ...
+    FragC blk[Cfg::FM][Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      FragA fa[Cfg::FM];
+      FragB fb[Cfg::FN];
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i) load_a(fa[i], As + i * 16 * Cfg::LDS + ks * 16, Cfg::LDS);
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) load_b(fb[j], Ws + j * 16 * Cfg::LDS + ks * 16, Cfg::LDS);
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[i], fb[j], blk[i][j]);
+    }
+    // ... promoted once with the block's one weight scale. One scalar for the whole fragment, so
+    // the (unspecified) element order of a wmma fragment does not matter.
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+        for (int e = 0; e < blk[i][j].num_elements; ++e)
+          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+
+    if (more) ld.finish(As0 + (cur ^ 1) * Cfg::A_STAGE, Ws0 + (cur ^ 1) * Cfg::W_STAGE);
+    __syncthreads();
+    scale = next_scale;
+  }
+
+  // Epilogue: fragments -> fp32 staging tile in shared memory (the loop ended on a barrier, so the
+  // operand tiles are dead) -> row-major global stores, guarded for ragged M and N.
+  float* Cs = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
+                              Cfg::LDC, wmma::mem_row_major);
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
+    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
+    const int gm = m0 + r, gn = n0 + cc;
+    if (gm >= p.M || gn >= p.N) continue;
+    const float v = Cs[r * Cfg::LDC + cc];
+    const size_t o = static_cast<size_t>(gm) * p.N + gn;
+    if (split) {
+      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
+    } else {
+      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
+    }
+  }
+}
+
+// Sum of the K splits in a fixed order (deterministic), then the output conversion.
+// partial: (splits, M*N) fp32; c: (M*N) OutT.
+template <typename OutT>
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, OutT* __restrict__ c, int splits,
+                                     size_t mn) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < mn; i += size_t(gridDim.x) * blockDim.x) {
+    float s = 0.f;
+    for (int z = 0; z < splits; ++z) s += partial[z * mn + i];
+    c[i] = from_float<OutT>(s);
+  }
+}
+
+template <class Cfg, typename OutT>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+  const int KB = p.K / BK;
+  if (p.kb_per_split < 1) return cudaErrorInvalidValue;
+  const int splits = cdiv(KB, p.kb_per_split);
+  if (splits > 1 && p.partial == nullptr) return cudaErrorInvalidValue;
+  if (splits > 65535) return cudaErrorInvalidConfiguration;
+  auto kernel = wmma_w8a16_kernel<Cfg, OutT>;
+  if (Cfg::SMEM > 48 * 1024) {
+    // Set once per device: the attribute is per function and device, and setting it is not free.
+    static bool done[64] = {};
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (dev >= 64 || !done[dev]) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::SMEM));
+      if (e != cudaSuccess) return e;
+      if (dev < 64) done[dev] = true;
+    }
+  }
+  const long long tiles = static_cast<long long>(cdiv(p.M, Cfg::BM)) * cdiv(p.N, Cfg::BN);
+  if (tiles > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  kernel<<<dim3(static_cast<unsigned>(tiles), splits), Cfg::THREADS, Cfg::SMEM, stream>>>(p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || splits == 1) return e;
+  const size_t mn = static_cast<size_t>(p.M) * p.N;
+  const int blocks = static_cast<int>(mn / 256 + 1 < 4096 ? mn / 256 + 1 : 4096);
+  splitk_reduce_kernel<OutT><<<blocks, 256, 0, stream>>>(p.partial, static_cast<OutT*>(p.c), splits, mn);
+  return cudaGetLastError();
+}
+
+}  // namespace wmma_w8a16
+}  // namespace fp8lab
+
+// THE list of configurations, X(BM, BN, WM, WN, PAD, FORCE_PAD); the index of a line is its id.
+// fp8lab/kernels/seed001.py parses this list, so Python and C++ cannot drift.
+#define FP8LAB_WMMA_CONFIGS(X)                                                                     \
+  X(16, 64, 16, 16, 8, 0)   /* 0 decode: M <= 16; split-K fills the SMs   4 warps,  44 KB smem */   \
+  X(32, 64, 32, 16, 8, 0)   /* 1 small:  M <= 32                          4 warps,  52 KB */        \
+  X(64, 128, 32, 32, 8, 0)  /* 2 medium: M <= 128                         8 warps, 104 KB */        \
+  X(128, 128, 64, 32, 8, 0) /* 3 large:  prefill                          8 warps, 139 KB */        \
+  X(128, 128, 64, 32, 0, 0) /* 4 large without the pad: bank-conflicted LDSM control       */      \
+  X(64, 64, 32, 32, 1, 1)   /* 5 +1 pad forced past the static_assert: B9 experiment only  */   \
+  X(128, 64, 64, 32, 8, 0)  /* 6 large_n64: 4 warps of 64x32, two CTAs per SM at large's smem bytes per FLOP */
+
+#ifdef FP8LAB_WMMA_PAD_CHECK
+#ifdef FP8LAB_WMMA_FORCE_PAD
+#define FP8LAB_WMMA_FORCE 1
+#else
+#define FP8LAB_WMMA_FORCE 0
+#endif
+// Pad check mode: exactly one kernel, so a bad pad's static_assert is the only diagnostic.
+template __global__ void fp8lab::wmma_w8a16::wmma_w8a16_kernel<
+    fp8lab::wmma_w8a16::Config<64, 64, 32, 32, FP8LAB_WMMA_PAD_CHECK, FP8LAB_WMMA_FORCE>, __nv_bfloat16>(
+    const fp8lab::wmma_w8a16::Params);
+#else
+namespace {
+using LaunchFn = cudaError_t (*)(const fp8lab::wmma_w8a16::Params&, cudaStream_t);
+#define FP8LAB_WMMA_ROW(BM, BN, WM, WN, PAD, FORCE)                                                      \
+  {&fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE>, __nv_bfloat16>, \
+   &fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE>, float>},
+const LaunchFn kWmmaTable[][2] = {FP8LAB_WMMA_CONFIGS(FP8LAB_WMMA_ROW)};
+#undef FP8LAB_WMMA_ROW
+constexpr int kWmmaConfigs = sizeof(kWmmaTable) / sizeof(kWmmaTable[0]);
+}  // namespace
+
+// The binding's entry point: a (M, K) bf16, w (N, K) e4m3, w_scale (ceil(N/128), K/128) fp32,
+// c (M, N) bf16 (out_fp32 = 0) or fp32 (out_fp32 = 1); partial (splits, M, N) fp32 or null.
+cudaError_t fp8lab_wmma_w8a16_launch(int config, int out_fp32, const void* a, const void* w, const float* w_scale,
+                                     void* c, float* partial, int M, int N, int K, int kb_per_split,
+                                     cudaStream_t stream) {
+  if (config < 0 || config >= kWmmaConfigs || out_fp32 < 0 || out_fp32 > 1) return cudaErrorInvalidValue;
+  fp8lab::wmma_w8a16::Params p{};
+  p.a = static_cast<const __nv_bfloat16*>(a);
+  p.w = static_cast<const uint8_t*>(w);
+  p.w_scale = w_scale;
+  p.c = c;
+  p.partial = partial;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.kb_per_split = kb_per_split;
+  return kWmmaTable[config][out_fp32](p, stream);
+}
+
+int fp8lab_wmma_w8a16_num_configs() { return kWmmaConfigs; }
+#endif

@@ -1,0 +1,515 @@
+"""Seed 001's kernels without a GPU: configuration list and launch rules, counts, inputs, the
+float64 reference, CPU models of the kernels' arithmetic, the quantiser model against an
+independent e4m3 rounding, the compile-time facts (nvcc), and the experiments' table logic and
+verdict rules on synthetic timings."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pandas as pd
+import pytest
+
+from fp8lab import tools
+from fp8lab.experiments import quantisers as qx
+from fp8lab.experiments import three_arms as ta
+from fp8lab.kernels import quant_act as qa
+from fp8lab.kernels import seed001 as s1
+
+needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool("cuobjdump")),
+                                reason="needs nvcc and cuobjdump")
+
+
+# --------------------------------------------------------------------------- configurations
+def test_wmma_config_list_matches_the_roles():
+    cfgs = s1.wmma_configs()
+    assert len(cfgs) == len(s1.WMMA_ROLES) == 7
+    _, large = s1.wmma_config("large")
+    assert (large.bm, large.bn, large.wm, large.wn, large.pad) == (128, 128, 64, 32, 8)
+    assert s1.wmma_config("large_pad0")[1].pad == 0
+    forced = s1.wmma_config("pad1_forced")[1]
+    assert forced.pad == 1 and forced.force_pad
+    for c in cfgs:
+        c.validate()
+        assert s1.wmma_config(c.name)[1] == c
+        # two stages of (BM + BN) rows of 128 + pad bf16, or the fp32 epilogue tile (BN + 4 floats)
+        assert c.smem_bytes == max(2 * (c.bm + c.bn) * (128 + c.pad) * 2, c.bm * (c.bn + 4) * 4)
+        assert c.smem_bytes <= 227 * 1024
+    assert large.smem_bytes == 139264 and large.threads == 256
+
+
+def test_wmma_pad_rule_refuses_plus_one():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        s1.WmmaConfig(64, 64, 32, 32, 1).validate()
+    with pytest.raises(ValueError, match="258 bytes"):
+        s1.WmmaConfig(128, 128, 64, 32, 1).validate()
+    s1.WmmaConfig(64, 64, 32, 32, 8).validate()
+    s1.WmmaConfig(64, 64, 32, 32, 1, force_pad=True).validate()   # only the forced build passes
+    with pytest.raises(ValueError, match="divide 128"):
+        s1.WmmaConfig(64, 256, 32, 64, 8).validate()
+    with pytest.raises(ValueError, match="16x16"):
+        s1.WmmaConfig(48, 64, 24, 32, 8).validate()
+    with pytest.raises(ValueError, match="unknown wmma config"):
+        s1.wmma_config("huge")
+    with pytest.raises(ValueError, match="config id"):
+        s1.wmma_config(17)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 7168, 18432), (1, 576, 7168), (7, 1536, 7168), (16, 36864, 7168),
+                                   (32, 1536, 7168), (128, 7168, 16384), (256, 1536, 7168), (4096, 36864, 7168)])
+def test_pick_wmma_rule(M, N, K):
+    p = s1.pick_wmma(M, N, K)
+    role = "decode" if M <= 16 else "small" if M <= 32 else "medium" if M <= 128 else "large"
+    assert p["role"] == role
+    kb = K // 128
+    # every split holds at least one K block and together they cover K exactly once
+    assert 1 <= p["kb_per_split"] <= kb
+    assert p["splits"] == math.ceil(kb / p["kb_per_split"])
+    assert (p["splits"] - 1) * p["kb_per_split"] < kb <= p["splits"] * p["kb_per_split"]
+    if p["tiles"] >= p["target_ctas"]:
+        assert p["splits"] == 1
+    else:
+        assert p["tiles"] * p["splits"] >= min(p["target_ctas"], p["tiles"] * kb) * 0.5
+
+
+def test_pick_wmma_falls_back_to_a_tile_that_fits():
+    p = s1.pick_wmma(4096, 4096, 4096, smem_optin=99 * 1024, smem_per_sm=100 * 1024)
+    assert p["role"] == "small"            # large (139 KB) and medium (104 KB) do not fit 99 KB
+    with pytest.raises(ValueError, match="multiple of 128"):
+        s1.pick_wmma(4, 4096, 200)
+
+
+@pytest.mark.parametrize("tm,tn", [(1, 1), (1, 56), (3, 7), (8, 12), (9, 5), (32, 288), (17, 1)])
+def test_tile_order_visits_every_tile_once(tm, tn):
+    seen = [s1.tile_of_pid(pid, tm, tn) for pid in range(tm * tn)]
+    assert sorted(seen) == [(m, n) for m in range(tm) for n in range(tn)]
+    # consecutive CTAs share a weight-tile column within a group of 8 tile rows
+    if tm >= 2:
+        assert seen[0][1] == seen[1][1]
+
+
+# --------------------------------------------------------------------------- counts and inputs
+def test_flop_byte_counts():
+    c = s1.flop_byte_count(256, 7168, 18432)
+    assert c["flops"] == 2 * 256 * 7168 * 18432
+    assert c["bytes"] == 2 * 256 * 18432 + 7168 * 18432 + 4 * 56 * 144 + 2 * 256 * 7168
+    assert s1.flop_byte_count(1, 200, 128, out_bytes=4)["bytes_scales"] == 4 * 2 * 1
+    d = s1.dequant_byte_count(7168, 18432)
+    assert d["bytes"] == 7168 * 18432 * 3 + 4 * 56 * 144
+    # the seed's "12.7 GB per step": 4.238 G weights at 1 byte in + 2 bytes out
+    assert 3 * ta.SEED["step_params"] / 1e9 == pytest.approx(12.7, abs=0.05)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        s1.flop_byte_count(1, 1, 200)
+    with pytest.raises(ValueError, match="positive integer"):
+        s1.flop_byte_count(0, 1, 128)
+    with pytest.raises(ValueError, match="out_bytes"):
+        s1.flop_byte_count(1, 1, 128, out_bytes=3)
+
+
+def test_generate_inputs_numpy():
+    d = s1.generate_inputs(7, 200, 384, seed=1, backend="numpy")
+    a, w, s = d["a"], d["w"], d["w_scale"]
+    assert a.dtype == ml_dtypes.bfloat16 and a.shape == (7, 384)
+    assert w.dtype == ml_dtypes.float8_e4m3fn and w.shape == (200, 384)
+    assert s.shape == (2, 3) and s.dtype == np.float32 and (s > 0).all()
+    assert s.max() / s.min() > 2                      # block magnitudes differ: a wrong scale shows
+    wf = np.abs(w.astype(np.float32))
+    assert np.isfinite(wf).all() and wf.max() == 448.0
+    with pytest.raises(ValueError, match="backend"):
+        s1.generate_inputs(1, 128, 128, backend="jax")
+
+
+def test_weight_quantiser_round_trip():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((200, 256)).astype(np.float32)
+    q, s = s1.quantise_weight_numpy(w)
+    deq = q.astype(np.float32) * np.repeat(np.repeat(s, 128, 0)[:200], 128, 1)
+    assert np.abs(deq - w).max() <= np.abs(w).max() * 2.0 ** -4      # e4m3: 3 mantissa bits
+    blocks = np.pad(np.abs(q.astype(np.float32)), ((0, 56), (0, 0))).reshape(2, 128, 2, 128).max(axis=(1, 3))
+    assert (blocks == 448.0).all()
+
+
+def _blockwise_loop_reference(a, w, s):
+    """Independent of reference_w8a16: per 128-K block, exact dot products scaled afterwards."""
+    a64, w64 = np.asarray(a).astype(np.float64), np.asarray(w).astype(np.float64)
+    M, K = a64.shape
+    N = w64.shape[0]
+    c = np.zeros((M, N))
+    for kb in range(K // 128):
+        ks = slice(kb * 128, (kb + 1) * 128)
+        c += (a64[:, ks] @ w64[:, ks].T) * np.asarray(s, np.float64)[np.arange(N) // 128, kb][None, :]
+    return c
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 136, 128), (7, 200, 384), (83, 129, 256)])
+def test_reference_matches_blockwise_loop(M, N, K):
+    d = s1.generate_inputs(M, N, K, seed=M, backend="numpy")
+    ref = s1.reference_w8a16(d["a"], d["w"], d["w_scale"])
+    np.testing.assert_allclose(ref, _blockwise_loop_reference(d["a"], d["w"], d["w_scale"]),
+                               rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    sub = s1.reference_w8a16(d["a"], d["w"], d["w_scale"], rows=[0, M - 1])
+    np.testing.assert_allclose(sub, ref[[0, M - 1]], rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    with pytest.raises(ValueError, match="w_scale must be"):
+        s1.reference_w8a16(d["a"], d["w"], np.ones((5, 5), np.float32))
+
+
+def test_reference_hand_example():
+    # w row 0 in scale block 0 (scale 0.5), row 128 in block 1 (scale 4): a wrong block shows
+    a = np.zeros((1, 128), ml_dtypes.bfloat16)
+    a[0, :2] = [1.0, 2.0]
+    w = np.zeros((129, 128), ml_dtypes.float8_e4m3fn)
+    w[0, :2] = [1.0, 0.5]
+    w[128, :2] = [1.0, 0.5]
+    s = np.array([[0.5], [4.0]], np.float32)
+    ref = s1.reference_w8a16(a, w, s)
+    assert ref[0, 0] == 1.0 and ref[0, 128] == 8.0 and ref[0, 1] == 0.0
+
+
+def test_kernel_models_track_float64():
+    d = s1.generate_inputs(5, 130, 1024, seed=3, backend="numpy")
+    ref = s1.reference_w8a16(d["a"], d["w"], d["w_scale"])
+    wm = s1.emulate_wmma_fp32(d["a"], d["w"], d["w_scale"])
+    sc = s1.emulate_scalar_fp32(d["a"], d["w"], d["w_scale"])
+    split = s1.emulate_wmma_fp32(d["a"], d["w"], d["w_scale"], kb_per_split=3)
+    for model in (wm, sc, split):
+        assert model.dtype == np.float32
+        assert s1.rel_err(model, ref) < 1e-6
+    # fp32 accumulation is not exact: the models are distinguishable from float64
+    assert s1.rel_err(sc, ref) > 0
+
+
+# --------------------------------------------------------------------------- quantisers (CPU model)
+def _e4m3_table():
+    """Every finite e4m3fn value from the bit definition (not ml_dtypes): code -> value."""
+    vals = {}
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        e, m = (code >> 3) & 0xF, code & 0x7
+        if e == 0xF and m == 0x7:
+            continue                                   # NaN
+        v = m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+        vals[code] = sign * v
+    return vals
+
+
+_TABLE = _e4m3_table()
+_POS = sorted((v, c) for c, v in _TABLE.items() if c < 0x80)
+
+
+def _e4m3_rne(v: float) -> int:
+    """Round to nearest e4m3, ties to the even code, |v| > 464 -> NaN (0x7F | sign): torch's rule."""
+    if math.isnan(v):
+        return 0x7F
+    sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    a = abs(v)
+    if a > 464:
+        return 0x7F | sign
+    best = min(_POS, key=lambda t: (abs(t[0] - a), t[1] & 1))
+    return best[1] | sign
+
+
+def test_e4m3_table_sanity():
+    assert _TABLE[0x7E] == 448.0 and _TABLE[0x01] == 2.0 ** -9 and _TABLE[0x38] == 1.0
+    assert _e4m3_rne(464.0) == 0x7E          # tie between 448 (even code) and 480 (NaN pattern)
+    assert _e4m3_rne(465.0) == 0x7F          # overflow: NaN, torch does not saturate
+    assert _e4m3_rne(-470.0) == 0xFF
+    assert _e4m3_rne(2.0 ** -10) == 0x00     # tie between 0 and 2^-9: even code 0
+    assert _e4m3_rne(1.5 * 2.0 ** -10) == 0x01
+
+
+def test_quant_emulation_matches_an_independent_rounding():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 384)) * np.exp2(rng.uniform(-8, 8, (3, 3, 1))).repeat(128, 2).reshape(3, 384))
+    x = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    q, s = qa.quant_act_emulate(x)
+    xf = x.astype(np.float32).reshape(3, 3, 128)
+    for m in range(3):
+        for kb in range(3):
+            amax = np.float32(np.abs(xf[m, kb]).max())
+            want_s = np.float32(amax * (np.float32(1) / np.float32(448)))
+            assert s[m, kb] == want_s
+            for k in range(128):
+                v = float(np.float32(xf[m, kb, k] / want_s))
+                assert int(q[m, kb * 128 + k].view(np.uint8)) == _e4m3_rne(v), (m, kb, k)
+
+
+def test_quant_emulation_special_groups():
+    x = np.zeros((1, 640), np.float32)
+    x[0, 128:131] = [-np.nan, 1.0, 500.0]               # NaN group: scale 1, values divided by 1
+    x[0, 256:259] = [np.inf, 1.0, -2.0]                 # inf group: scale inf, x / inf = 0, inf/inf = NaN
+    x[0, 384:386] = [-448.0, 3.0]                       # amax 448: the amax maps to +-448
+    x[0, 512:514] = [-0.0, 0.0]                         # zeros and a negative zero: scale 1
+    q, s = qa.quant_act_emulate(x.astype(ml_dtypes.bfloat16))
+    codes = q.view(np.uint8)[0]
+    assert s[0, 0] == 1.0 and (codes[:128] == 0).all()
+    # a GPU division returns the canonical +NaN whatever the operands' signs: every NaN code is 0x7F
+    assert s[0, 1] == 1.0 and codes[128] == 0x7F and codes[129] == 0x38 and codes[130] == 0x7F
+    assert np.isinf(s[0, 2]) and codes[256] == 0x7F and codes[257] == 0 and codes[258] == 0x80
+    assert codes[384] == 0xFE
+    assert s[0, 4] == 1.0 and codes[512] == 0x80 and codes[513] == 0
+
+
+def test_scale_rules_differ_for_about_half_the_groups():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 128 * 64)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    _, s_cuda = qa.quant_act_emulate(x, "torch_cuda")
+    _, s_true = qa.quant_act_emulate(x, "true_division")
+    frac = float((s_cuda != s_true).mean())
+    assert 0.2 < frac < 0.8, frac           # why the kernels must copy torch's reciprocal-multiply
+    ulps = np.abs(s_cuda.view(np.int32).astype(np.int64) - s_true.view(np.int32))
+    assert ulps.max() == 1                   # one last-bit step, never more
+    with pytest.raises(ValueError, match="scale_rule"):
+        qa.quant_act_emulate(x, "round_up")
+    with pytest.raises(ValueError, match="multiple of 128"):
+        qa.quant_act_emulate(x[:, :100])
+
+
+def test_quant_byte_count():
+    c = qa.byte_count(256, 7168)
+    assert c["bytes"] == 256 * 7168 * 3 + 4 * 256 * 56 and c["groups"] == 256 * 56
+    assert qa.NAIVE_BUSY_THREADS / qa.NAIVE_THREADS_PER_BLOCK == 1 / 32
+    with pytest.raises(ValueError, match="multiple of 128"):
+        qa.byte_count(1, 100)
+
+
+# --------------------------------------------------------------------------- compile-time facts
+def _compile(src, arch="sm_90a", extra=()):
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        proc = subprocess.run([str(tools.find_tool("nvcc")), "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v",
+                               "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                               "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                               *extra, str(src), "-o", str(cubin)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        sass = tools.run_tool("cuobjdump", ["-sass", str(cubin)]).stdout
+    return proc.stderr + proc.stdout, sass
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_89"])
+def test_kernels_compile_alone_without_spills(arch):
+    from fp8lab.resources import parse_ptxas_v
+
+    for src in (s1.SCALAR_SOURCE, s1.QUANT_SOURCE, s1.DEQUANT_SOURCE):
+        log, sass = _compile(src, arch)
+        funcs = parse_ptxas_v(log)
+        assert funcs and all(f["spill_store_bytes"] == 0 and f["spill_load_bytes"] == 0 for f in funcs.values())
+        if src == s1.QUANT_SOURCE:
+            assert "ATOMS.MAX" in sass                                 # the naive kernel's shared atomics
+            assert "F2FP.SATFINITE.E4M3.F32.PACK_AB" in sass           # hardware e4m3 rounding on the fast path
+            assert "SHFL.BFLY" in sass                                 # warp / 16t shuffle reductions
+        if src == s1.SCALAR_SOURCE:
+            assert "FFMA" in sass and "HMMA" not in sass               # CUDA cores only
+
+
+@needs_nvcc
+def test_wmma_kernel_compiles_to_ldmatrix_and_hmma():
+    from fp8lab.resources import parse_ptxas_v
+
+    log, sass = _compile(s1.WMMA_SOURCE, "sm_90a")
+    funcs = parse_ptxas_v(log)
+    wmma = {k: v for k, v in funcs.items() if "wmma_w8a16_kernel" in k}
+    assert len(wmma) == 2 * len(s1.wmma_configs())                   # bf16 and fp32 outputs per config
+    assert all(v["spill_store_bytes"] == 0 for v in wmma.values())
+    assert "HMMA.16816.F32.BF16" in sass and "LDSM.16.M88.4" in sass  # tensor cores fed by ldmatrix
+    assert "F2FP.F16.E4M3.UNPACK_B" in sass                          # exact e4m3 -> f16 in hardware
+    assert "LDGSTS" in sass                                          # cp.async for the A tiles
+
+
+@needs_nvcc
+def test_b9_compile_check():
+    df = ta.b9_compile_check("sm_90a", pads=(8, 0, 1))
+    c = df.set_index(["pad", "forced"])
+    assert c.loc[(8, False), "accepted"] and c.loc[(8, False), "row_bytes"] == 272
+    assert c.loc[(0, False), "accepted"]
+    assert not c.loc[(1, False), "accepted"] and c.loc[(1, False), "static_assert"]
+    assert "multiple of 8" in c.loc[(1, False), "diagnostic"]
+    # nvcc itself has no objection to ldm = 129: the refusal is ours, from the documented rule
+    assert c.loc[(1, True), "accepted"] and c.loc[(1, True), "row_bytes_mod_16"] == 2
+    assert c.loc[(1, True), "ldsm_in_sass"] > 0
+
+
+# --------------------------------------------------------------------------- experiment logic
+def test_w8a8_tile_rules_name_real_configs():
+    from fp8lab.kernels import mma_blockwise as mb
+    from fp8lab.kernels import triton_blockwise as tb
+
+    names = {c.name for c in mb.configs()}
+    for M in (1, 16, 17, 32, 64, 128, 256, 4096):
+        name, swz = ta.mma_config_for(M)
+        assert name in names and swz >= 1
+        cfg = dict(BLOCK_K=128, GROUP_M=8) | ta.triton_config_for(M)
+        tb._check_tile("per_block", **cfg)
+    assert ta.check_rows(5) == [0, 1, 2, 3, 4]
+    assert ta.check_rows(100, 2) == [0, 1, 98, 99]
+
+
+def _synthetic(sites=("q_a", "o_proj"), Ms=(1, 16, 128, 1024), scale=1.0):
+    """A sweep table shaped like measure()'s, with timings from a simple model: memory-bound
+    below, compute-bound above (so the winner changes with M)."""
+    rows = []
+    for sh in ta.site_shapes(sites):
+        N, K = sh.N, sh.K
+        for M in Ms:
+            flop = 2 * M * N * K
+            t = {"scalar_tiled": flop / 5e12 * (32 / min(M, 32) if M < 32 else 1),
+                 "wmma_w8a16": max(N * K / 3e12, flop / 350e12),
+                 "triton_blockwise": max(N * K / 2e12, flop / 900e12),
+                 "mma_blockwise": max(N * K / 2.5e12, flop / 500e12),
+                 "cublaslt_blockwise": max(N * K / 1e12, flop / 1000e12),
+                 "cublas_bf16": max(2 * N * K / 3.5e12, flop / 650e12)}
+            for arm, tt in t.items():
+                prep = ta.PREP_OF.get(arm, "")
+                pt = (M * K * 3 / 3e12 + 2e-6) if prep == "quant_act_warp" else (3 * N * K / 4e12 if prep else 0.0)
+                status = "measured" if not (arm == "scalar_tiled" and M > 256) else "skipped: M > scalar_max_m = 256"
+                rows.append({"site": sh.site, "model": "deepseek-v3", "N": N, "K": K, "M": M, "arm": arm, "role": "gemm",
+                             "kind": ta.KIND_OF[arm], "status": status, "flop": flop, "time_p50_s": tt * scale,
+                             "tflops_p50": flop / (tt * scale) / 1e12, "prep_arm": prep, "prep_p50_s": pt,
+                             "total_p50_s": tt * scale + pt if status == "measured" else math.nan})
+    return ta.mark_best_w8a8(pd.DataFrame(rows))
+
+
+def test_three_arms_view_winner_and_crossovers():
+    df = _synthetic()
+    view = ta.three_arms_view(df)
+    assert set(view["site"]) == {"q_a", "o_proj"} and len(view) == 8
+    assert (view["best_w8a8_impl"].isin(ta.W8A8_IMPLS)).all()
+    r = view.iloc[0]
+    fams = {f: r[f] for f in ta.FAMILIES if np.isfinite(r[f])}
+    assert r["winner"] == min(fams, key=fams.get)
+    # best_w8a8 is the faster of the two fp8lab kernels, quantiser included
+    d = df[(df["site"] == r["site"]) & (df["M"] == r["M"]) & df["arm"].isin(ta.W8A8_IMPLS)]
+    assert r["best_w8a8"] == pytest.approx(d["total_p50_s"].min())
+    cx = ta.crossovers(view)
+    assert len(cx) >= 1 and (cx["M_below"] < cx["M_above"]).all()
+    assert (cx["winner_below"] != cx["winner_above"]).all()
+
+
+def test_crossovers_none_when_one_arm_always_wins():
+    view = pd.DataFrame({"site": ["a"] * 3, "M": [1, 16, 128], "winner": ["wmma_w8a16"] * 3})
+    assert ta.crossovers(view).empty
+    v = ta.b7_verdict(view.assign(**{f: 1.0 for f in ta.FAMILIES}, N=1, K=128, best_w8a8_impl=""))
+    assert v.verdict == "differs"
+
+
+def test_b7_verdict_holds_with_a_crossover():
+    v = ta.b7_verdict(ta.three_arms_view(_synthetic()))
+    assert v.verdict == "holds" and "between M=" in v.our_figure
+
+
+def test_step_table_scales_per_parameter():
+    df = _synthetic(sites=ta.DENSE_SITES, Ms=(256,))
+    step = ta.step_table(df, ceilings={"fp32": 65e12, "bf16": 680e12, "fp8_blockwise": 1150e12})
+    params = sum(s.N * s.K for s in ta.site_shapes(ta.DENSE_SITES))
+    assert params == pytest.approx(583.3e6, rel=1e-3)                # one DeepSeek-V3 dense layer
+    r = step.set_index("family")
+    view = ta.three_arms_view(df)
+    assert r.loc["wmma_w8a16", "measured_layer_ms"] == pytest.approx(view["wmma_w8a16"].sum() * 1e3)
+    assert r.loc["wmma_w8a16", "scaled_step_ms"] == pytest.approx(
+        r.loc["wmma_w8a16", "measured_layer_ms"] * 4.238e9 / params)
+    # the spec floors reproduce the seed's derived ones
+    assert r.loc["scalar_tiled", "spec_floor_ms"] == pytest.approx(32.4, rel=0.01)
+    assert r.loc["wmma_w8a16", "spec_floor_ms"] == pytest.approx(2.19, rel=0.01)
+    assert r.loc["best_w8a8", "spec_floor_ms"] == pytest.approx(1.10, rel=0.01)
+    assert r.loc["best_w8a8", "measured_ceiling_floor_ms"] == pytest.approx(2 * 256 * 4.238e9 / 1150e12 * 1e3)
+    assert r["complete"].all()
+    v = ta.b4_verdict(step)
+    assert v.verdict in ("holds", "holds-in-kind") and "4.238 G" in v.our_figure
+    # an arm under its own floor means a counting or timing bug: the verdict says differs
+    fast = df.copy()
+    fast.loc[fast["arm"] == "wmma_w8a16", "total_p50_s"] *= 1e-3
+    assert ta.b4_verdict(ta.step_table(fast)).verdict == "differs"
+    with pytest.raises(ValueError, match="M = 256"):
+        ta.step_table(_synthetic(Ms=(1,)))
+
+
+def test_b1_verdict_rules():
+    df = _synthetic(Ms=(128,))
+    fp32 = 65e12
+    # synthetic scalar at 5 TFLOP/s = 7.7% of 65: within 2x of 6.8%
+    assert ta.b1_verdict(df, fp32).verdict == "holds"
+    assert ta.b1_verdict(df, fp32 / 10).verdict == "differs"            # 77% > 1/4
+    assert ta.b1_verdict(df, fp32 * 4).verdict == "holds-in-kind"       # 1.9%: under the ceiling, far from 6.8%
+    assert ta.b1_verdict(df, None).verdict == "not-run"
+    assert ta.b1_verdict(_synthetic(Ms=(1, 16)), fp32).verdict == "not-run"   # only partial tiles
+
+
+def test_b3_verdict_rules():
+    df = _synthetic(Ms=(4096,))                 # wmma at 350 TFLOP/s
+    assert ta.b3_verdict(df, 680e12).verdict == "holds-in-kind"      # 35% of spec, 51% of measured
+    assert ta.b3_verdict(df, 800e12).verdict == "differs"
+    assert ta.b3_verdict(df, 680e12, bf16_spec=600e12).verdict == "holds"
+    assert ta.b3_verdict(df.iloc[0:0], 680e12).verdict == "not-run"
+
+
+def test_b8_and_b9_verdict_rules():
+    num = pd.DataFrame([
+        {"arm": "scalar_tiled", "out_dtype": "fp32", "K": 7168, "status": "measured", "rel_err": 4e-6},
+        {"arm": "wmma_w8a16", "out_dtype": "fp32", "K": 7168, "status": "measured", "rel_err": 1e-6},
+        {"arm": "scalar_tiled", "out_dtype": "fp32", "K": 512, "status": "measured", "rel_err": 1e-6},
+        {"arm": "wmma_w8a16", "out_dtype": "fp32", "K": 512, "status": "measured", "rel_err": 2e-6}])
+    assert ta.b8_verdict(num).verdict == "holds"                        # judged at the largest K
+    num.loc[1, "rel_err"] = 5e-6
+    assert ta.b8_verdict(num).verdict == "differs"
+    assert ta.b8_verdict(num[num["arm"] == "scalar_tiled"]).verdict == "not-run"
+
+    comp = pd.DataFrame([{"pad": 8, "forced": False, "accepted": True, "static_assert": False},
+                         {"pad": 1, "forced": False, "accepted": False, "static_assert": True},
+                         {"pad": 1, "forced": True, "accepted": True, "static_assert": False}])
+    assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "wrong", "pad1_relerr": 0.9}).verdict == "holds"
+    assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "fault", "pad1_error": "misaligned"}).verdict == "holds"
+    assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "correct", "pad1_relerr": 1e-3}).verdict == "differs"
+    assert ta.b9_verdict(comp, None).verdict == "not-run"
+
+
+def test_b6_verdict_rules():
+    rows = []
+    for M in (1, 256, 1024, 8192):
+        for arm, t, frac in (("quant_act_naive", 100e-6, 0.1), ("quant_act_warp", 5e-6, 0.85)):
+            rows.append({"arm": arm, "M": M, "K": 7168, "status": "measured", "time_p50_s": t * M / 256,
+                         "fraction_of_copy": frac})
+    df = pd.DataFrame(rows)
+    v = qx.b6_verdict(df)
+    assert v.verdict == "holds" and "32/1024" in v.our_figure
+    df.loc[(df["arm"] == "quant_act_warp") & (df["M"] == 256), "fraction_of_copy"] = 0.6
+    assert qx.b6_verdict(df).verdict == "holds-in-kind"
+    df.loc[(df["arm"] == "quant_act_warp") & (df["M"] == 1024), "time_p50_s"] = 1.0
+    assert qx.b6_verdict(df).verdict == "differs"
+    assert qx.b6_verdict(df[df["M"] == 1]).verdict == "not-run"        # M = 1 is outside the target range
+    assert qx._n_sets(5_500_000, 60 * 2**20) == (23, False)
+    assert qx._n_sets(20_000, 60 * 2**20)[1] is True
+
+
+def test_experiments_refuse_bad_arguments_before_touching_a_gpu():
+    with pytest.raises(ValueError, match="unknown arms"):
+        ta.measure(arms=["cutlass_blockwise_sm90x"])
+    with pytest.raises(ValueError, match="Ms must be"):
+        ta.measure(Ms=[0])
+    with pytest.raises(ValueError, match="triton_mode"):
+        ta.measure(triton_mode="fastest")
+    with pytest.raises(ValueError, match="unknown site"):
+        ta.measure(sites=["lm_head"])
+    with pytest.raises(ValueError, match="unknown arms"):
+        qx.measure(arms=["quant_act_magic"])
+    with pytest.raises(ValueError, match="multiple of 128"):
+        qx.measure(Ks=[100])
+
+
+def test_notebook_verdicts_from_synthetic_tables():
+    sweep = _synthetic(Ms=(1, 16, 128, 1024))
+    step = _synthetic(sites=ta.DENSE_SITES, Ms=(256,))
+    ceil = pd.DataFrame([{"ceiling": "fp32_fma", "status": "measured", "rate_p50": 65.6e12},
+                         {"ceiling": "bf16_tensor", "status": "measured", "rate_p50": 680e12},
+                         {"ceiling": "fp8_tensor_blockwise", "status": "not-run: old cuBLAS", "rate_p50": math.nan}])
+    assert ta.ceiling_rate(ceil, "bf16_tensor") == 680e12
+    assert ta.ceiling_rate(ceil, "fp8_tensor_blockwise") is None and ta.ceiling_rate(None, "x") is None
+    vs = ta.verdicts(sweep, step, ceil, None, None, None)
+    assert [v.claim for v in vs] == ["B1", "B3", "B4", "B7", "B8", "B9"]
+    by = {v.claim: v.verdict for v in vs}
+    assert by["B8"] == by["B9"] == "not-run"
+    assert by["B1"] == "holds" and by["B7"] == "holds"
+    assert ta.verdicts(sweep, None, ceil, None, None, None)[2].verdict == "not-run"
