@@ -208,3 +208,176 @@ def test_gpu_wrapper_validation():
         tb.blockwise_fp8_gemm(a.cpu(), b, sa, sb)
     with pytest.raises(ValueError, match="variant"):
         tb.blockwise_fp8_gemm(a, b, sa, sb, variant="per_slice")
+
+
+# ---------------------------------------------------------------------------------------
+# CPU: Triton's interpreter runs every path's index math (needs torch, not a GPU)
+
+_INTERP_SCRIPT = r'''
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np, torch, triton
+from fp8lab.kernels import triton_blockwise as tb
+
+M, N, K = 7, 264, 300                       # ragged M, N and a partial last K block
+g = torch.Generator().manual_seed(0)
+kb, nb = -(-K // 128), -(-N // 128)
+a = (torch.randn(M, K, generator=g) * 2).to(torch.float8_e4m3fn)
+b = (torch.randn(N, K, generator=g) * 2).to(torch.float8_e4m3fn)
+sa = (torch.rand(M, kb, generator=g) + 0.5).t().contiguous().t()          # M-major, as cuBLASLt wants
+sb = torch.exp2(torch.randint(-3, 4, (nb, kb), generator=g).float())      # a wrong block shows
+ref = tb.reference_blockwise_gemm(a.float().numpy(), b.float().numpy(), sa.numpy(), sb.numpy())
+scale = (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
+
+def check(out, what):
+    o = out.float().numpy().astype(np.float64)
+    err = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    # the interpreter truncates fp32 -> bf16 (3.3e-3), the GPU rounds to nearest (1.7e-3)
+    assert np.isfinite(o).all() and err < 5e-3, (what, err)
+    print(what, f"{err:.2e}")
+
+def fresh():
+    return torch.full((M, N), float("nan"), dtype=torch.bfloat16)
+
+for variant in tb.VARIANTS:
+    for bm, bn in ((16, 64), (64, 256)):
+        out = fresh()
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+        tb._blockwise_fp8_kernel[grid](a, b, out, sa, sb, M, N, K, K, K, N, *scale, BLOCK_M=bm, BLOCK_N=bn,
+                                       BLOCK_K=tb.DEFAULT_BLOCK_K[variant], GROUP_M=2,
+                                       PER_BLOCK=variant != "per_step", INPLACE=variant == "per_block_inplace")
+        check(out, f"ptr {variant} {bm}x{bn}")
+for bw_, bt, split in ((64, 16, 1), (128, 16, 4)):
+    out = fresh()
+    ws = torch.full((split * M * N,), float("nan"))
+    cnt = torch.zeros(64, dtype=torch.int32)
+    tb._blockwise_fp8_swapab_kernel[(triton.cdiv(N, bw_), triton.cdiv(M, bt), split)](
+        a, b, out, sa, sb, ws, cnt, M, N, K, K, K, N, *scale, BLOCK_W=bw_, BLOCK_T=bt, SPLIT_K=split, EVEN_K=False)
+    assert int(cnt.abs().sum()) == 0, "split-K counters not re-armed"
+    check(out, f"swapab {bw_}x{bt} split {split}")
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:
+    sys.exit(0)
+K2 = 304                                   # TMA needs 16-byte row strides
+a2, b2 = torch.nn.functional.pad(a.view(torch.uint8), (0, 4)).view(torch.float8_e4m3fn), \
+    torch.nn.functional.pad(b.view(torch.uint8), (0, 4)).view(torch.float8_e4m3fn)
+for variant, (bm, bn, persist) in (("per_block", (64, 128, 0)), ("per_block_inplace", (128, 64, 1))):
+    out = fresh()
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tb._blockwise_fp8_tma_kernel[(min(tiles, 2) if persist else tiles,)](
+        TensorDescriptor.from_tensor(a2, [bm, 128]), TensorDescriptor.from_tensor(b2, [bn, 128]), out, sa, sb,
+        M, N, K2, N, *scale, BLOCK_M=bm, BLOCK_N=bn, GROUP_M=2, INPLACE=variant == "per_block_inplace",
+        PERSIST=persist)
+    check(out, f"tma {variant} {bm}x{bn} persist {persist}")
+'''
+
+
+def test_interpreter_runs_every_path(tmp_path):
+    """Every kernel of every path on the CPU through TRITON_INTERPRET=1, against float64:
+    ragged tiles, the scale lookups, split-K re-arming, the persistent tile loop."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 9):
+        # its interpreter passes int arguments as shape-(1,) arrays, which numpy 2 refuses to
+        # turn into range() bounds; the compiled kernels are not affected
+        pytest.skip(f"triton {triton.__version__}'s interpreter cannot run range() over run-time ints")
+    script = tmp_path / "interp.py"
+    script.write_text(_INTERP_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ptr ") == 6 and proc.stdout.count("swapab ") == 2
+
+
+def test_path_configs_are_valid():
+    for v in ("per_block", "per_block_inplace"):
+        cfgs = tb.tile_configs(v, "tma")
+        assert len(cfgs) >= 12
+        for c in cfgs:
+            tb._check_tma(v, **c)
+            # per_block keeps two fp32 tiles: never more than 192 accumulator registers per thread
+            if v == "per_block":
+                assert c["BLOCK_M"] * c["BLOCK_N"] * 2 // (32 * c["num_warps"]) <= 192
+    for c in tb.tile_configs("per_block", "swapab"):
+        tb._check_swapab("per_block", **c)
+    with pytest.raises(ValueError, match="per_block variant only"):
+        tb.tile_configs("per_block_inplace", "swapab")
+    with pytest.raises(ValueError, match="tma path"):
+        tb.tile_configs("per_step", "tma")
+    with pytest.raises(ValueError, match="path must be one of"):
+        tb.tile_configs("per_block", "wgmma")
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 4096, 4096), (16, 4096, 12288), (1, 7168, 18432), (1, 24576, 4096),
+                                     (64, 576, 7168), (7, 264, 300)])
+def test_limited_swapab_configs_fill_the_sms(M, N, K):
+    cfgs = tb.limited_configs("per_block", "swapab", M, N, K, sms=132)
+    full = tb.tile_configs("per_block", "swapab")
+    assert 1 <= len(cfgs) <= 4 and all(c in full for c in cfgs)
+    n_kb = -(-K // 128)
+    for c in cfgs:
+        assert c["BLOCK_T"] >= min(M, 64) and c["BLOCK_T"] == min(64, max(16, 1 << (M - 1).bit_length()))
+        # every split keeps >= 2 K blocks unless K has fewer than 2 blocks per split anyway
+        assert -(-n_kb // c["SPLIT_K"]) >= 2 or c["SPLIT_K"] == 1
+    programs = max(-(-N // c["BLOCK_W"]) * -(-M // c["BLOCK_T"]) * c["SPLIT_K"] for c in cfgs)
+    big_enough = N * n_kb // 128 >= 2 * 132 * 2      # enough (row block, K block) pairs to share out
+    assert programs >= 2 * 132 or not big_enough
+
+
+@pytest.mark.parametrize("path, variant", [("ptr", "per_block"), ("ptr", "per_step"), ("tma", "per_block"),
+                                           ("tma", "per_block_inplace")])
+@pytest.mark.parametrize("M", [1, 16, 64, 128, 1024, 8192])
+def test_limited_configs_follow_m(path, variant, M):
+    cfgs = tb.limited_configs(variant, path, M, 4096, 4096)
+    full = tb.tile_configs(variant, path)
+    assert 1 <= len(cfgs) <= 4 and all(c in full for c in cfgs)
+    if path == "ptr" and M <= 64:
+        assert max(c["BLOCK_M"] for c in cfgs) <= 64
+    if M >= 1024:
+        assert min(c["BLOCK_M"] for c in cfgs) >= 64
+
+
+def test_set_autotune_validates():
+    before = tb.set_autotune()
+    try:
+        assert tb.set_autotune("full", rep_ms=10)["mode"] == "full"
+        with pytest.raises(ValueError, match="'limited' or 'full'"):
+            tb.set_autotune("some")
+        with pytest.raises(ValueError, match="milliseconds"):
+            tb.set_autotune(warmup_ms=0)
+    finally:
+        tb.set_autotune(before["mode"], warmup_ms=before["warmup_ms"], rep_ms=before["rep_ms"], limit=before["limit"])
+
+
+@needs_cuobjdump
+@pytest.mark.parametrize("path, kw", [
+    ("tma", dict(variant="per_block_inplace", BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)),
+    ("tma", dict(variant="per_block", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSIST=1)),
+    ("swapab", dict(variant="per_block", BLOCK_W=64, BLOCK_T=16, SPLIT_K=8, num_warps=4, num_stages=4,
+                    M=1, N=4096, K=12288)),
+])
+def test_compile_new_paths_sm90(path, kw, tmp_path):
+    """The TMA and swap-AB kernels compile for sm_90 without spills and issue FP8 wgmma (QGMMA);
+    the TMA kernel really uses TMA, the split-K epilogue an acquire-release atomic."""
+    res = tb.triton_resource_usage(arch="sm_90", path=path, **kw)
+    assert res["spill_stores"] in (0, None) and res["stack_bytes"] == 0
+    assert _census(res, tmp_path).iloc[0]["mma_types"] == "QGMMA:e4m3.e4m3"
+    if path == "tma":
+        assert "cp.async.bulk.tensor" in res["ptx"]
+    else:
+        assert "atom.global.gpu.acq_rel.add" in res["ptx"]
+
+
+@needs_cuobjdump
+def test_inplace_fits_two_programs_per_sm():
+    """The point of per_block_inplace on Hopper: one fp32 tile of 128x128 over 8 warps leaves
+    <= 128 registers per thread and 96 KB of shared memory: two programs per SM."""
+    ip = tb.triton_resource_usage("per_block_inplace", "sm_90", path="tma", BLOCK_M=128, BLOCK_N=128, num_warps=8,
+                                  num_stages=3)
+    pb = tb.triton_resource_usage("per_block", "sm_90", path="tma", BLOCK_M=128, BLOCK_N=128, num_warps=8,
+                                  num_stages=3)
+    assert ip["registers"] <= 128 < pb["registers"]
+    assert 2 * ip["shared_mem"] <= 227 * 1024

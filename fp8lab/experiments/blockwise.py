@@ -1,0 +1,1353 @@
+"""W8A8 blockwise FP8 GEMM arms over M: checked against float64, then timed (notebooks 03-05).
+
+One registry of arms, one sweep, one tidy table; the three notebooks ask it different questions.
+
+| arm                      | what runs                                                            |
+| ------------------------ | -------------------------------------------------------------------- |
+| mma_blockwise            | our CUDA kernel on mma.sync e4m3 (16 tiles x 3 main loops, swizzle)  |
+| triton_blockwise         | our Triton kernel: ptr / tma / swapab paths, autotuned per problem   |
+| cutlass_blockwise_sm90   | CUTLASS 3.x Hopper blockwise collective (when its module imports)   |
+| cublaslt_blockwise       | ``F.scaled_mm``, 1x128 activation / 128x128 weight scales            |
+| cublas_bf16              | ``torch.mm`` on bf16 (the dequantised weights): the 16-bit baseline |
+
+Every (shape, M) point gets fresh random operands (activations with per-token magnitudes and
+outlier channels, weights with per-block magnitudes, both quantised by the reference
+quantisers), a float64 reference of a subset of rows, and then, per arm candidate: one call
+into a NaN-poisoned output, checked (relative error, DeepGEMM's scale-free
+1 - 2Σxy/Σ(x²+y²), NaNs left), and only if it passes, timing over operand sets rotated past
+L2. W8A8 arms are timed twice: on pre-quantised activations (``quant`` = none) and with the
+1x128 activation quantiser inside the timed call (``quant`` = the quantiser's name).
+
+Mind the hardware: on sm_90 an e4m3 ``mma.sync`` (our mma_blockwise) runs as F2FP conversions
+plus fp16 HMMA (no FP8 tensor cores; the census of notebook 09 shows it), so mma_blockwise
+cannot reach FP8 rates on Hopper; only wgmma (Triton with >= 64-row tiles, CUTLASS 3.x,
+cuBLASLt) does.
+
+The post-processing (best rows, tile-by-M selection, crossovers, target ratios, verdicts)
+is pure pandas and runs on CPU tables (tests use synthetic ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import shapes as shp
+from ..kernels import mma_blockwise as mb
+
+ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16")
+OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
+W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
+LABELS = {"mma_blockwise": "mma_blockwise (mma.sync)", "triton_blockwise": "triton_blockwise",
+          "cutlass_blockwise_sm90": "cutlass_blockwise_sm90", "cublaslt_blockwise": "cuBLASLt blockwise",
+          "cublas_bf16": "cuBLAS BF16", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (weight-only)"}
+
+DEFAULT_SHAPES = ("qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down")
+DEFAULT_MS = (1, 16, 128, 1024, 4096)
+
+# Correctness gate before timing. bf16 output rounding alone gives a relative error of
+# ~1.7e-3 (Frobenius) and a calc_diff of ~1.5e-6; a wrong scale block gives >= 3e-2 / 1e-3.
+CHECK_RELERR = 5e-3
+CHECK_DIFF = 5e-5
+
+# Issue targets (measured in the same run).
+TARGET_SPEEDUP = 1.10            # best fp8lab arm vs cuBLASLt blockwise, every M >= TARGET_LARGE_M
+TARGET_LARGE_M = 1024
+TARGET_BW_FRACTION = 0.85        # weight bytes / time vs measured copy bandwidth, M <= TARGET_SMALL_M
+TARGET_SMALL_M = 16
+TARGET_MIN_WEIGHT_BYTES = 32e6   # ... on shapes with >= 32 MB of FP8 weights
+
+COLUMNS = ["shape", "model", "site", "M", "N", "K", "arm", "variant", "path", "config", "swizzle", "quant",
+           "status", "time_p20_s", "time_p50_s", "time_p80_s", "tflops_p50", "tflops_p20", "tflops_p80",
+           "weight_bytes", "weight_Bps_p50", "min_bytes", "relerr", "calc_diff", "max_err_norm", "nan_left",
+           "poison", "n_samples", "timing_method", "rotation_sets", "sm_mhz_median", "sm_mhz_min",
+           "power_w_max", "clock_reasons"]
+
+
+# ------------------------------------------------------------------------------------------
+# shapes and counting (CPU)
+# ------------------------------------------------------------------------------------------
+def resolve_shapes(names) -> list:
+    """'model:site' names (or Shape objects, or (N, K) pairs for ad-hoc shapes) -> Shapes."""
+    out = []
+    for s in names:
+        if isinstance(s, shp.Shape):
+            out.append(s)
+        elif isinstance(s, str):
+            out.append(shp.get(s))
+        elif isinstance(s, (tuple, list)) and len(s) == 2:
+            out.append(shp.Shape("custom", f"{int(s[0])}x{int(s[1])}", int(s[0]), int(s[1])))
+        else:
+            raise ValueError(f"a shape is 'model:site', a Shape or an (N, K) pair, got {s!r}")
+    if not out:
+        raise ValueError("need at least one shape")
+    return out
+
+
+def weight_bytes(arm: str, N: int, K: int) -> int:
+    """Bytes of the weight stream an arm reads: e4m3 codes + fp32 128x128 scales, or bf16."""
+    if arm == "cublas_bf16":
+        return 2 * N * K
+    return N * K + 4 * math.ceil(N / 128) * math.ceil(K / 128)
+
+
+def min_bytes(arm: str, M: int, N: int, K: int) -> int:
+    """Minimum DRAM bytes: operands and scales once, bf16 output once."""
+    if arm == "cublas_bf16":
+        return 2 * (M * K + N * K + M * N)
+    return M * K + weight_bytes(arm, N, K) + 4 * M * math.ceil(K / 128) + 2 * M * N
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def mma_candidates(M: int, n: int | str = 3, *, include_seed: bool = False, N: int | None = None,
+                   sms: int = 132) -> list:
+    """mma_blockwise tile configs to time at M (and N): the rule is "tile rows near M, narrow
+    tiles for small M, wide for large M, and enough thread blocks for the SMs"; the top ``n``
+    by that score, or all 16 with ``n='all'``. The sweep, not this rule, picks the winner.
+
+    score = |log2(BM / BM*)| + 0.5 |log2(BN / BN*)| + 0.5 max(0, log2(2 SMs / tiles)), with
+    BM* = clamp(next_pow2(M), 16, 256), BN* = 64 for M <= 64, 128 up to 1024, 256 above, and
+    tiles = ceil(M / BM) ceil(N / BN) (the last term only when N is given); ties go to more
+    warps, then to the config id.
+    """
+    cfgs = mb.configs()
+    if n == "all":
+        out = list(cfgs)
+    else:
+        if int(n) < 1:
+            raise ValueError(f"n must be >= 1 or 'all', got {n!r}")
+        bm_t = min(256, max(16, _next_pow2(M)))
+        bn_t = 64 if M <= 64 else (128 if M <= 1024 else 256)
+
+        def score(ic):
+            i, c = ic
+            s = abs(math.log2(c.bm / bm_t)) + 0.5 * abs(math.log2(c.bn / bn_t))
+            if N is not None:
+                tiles = math.ceil(M / c.bm) * math.ceil(N / c.bn)
+                s += 0.5 * max(0.0, math.log2(2 * sms / tiles))
+            return (round(s, 9), -c.warps, i)
+
+        out = [c for _, c in sorted(enumerate(cfgs), key=score)[: int(n)]]
+    if include_seed and mb.SEED_CONFIG not in out:
+        out = [mb.SEED_CONFIG] + out
+    return out
+
+
+def triton_candidates(M: int, spec="auto") -> list:
+    """(path, variant) pairs of triton_blockwise to time at M. 'auto': the swap-AB kernel and
+    the pointer kernel for decode sizes (M <= 64); the TMA kernel in both promotions and the
+    common pointer kernel above. A list of pairs is taken as given."""
+    if spec == "auto":
+        if M <= 64:
+            return [("swapab", "per_block"), ("ptr", "per_block")]
+        return [("tma", "per_block_inplace"), ("tma", "per_block"), ("ptr", "per_block")]
+    out = [tuple(p) for p in spec]
+    for p in out:
+        if len(p) != 2:
+            raise ValueError(f"triton candidates are (path, variant) pairs, got {p!r}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# operands and checking (GPU)
+# ------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class OpSet:
+    """One set of operands of one problem (rotated through when timing)."""
+    x: object           # (M, K) bf16 activations before quantisation
+    x_pad: object       # (Mp, K) bf16, Mp = M rounded up to 4 (cuBLASLt), zero rows appended
+    a: object           # (M, K) e4m3
+    a_scale: object     # (M, K/128) fp32, M-major (strides (1, M))
+    b: object           # (N, K) e4m3
+    b_scale: object     # (ceil(N/128), K/128) fp32 row-major
+    w_bf16: object = None   # (N, K) bf16 dequantised weights (cublas_bf16)
+    lt: object = None       # baselines.BlockwiseOperands, built on first use
+    cutlass: object = None  # cutlass_blockwise_sm90.CutlassBlockwise plan, built on first use
+
+    def clone(self):
+        c = lambda t: None if t is None else t.clone()  # noqa: E731
+        sa = self.a_scale.t().contiguous().t()
+        x = self.x.clone()
+        xp = x if self.x_pad.shape[0] == x.shape[0] else self.x_pad.clone()
+        return OpSet(x, xp, self.a.clone(), sa, self.b.clone(), self.b_scale.clone(), c(self.w_bf16))
+
+
+def make_operands(M: int, N: int, K: int, *, seed: int = 0, device="cuda", bf16_weights: bool = False) -> OpSet:
+    """Random operands like a real layer's: activations N(0,1) x a per-token magnitude
+    2^U(-3,3) with every 37th channel an outlier (x20), weights N(0, 0.02) x a per-128x128-block
+    magnitude 2^U(-2,2) (a wrong scale block shows), both quantised by the reference
+    quantisers (1x128 per token, 128x128 per block)."""
+    import torch
+
+    from ..kernels import baselines as bl
+
+    if K % 128:
+        raise ValueError(f"K must be a multiple of 128 (the reference quantisers' group), got {K}")
+    g = torch.Generator(device=device).manual_seed(int(seed))
+    x = torch.randn(M, K, generator=g, device=device)
+    x *= torch.exp2(torch.rand(M, 1, generator=g, device=device) * 6 - 3)
+    x[:, ::37] *= 20.0
+    x = x.to(torch.bfloat16)
+    nb, kb = math.ceil(N / 128), K // 128
+    w = torch.randn(N, K, generator=g, device=device) * 0.02
+    mag = torch.exp2(torch.rand(nb, kb, generator=g, device=device) * 4 - 2)
+    w *= mag.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)
+    b, sb = bl.quant_weight_reference(w)
+    del w
+    a, sa = bl.quant_act_reference(x)
+    sa = sa.t().contiguous().t()
+    Mp = -(-M // 4) * 4
+    x_pad = x if Mp == M else torch.nn.functional.pad(x, (0, 0, 0, Mp - M))
+    w16 = bl.dequantize_weight(b, sb) if bf16_weights else None
+    return OpSet(x, x_pad, a, sa, b, sb, w16)
+
+
+def check_rows(M: int, max_rows: int = 512, seed: int = 0) -> np.ndarray:
+    """Rows of the output compared with float64: all up to max_rows, else the first and last
+    64 and a random rest (edges are where tiles go wrong)."""
+    if M <= max_rows:
+        return np.arange(M)
+    rng = np.random.default_rng(seed)
+    mid = rng.choice(np.arange(64, M - 64), size=max_rows - 128, replace=False)
+    return np.unique(np.concatenate([np.arange(64), np.arange(M - 64, M), mid]))
+
+
+def reference_rows(a, a_scale, b, b_scale, rows):
+    """float64 (len(rows), N) of the blockwise-scaled product, from dequantised operands
+    (an e4m3 code times an fp32 scale is exact in float64)."""
+    import torch
+
+    K = a.shape[1]
+    N = b.shape[0]
+    r = torch.as_tensor(rows, device=a.device, dtype=torch.long)
+    A = a[r].double() * a_scale[r].double().repeat_interleave(128, 1)[:, :K]
+    B = b.double() * b_scale.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+    return A @ B.t()
+
+
+def compare(out, ref_rows, rows) -> dict:
+    """relerr (Frobenius, on the checked rows), calc_diff, max |err| / max |ref|, NaNs anywhere."""
+    import torch
+
+    nan_left = int(torch.isnan(out).sum().item())
+    r = torch.as_tensor(rows, device=out.device, dtype=torch.long)
+    got = out[r].double()
+    ref = ref_rows
+    finite = torch.isfinite(got).all().item()
+    if not finite:
+        return dict(relerr=math.inf, calc_diff=math.inf, max_err_norm=math.inf, nan_left=nan_left)
+    err = got - ref
+    den = float((got * got + ref * ref).sum())
+    return dict(relerr=float(err.norm() / ref.norm()),
+                calc_diff=0.0 if den == 0 else 1.0 - 2.0 * float((got * ref).sum()) / den,
+                max_err_norm=float(err.abs().max() / ref.abs().max()), nan_left=nan_left)
+
+
+def passes(chk: dict) -> bool:
+    return chk["nan_left"] == 0 and chk["relerr"] <= CHECK_RELERR and chk["calc_diff"] <= CHECK_DIFF
+
+
+def _poisoned(M: int, N: int, device):
+    import torch
+
+    return torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
+
+
+def _poison_allocator(M: int, N: int, device):
+    """For arms that allocate their own output: fill a block of the size they will ask for
+    with NaN and free it, so the caching allocator most likely hands it back."""
+    t = _poisoned(M, N, device)
+    del t
+
+
+# ------------------------------------------------------------------------------------------
+# quantiser
+# ------------------------------------------------------------------------------------------
+def pick_quantiser(device="cuda"):
+    """(name, fn, note): fp8lab.kernels.quant_act.quant_act_warp when it imports and matches
+    the reference quantiser on a test input, else baselines.quant_act_reference."""
+    import torch
+
+    from ..kernels import baselines as bl
+
+    note = ""
+    try:
+        from ..kernels import quant_act as qa
+        if hasattr(qa, "quant_act_warp"):
+            fn = qa.quant_act_warp
+        else:
+            # M-major scales: what cuBLASLt and CUTLASS read, and any-stride for our kernels
+            def fn(x):
+                return qa.quant_act(x, "quant_act_warp", scale_layout="m_major")
+        x = (torch.randn(67, 1024, device=device) * 3).to(torch.bfloat16)
+        x[3, 128:256] = 0
+        q, s = fn(x)
+        qr, sr = bl.quant_act_reference(x)
+        ok = (tuple(q.shape) == tuple(qr.shape) and tuple(s.shape) == tuple(sr.shape)
+              and q.dtype == qr.dtype and torch.equal(q.view(torch.uint8), qr.view(torch.uint8))
+              and torch.allclose(s.float(), sr, rtol=1e-6, atol=0))
+        if ok:
+            return "quant_act_warp", fn, ("fp8lab.kernels.quant_act, one warp per 128-group, M-major scales "
+                                          "(bit-exact vs the reference quantiser)")
+        note = "quant_act_warp differs from the reference quantiser: not used"
+    except ImportError as e:
+        note = f"quant_act_warp not importable ({e})"
+    except Exception as e:  # noqa: BLE001 - a different signature or a kernel error: say so, use the reference
+        note = f"quant_act_warp failed its check ({type(e).__name__}: {str(e)[:120]})"
+    return "quant_act_reference", bl.quant_act_reference, note + "; using baselines.quant_act_reference (torch ops)"
+
+
+# ------------------------------------------------------------------------------------------
+# arms: each candidate computes out = gemm(opset, a, a_scale, out) for given activations
+# ------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Candidate:
+    arm: str
+    gemm: Callable      # (opset, a (M,K) e4m3, a_scale (M,K/128) fp32, out or None) -> (M, N) bf16
+    variant: str = ""
+    path: str = ""
+    config: str = ""
+    swizzle: int = 0
+    takes_out: bool = False
+    describe: Optional[Callable[[], str]] = None   # config chosen by an autotuner, after a call
+
+
+def _mma_candidate(cfg, variant: str, swizzle: int, lookup: str = "per_warp") -> Candidate:
+    def gemm(s, a, sa, out):
+        return mb.mma_blockwise(a, sa, s.b, s.b_scale, config=cfg, variant=variant, swizzle=swizzle,
+                                scale_lookup=lookup, out=out, check_scales=False)
+    return Candidate("mma_blockwise", gemm, variant=variant, path="mma.sync", config=cfg.name,
+                     swizzle=swizzle, takes_out=True)
+
+
+def _triton_candidate(path: str, variant: str) -> Candidate:
+    from ..kernels import triton_blockwise as tb
+
+    def gemm(s, a, sa, out):
+        return tb.blockwise_fp8_gemm(a, s.b, sa, s.b_scale, variant=variant, path=path, out=out,
+                                     check_scales=False)
+
+    def describe():
+        c = tb.chosen_config(variant, path)
+        return "" if c is None else " ".join(f"{k}={v}" for k, v in c.items())
+    return Candidate("triton_blockwise", gemm, variant=variant, path=path, takes_out=True, describe=describe)
+
+
+def cutlass_status() -> str | None:
+    """None when fp8lab.kernels.cutlass_blockwise_sm90 imports and says it can run here, else why not."""
+    try:
+        from ..kernels import cutlass_blockwise_sm90 as cb
+        cb.cutlass_blockwise_sm90  # noqa: B018 - the entry point the brief names
+    except Exception as e:  # noqa: BLE001 - ImportError, or its build failing at import
+        return f"fp8lab.kernels.cutlass_blockwise_sm90 does not import ({type(e).__name__}: {str(e)[:160]})"
+    available = getattr(cb, "available", None)
+    if available is not None:
+        try:
+            ok, why = available()
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if not ok:
+            return f"fp8lab.kernels.cutlass_blockwise_sm90 cannot run here: {str(why)[:200]}"
+    return None
+
+
+def _cutlass_candidate() -> Candidate:
+    from ..kernels import cutlass_blockwise_sm90 as cb
+
+    plan_cls = getattr(cb, "CutlassBlockwise", None)
+
+    def gemm(s, a, sa, out):
+        if a is s.a and plan_cls is not None:
+            # pre-quantised: scales laid out and TMA arguments built once (as for cuBLASLt)
+            if s.cutlass is None:
+                s.cutlass = plan_cls(s.a, s.a_scale, s.b, s.b_scale, out=out)
+            return s.cutlass()
+        return cb.cutlass_blockwise_sm90(a, sa, s.b, s.b_scale, out=out)
+    return Candidate("cutlass_blockwise_sm90", gemm, path="cutlass 3.x", takes_out=True)
+
+
+def _lt(s):
+    from ..kernels import baselines as bl
+
+    if s.lt is None:
+        s.lt = bl.BlockwiseOperands(s.a, s.a_scale, s.b, s.b_scale)
+    return s.lt
+
+
+def _cublaslt_candidate() -> Candidate:
+    import torch
+
+    F = torch.nn.functional
+
+    def gemm(s, a, sa, out):
+        lt = _lt(s)
+        if a is s.a:   # pre-quantised: the layout prepared once, outside the timing
+            a2, sa2 = lt.a, lt.a_scale
+        else:          # quantised in the call from x_pad: M already a multiple of 4; scales M-major
+            a2, sa2 = a, sa.t().contiguous().t()
+        c = F.scaled_mm(a2, lt.b.t(), sa2, F.ScalingType.BlockWise1x128, lt.b_scale,
+                        F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+        return c[: lt.M] if c.shape[0] != lt.M else c
+    return Candidate("cublaslt_blockwise", gemm, path="cuBLASLt")
+
+
+def _bf16_candidate() -> Candidate:
+    import torch
+
+    def gemm(s, a, sa, out):
+        return torch.mm(s.x, s.w_bf16.t())
+    return Candidate("cublas_bf16", gemm, path="cuBLAS")
+
+
+# ------------------------------------------------------------------------------------------
+# the sweep
+# ------------------------------------------------------------------------------------------
+def _clock_cols(sampler, t0, t1) -> dict:
+    if sampler is None:
+        return {}
+    clk = sampler.summary(t0, t1)
+    return dict(sm_mhz_median=clk.get("sm_mhz_median", math.nan), sm_mhz_min=clk.get("sm_mhz_min", math.nan),
+                power_w_max=clk.get("power_w_max", math.nan),
+                clock_reasons=";".join(f"{k}:{v:.2f}" for k, v in clk.get("reasons_fraction", {}).items()))
+
+
+def _row(shape, M, cand: Candidate, quant: str, status: str, **kw) -> dict:
+    row = {c: math.nan for c in COLUMNS}
+    row.update(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=cand.arm,
+               variant=cand.variant, path=cand.path, config=cand.config, swizzle=cand.swizzle, quant=quant,
+               status=status, weight_bytes=weight_bytes(cand.arm, shape.N, shape.K),
+               min_bytes=min_bytes(cand.arm, M, shape.N, shape.K), poison="", timing_method="",
+               clock_reasons="")
+    row.update(kw)
+    return row
+
+
+def _time(fn_rot, *, warmup_ms, rep_ms, graph_threshold_s, sampler, method="auto"):
+    from .. import bench
+
+    t0 = time.monotonic()
+    tm = bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                     graph_threshold_s=graph_threshold_s)
+    t1 = time.monotonic()
+    return tm, _clock_cols(sampler, t0, t1)
+
+
+def _warm_every_set(fn) -> None:
+    """One call per operand set before timing: per-set state built on first use (cuBLASLt's
+    padded operands, CUTLASS plans) must not be built inside a CUDA-graph capture, where its
+    copies would be replayed with every timed call."""
+    import torch
+
+    for _ in range(getattr(fn, "n_sets", 1)):
+        fn()
+    torch.cuda.synchronize()
+
+
+def _timing_cols(tm, flop, wbytes) -> dict:
+    return dict(time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
+                tflops_p50=flop / tm.p50_s / 1e12, tflops_p20=flop / tm.p80_s / 1e12,
+                tflops_p80=flop / tm.p20_s / 1e12, weight_Bps_p50=wbytes / tm.p50_s,
+                n_samples=tm.n, timing_method=tm.method, rotation_sets=tm.rotation_sets)
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def check_candidate(cand: Candidate, s: OpSet, ref_rows, rows, a=None, a_scale=None) -> tuple[dict, str]:
+    """One call of a candidate on operand set ``s`` into a NaN-poisoned output, compared with
+    the float64 reference rows. Returns (compare() dict, how the output was poisoned)."""
+    import torch
+
+    a = s.a if a is None else a
+    a_scale = s.a_scale if a_scale is None else a_scale
+    M, N = s.x.shape[0], s.b.shape[0]
+    if cand.takes_out:
+        out = cand.gemm(s, a, a_scale, _poisoned(M, N, s.b.device))
+        poison = "out="
+    else:
+        # a first call builds any per-operand state (cuBLASLt's padded copies), so that the
+        # poisoned block freed next is the one the output of the checked call gets
+        del_ = cand.gemm(s, a, a_scale, None)
+        del del_
+        _poison_allocator(M, N, s.b.device)
+        out = cand.gemm(s, a, a_scale, None)
+        poison = "allocator"
+    torch.cuda.synchronize()
+    if tuple(out.shape) != (M, N) or out.dtype != torch.bfloat16:
+        raise RuntimeError(f"{cand.arm} returned {tuple(out.shape)} {out.dtype}, expected ({M}, {N}) bfloat16")
+    return compare(out, ref_rows, rows), poison
+
+
+def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None, quant_arms=(),
+              seed: int = 0, warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6,
+              graph_max_m: int = 64, max_sets: int = 16, sampler=None, log=None) -> list:
+    """Check and time every candidate at one (shape, M); then, for each arm in quant_arms, its
+    fastest candidate again with the activation quantiser inside the timed call. Rows out.
+
+    Timing: CUDA-graph replay for M <= graph_max_m (decode-sized calls last a few us, less than
+    the Python launch path of a Triton or torch call, so only replay measures the GPU), else
+    bench's "auto" (events with L2 flushed; replay under graph_threshold_s). Operand sets are
+    rotated so that together they exceed 2x L2 either way."""
+    import torch
+
+    from .. import bench
+
+    N, K = shape.N, shape.K
+    need_bf16 = any(c.arm == "cublas_bf16" for c in candidates)
+    s0 = make_operands(M, N, K, seed=seed, bf16_weights=need_bf16)
+    per_set = M * K + N * K + 2 * M * N + (2 * N * K if need_bf16 else 0)
+    n_sets = min(max_sets, bench.n_rotation_sets(per_set, bench.device_l2_bytes(), max_sets=10**6))
+    sets = [s0] + [s0.clone() for _ in range(n_sets - 1)]
+    rows = check_rows(M, seed=seed)
+    ref = reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows)
+    ref16 = None
+    flop = 2.0 * M * N * K
+    method = "graph" if M <= graph_max_m else "auto"
+    out_rows, timed = [], []
+    for cand in candidates:
+        try:
+            if cand.arm == "cublas_bf16":
+                if ref16 is None:
+                    r = torch.as_tensor(rows, device=s0.x.device)
+                    ref16 = s0.x[r].double() @ s0.w_bf16.double().t()
+                refc = ref16
+            else:
+                refc = ref
+            chk, poison = check_candidate(cand, s0, refc, rows)
+            if cand.describe is not None:
+                cand.config = cand.describe()
+        except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
+            msg = _err(e)
+            status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + msg
+            out_rows.append(_row(shape, M, cand, "none", status))
+            if log:
+                log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: {status}")
+            continue
+        if not passes(chk):
+            out_rows.append(_row(shape, M, cand, "none", f"failed-check: relerr {chk['relerr']:.3g}, calc_diff "
+                                 f"{chk['calc_diff']:.3g}, NaNs {chk['nan_left']}", poison=poison, **chk))
+            if log:
+                log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: FAILED CHECK {chk}")
+            continue
+        fn = bench.rotating(lambda s, c=cand: c.gemm(s, s.a, s.a_scale, None), [(s,) for s in sets])
+        try:
+            _warm_every_set(fn)
+            tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
+                            sampler=sampler, method=method)
+        except Exception as e:  # noqa: BLE001
+            out_rows.append(_row(shape, M, cand, "none", "error: timing: " + _err(e), poison=poison, **chk))
+            continue
+        wb = weight_bytes(cand.arm, N, K)
+        out_rows.append(_row(shape, M, cand, "none", "measured", poison=poison, **chk,
+                             **_timing_cols(tm, flop, wb), **clk))
+        timed.append((tm.p50_s, cand))
+        if log:
+            log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: "
+                f"{tm.p50_s * 1e6:.1f} us, {flop / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
+
+    if quantiser is not None and quant_arms:
+        qname, qfn = quantiser
+        for arm in quant_arms:
+            mine = sorted([(t, i, c) for i, (t, c) in enumerate(timed) if c.arm == arm], key=lambda x: x[:2])
+            if not mine:
+                continue
+            cand = mine[0][2]
+            lt = cand.arm == "cublaslt_blockwise"
+
+            def call(s, c=cand, lt=lt, out=None):
+                q, sq = qfn(s.x_pad if lt else s.x)
+                return c.gemm(s, q, sq, out)
+            try:
+                q0, sq0 = qfn(s0.x)
+                refq = reference_rows(q0, sq0, s0.b, s0.b_scale, rows)
+                if cand.takes_out:
+                    out = call(s0, out=_poisoned(M, N, s0.a.device))
+                    poison = "out="
+                else:
+                    _poison_allocator(M, N, s0.a.device)
+                    out = call(s0)
+                    poison = "allocator"
+                torch.cuda.synchronize()
+                chk = compare(out, refq, rows)
+                del out, q0, sq0
+            except Exception as e:  # noqa: BLE001
+                out_rows.append(_row(shape, M, cand, qname, "error: " + _err(e)))
+                continue
+            if not passes(chk):
+                out_rows.append(_row(shape, M, cand, qname, f"failed-check: relerr {chk['relerr']:.3g}",
+                                     poison=poison, **chk))
+                continue
+            fn = bench.rotating(call, [(s,) for s in sets])
+            try:
+                _warm_every_set(fn)
+                tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
+                                sampler=sampler, method=method)
+            except Exception as e:  # noqa: BLE001
+                out_rows.append(_row(shape, M, cand, qname, "error: timing: " + _err(e), **chk))
+                continue
+            out_rows.append(_row(shape, M, cand, qname, "measured", poison=poison, **chk,
+                                 **_timing_cols(tm, flop, weight_bytes(arm, N, K)), **clk))
+            if log:
+                log(f"{shape.name} M={M} {arm} +{qname}: {tm.p50_s * 1e6:.1f} us")
+    del sets, s0, ref, ref16
+    torch.cuda.empty_cache()
+    return out_rows
+
+
+def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: int = 132,
+                     mma_variants=("per_block",), mma_configs=3, mma_seed_config=False, mma_always=(),
+                     mma_swizzle=(8,), triton="auto") -> tuple[list, list]:
+    """(candidates, not-run rows' (arm, reason)) for one (M, N). ``mma_always``: config names
+    timed at every M besides the rule's picks (so one tile's cost over all M is known)."""
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        raise ValueError(f"unknown arms {sorted(unknown)}; known: {list(ARMS)}")
+    cands, skipped = [], []
+    for arm in arms:
+        if arm == "mma_blockwise":
+            picked = mma_candidates(M, mma_configs, include_seed=mma_seed_config, N=N, sms=sms)
+            picked += [c for c in map(mb.get_config, mma_always) if c not in picked]
+            for cfg in picked:
+                for v in mma_variants:
+                    for swz in mma_swizzle:
+                        cands.append(_mma_candidate(cfg, v, int(swz)))
+        elif arm == "triton_blockwise":
+            for path, variant in triton_candidates(M, triton):
+                cands.append(_triton_candidate(path, variant))
+        elif arm == "cutlass_blockwise_sm90":
+            why = cutlass_status()
+            if why:
+                skipped.append((arm, why))
+            else:
+                cands.append(_cutlass_candidate())
+        elif arm == "cublaslt_blockwise":
+            cands.append(_cublaslt_candidate())
+        else:
+            cands.append(_bf16_candidate())
+    return cands, skipped
+
+
+def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per_block",), mma_configs=3,
+          mma_seed_config=False, mma_always=(), mma_swizzle=(8,), triton="auto", with_quant=True, seed=0,
+          warmup_ms=10.0, rep_ms=50.0, graph_threshold_s=20e-6, sampler=None, log=None) -> pd.DataFrame:
+    """Check and time the arms at every (shape, M); one tidy row per candidate (and per
+    quantised W8A8 arm). ``df.attrs``: quantiser name and note, cutlass status, triton version.
+
+    Budget at the defaults (3 shapes x 5 M, 3 mma configs, autotune limited): ~15 rows per
+    point, ~2-3 s of GPU time per point on an H200, plus compiles.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("sweep needs a CUDA device")
+    shape_objs = resolve_shapes(shapes)
+    Ms = [int(m) for m in Ms]
+    if any(m < 1 for m in Ms):
+        raise ValueError(f"every M must be >= 1, got {Ms}")
+    quantiser, qnote = None, "activation quantisation not timed (with_quant=False)"
+    if with_quant:
+        qname, qfn, qnote = pick_quantiser()
+        quantiser = (qname, qfn)
+    quant_arms = [a for a in arms if a in W8A8]
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    rows = []
+    for shape in shape_objs:
+        for M in Ms:
+            cands, skipped = build_candidates(M, arms, N=shape.N, sms=sms, mma_variants=mma_variants,
+                                              mma_configs=mma_configs,
+                                              mma_seed_config=mma_seed_config, mma_always=mma_always,
+                                              mma_swizzle=mma_swizzle,
+                                              triton=triton)
+            for arm, why in skipped:
+                rows.append(_row(shape, M, Candidate(arm, None), "none", f"not-run: {why}"))
+            rows += run_point(shape, M, cands, quantiser=quantiser, quant_arms=quant_arms, seed=seed + M,
+                              warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
+                              sampler=sampler, log=log)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    import triton as _triton
+
+    df.attrs.update(quantiser=quantiser[0] if quantiser else "none", quantiser_note=qnote,
+                    cutlass_status=cutlass_status() or "imported", triton_version=_triton.__version__,
+                    torch_version=torch.__version__)
+    return df
+
+
+def measure_copy_bandwidth(copy_gib: float = 2.0, sampler=None) -> dict:
+    """The device-to-device copy ceiling, measured now (bytes read + written per second)."""
+    from . import ceilings as ce
+
+    df = ce.measure_ceilings(copy_gib=copy_gib, ceilings=["copy_bandwidth"], sampler=sampler)
+    r = df.iloc[0]
+    if r["status"] != "measured":
+        raise RuntimeError(f"copy bandwidth not measured: {r['status']}")
+    return dict(copy_Bps_p50=float(r["rate_p50"]), copy_Bps_p20=float(r["rate_p20"]),
+                copy_Bps_p80=float(r["rate_p80"]), spec_Bps=float(r["spec"]))
+
+
+# ------------------------------------------------------------------------------------------
+# notebook 03: the mma family's correctness (A4), the buggy lookups (A5), K tails
+# ------------------------------------------------------------------------------------------
+A4_SHAPES = ((1, 264, 384), (7, 264, 384), (83, 264, 384), (4097, 264, 384))
+
+
+def check_mma_family(shapes=A4_SHAPES, *, seed=0, swizzle=8) -> pd.DataFrame:
+    """Every config x variant of mma_blockwise at each (M, N, K): fresh random inputs, a
+    NaN-poisoned output, float64 reference of every row. N = 264 is not a multiple of any tile
+    width (64 / 128 / 256), so the last column tile is ragged everywhere."""
+    import torch
+
+    rows = []
+    for (M, N, K) in shapes:
+        d = mb.generate_inputs(M, N, K, seed=seed + M, backend="torch")
+        ref = mb.mma_blockwise_reference(**d)
+        all_rows = np.arange(M)
+        for cfg in mb.configs():
+            for v in mb.VARIANTS:
+                out = _poisoned(M, N, d["a"].device)
+                mb.mma_blockwise(**d, config=cfg, variant=v, swizzle=swizzle, out=out)
+                torch.cuda.synchronize()
+                chk = compare(out, ref, all_rows)
+                rows.append(dict(M=M, N=N, K=K, config=cfg.name, variant=v, bm=cfg.bm, bn=cfg.bn,
+                                 swizzle=swizzle, **chk, passed=passes(chk)))
+        del d, ref
+    return pd.DataFrame(rows)
+
+
+def a5_lookups(M: int = 64, N: int = 520, K: int = 256, *, seed=1) -> pd.DataFrame:
+    """The weight-scale lookups (claim A5) per N tile width: per_warp (right) against the two
+    deliberately buggy ones, on configs whose BN is 64, 128 and 256."""
+    import torch
+
+    d = mb.generate_inputs(M, N, K, seed=seed, backend="torch")
+    ref = mb.mma_blockwise_reference(**d)
+    rows = []
+    for cfg in mb.configs():
+        if cfg not in (mb.MMAConfig(64, 64, 32, 32, 4), mb.SEED_CONFIG, mb.MMAConfig(64, 256, 64, 64, 2),
+                       mb.MMAConfig(16, 64, 16, 32, 4), mb.MMAConfig(128, 256, 64, 64, 2)):
+            continue
+        for lookup in mb.SCALE_LOOKUPS:
+            out = _poisoned(M, N, d["a"].device)
+            mb.mma_blockwise(**d, config=cfg, variant="per_block", scale_lookup=lookup, out=out)
+            torch.cuda.synchronize()
+            chk = compare(out, ref, np.arange(M))
+            rows.append(dict(config=cfg.name, bm=cfg.bm, bn=cfg.bn, lookup=lookup, M=M, N=N, K=K, **chk,
+                             correct=passes(chk)))
+    return pd.DataFrame(rows)
+
+
+def k_tail_behaviour(M: int = 7, N: int = 256, K: int = 200) -> pd.DataFrame:
+    """K not a multiple of 128: which arm refuses (and with what message), which computes it
+    (checked against float64)."""
+    import torch
+
+    from ..kernels import baselines as bl
+    from ..kernels import triton_blockwise as tb
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    kb, nb = -(-K // 128), -(-N // 128)
+    a = (torch.randn(M, K, generator=g, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(N, K, generator=g, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = torch.rand(M, kb, generator=g, device="cuda") + 0.5
+    sb = torch.rand(nb, kb, generator=g, device="cuda") + 0.5
+    ref = reference_rows(a, sa, b, sb, np.arange(M))
+    rows = []
+    tries = [("mma_blockwise", lambda: mb.mma_blockwise(a, sa, b, sb)),
+             ("triton_blockwise", lambda: tb.blockwise_fp8_gemm(a, b, sa, sb)),
+             ("cublaslt_blockwise", lambda: bl.cublaslt_blockwise(a, sa, b, sb))]
+    if cutlass_status() is None:
+        from ..kernels.cutlass_blockwise_sm90 import cutlass_blockwise_sm90
+        tries.append(("cutlass_blockwise_sm90", lambda: cutlass_blockwise_sm90(a, sa, b, sb)))
+    for arm, fn in tries:
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+            chk = compare(out, ref, np.arange(M))
+            rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="computed" if passes(chk) else "wrong",
+                             message="", **chk))
+        except ValueError as e:
+            rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="refused", message=str(e)[:200]))
+        except Exception as e:  # noqa: BLE001 - an unclear error is a finding too
+            rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="error (not a ValueError)", message=_err(e)))
+    return pd.DataFrame(rows)
+
+
+def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzles=(1, 2, 4, 8, 16), *,
+                  variant="per_block", repeats: int = 3, seed=0, warmup_ms=10.0, rep_ms=50.0,
+                  sampler=None) -> pd.DataFrame:
+    """mma_blockwise at one point with the launch-order group size varied; every swizzle is
+    timed ``repeats`` times, interleaved, so drift lands on all of them (one row per run)."""
+    import torch
+
+    (shape,) = resolve_shapes([shape])
+    cfg = mb.get_config(config) if config is not None else mma_candidates(M, 1, N=shape.N)[0]
+    s0 = make_operands(M, shape.N, shape.K, seed=seed)
+    rows_chk = check_rows(M)
+    ref = reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows_chk)
+    flop = 2.0 * M * shape.N * shape.K
+    cands = {s: _mma_candidate(cfg, variant, int(s)) for s in swizzles}
+    rows = []
+    for s, c in cands.items():
+        out = c.gemm(s0, s0.a, s0.a_scale, _poisoned(M, shape.N, s0.a.device))
+        torch.cuda.synchronize()
+        chk = compare(out, ref, rows_chk)
+        assert passes(chk), f"swizzle {s}: {chk}"
+    for rep in range(repeats):
+        for s, c in cands.items():
+            fn = lambda c=c, ops=s0: c.gemm(ops, ops.a, ops.a_scale, None)  # noqa: E731
+            tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=0, sampler=sampler)
+            rows.append(dict(shape=shape.name, M=M, N=shape.N, K=shape.K, config=cfg.name, variant=variant,
+                             swizzle=s, repeat=rep, **_timing_cols(tm, flop, weight_bytes("mma_blockwise",
+                                                                                            shape.N, shape.K)),
+                             **clk))
+    del s0, ref
+    torch.cuda.empty_cache()
+    return pd.DataFrame(rows)
+
+
+def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, seed: int = 0,
+                      warmup_ms: float = 10.0, rep_ms: float = 50.0, max_sets: int = 16, sampler=None) -> dict:
+    """The other half of A8: a Marlin-style weight-only kernel (``fp8lab.kernels.weight_only``,
+    notebook 08's ``gemv_w8a16_fp8``: e4m3 weights with one bf16 scale per row per 128, bf16
+    activations) at the same point, checked against its own float64 reference, timed by graph
+    replay over weight copies rotated past L2. One row in this module's columns; status
+    'not-run: ...' when that module is missing or refuses."""
+    import torch
+
+    from .. import bench
+
+    (shape,) = resolve_shapes([shape])
+    N, K = shape.N, shape.K
+    arm = f"gemv_w8a16_{fmt}" if fmt in ("fp8", "int8") else f"gemv_w4a16_{fmt}"
+    cand = Candidate(arm, None, path="weight-only")
+    wb = N * K + 2 * N * math.ceil(K / 128)
+    try:
+        from ..kernels import weight_only as wo
+
+        d = wo.generate(fmt, M, N, K, seed=seed)
+        packed = wo.pack_weights(fmt, d["codes"], d["scales"], act="bf16", global_scale=d["global_scale"])
+        act = torch.tensor(d["act"], dtype=torch.bfloat16, device="cuda")
+        n_sets = min(max_sets, bench.n_rotation_sets(wb, bench.device_l2_bytes(), max_sets=10**6))
+        pws = [packed.to("cuda") for _ in range(n_sets)]
+        ref = torch.as_tensor(wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"]),
+                              device="cuda")
+        out = _poisoned(M, N, act.device)
+        wo.gemv_w16(act, pws[0], out=out)
+        torch.cuda.synchronize()
+        chk = compare(out, ref, np.arange(M))
+    except Exception as e:  # noqa: BLE001 - another module's arm: record why it did not run
+        row = _row(shape, M, cand, "none", "not-run: " + _err(e))
+        row["weight_bytes"] = wb
+        return row
+    if not passes(chk):
+        return _row(shape, M, cand, "none", f"failed-check: relerr {chk['relerr']:.3g}", weight_bytes=wb, **chk)
+    fn = bench.rotating(lambda pw: wo.gemv_w16(act, pw), [(pw,) for pw in pws])
+    tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=20e-6, sampler=sampler,
+                    method="graph")
+    return _row(shape, M, cand, "none", "measured", poison="out=", weight_bytes=wb, **chk,
+                **_timing_cols(tm, 2.0 * M * N * K, wb), **clk)
+
+
+# ------------------------------------------------------------------------------------------
+# post-processing (CPU): best rows, tile selection, crossovers, targets
+# ------------------------------------------------------------------------------------------
+TEXT_COLUMNS = ("shape", "arm", "variant", "path", "config", "quant", "status")
+
+
+def measured(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows; text columns read back from CSV as NaN when empty become ''."""
+    if df.empty:
+        return df.copy()
+    df = df.assign(**{c: df[c].fillna("").astype(str) for c in TEXT_COLUMNS if c in df.columns})
+    return df[(df["status"] == "measured") & df["time_p50_s"].notna()]
+
+
+def best_rows(df: pd.DataFrame, by=("shape", "M", "arm", "quant")) -> pd.DataFrame:
+    """The fastest measured row (lowest p50) per group: "best variant and tile per M"."""
+    m = measured(df)
+    if m.empty:
+        return m.copy()
+    idx = m.groupby(list(by), sort=True)["time_p50_s"].idxmin()
+    return m.loc[idx.values].reset_index(drop=True)
+
+
+def tile_selection(df: pd.DataFrame, arm: str = "mma_blockwise", variant: str | None = "per_block",
+                   quant: str = "none") -> dict:
+    """Tile-by-M selection derived from the sweep (no threshold typed in).
+
+    Returns dict(per_point: best config per (shape, M) with its margin over the runner-up,
+    by_m: for each M the config with the lowest geometric-mean slowdown over the shapes (and
+    its worst slowdown), ranges: consecutive Ms with the same pick merged into M ranges)."""
+    m = measured(df)
+    m = m[(m["arm"] == arm) & (m["quant"] == quant)]
+    if variant is not None:
+        m = m[m["variant"] == variant]
+    if m.empty:
+        return dict(per_point=pd.DataFrame(), by_m=pd.DataFrame(), ranges=pd.DataFrame())
+    # one time per (shape, M, config): the best swizzle of that config
+    t = m.groupby(["shape", "M", "config"])["time_p50_s"].min().reset_index()
+    t["best"] = t.groupby(["shape", "M"])["time_p50_s"].transform("min")
+    t["slowdown"] = t["time_p50_s"] / t["best"]
+    pp = []
+    for (shape, M), g in t.groupby(["shape", "M"]):
+        g = g.sort_values("time_p50_s")
+        runner = g.iloc[1]["time_p50_s"] / g.iloc[0]["time_p50_s"] if len(g) > 1 else math.nan
+        pp.append(dict(shape=shape, M=M, config=g.iloc[0]["config"], time_p50_s=g.iloc[0]["time_p50_s"],
+                       margin_over_next=runner, n_configs=len(g)))
+    per_point = pd.DataFrame(pp)
+    bm = []
+    for M, g in t.groupby("M"):
+        shapes_here = g["shape"].nunique()
+        full = g.groupby("config").filter(lambda x: x["shape"].nunique() == shapes_here)
+        if full.empty:
+            continue
+        agg = full.groupby("config")["slowdown"].agg(geo=lambda s: float(np.exp(np.log(s).mean())), worst="max")
+        agg = agg.sort_values(["geo", "worst"])
+        pick = agg.index[0]
+        bm.append(dict(M=M, config=pick, geo_slowdown=agg.iloc[0]["geo"], worst_slowdown=agg.iloc[0]["worst"],
+                       bm=int(pick.split("x")[0]), bn=int(pick.split("x")[1]), shapes=shapes_here))
+    by_m = pd.DataFrame(bm).sort_values("M").reset_index(drop=True) if bm else pd.DataFrame()
+    ranges = []
+    if not by_m.empty:
+        start = 0
+        for i in range(1, len(by_m) + 1):
+            if i == len(by_m) or by_m.loc[i, "config"] != by_m.loc[start, "config"]:
+                ranges.append(dict(M_from=int(by_m.loc[start, "M"]), M_to=int(by_m.loc[i - 1, "M"]),
+                                   config=by_m.loc[start, "config"]))
+                start = i
+    return dict(per_point=per_point, by_m=by_m, ranges=pd.DataFrame(ranges))
+
+
+def single_tile_penalty(df: pd.DataFrame, arm: str = "mma_blockwise", variant: str | None = "per_block") -> pd.DataFrame:
+    """For every config timed at every (shape, M): its worst and geometric-mean slowdown
+    against the per-point best. The cost of one tile for all M (claim A6)."""
+    m = measured(df)
+    m = m[(m["arm"] == arm) & (m["quant"] == "none")]
+    if variant is not None:
+        m = m[m["variant"] == variant]
+    if m.empty:
+        return pd.DataFrame()
+    t = m.groupby(["shape", "M", "config"])["time_p50_s"].min().reset_index()
+    t["slowdown"] = t["time_p50_s"] / t.groupby(["shape", "M"])["time_p50_s"].transform("min")
+    n_points = t.groupby(["shape", "M"]).ngroups
+    out = []
+    for cfg, g in t.groupby("config"):
+        out.append(dict(config=cfg, points=len(g), covers_all=len(g) == n_points,
+                        worst_slowdown=g["slowdown"].max(),
+                        geo_slowdown=float(np.exp(np.log(g["slowdown"]).mean())),
+                        worst_at=f"{g.loc[g['slowdown'].idxmax(), 'shape']} M={int(g.loc[g['slowdown'].idxmax(), 'M'])}"))
+    return pd.DataFrame(out).sort_values(["covers_all", "worst_slowdown"], ascending=[False, True]).reset_index(drop=True)
+
+
+def winners(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame:
+    """Per (shape, M): the fastest of ``arms`` (each at its best candidate) and its margin."""
+    b = best_rows(df)
+    b = b[b["arm"].isin(arms) & (b["quant"] == quant)]
+    out = []
+    for (shape, M), g in b.groupby(["shape", "M"]):
+        g = g.sort_values("time_p50_s")
+        out.append(dict(shape=shape, M=int(M), winner=g.iloc[0]["arm"], time_p50_s=g.iloc[0]["time_p50_s"],
+                        runner_up=g.iloc[1]["arm"] if len(g) > 1 else "",
+                        margin=g.iloc[1]["time_p50_s"] / g.iloc[0]["time_p50_s"] if len(g) > 1 else math.nan,
+                        n_arms=len(g)))
+    return pd.DataFrame(out)
+
+
+def crossovers(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame:
+    """Where the winning arm changes with M, per shape, found from the data: between two
+    measured Ms the winner changes; the crossover M is where the two arms' log-time ratio,
+    interpolated linearly in log M, crosses zero."""
+    w = winners(df, arms, quant)
+    b = best_rows(df)
+    b = b[(b["quant"] == quant)]
+    out = []
+    for shape, g in w.groupby("shape"):
+        g = g.sort_values("M").reset_index(drop=True)
+        for i in range(1, len(g)):
+            lo, hi = g.loc[i - 1], g.loc[i]
+            if lo["winner"] == hi["winner"]:
+                continue
+            t = b[b["shape"] == shape].set_index(["arm", "M"])["time_p50_s"]
+            m_cross = math.nan
+            try:
+                r_lo = math.log(t[(lo["winner"], lo["M"])] / t[(hi["winner"], lo["M"])])
+                r_hi = math.log(t[(lo["winner"], hi["M"])] / t[(hi["winner"], hi["M"])])
+                if r_lo != r_hi:
+                    f = r_lo / (r_lo - r_hi)
+                    m_cross = float(np.exp(np.log(lo["M"]) + f * (np.log(hi["M"]) - np.log(lo["M"]))))
+            except KeyError:
+                pass
+            out.append(dict(shape=shape, quant=quant, M_below=int(lo["M"]), M_above=int(hi["M"]),
+                            winner_below=lo["winner"], winner_above=hi["winner"], M_cross=m_cross))
+    return pd.DataFrame(out, columns=["shape", "quant", "M_below", "M_above", "winner_below", "winner_above",
+                                      "M_cross"])
+
+
+def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") -> pd.DataFrame:
+    """The issue's targets, one row per (shape, M) they apply to, from the same run's rows.
+
+    speedup: cuBLASLt blockwise time / the best fp8lab arm's time, every M >= 1024 (target
+    1.10). bandwidth: the best fp8lab arm's weight bytes per second / the measured copy
+    bandwidth, M <= 16 on shapes with >= 32 MB of FP8 weights (target 0.85); cuBLASLt's own
+    fraction beside it."""
+    b = best_rows(df)
+    b = b[b["quant"] == quant]
+    out = []
+    for (shape, M), g in b.groupby(["shape", "M"]):
+        g = g.set_index("arm")
+        ours = g[g.index.isin(OURS)]
+        if ours.empty:
+            continue
+        best = ours["time_p50_s"].idxmin()
+        r0 = g.iloc[0]
+        base = dict(shape=shape, M=int(M), N=int(r0["N"]), K=int(r0["K"]), best_arm=best,
+                    best_detail=f"{ours.loc[best, 'path']} {ours.loc[best, 'variant']} {ours.loc[best, 'config']}".strip(),
+                    best_time_p50_s=float(ours.loc[best, "time_p50_s"]))
+        if M >= TARGET_LARGE_M and "cublaslt_blockwise" in g.index:
+            lt = float(g.loc["cublaslt_blockwise", "time_p50_s"])
+            val = lt / base["best_time_p50_s"]
+            out.append(dict(base, target="speedup vs cuBLASLt", value=val, goal=TARGET_SPEEDUP,
+                            met=bool(val >= TARGET_SPEEDUP), shortfall=max(0.0, TARGET_SPEEDUP / val - 1),
+                            cublaslt_value=1.0, cublaslt_time_p50_s=lt))
+        wb = weight_bytes("triton_blockwise", int(r0["N"]), int(r0["K"]))
+        if M <= TARGET_SMALL_M and r0["N"] * r0["K"] >= TARGET_MIN_WEIGHT_BYTES and copy_Bps:
+            val = wb / base["best_time_p50_s"] / copy_Bps
+            lt = (wb / float(g.loc["cublaslt_blockwise", "time_p50_s"]) / copy_Bps
+                  if "cublaslt_blockwise" in g.index else math.nan)
+            out.append(dict(base, target="weight bandwidth / copy", value=val, goal=TARGET_BW_FRACTION,
+                            met=bool(val >= TARGET_BW_FRACTION), shortfall=max(0.0, TARGET_BW_FRACTION / val - 1),
+                            cublaslt_value=lt,
+                            cublaslt_time_p50_s=float(g.loc["cublaslt_blockwise", "time_p50_s"])
+                            if "cublaslt_blockwise" in g.index else math.nan))
+    return pd.DataFrame(out, columns=["shape", "M", "N", "K", "target", "best_arm", "best_detail", "best_time_p50_s",
+                                      "value", "goal", "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s"])
+
+
+# ------------------------------------------------------------------------------------------
+# verdicts (computed from tables; never typed)
+# ------------------------------------------------------------------------------------------
+def _v(claim, verdict, fig, reason=""):
+    from .. import claims
+
+    return claims.Verdict(claim=claim, verdict=verdict, our_figure=fig, reason=reason)
+
+
+SEED_A3_FIX = 6536 / 1374       # 4.76x on the L4
+SEED_A7_GAIN = 7144 / 5614      # 1.27x
+SEED_A9_RATIO = 6159 / 5584     # 1.10x
+
+
+def verdict_a3(df: pd.DataFrame, device_name: str = "this GPU", shape="qwen3-8b:o_proj", M: int = 4096):
+    """A3 from a sweep holding mma_blockwise per_slice at the seed config and the per_block
+    variants: fix = t(per_slice, seed config) / t(best per_block or per_block_inplace, any config).
+    holds: fix within 2x of the seed's 4.8x; holds-in-kind: fix >= 1.2 but outside that band;
+    differs: < 1.2 (the fix does not pay here)."""
+    m = measured(df)
+    m = m[(m["shape"] == shape) & (m["M"] == M) & (m["quant"] == "none")]
+    mma = m[m["arm"] == "mma_blockwise"]
+    seed = mma[(mma["variant"] == "per_slice") & (mma["config"] == mb.SEED_CONFIG.name)]
+    fixed = mma[mma["variant"].isin(["per_block", "per_block_inplace"])]
+    if seed.empty or fixed.empty:
+        return _v("A3", "not-run", f"no per_slice / per_block timings at {shape} M={M}",
+                  "the sweep did not measure both main loops at the seed's point")
+    t_seed = seed["time_p50_s"].min()
+    best = fixed.loc[fixed["time_p50_s"].idxmin()]
+    fix = t_seed / best["time_p50_s"]
+    same = fixed[fixed["config"] == mb.SEED_CONFIG.name]
+    same_txt = f", same tile {t_seed / same['time_p50_s'].min():.2f}x" if not same.empty else ""
+    tri = m[m["arm"] == "triton_blockwise"]
+    tri_txt = (f"; per_slice vs best Triton: {t_seed / tri['time_p50_s'].min():.1f}x slower" if not tri.empty else "")
+    fig = (f"{shape} M={M}: per_slice (seed tile) {t_seed * 1e6:.0f} us -> {best['variant']} "
+           f"{best['config']} {best['time_p50_s'] * 1e6:.0f} us = {fix:.2f}x{same_txt}{tri_txt}")
+    mech = ("on sm_90 the e4m3 mma.sync is emulated (F2FP + fp16 HMMA), so both loops run on "
+            f"conversion-bound code, not FP8 tensor cores; {device_name} vs the seed's L4")
+    if 0.5 <= fix / SEED_A3_FIX <= 2.0:
+        return _v("A3", "holds", fig, mech)
+    if fix >= 1.2:
+        return _v("A3", "holds-in-kind", fig, f"per-block promotion pays ({fix:.2f}x) but not the seed's "
+                  f"{SEED_A3_FIX:.1f}x: {mech}")
+    return _v("A3", "differs", fig, f"the per-block fix is worth only {fix:.2f}x here: {mech}")
+
+
+def verdict_a4(check: pd.DataFrame):
+    """A4: every config x variant passes at every shape (relative error at the bf16 level,
+    scale-free error, no NaN left); holds when all 48 pass and the median relative error is
+    'around 2e-3' (0.5e-3 .. 4e-3)."""
+    if check.empty:
+        return _v("A4", "not-run", "no correctness table", "the check did not run")
+    n_var = check.groupby(["config", "variant"]).ngroups
+    failed = check[~check["passed"]]
+    med = float(check["relerr"].median())
+    fig = (f"{n_var} variants x {check.groupby(['M', 'N', 'K']).ngroups} shapes (M = "
+           f"{', '.join(str(m) for m in sorted(check['M'].unique()))}): {len(check) - len(failed)}/{len(check)} pass; "
+           f"median rel. err {med:.2e}, worst {check['relerr'].max():.2e}, worst calc_diff {check['calc_diff'].max():.1e}")
+    if len(failed):
+        bad = ", ".join(f"{r.config}/{r.variant}@M={r.M}" for r in failed.head(5).itertuples())
+        return _v("A4", "differs", fig, f"failing: {bad}")
+    if n_var != 48:
+        return _v("A4", "holds-in-kind", fig, f"{n_var} variants checked, not 48")
+    if not 0.5e-3 <= med <= 4e-3:
+        return _v("A4", "holds-in-kind", fig, f"all correct, but the typical error {med:.1e} is not ~2e-3")
+    return _v("A4", "holds", fig)
+
+
+def verdict_a5(a5: pd.DataFrame):
+    """A5: per_warp right at every N tile; per_cta wrong exactly when BN != 128; per_cta_first_col
+    wrong when BN = 256 (a tile spanning two weight blocks)."""
+    if a5.empty:
+        return _v("A5", "not-run", "no lookup table", "the check did not run")
+    pw = a5[a5["lookup"] == "per_warp"]
+    pc = a5[a5["lookup"] == "per_cta"]
+    pf = a5[a5["lookup"] == "per_cta_first_col"]
+    ok_pw = bool(pw["correct"].all())
+    ok_pc = bool((pc["correct"] == (pc["bn"] == 128)).all())
+    ok_pf = bool((~pf[pf["bn"] > 128]["correct"]).all() and pf[pf["bn"] <= 128]["correct"].all())
+
+    def worst(d):
+        return ", ".join(f"BN={int(bn)}: {g['relerr'].max():.1e}" for bn, g in d.groupby("bn"))
+    fig = f"rel. err per_warp [{worst(pw)}]; per_cta [{worst(pc)}]; per_cta_first_col [{worst(pf)}]"
+    if ok_pw and ok_pc and ok_pf:
+        return _v("A5", "holds", fig)
+    return _v("A5", "differs", fig, f"per_warp all right: {ok_pw}; per_cta wrong iff BN != 128: {ok_pc}; "
+              f"first-col wrong iff BN > 128: {ok_pf}")
+
+
+def verdict_a6(df: pd.DataFrame):
+    """A6: the tile picked at the smallest M has fewer rows (BM) than the one picked at the
+    largest M on every shape, and one fixed tile costs >= 10% somewhere. holds-in-kind: the
+    ordering holds but one tile costs < 10%."""
+    sel = tile_selection(df)
+    pp = sel["per_point"]
+    pen = single_tile_penalty(df)
+    if pp.empty or pp["M"].nunique() < 2:
+        return _v("A6", "not-run", "fewer than two M values with tile timings", "the tile sweep did not run")
+    orders, parts = [], []
+    for shape, g in pp.groupby("shape"):
+        g = g.sort_values("M")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        bm_lo, bm_hi = int(lo["config"].split("x")[0]), int(hi["config"].split("x")[0])
+        orders.append(bm_lo < bm_hi)
+        parts.append(f"{shape}: M={int(lo['M'])} -> {lo['config']}, M={int(hi['M'])} -> {hi['config']}")
+    full = pen[pen["covers_all"]]
+    one = full.iloc[0] if not full.empty else None
+    cost = float(one["worst_slowdown"]) if one is not None else math.nan
+    fig = "; ".join(parts) + (f"; best single tile {one['config']} is up to {cost:.2f}x slower "
+                              f"({one['worst_at']})" if one is not None else "")
+    if all(orders) and one is not None and cost >= 1.10:
+        return _v("A6", "holds", fig)
+    if all(orders):
+        return _v("A6", "holds-in-kind", fig, "small M picks smaller tiles, but " + (
+            f"one tile loses only {cost:.2f}x" if one is not None else "no tile was timed at every M, so the "
+            "cost of one tile for all M is unknown"))
+    return _v("A6", "differs", fig, "the smallest M does not pick a tile with fewer rows on every shape")
+
+
+def swizzle_summary(swz: pd.DataFrame) -> pd.DataFrame:
+    """Per swizzle: median of the run medians, spread (max - min of run medians)."""
+    g = swz.groupby("swizzle")["time_p50_s"]
+    return pd.DataFrame({"time_p50_s": g.median(), "spread_s": g.max() - g.min(), "runs": g.size()}).reset_index()
+
+
+def verdict_a7(swz: pd.DataFrame, device_name: str = "this GPU"):
+    """A7: gain = t(swizzle 1) / t(best swizzle), beyond run-to-run noise. holds: >= 1.15 (the
+    seed: 1.27); holds-in-kind: 1.02 .. 1.15; differs: < 1.02 or within noise."""
+    if swz.empty:
+        return _v("A7", "not-run", "no swizzle timings", "the swizzle sweep did not run")
+    s = swizzle_summary(swz).set_index("swizzle")
+    if 1 not in s.index or len(s) < 2:
+        return _v("A7", "not-run", "swizzle off (1) not timed", "need swizzle 1 and at least one other")
+    best = s.drop(index=1)["time_p50_s"].idxmin()
+    off, on = s.loc[1], s.loc[best]
+    gain = off["time_p50_s"] / on["time_p50_s"]
+    noise = max(off["spread_s"], on["spread_s"])
+    distinct = (off["time_p50_s"] - on["time_p50_s"]) > noise
+    r0 = swz.iloc[0]
+    fig = (f"{r0['shape']} M={int(r0['M'])} {r0['config']}: swizzle off {off['time_p50_s'] * 1e6:.0f} us -> "
+           f"group {best} {on['time_p50_s'] * 1e6:.0f} us ({gain:.2f}x, {1 - 1 / gain:.0%} less; "
+           f"run-to-run spread {noise * 1e6:.0f} us)")
+    if gain >= 1.15 and distinct:
+        return _v("A7", "holds", fig)
+    if gain > 1.02 and distinct:
+        return _v("A7", "holds-in-kind", fig, f"the launch order helps less than on the L4 ({SEED_A7_GAIN:.2f}x): "
+                  f"{device_name} has a 60 MiB L2 (the L4 48 MB) and more bandwidth per FLOP of this kernel")
+    return _v("A7", "differs", fig, "swizzle makes no difference beyond run-to-run noise here")
+
+
+def verdict_a8(df: pd.DataFrame, copy_Bps: float | None, shape="qwen3-8b:o_proj"):
+    """A8 at M = 1, two halves. Streaming: the seed's kernel (per_slice, seed tile) takes >= 2x the
+    weight-streaming floor (weight bytes / measured copy bandwidth; the seed: 175 us vs ~56 us
+    on the L4's 300 GB/s). Marlin: a weight-only kernel (a ``gemv_w8a16_*`` row) beats the
+    fastest W8A8 arm. holds: both; holds-in-kind: streaming holds, weight-only not measured;
+    differs: either half fails here."""
+    m = measured(df)
+    m = m[(m["shape"] == shape) & (m["M"] == 1) & (m["quant"] == "none")]
+    seed = m[(m["arm"] == "mma_blockwise") & (m["variant"] == "per_slice") & (m["config"] == mb.SEED_CONFIG.name)]
+    if seed.empty or not copy_Bps:
+        return _v("A8", "not-run", f"no seed-kernel timing at {shape} M=1 or no copy bandwidth",
+                  "needs the per_slice seed tile at M=1 and the copy ceiling from the same run")
+    N, K = int(seed.iloc[0]["N"]), int(seed.iloc[0]["K"])
+    wb = weight_bytes("mma_blockwise", N, K)
+    floor = wb / copy_Bps
+    t_seed = float(seed["time_p50_s"].min())
+    w8 = best_rows(m)
+    w8 = w8[w8["arm"].isin(W8A8)]
+    wo = m[m["arm"].str.startswith("gemv_w")]
+    parts = [f"{shape} M=1: {wb / 1e6:.1f} MB of weights, floor {floor * 1e6:.1f} us at the measured copy rate; "
+             f"seed kernel {t_seed * 1e6:.1f} us = {t_seed / floor:.1f}x the floor"]
+    best = None
+    if not w8.empty:
+        best = w8.loc[w8["time_p50_s"].idxmin()]
+        parts.append(f"best W8A8 arm {best['arm']} {best['time_p50_s'] * 1e6:.1f} us "
+                     f"({floor / best['time_p50_s']:.0%} of copy rate)")
+    marlin = None
+    if not wo.empty and best is not None:
+        w = wo.loc[wo["time_p50_s"].idxmin()]
+        marlin = bool(w["time_p50_s"] < best["time_p50_s"])
+        parts.append(f"weight-only {w['arm']} {w['time_p50_s'] * 1e6:.1f} us")
+    fig = "; ".join(parts)
+    if t_seed / floor < 2:
+        return _v("A8", "differs", fig, "the seed's tile streams the weights within 2x of the copy rate here")
+    if marlin is None:
+        return _v("A8", "holds-in-kind", fig, "the W8A8 seed kernel is far from streaming its weights at M=1; "
+                  "no weight-only kernel was measured here (notebook 08 measures them)")
+    if marlin:
+        return _v("A8", "holds", fig)
+    return _v("A8", "differs", fig, "the seed kernel is far from the floor, but the best W8A8 arm here is at "
+              "least as fast as the weight-only kernel at M=1")
+
+
+def verdict_a9(df: pd.DataFrame, shape="qwen3-8b:down_proj", min_m: int = 1024):
+    """A9: best mma_blockwise / best triton_blockwise at the largest M >= min_m of down_proj.
+    holds: 1.0 .. 1.25 (the seed: 1.10); holds-in-kind: behind by more (the hardware
+    differs: no FP8 mma.sync on Hopper); differs: mma_blockwise is faster."""
+    b = best_rows(df)
+    b = b[(b["shape"] == shape) & (b["M"] >= min_m) & (b["quant"] == "none")]
+    ms = sorted(set(b[b["arm"] == "mma_blockwise"]["M"]) & set(b[b["arm"] == "triton_blockwise"]["M"]))
+    if not ms:
+        return _v("A9", "not-run", f"no mma and Triton timings at {shape} M >= {min_m}", "the sweep lacks them")
+    M = ms[-1]
+    t = b[b["M"] == M].set_index("arm")["time_p50_s"]
+    r = t["mma_blockwise"] / t["triton_blockwise"]
+    fig = (f"{shape} M={M}: mma_blockwise {t['mma_blockwise'] * 1e6:.0f} us vs triton_blockwise "
+           f"{t['triton_blockwise'] * 1e6:.0f} us = {r:.2f}x (seed: {SEED_A9_RATIO:.2f}x)")
+    if 1.0 <= r <= 1.25:
+        return _v("A9", "holds", fig)
+    if r > 1.25:
+        return _v("A9", "holds-in-kind", fig, "behind Triton by far more than 10%: on Hopper mma.sync has no FP8 "
+                  "path (conversions + fp16 HMMA) while Triton's tl.dot is an FP8 wgmma")
+    return _v("A9", "differs", fig, "mma_blockwise is faster than the Triton kernel here")
+
+
+def verdict_b5(df: pd.DataFrame):
+    """B5: cuBLASLt blockwise runs at every point asked (M padded to 4 by the wrapper) and at the
+    largest common M its TFLOP/s is >= 1.6x cuBLAS BF16 on every shape (the FP8 rate is 2x the
+    BF16 one on paper); holds-in-kind 1.2 .. 1.6; differs below or when it did not run."""
+    lt = df[df["arm"] == "cublaslt_blockwise"]
+    lt = lt[lt["quant"] == "none"]
+    if lt.empty:
+        return _v("B5", "not-run", "cuBLASLt blockwise not in the sweep", "arm not requested")
+    failed = lt[lt["status"] != "measured"]
+    b = best_rows(df)
+    b = b[b["quant"] == "none"]
+    ratios = []
+    for shape, g in b.groupby("shape"):
+        both = g.pivot_table(index="M", columns="arm", values="tflops_p50")
+        if {"cublaslt_blockwise", "cublas_bf16"} <= set(both.columns):
+            both = both.dropna(subset=["cublaslt_blockwise", "cublas_bf16"])
+            if not both.empty:
+                M = both.index.max()
+                ratios.append((shape, int(M), both.loc[M, "cublaslt_blockwise"], both.loc[M, "cublas_bf16"]))
+    if failed.shape[0]:
+        return _v("B5", "differs", f"cuBLASLt blockwise did not run at {len(failed)} of {len(lt)} points",
+                  "; ".join(sorted(set(failed["status"].str[:100]))))
+    if not ratios:
+        return _v("B5", "holds-in-kind", f"cuBLASLt blockwise ran at all {len(lt)} points (M padded to 4)",
+                  "no BF16 timing to compare the rate with")
+    worst = min(r[2] / r[3] for r in ratios)
+    fig = (f"ran at all {len(lt)} points; at the largest M: " + "; ".join(
+        f"{s} M={m}: {a:.0f} vs BF16 {c:.0f} TFLOP/s ({a / c:.2f}x)" for s, m, a, c in ratios))
+    if worst >= 1.6:
+        return _v("B5", "holds", fig)
+    if worst >= 1.2:
+        return _v("B5", "holds-in-kind", fig, f"faster than BF16 but {worst:.2f}x, not 2x: the card is "
+                  "power-capped under FP8 GEMM load (clocks in the table) and the blockwise promotion costs")
+    return _v("B5", "differs", fig, f"only {worst:.2f}x the BF16 rate")
+
+
+def verdict_b7(df: pd.DataFrame):
+    """B7 from the crossovers: holds when the winner among the W8A8 arms changes with M and the
+    crossover differs between shapes (or only some shapes cross): one threshold would be wrong;
+    holds-in-kind when every shape crosses at the same bracket; differs when one arm wins everywhere."""
+    w = winners(df)
+    if w.empty or w["M"].nunique() < 2:
+        return _v("B7", "not-run", "fewer than two M values measured", "the sweep did not cover M")
+    x = crossovers(df)
+    n_shapes = w["shape"].nunique()
+    seq = "; ".join(f"{s}: " + ", ".join(f"M={int(r.M)} {r.winner}" for r in g.sort_values("M").itertuples())
+                    for s, g in w.groupby("shape"))
+    if x.empty:
+        return _v("B7", "differs", f"one arm wins at every M: {seq}", "no crossover in the measured range")
+    brackets = {(r.M_below, r.M_above, r.winner_below, r.winner_above) for r in x.itertuples()}
+    crossing = x["shape"].nunique()
+    fig = ("crossovers: " + "; ".join(f"{r.shape}: {r.winner_below} -> {r.winner_above} between M={r.M_below} "
+                                      f"and {r.M_above} (~{r.M_cross:.0f})" for r in x.itertuples()))
+    if len(brackets) > 1 or crossing < n_shapes:
+        return _v("B7", "holds", fig)
+    return _v("B7", "holds-in-kind", fig, "every shape crosses over in the same M bracket here")
+
+
+# ------------------------------------------------------------------------------------------
+# notebook views (CPU)
+# ------------------------------------------------------------------------------------------
+def promotion_ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (shape, M): mma_blockwise per_slice against the per-block loops (claim A3's ratio).
+
+    same_tile: t(per_slice) / t(per_block) at the seed's tile (64x128x128 / 64x64x128 / 3 stages);
+    seed_to_best: t(per_slice at the seed tile) / t(fastest per_block or per_block_inplace, any
+    tile): the seed's own comparison (6536 -> 1374 us); slice_vs_triton: t(per_slice, seed tile) /
+    t(best triton_blockwise)."""
+    m = measured(df)
+    m = m[m["quant"] == "none"]
+    out = []
+    for (shape, M), g in m.groupby(["shape", "M"]):
+        mma = g[g["arm"] == "mma_blockwise"]
+        seed = mma[mma["config"] == mb.SEED_CONFIG.name]
+
+        def t(d, variants):
+            d = d[d["variant"].isin(variants)]
+            return float(d["time_p50_s"].min()) if not d.empty else math.nan
+        r = dict(shape=shape, M=int(M),
+                 t_slice_seed=t(seed, ["per_slice"]), t_block_seed=t(seed, ["per_block"]),
+                 t_inplace_seed=t(seed, ["per_block_inplace"]), t_slice_best=t(mma, ["per_slice"]),
+                 t_block_best=t(mma, ["per_block", "per_block_inplace"]),
+                 t_triton_best=float(g[g["arm"] == "triton_blockwise"]["time_p50_s"].min())
+                 if (g["arm"] == "triton_blockwise").any() else math.nan)
+        r["same_tile"] = r["t_slice_seed"] / r["t_block_seed"]
+        r["same_tile_inplace"] = r["t_slice_seed"] / r["t_inplace_seed"]
+        r["seed_to_best"] = r["t_slice_seed"] / r["t_block_best"]
+        r["slice_vs_triton"] = r["t_slice_seed"] / r["t_triton_best"]
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+def arms_table(df: pd.DataFrame, value: str = "time_p50_s") -> pd.DataFrame:
+    """One wide table of the best row per arm (and per quantiser): index (shape, M), one column
+    per arm ('arm' or 'arm + quantiser'); ``value`` is any numeric column (time in us when
+    value == 'time_p50_s')."""
+    b = best_rows(df)
+    if b.empty:
+        return pd.DataFrame()
+    b = b.assign(column=[a if q == "none" else f"{a} + {q}" for a, q in zip(b["arm"], b["quant"])])
+    t = b.pivot_table(index=["shape", "M"], columns="column", values=value, aggfunc="min")
+    if value == "time_p50_s":
+        t = t * 1e6
+    order = [c for a in ARMS for c in t.columns if c == a or c.startswith(a + " + ")]
+    return t[order + [c for c in t.columns if c not in order]]

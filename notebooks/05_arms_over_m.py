@@ -1,0 +1,300 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Five blockwise FP8 arms over M
+#
+# One run, one table: every W8A8 blockwise arm and the 16-bit baseline at every (shape, M),
+# each checked against float64 before it is timed.
+#
+# | arm | what runs |
+# | --- | --- |
+# | `mma_blockwise` | our CUDA kernel, `mma.sync` e4m3; best tile and main loop per M (on sm_90 the e4m3 mma.sync is emulated with conversions + fp16 HMMA) |
+# | `triton_blockwise` | our Triton kernel: swap-AB split-K kernel for decode, TMA + wgmma kernels (one fp32 tile kept in the scale domain, two programs per SM) for prefill, the common pointer kernel; autotuned per problem |
+# | `cutlass_blockwise_sm90` | CUTLASS 3.x Hopper blockwise collective, when `fp8lab.kernels.cutlass_blockwise_sm90` imports |
+# | `cublaslt_blockwise` | `torch.nn.functional.scaled_mm`, 1x128 activation / 128x128 weight scales |
+# | `cublas_bf16` | `torch.mm` on bf16 activations and the dequantised weights |
+#
+# W8A8 arms are reported twice: on pre-quantised activations, and with the 1x128 activation
+# quantiser inside the timed call (the table names the quantiser used).
+#
+# | claim | measured here |
+# | --- | --- |
+# | **B5** (seed 001) | cuBLASLt blockwise runs on Hopper (cuBLAS >= 12.9; M padded to a multiple of 4, N a multiple of 16, K of 128) and reaches the FP8 rate, 2x the BF16 arm |
+# | **B7** (seed 001) | no M threshold without a sweep: which arm wins at which M is read from the measured crossovers |
+#
+# And the issue's **targets**, measured in the same run: the best fp8lab arm at least 1.10x
+# cuBLASLt blockwise at every M >= 1024; at M <= 16 on shapes with >= 32 MB of FP8 weights, at
+# least 85% of the copy bandwidth (measured here too) in weight bytes streamed.
+#
+# Without a GPU this notebook redraws what earlier runs measured (`data/<device>/05_arms_over_m/`).
+
+# %% tags=["parameters"]
+mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
+shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site'; all of Qwen3-8B: add qkv, gate_up
+Ms = [1, 16, 128, 1024, 4096]  # tokens; the full sweep: [2**i for i in range(14)]
+arms = ["mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16"]
+with_quant = True  # also time the W8A8 arms with activation quantisation inside the call
+mma_configs = 3  # mma_blockwise tiles per M by the rule in blockwise.mma_candidates; 0 = all 16
+triton_autotune = "limited"  # "limited" (a few configs per problem) or "full"
+copy_gib = 2.0  # the copy that measures the bandwidth ceiling in this run, GiB
+warmup_ms = 10.0
+rep_ms = 50.0
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from fp8lab import claims, clocks, plotting, results
+from fp8lab.experiments import blockwise as bw
+
+NB = "05_arms_over_m"
+run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
+                                        mma_configs=mma_configs, triton_autotune=triton_autotune,
+                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms),
+                        device="gpu", mode=mode)
+plotting.apply_style()
+print(run.summary())
+
+# %% [markdown]
+# ## Decode: swap A and B
+#
+# At M <= 16 a GEMM is a weight stream. A 64-row wgmma tile over 1..16 tokens would waste most of
+# the MMA and leave N / 128 programs (32 for o_proj) on 132 SMs. The swap-AB kernel computes
+# C^T = B A^T: the weight rows fill the wgmma's 64-row side, the tokens are its N (16), and
+# split-K spreads K over enough programs to keep every SM streaming; the last program of each
+# tile to finish (an atomic counter, re-armed by that program) sums the fp32 partials, so one
+# launch does it all. The loop body:
+
+# %%
+from fp8lab.kernels import triton_blockwise as tb
+
+src = tb._blockwise_fp8_swapab_kernel.src  # the JIT function keeps its source
+print(src[src.index("    n_kb = tl.cdiv(K, 128)"):src.index("    c_ptrs = c_ptr")])
+
+# %% [markdown]
+# ## Measure
+#
+# Only in measure mode: the copy ceiling first, then the sweep (every candidate checked against
+# float64 with a NaN-poisoned output; timed with CUDA events and L2 flushed, or CUDA-graph replay
+# with operands rotated past L2 under 20 us).
+
+# %%
+if run.mode == "measure":
+    import torch
+
+    tb.set_autotune(triton_autotune)
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
+        copy = bw.measure_copy_bandwidth(copy_gib, sampler=sampler)
+        arms_df = bw.sweep(shapes=shapes, Ms=Ms, arms=arms, mma_configs=mma_configs or "all", with_quant=with_quant,
+                           warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
+    failed = arms_df["status"].str.startswith("failed-check")
+    # a failed check is recorded and never timed; ours and the libraries must not fail it (the
+    # CUTLASS arm comes from another module: its failures are shown below, not fatal here)
+    assert not (failed & (arms_df["arm"] != "cutlass_blockwise_sm90")).any(), arms_df[failed]
+    display(arms_df[failed])
+    ok = arms_df[arms_df["status"] == "measured"]
+    assert (ok["time_p20_s"] <= ok["time_p50_s"]).all() and (ok["time_p50_s"] <= ok["time_p80_s"]).all()
+    assert (ok["relerr"] < bw.CHECK_RELERR).all() and (ok["nan_left"] == 0).all()
+    assert 0 < copy["copy_Bps_p50"] <= 1.05 * copy["spec_Bps"], copy
+    # every arm asked for ran somewhere, except CUTLASS when its module is absent (recorded)
+    ran = set(ok["arm"])
+    assert set(arms) - {"cutlass_blockwise_sm90"} <= ran, set(arms) - ran
+    meta = {"clocks": sampler.summary(), **arms_df.attrs}
+    run.write_table("arms", arms_df, meta=meta)
+    run.write_table("copy", pd.DataFrame([copy]), meta=meta)
+    tt = bw.target_table(arms_df, copy["copy_Bps_p50"])
+    run.write_table("targets", tt, meta=meta)
+    run.write_table("crossovers", pd.concat([bw.crossovers(arms_df, quant=q)
+                                             for q in arms_df["quant"].unique()], ignore_index=True), meta=meta)
+
+# %% [markdown]
+# ## Results: the arms in one table
+#
+# Best row per arm at every (shape, M), time per call in us (p50). Columns `arm + quantiser`
+# include the activation quantisation in the timed call. Drawn from `data/`.
+
+# %%
+def short(shape):
+    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
+
+
+def info_for(df, dev):
+    own = run.mode == "measure" and dev == run.device
+    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
+
+
+def draw_rates(df, copy_Bps, dev):
+    b = bw.best_rows(df)
+    shapes_ = list(dict.fromkeys(b["shape"]))
+    fig, axes = plt.subplots(2, len(shapes_), figsize=(4.3 * len(shapes_), 7.2), squeeze=False, sharex=True)
+    for j, shape in enumerate(shapes_):
+        g = b[b["shape"] == shape]
+        for (arm, quant), h in g.groupby(["arm", "quant"]):
+            h = h.sort_values("M")
+            ls = "-" if quant == "none" else "--"
+            label = bw.LABELS[arm] + ("" if quant == "none" else " + quant")
+            axes[0, j].plot(h["M"], h["tflops_p50"], ls=ls, marker="o", ms=3, color=plotting.color(arm), label=label)
+            axes[1, j].plot(h["M"], h["weight_Bps_p50"] / 1e12, ls=ls, marker="o", ms=3, color=plotting.color(arm),
+                            label=label)
+        if copy_Bps:
+            axes[1, j].axhline(copy_Bps / 1e12, color="#555555", ls=":", lw=1)
+            axes[1, j].text(g["M"].min(), copy_Bps / 1e12 * 1.03, "copy bandwidth (this run)", fontsize=7)
+        r0 = g.iloc[0]
+        axes[0, j].set_title(f"{short(shape)} (N={int(r0['N'])}, K={int(r0['K'])})")
+        axes[0, j].set_ylabel("TFLOP/s (p50)")
+        axes[1, j].set_ylabel("weight bytes / time (TB/s)")
+        axes[1, j].set_xlabel("M (tokens)")
+        for ax in axes[:, j]:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle("Blockwise FP8 arms over M (dashed: activation quantisation inside the call)", fontsize=10)
+    plotting.save(fig, info_for(df, dev), "arms_over_m")
+    plt.show()
+
+
+def draw_targets(tt, dev):
+    if tt.empty:
+        return
+    kinds = [k for k in ("speedup vs cuBLASLt", "weight bandwidth / copy") if (tt["target"] == k).any()]
+    width = [max(5.5, 1.0 * (tt["target"] == k).sum()) for k in kinds]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(sum(width) + 1, 4.0), squeeze=False,
+                             gridspec_kw=dict(width_ratios=width))
+    for ax, kind in zip(axes[0], kinds):
+        g = tt[tt["target"] == kind].reset_index(drop=True)
+        x = np.arange(len(g))
+        for arm in dict.fromkeys(g["best_arm"]):
+            sel = g["best_arm"] == arm
+            ax.bar(x[sel] - 0.2, g.loc[sel, "value"], width=0.4, color=plotting.color(arm), label=bw.LABELS[arm])
+        if kind == "weight bandwidth / copy":
+            ax.bar(x + 0.2, g["cublaslt_value"], width=0.4, color=plotting.color("cublaslt_blockwise"),
+                   label="cuBLASLt blockwise")
+        else:
+            ax.axhline(1.0, color=plotting.color("cublaslt_blockwise"), lw=1, label="cuBLASLt blockwise (= 1)")
+        ax.axhline(g["goal"].iloc[0], color="#555555", ls="--", lw=1)
+        ax.text(-0.45, g["goal"].iloc[0] * 1.02, f"target {g['goal'].iloc[0]:.2f}", fontsize=8)
+        for i, r in g.iterrows():
+            ax.text(i - 0.2, r["value"], f"{r['value']:.2f}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(x, [f"{short(r.shape)}\nM={r.M}" for r in g.itertuples()], fontsize=7, rotation=30)
+        ax.set_ylim(0, max(g["goal"].iloc[0], g["value"].max(), np.nanmax(g["cublaslt_value"].to_numpy(float)))
+                    * 1.25)
+        ax.set_ylabel("cuBLASLt time / best fp8lab time" if kind.startswith("speedup") else
+                      "weight bytes per s / copy bandwidth")
+        ax.set_title(kind)
+        ax.legend(fontsize=7, loc="upper right")
+    plotting.save(fig, info_for(tt, dev), "targets")
+    plt.show()
+
+
+devs = results.devices_with(NB, "arms")
+tables = {}
+for dev in devs:
+    t = {name: results.load_table(dev, NB, name) for name in ("arms", "copy", "targets", "crossovers")
+         if dev in results.devices_with(NB, name)}
+    tables[dev] = t
+    df = t["arms"]
+    meta = df.attrs["meta"]
+    extra = meta.get("extra") or {}
+    display(Markdown(f"**{meta.get('device_name', dev)}**: activation quantiser `{extra.get('quantiser', '?')}` "
+                     f"({extra.get('quantiser_note', '')}); CUTLASS arm: {extra.get('cutlass_status', '?')}."))
+    display(bw.arms_table(df).round(1))
+    notrun = df[df["status"] != "measured"][["shape", "M", "arm", "path", "variant", "status"]]
+    if len(notrun):
+        display(notrun)
+    copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
+    draw_rates(df, copy_Bps, dev)
+
+if not devs:
+    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
+                     "`measure`); nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Targets
+#
+# Ratios from the same run: `value` is cuBLASLt time / best fp8lab time (speedup, target 1.10)
+# or weight bytes per second / copy bandwidth (target 0.85); `shortfall` is how much faster the
+# best fp8lab arm would have to be to meet the target.
+
+# %%
+for dev, t in tables.items():
+    if "targets" in t:
+        display(t["targets"][["shape", "M", "target", "best_arm", "best_detail", "value", "goal", "met",
+                              "shortfall", "cublaslt_value"]].round(3))
+        draw_targets(t["targets"], dev)
+
+# %% [markdown]
+# ## Crossovers, verdicts and what the numbers say
+#
+# Crossovers are where the winning W8A8 arm changes between two measured Ms (the crossover M is
+# interpolated in log M). Verdicts by `verdict_b5` / `verdict_b7`; recorded only by the run that
+# measured them.
+
+# %%
+for dev, t in tables.items():
+    df = t["arms"]
+    meta = df.attrs["meta"]
+    name = meta.get("device_name", dev)
+    if "crossovers" in t:
+        display(t["crossovers"])
+    display(bw.winners(df).round(3))
+    verdicts = [bw.verdict_b5(df), bw.verdict_b7(df)]
+    display(pd.DataFrame([dict(claim=v.claim, verdict=v.verdict, our_figure=v.our_figure, reason=v.reason)
+                          for v in verdicts]))
+    if run.mode == "measure" and dev == run.device:
+        claims.record(run, verdicts)
+    text = [f"**{name}** ({str(meta.get('time', ''))[:10]})."]
+    tt = t.get("targets", pd.DataFrame())
+    for kind, what in (("speedup vs cuBLASLt", "speedup over cuBLASLt blockwise"),
+                       ("weight bandwidth / copy", "weight bandwidth as a fraction of the copy rate")):
+        g = tt[tt["target"] == kind] if len(tt) else tt
+        if len(g):
+            worst = g.loc[g["value"].idxmin()]
+            text.append(f"Target '{kind}' met at {int(g['met'].sum())} of {len(g)} points; the best fp8lab "
+                        f"{what} ranges {g['value'].min():.2f}-{g['value'].max():.2f} (goal {g['goal'].iloc[0]:.2f}); "
+                        f"worst at {short(worst['shape'])} M={int(worst['M'])} ({worst['best_arm']}, "
+                        f"{worst['shortfall']:.0%} short).")
+    if "copy" in t:
+        copy_txt = f"Copy bandwidth measured in this run: {float(t['copy']['copy_Bps_p50'].iloc[0]) / 1e12:.2f} TB/s"
+        if dev in results.devices_with("00_environment", "ceilings"):
+            ce = results.load_table(dev, "00_environment", "ceilings").set_index("ceiling")
+            if "copy_bandwidth" in ce.index and ce.loc["copy_bandwidth", "status"] == "measured":
+                copy_txt += f" (notebook 00 measured {ce.loc['copy_bandwidth', 'rate_p50'] / 1e12:.2f} TB/s)"
+        text.append(copy_txt + ".")
+    b = bw.best_rows(df)
+    lt = b[(b["arm"] == "cublaslt_blockwise") & (b["quant"] == "none") & (b["M"] >= 1024)]
+    if len(lt):
+        text.append(f"cuBLASLt blockwise at M >= 1024: {lt['tflops_p50'].min():.0f}-{lt['tflops_p50'].max():.0f} TFLOP/s.")
+    tri = b[(b["arm"] == "triton_blockwise") & (b["quant"] == "none") & (b["M"] >= 1024)]
+    if len(tri) and len(lt):
+        j = tri.merge(lt, on=["shape", "M"], suffixes=("", "_lt"))
+        text.append(f"triton_blockwise reaches {(j['tflops_p50'] / j['tflops_p50_lt']).min():.2f}-"
+                    f"{(j['tflops_p50'] / j['tflops_p50_lt']).max():.2f}x of it there.")
+    display(Markdown(" ".join(text)))
+
+# %% [markdown]
+# **Why the prefill target is hard for Triton on Hopper.** The scales change every 128 K, so the
+# fp32 product of each 128-wide block has to be scaled on the CUDA cores. In one Triton program a
+# wgmma whose result feeds that arithmetic is waited on at once, so MMA and promotion alternate
+# instead of overlapping. cuBLASLt, CUTLASS and DeepGEMM overlap them with warp specialisation
+# (one warpgroup promotes while the other's wgmma runs); Triton 3.6 / 3.9 offer automatic warp
+# specialisation only on Blackwell. Our kernel's substitute is two programs per SM: with one fp32
+# tile (`per_block_inplace`) a 128x128 tile needs ~115 registers per thread and 96 KB of shared
+# memory, so two programs share an SM and interleave. Whether that beats cuBLASLt is what the
+# targets table measures.

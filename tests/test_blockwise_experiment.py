@@ -1,0 +1,367 @@
+"""fp8lab.experiments.blockwise on CPU: candidate rules, counting, and the table logic
+(best rows, tile-by-M selection, crossovers, target ratios, verdicts) on synthetic tables."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from fp8lab.experiments import blockwise as bw
+from fp8lab.kernels import mma_blockwise as mb
+
+
+def _row(shape, M, arm, t, *, N=4096, K=4096, variant="", config="", quant="none", status="measured",
+         path="", swizzle=8):
+    r = {c: math.nan for c in bw.COLUMNS}
+    r.update(shape=shape, model=shape.split(":")[0], site=shape.split(":")[-1], M=M, N=N, K=K, arm=arm,
+             variant=variant, path=path, config=config, swizzle=swizzle, quant=quant, status=status,
+             time_p50_s=t, tflops_p50=2 * M * N * K / t / 1e12 if t == t else math.nan)
+    return r
+
+
+def _df(rows):
+    return pd.DataFrame(rows, columns=bw.COLUMNS)
+
+
+# ------------------------------------------------------------------ rules and counting
+def test_mma_candidates_rule():
+    small = bw.mma_candidates(1, 3)
+    big = bw.mma_candidates(4096, 3)
+    assert len(small) == 3 and len(big) == 3
+    assert all(c.bm == 16 for c in small)            # decode: the shortest tiles
+    assert min(c.bm for c in big) >= 128              # prefill: the tallest
+    assert len(bw.mma_candidates(64, "all")) == len(mb.configs()) == 16
+    seeded = bw.mma_candidates(1, 2, include_seed=True)
+    assert seeded[0] == mb.SEED_CONFIG and len(seeded) == 3
+    assert bw.mma_candidates(4096, 1, include_seed=True).count(mb.SEED_CONFIG) == 1
+    with pytest.raises(ValueError, match=">= 1 or 'all'"):
+        bw.mma_candidates(1, 0)
+    # with N known, too few thread blocks costs: M=128 on N=4096 also tries 64-row tiles
+    assert any(c.bm == 64 for c in bw.mma_candidates(128, 5, N=4096))
+    assert all(c.bm >= 128 for c in bw.mma_candidates(128, 4))
+
+
+def test_triton_candidates():
+    assert bw.triton_candidates(1)[0] == ("swapab", "per_block")
+    assert all(p != "swapab" for p, _ in bw.triton_candidates(4096))
+    assert bw.triton_candidates(4096, [("ptr", "per_block")]) == [("ptr", "per_block")]
+    with pytest.raises(ValueError, match="pairs"):
+        bw.triton_candidates(1, [("ptr",)])
+
+
+def test_weight_and_min_bytes():
+    assert bw.weight_bytes("cublas_bf16", 4096, 4096) == 2 * 4096 * 4096
+    assert bw.weight_bytes("triton_blockwise", 4096, 4096) == 4096 * 4096 + 4 * 32 * 32
+    assert bw.min_bytes("mma_blockwise", 1, 4096, 4096) == 4096 + 4096 * 4096 + 4 * 32 * 32 + 4 * 32 + 2 * 4096
+    assert bw.min_bytes("cublas_bf16", 2, 8, 128) == 2 * (2 * 128 + 8 * 128 + 2 * 8)
+
+
+def test_resolve_shapes():
+    s = bw.resolve_shapes(["qwen3-8b:o_proj", (264, 384)])
+    assert (s[0].N, s[0].K) == (4096, 4096) and (s[1].N, s[1].K) == (264, 384)
+    with pytest.raises(ValueError, match="'model:site'"):
+        bw.resolve_shapes([3])
+    with pytest.raises(ValueError, match="at least one"):
+        bw.resolve_shapes([])
+
+
+def test_check_rows_cover_edges():
+    assert list(bw.check_rows(7)) == list(range(7))
+    r = bw.check_rows(4097, max_rows=512)
+    assert len(r) == 512 and r[0] == 0 and r[-1] == 4096 and len(set(r)) == 512
+    assert set(range(64)) <= set(r) and set(range(4097 - 64, 4097)) <= set(r)
+
+
+def test_passes_thresholds():
+    ok = dict(relerr=1.7e-3, calc_diff=1.5e-6, max_err_norm=4e-3, nan_left=0)
+    assert bw.passes(ok)
+    assert not bw.passes(ok | dict(nan_left=1))
+    assert not bw.passes(ok | dict(relerr=3e-2))         # one wrong scale block
+    assert not bw.passes(ok | dict(calc_diff=1e-3))
+
+
+# ------------------------------------------------------------------ best rows and tile selection
+SMALL, MID, BIG = "16x64x128_w16x32_s4", "64x128x128_w64x64_s3", "128x128x128_w64x32_s3"
+
+
+def _tile_df():
+    # per (M, config) time, same on two shapes: SMALL wins at M <= 16, MID at 128, BIG at 4096
+    t = {1: {SMALL: 10, MID: 14, BIG: 30}, 16: {SMALL: 11, MID: 15, BIG: 31},
+         128: {SMALL: 40, MID: 20, BIG: 25}, 4096: {SMALL: 900, MID: 400, BIG: 300}}
+    rows = []
+    for shape in ("a:x", "b:y"):
+        for M, d in t.items():
+            for cfg, us in d.items():
+                rows.append(_row(shape, M, "mma_blockwise", us * 1e-6, variant="per_block", config=cfg))
+                # a slower swizzle of the same config and a failed row must not win
+                rows.append(_row(shape, M, "mma_blockwise", us * 2e-6, variant="per_block", config=cfg, swizzle=1))
+            rows.append(_row(shape, M, "mma_blockwise", 1e-9, variant="per_block", config="bad",
+                             status="failed-check: relerr 0.3"))
+    return _df(rows)
+
+
+def test_best_rows_ignore_failed_and_pick_min():
+    b = bw.best_rows(_tile_df())
+    assert len(b) == 8 and (b["status"] == "measured").all()
+    r = b[(b["shape"] == "a:x") & (b["M"] == 4096)].iloc[0]
+    assert r["config"] == BIG and r["time_p50_s"] == pytest.approx(300e-6)
+
+
+def test_tile_selection_is_derived_from_the_sweep():
+    sel = bw.tile_selection(_tile_df())
+    pp = sel["per_point"].set_index(["shape", "M"])
+    assert pp.loc[("a:x", 1), "config"] == SMALL and pp.loc[("a:x", 4096), "config"] == BIG
+    assert pp.loc[("a:x", 128), "margin_over_next"] == pytest.approx(25 / 20)
+    by_m = sel["by_m"].set_index("M")
+    assert list(by_m["config"]) == [SMALL, SMALL, MID, BIG]
+    assert (by_m["geo_slowdown"] == 1).all()
+    ranges = sel["ranges"]
+    assert ranges.to_dict("records") == [dict(M_from=1, M_to=16, config=SMALL),
+                                         dict(M_from=128, M_to=128, config=MID),
+                                         dict(M_from=4096, M_to=4096, config=BIG)]
+
+
+def test_single_tile_penalty():
+    pen = bw.single_tile_penalty(_tile_df()).set_index("config")
+    assert pen.loc[MID, "worst_slowdown"] == pytest.approx(14 / 10)       # at M=1
+    assert pen.loc[SMALL, "worst_slowdown"] == pytest.approx(900 / 300)
+    assert pen.loc[BIG, "worst_slowdown"] == pytest.approx(3.0)
+    assert pen["covers_all"].all()
+
+
+# ------------------------------------------------------------------ winners and crossovers
+def _arms_df(lt_time=None):
+    rows = []
+    for shape, cross in (("s:one", 1.0), ("s:two", 0.65)):
+        for M in (1, 16, 128, 1024):
+            # triton fast at small M, cuBLASLt at large M; where they cross depends on the shape
+            t_tri = 10e-6 * (1 + M / 100)
+            t_lt = 12e-6 * (1 + M / (200 * cross)) if lt_time is None else lt_time
+            rows.append(_row(shape, M, "triton_blockwise", t_tri, path="swapab"))
+            rows.append(_row(shape, M, "triton_blockwise", t_tri * 3, path="ptr"))
+            rows.append(_row(shape, M, "cublaslt_blockwise", t_lt))
+            rows.append(_row(shape, M, "mma_blockwise", t_tri * 5))
+            rows.append(_row(shape, M, "cublas_bf16", t_tri * 0.5))             # not W8A8: never a winner
+            rows.append(_row(shape, M, "cublaslt_blockwise", t_lt * 1.2, quant="quant_act_reference"))
+    return _df(rows)
+
+
+def test_winners_and_crossovers():
+    df = _arms_df()
+    w = bw.winners(df).set_index(["shape", "M"])
+    assert w.loc[("s:one", 1), "winner"] == "triton_blockwise"
+    assert w.loc[("s:one", 1024), "winner"] == "cublaslt_blockwise"
+    assert "cublas_bf16" not in set(w["winner"])
+    x = bw.crossovers(df)
+    one = x[x["shape"] == "s:one"].iloc[0]
+    assert (one["M_below"], one["M_above"]) == (16, 128)
+    assert (one["winner_below"], one["winner_above"]) == ("triton_blockwise", "cublaslt_blockwise")
+    # the log-ratio interpolation by hand
+    t = lambda M: (10e-6 * (1 + M / 100), 12e-6 * (1 + M / 200))  # noqa: E731
+    r_lo, r_hi = (math.log(a / b) for a, b in (t(16), t(128)))
+    want = math.exp(math.log(16) + r_lo / (r_lo - r_hi) * (math.log(128) - math.log(16)))
+    assert one["M_cross"] == pytest.approx(want)
+    assert 16 < one["M_cross"] < 128
+    # shape two crosses later (cuBLASLt scales better there): a single threshold would be wrong
+    assert x[x["shape"] == "s:two"].iloc[0]["M_below"] >= 128
+
+
+def test_target_table():
+    rows = []
+    for M, t_ours, t_lt in ((1, 14e-6, 30e-6), (16, 20e-6, 35e-6), (1024, 150e-6, 160e-6), (4096, 500e-6, 600e-6)):
+        for shape, N, K in (("qwen3-8b:down_proj", 4096, 12288), ("qwen3-8b:o_proj", 4096, 4096)):
+            rows.append(_row(shape, M, "triton_blockwise", t_ours, N=N, K=K))
+            rows.append(_row(shape, M, "mma_blockwise", t_ours * 4, N=N, K=K))
+            rows.append(_row(shape, M, "cublaslt_blockwise", t_lt, N=N, K=K))
+    tt = bw.target_table(_df(rows), copy_Bps=4.27e12)
+    sp = tt[tt["target"] == "speedup vs cuBLASLt"].set_index(["shape", "M"])
+    assert set(sp.index.get_level_values("M")) == {1024, 4096}
+    assert sp.loc[("qwen3-8b:o_proj", 4096), "value"] == pytest.approx(1.2)
+    assert sp.loc[("qwen3-8b:o_proj", 4096), "met"]
+    assert not sp.loc[("qwen3-8b:o_proj", 1024), "met"]
+    assert sp.loc[("qwen3-8b:o_proj", 1024), "shortfall"] == pytest.approx(1.10 / (160 / 150) - 1)
+    bwt = tt[tt["target"] == "weight bandwidth / copy"]
+    assert set(bwt["shape"]) == {"qwen3-8b:down_proj"}      # o_proj has 16.8 MB of weights: below 32 MB
+    r = bwt.set_index("M").loc[1]
+    wb = 4096 * 12288 + 4 * 32 * 96
+    assert r["value"] == pytest.approx(wb / 14e-6 / 4.27e12)
+    assert r["cublaslt_value"] == pytest.approx(wb / 30e-6 / 4.27e12)
+    assert r["best_arm"] == "triton_blockwise" and bool(r["met"]) == (r["value"] >= 0.85)
+    assert bw.target_table(_df(rows), copy_Bps=None)["target"].eq("speedup vs cuBLASLt").all()
+
+
+# ------------------------------------------------------------------ verdicts
+def _a3_df(t_slice, t_block, t_triton=None):
+    rows = [_row("qwen3-8b:o_proj", 4096, "mma_blockwise", t_slice, variant="per_slice", config=mb.SEED_CONFIG.name),
+            _row("qwen3-8b:o_proj", 4096, "mma_blockwise", t_block, variant="per_block", config=BIG),
+            _row("qwen3-8b:o_proj", 4096, "mma_blockwise", t_block * 1.3, variant="per_block",
+                 config=mb.SEED_CONFIG.name)]
+    if t_triton:
+        rows.append(_row("qwen3-8b:o_proj", 4096, "triton_blockwise", t_triton))
+    return _df(rows)
+
+
+@pytest.mark.parametrize("t_slice, want", [(6536e-6, "holds"), (2000e-6, "holds-in-kind"), (1400e-6, "differs")])
+def test_verdict_a3(t_slice, want):
+    v = bw.verdict_a3(_a3_df(t_slice, 1374e-6, 400e-6))
+    assert v.verdict == want and v.claim == "A3"
+    assert "Triton" in v.our_figure
+    assert bw.verdict_a3(_df([])).verdict == "not-run"
+
+
+def _a4_df(fail=False, err=1.8e-3, n_cfg=16):
+    rows = []
+    for M in (1, 7, 83, 4097):
+        for i in range(n_cfg):
+            for v in mb.VARIANTS:
+                bad = fail and i == 3 and v == "per_slice" and M == 83
+                rows.append(dict(M=M, N=264, K=384, config=f"c{i}", variant=v, relerr=0.3 if bad else err,
+                                 calc_diff=1e-6, max_err_norm=1e-3, nan_left=0, passed=not bad))
+    return pd.DataFrame(rows)
+
+
+def test_verdict_a4():
+    assert bw.verdict_a4(_a4_df()).verdict == "holds"
+    v = bw.verdict_a4(_a4_df(fail=True))
+    assert v.verdict == "differs" and "c3/per_slice@M=83" in v.reason
+    assert bw.verdict_a4(_a4_df(n_cfg=15)).verdict == "holds-in-kind"
+    assert bw.verdict_a4(_a4_df(err=2e-5)).verdict == "holds-in-kind"
+
+
+def _a5_df(per_warp_ok=True):
+    rows = []
+    for bn in (64, 128, 256):
+        for lookup in mb.SCALE_LOOKUPS:
+            if lookup == "per_warp":
+                ok = per_warp_ok
+            elif lookup == "per_cta":
+                ok = bn == 128
+            else:
+                ok = bn <= 128
+            rows.append(dict(config=f"x{bn}", bm=64, bn=bn, lookup=lookup, relerr=1.7e-3 if ok else 0.2,
+                             calc_diff=1e-6, nan_left=0, correct=ok))
+    return pd.DataFrame(rows)
+
+
+def test_verdict_a5():
+    assert bw.verdict_a5(_a5_df()).verdict == "holds"
+    assert bw.verdict_a5(_a5_df(per_warp_ok=False)).verdict == "differs"
+
+
+def test_verdict_a6():
+    assert bw.verdict_a6(_tile_df()).verdict == "holds"
+    # the same tile wins everywhere: no ordering
+    flat = _tile_df()
+    flat.loc[flat["config"] == BIG, "time_p50_s"] = 1e-7
+    assert bw.verdict_a6(flat).verdict == "differs"
+    assert bw.verdict_a6(_df([])).verdict == "not-run"
+
+
+def _swz(off, on, spread=5e-6):
+    rows = []
+    for rep in range(3):
+        for s, t in ((1, off), (8, on), (16, on * 1.01)):
+            rows.append(dict(shape="qwen3-8b:down_proj", M=4096, config=BIG, swizzle=s, repeat=rep,
+                             time_p50_s=t + (rep - 1) * spread / 2))
+    return pd.DataFrame(rows)
+
+
+def test_verdict_a7():
+    assert bw.verdict_a7(_swz(7144e-6, 5614e-6)).verdict == "holds"
+    assert bw.verdict_a7(_swz(1100e-6, 1000e-6)).verdict == "holds-in-kind"
+    assert bw.verdict_a7(_swz(1000e-6, 999e-6)).verdict == "differs"
+    assert bw.verdict_a7(_swz(1100e-6, 1000e-6, spread=300e-6)).verdict == "differs"   # within noise
+
+
+def test_verdict_a8():
+    rows = [_row("qwen3-8b:o_proj", 1, "mma_blockwise", 60e-6, variant="per_slice", config=mb.SEED_CONFIG.name),
+            _row("qwen3-8b:o_proj", 1, "triton_blockwise", 6e-6)]
+    v = bw.verdict_a8(_df(rows), 4.27e12)
+    assert v.verdict == "holds-in-kind" and "notebook 08" in v.reason
+    wo_fast = _row("qwen3-8b:o_proj", 1, "gemv_w8a16_fp8", 5e-6, path="weight-only")
+    assert bw.verdict_a8(_df(rows + [wo_fast]), 4.27e12).verdict == "holds"
+    wo_slow = _row("qwen3-8b:o_proj", 1, "gemv_w8a16_fp8", 7e-6, path="weight-only")
+    v = bw.verdict_a8(_df(rows + [wo_slow]), 4.27e12)
+    assert v.verdict == "differs" and "weight-only" in v.our_figure
+    rows[0]["time_p50_s"] = 5e-6
+    assert bw.verdict_a8(_df(rows), 4.27e12).verdict == "differs"
+    assert bw.verdict_a8(_df(rows), None).verdict == "not-run"
+
+
+@pytest.mark.parametrize("r, want", [(1.1, "holds"), (3.0, "holds-in-kind"), (0.8, "differs")])
+def test_verdict_a9(r, want):
+    rows = [_row("qwen3-8b:down_proj", M, arm, t) for M in (1024, 4096)
+            for arm, t in (("mma_blockwise", r * 1e-3), ("triton_blockwise", 1e-3))]
+    assert bw.verdict_a9(_df(rows)).verdict == want
+
+
+@pytest.mark.parametrize("ratio, want", [(1.7, "holds"), (1.4, "holds-in-kind"), (1.1, "differs")])
+def test_verdict_b5(ratio, want):
+    rows = [_row("s:x", 4096, "cublas_bf16", 1e-3), _row("s:x", 4096, "cublaslt_blockwise", 1e-3 / ratio),
+            _row("s:x", 16, "cublas_bf16", 1e-5), _row("s:x", 16, "cublaslt_blockwise", 1e-5)]
+    assert bw.verdict_b5(_df(rows)).verdict == want
+    rows.append(_row("s:x", 1, "cublaslt_blockwise", math.nan, status="not-run: ValueError: M"))
+    assert bw.verdict_b5(_df(rows)).verdict == "differs"
+
+
+def test_verdict_b7():
+    assert bw.verdict_b7(_arms_df()).verdict == "holds"
+    assert bw.verdict_b7(_arms_df(lt_time=1.0)).verdict == "differs"    # triton everywhere
+    assert bw.verdict_b7(_df([])).verdict == "not-run"
+
+
+def test_verdicts_are_valid_ledger_rows():
+    from fp8lab import claims
+
+    for v in (bw.verdict_a3(_a3_df(6536e-6, 1374e-6)), bw.verdict_a4(_a4_df()), bw.verdict_b7(_arms_df())):
+        assert isinstance(v, claims.Verdict) and v.our_figure
+
+
+def test_swizzle_summary():
+    s = bw.swizzle_summary(_swz(2e-3, 1e-3)).set_index("swizzle")
+    assert s.loc[1, "time_p50_s"] == pytest.approx(2e-3)
+    assert s.loc[8, "spread_s"] == pytest.approx(5e-6)
+    assert (s["runs"] == 3).all()
+
+
+def test_sweep_rejects_bad_arms():
+    with pytest.raises(ValueError, match="unknown arms"):
+        bw.build_candidates(1, ["marlin"])
+
+
+def test_promotion_ratios():
+    rows = [_row("s:x", 4096, "mma_blockwise", 6e-3, variant="per_slice", config=mb.SEED_CONFIG.name),
+            _row("s:x", 4096, "mma_blockwise", 3e-3, variant="per_block", config=mb.SEED_CONFIG.name),
+            _row("s:x", 4096, "mma_blockwise", 2e-3, variant="per_block_inplace", config=mb.SEED_CONFIG.name),
+            _row("s:x", 4096, "mma_blockwise", 1e-3, variant="per_block", config=BIG),
+            _row("s:x", 4096, "mma_blockwise", 5e-3, variant="per_slice", config=BIG),
+            _row("s:x", 4096, "triton_blockwise", 0.5e-3)]
+    r = bw.promotion_ratios(_df(rows)).iloc[0]
+    assert r["same_tile"] == pytest.approx(2.0) and r["same_tile_inplace"] == pytest.approx(3.0)
+    assert r["seed_to_best"] == pytest.approx(6.0) and r["slice_vs_triton"] == pytest.approx(12.0)
+    assert r["t_slice_best"] == pytest.approx(5e-3)
+
+
+def test_arms_table():
+    t = bw.arms_table(_arms_df())
+    assert list(t.columns[:2]) == ["mma_blockwise", "triton_blockwise"]
+    assert "cublaslt_blockwise + quant_act_reference" in t.columns
+    assert t.loc[("s:one", 1), "triton_blockwise"] == pytest.approx(10e-6 * 1.01 * 1e6)   # swapab, not ptr
+    assert bw.arms_table(_df([])).empty
+
+
+def test_build_candidates_mma_always():
+    cands, skipped = bw.build_candidates(1, ["mma_blockwise"], N=4096, mma_configs=2,
+                                         mma_always=[mb.SEED_CONFIG.name, "16x64x128_w16x32_s4"],
+                                         mma_variants=("per_slice", "per_block"))
+    names = [c.config for c in cands]
+    assert not skipped and len(cands) == 2 * 3            # 2 by the rule (16x64 among them) + the seed tile
+    assert names.count(mb.SEED_CONFIG.name) == 2 and all(c.arm == "mma_blockwise" for c in cands)
+
+
+def test_verdict_a6_without_a_common_tile():
+    df = _tile_df()
+    # only the decode tile at M=1, no decode tile at M=4096: no tile covers every point
+    keep = ~(((df["M"] == 1) & (df["config"] != SMALL)) | ((df["M"] == 4096) & (df["config"] == SMALL)))
+    v = bw.verdict_a6(df[keep])
+    assert v.verdict == "holds-in-kind" and "unknown" in v.reason
