@@ -51,8 +51,7 @@ def test_every_arm_matches_float64(M, N, K):
         _assert_ok(chk, (c.arm, c.path, c.variant, c.config, poison))
 
 
-@pytest.mark.parametrize("path, variant", [("ptr", "per_step"), ("ptr", "per_block"), ("ptr", "per_block_inplace"),
-                                           ("tma", "per_block"), ("tma", "per_block_inplace"),
+@pytest.mark.parametrize("path, variant", [("ptr", "per_step"), ("ptr", "per_block"), ("tma", "per_block"),
                                            ("swapab", "per_block")])
 @pytest.mark.parametrize("M", [1, 83, 300])
 def test_triton_paths_pinned_configs(path, variant, M):
@@ -81,7 +80,7 @@ def test_triton_paths_pinned_configs(path, variant, M):
         _assert_ok(bw.compare(out, ref, rows), (path, variant, cfg))
 
 
-@pytest.mark.parametrize("path, variant", [("ptr", "per_block"), ("swapab", "per_block"), ("tma", "per_block_inplace")])
+@pytest.mark.parametrize("path, variant", [("ptr", "per_block"), ("swapab", "per_block"), ("tma", "per_block")])
 def test_triton_k_not_a_multiple_of_128(path, variant):
     """K = 208: a partial last scale block (masked loads, or TMA zero fill)."""
     M, N, K = 7, 272, 208
@@ -118,7 +117,7 @@ def test_swapab_split_k_rearms_and_is_deterministic():
 def test_triton_paths_in_a_cuda_graph():
     """bench times small kernels by CUDA-graph replay: every path must capture and replay."""
     s, rows, ref = _setup(16, 1024, 1024, seed=5)
-    for path, variant in (("swapab", "per_block"), ("ptr", "per_block"), ("tma", "per_block_inplace")):
+    for path, variant in (("swapab", "per_block"), ("ptr", "per_block"), ("tma", "per_block")):
         fn = lambda: tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, variant=variant, path=path,  # noqa: E731
                                            check_scales=False)
         fn()
@@ -155,14 +154,16 @@ def test_mma_family_check_table():
 def test_triton_wrapper_validation():
     s, _, _ = _setup(7, 256, 384)
     with pytest.raises(ValueError, match="per_block variant only"):
-        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, variant="per_block_inplace", path="swapab")
+        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, variant="per_step", path="swapab")
+    with pytest.raises(ValueError, match="disabled on the GPU"):        # wrong on the H200
+        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, variant="per_block_inplace")
     with pytest.raises(ValueError, match="path must be one of"):
         tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, path="wgmma")
     with pytest.raises(ValueError, match="out must be"):
         tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, out=torch.empty(7, 255, dtype=torch.bfloat16,
                                                                              device="cuda"))
     with pytest.raises(ValueError, match="finite and > 0"):
-        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale * 0, s.b_scale, variant="per_block_inplace")
+        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale * 0, s.b_scale, check_scales=True)
     with pytest.raises(ValueError, match="BLOCK_W must be"):
         tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, path="swapab", config=dict(BLOCK_W=32))
     with pytest.raises(ValueError, match="tma tiles need"):

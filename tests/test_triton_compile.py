@@ -167,7 +167,7 @@ def _fp8_inputs(torch, M, N, K, device="cuda", seed=0):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", tb.VARIANTS)
+@pytest.mark.parametrize("variant", [v for v in tb.VARIANTS if v not in tb.GPU_DISABLED])
 @pytest.mark.parametrize("M, N, K", [(1, 256, 256), (7, 192, 384), (83, 320, 640), (256, 512, 1024)])
 def test_gpu_matches_reference(variant, M, N, K):
     torch = pytest.importorskip("torch")

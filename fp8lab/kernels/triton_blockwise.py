@@ -62,6 +62,12 @@ import triton.language as tl
 
 SCALE_BLOCK = 128  # the recipe's K (and weight-N) block: fixed by the checkpoint format
 VARIANTS = ("per_step", "per_block", "per_block_inplace")
+#: variants that compile (register studies: triton_resource_usage) but must not run:
+#: per_block_inplace returned wrong results on the H200 with triton 3.6.0 on 2026-11-29
+#: (relative error 0.4 to 5e5 on every path, while per_block on the same paths was right);
+#: the cause is not found yet, so it is refused rather than timed.
+GPU_DISABLED = {"per_block_inplace": "wrong results on the H200 (triton 3.6.0, 2026-11-29: "
+                                     "rel. err 0.4-5e5 on the ptr and tma paths); cause not found yet"}
 PATHS = ("ptr", "tma", "swapab")
 # BLOCK_K each variant uses unless told otherwise; per_step at 32 mirrors seed 000's slice.
 DEFAULT_BLOCK_K = {"per_step": 32, "per_block": 128, "per_block_inplace": 128}
@@ -703,6 +709,8 @@ def blockwise_fp8_gemm(a, b, a_scale, b_scale, *, variant: str = "per_block",
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if variant in GPU_DISABLED:
+        raise ValueError(f"variant {variant!r} is disabled on the GPU: {GPU_DISABLED[variant]}")
     if path not in PATHS + ("auto",):
         raise ValueError(f"path must be one of {PATHS + ('auto',)}, got {path!r}")
     M, N, K = _validate(a, b, a_scale, b_scale)
