@@ -16,6 +16,12 @@ columns
 
 Its intensity is flop / bytes and its achieved rate flop / time. Rows with a
 non-positive or missing value are skipped (a copy has no FLOP).
+
+Tables written before this convention settled are read with two explicit fallbacks:
+``bytes`` from ``min_bytes`` or ``stream_bytes`` (the same quantity under the names the
+GEMM sweeps use), and ``flop`` as 2 M N K when a table has ``M``, ``N``, ``K`` and no
+``flop`` (every such table in fp8lab is a GEMM). A ``status`` column, when present, must
+read ``measured``: failed checks are never placed.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = ["PLACE_COLUMNS", "measured_ceilings", "placeable_points", "roofs", "b
 CEILINGS_NOTEBOOK, CEILINGS_TABLE = "00_environment", "ceilings"
 PLACE_COLUMNS = ("arm", "flop", "bytes")
 TIME_COLUMNS = ("time_p50_s", "time_s")
+BYTE_COLUMNS = ("bytes", "min_bytes", "stream_bytes")
 
 
 def measured_ceilings(device: str) -> Optional[dict]:
@@ -68,13 +75,19 @@ def placeable_points(device: Optional[str] = None) -> pd.DataFrame:
         except Exception:
             continue
         tcol = next((c for c in TIME_COLUMNS if c in cols), None)
-        if not set(PLACE_COLUMNS) <= set(cols) or tcol is None:
+        bcol = next((c for c in BYTE_COLUMNS if c in cols), None)
+        gemm = {"M", "N", "K"} <= set(cols)
+        if "arm" not in cols or tcol is None or bcol is None or not ("flop" in cols or gemm):
             continue
         df = results.load_table(dev, nb, name)
-        keep = [c for c in ("arm", "flop", "bytes", tcol, "time_p20_s", "time_p80_s", "size", "M",
+        if "status" in df.columns:
+            df = df[df["status"] == "measured"]
+        keep = [c for c in ("arm", "flop", bcol, tcol, "time_p20_s", "time_p80_s", "size", "M",
                             "N", "K") if c in df.columns]
         d = df[keep].copy()
-        d = d.rename(columns={tcol: "time_s"})
+        d = d.rename(columns={tcol: "time_s", bcol: "bytes"})
+        if "flop" not in d.columns:
+            d["flop"] = 2.0 * d["M"] * d["N"] * d["K"]
         for c in ("flop", "bytes", "time_s"):
             d[c] = pd.to_numeric(d[c], errors="coerce")
         d = d[(d["flop"] > 0) & (d["bytes"] > 0) & (d["time_s"] > 0)]
