@@ -344,16 +344,6 @@ def _build_flags() -> list[str]:
     return [*NVCC_FLAGS, GENCODE]
 
 
-def _ext_hash(torch, include: Path) -> str:
-    h = hashlib.sha256()
-    for p in SOURCES:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(f"torch={torch.__version__} cuda={torch.version.cuda} cutlass={cutlass_version(include)} "
-             f"include={include} flags={_build_flags()}".encode())
-    return h.hexdigest()[:16]
-
-
 _EXT = None
 LAST_BUILD_S: float | None = None   # seconds the last load_extension() took (build or cached import)
 
@@ -371,35 +361,19 @@ def load_extension(verbose: bool = False):
     if _EXT is not None:
         return _EXT
     import torch
-    from torch.utils import cpp_extension
 
-    from ..paths import cache_dir
+    from ._build import extension_digest, load_torch_extension
 
     include = cutlass_include_dir()
-    digest = _ext_hash(torch, include)
-    build = cache_dir("torch_ext", f"cutlass_sm90_{digest}")
+    digest = extension_digest(SOURCES, torch, f"cutlass={cutlass_version(include)} include={include} "
+                              f"flags={_build_flags()}", gpu_archs=False)
     # An -arch flag in extra_cuda_cflags already stops torch adding its own -gencode; the arch list is
     # set too, in case a torch version does not: a plain sm_90 pass would hit the .cu's #error.
-    saved = {k: os.environ.get(k) for k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS")}
-    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
-    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    env = {"TORCH_CUDA_ARCH_LIST": "9.0a", "MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))}
     t0 = time.perf_counter()
-    try:
-        _EXT = cpp_extension.load(
-            name=f"fp8lab_cutlass_sm90_{digest}",
-            sources=[str(SOURCE), str(EXT_SOURCE)],
-            extra_include_paths=[str(KERNEL_DIR), str(include)],
-            extra_cflags=["-O3", "-DNDEBUG"],
-            extra_cuda_cflags=_build_flags(),
-            build_directory=str(build),
-            verbose=verbose,
-        )
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    _EXT = load_torch_extension("cutlass_sm90", [SOURCE, EXT_SOURCE], digest=digest,
+                                include_paths=[KERNEL_DIR, include], cflags=["-O3", "-DNDEBUG"],
+                                cuda_cflags=_build_flags(), env=env, verbose=verbose)
     LAST_BUILD_S = time.perf_counter() - t0
     return _EXT
 

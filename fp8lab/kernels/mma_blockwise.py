@@ -21,9 +21,7 @@ torch), a float64 reference, a FLOP/byte count and an input generator.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -292,19 +290,6 @@ def calc_diff(x, y) -> float:
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-def _ext_hash(torch) -> str:
-    h = hashlib.sha256()
-    for p in (*SOURCES, *EXT_SOURCES):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(f"torch={torch.__version__} cuda={torch.version.cuda}".encode())
-    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
-    if torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        h.update(repr(caps).encode())
-    return h.hexdigest()[:16]
-
-
 _EXT = None
 
 
@@ -320,22 +305,12 @@ def load_extension(verbose: bool = False):
     if _EXT is not None:
         return _EXT
     import torch
-    from torch.utils import cpp_extension
 
-    from ..paths import cache_dir
+    from ._build import extension_digest, load_torch_extension
 
-    digest = _ext_hash(torch)
-    build = cache_dir("torch_ext", digest)
-    _EXT = cpp_extension.load(
-        name=f"fp8lab_mma_blockwise_{digest}",
-        sources=[str(p) for p in EXT_SOURCES],
-        extra_include_paths=[str(KERNEL_DIR)],
-        # no -std here: torch adds the C++ standard its headers need
-        extra_cflags=["-O3"],
-        extra_cuda_cflags=["-O3"],
-        build_directory=str(build),
-        verbose=verbose,
-    )
+    _EXT = load_torch_extension("mma_blockwise", EXT_SOURCES,
+                                digest=extension_digest((*SOURCES, *EXT_SOURCES), torch),
+                                include_paths=[KERNEL_DIR], verbose=verbose)
     return _EXT
 
 

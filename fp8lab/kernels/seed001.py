@@ -24,9 +24,7 @@ input generator and the float64 reference); everything that launches imports tor
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -368,19 +366,6 @@ def emulate_scalar_fp32(a, w, w_scale) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-def _ext_hash(torch) -> str:
-    h = hashlib.sha256()
-    for p in EXT_SOURCES:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(f"torch={torch.__version__} cuda={torch.version.cuda}".encode())
-    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
-    if torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        h.update(repr(caps).encode())
-    return h.hexdigest()[:16]
-
-
 _EXT = None
 
 
@@ -395,21 +380,12 @@ def load_extension(verbose: bool = False):
     if _EXT is not None:
         return _EXT
     import torch
-    from torch.utils import cpp_extension
 
-    from ..paths import cache_dir
+    from ._build import extension_digest, load_torch_extension
 
-    digest = _ext_hash(torch)
-    build = cache_dir("torch_ext", f"seed001_{digest}")
-    _EXT = cpp_extension.load(
-        name=f"fp8lab_seed001_{digest}",
-        sources=[str(p) for p in EXT_SOURCES],
-        extra_include_paths=[str(KERNEL_DIR)],
-        extra_cflags=["-O3"],
-        extra_cuda_cflags=["-O3", "-lineinfo"],
-        build_directory=str(build),
-        verbose=verbose,
-    )
+    _EXT = load_torch_extension("seed001", EXT_SOURCES, digest=extension_digest(EXT_SOURCES, torch),
+                                include_paths=[KERNEL_DIR], cuda_cflags=["-O3", "-lineinfo"],
+                                verbose=verbose)
     return _EXT
 
 

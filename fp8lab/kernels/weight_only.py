@@ -618,19 +618,6 @@ def generate(fmt: str, M: int, N: int, K: int, *, act: str = "bf16", seed: int =
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-def _ext_hash(torch) -> str:
-    h = hashlib.sha256()
-    for p in (HEADER, PARAMS_HEADER, *EXT_SOURCES):
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    h.update(f"torch={torch.__version__} cuda={torch.version.cuda}".encode())
-    h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
-    if torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        h.update(repr(caps).encode())
-    return h.hexdigest()[:16]
-
-
 _EXT = None
 
 
@@ -641,21 +628,12 @@ def load_extension(verbose: bool = False):
     if _EXT is not None:
         return _EXT
     import torch
-    from torch.utils import cpp_extension
 
-    from ..paths import cache_dir
+    from ._build import extension_digest, load_torch_extension
 
-    digest = _ext_hash(torch)
-    build = cache_dir("torch_ext", digest)
-    _EXT = cpp_extension.load(
-        name=f"fp8lab_gemv_w16_{digest}",
-        sources=[str(p) for p in EXT_SOURCES],
-        extra_include_paths=[str(KERNEL_DIR)],
-        extra_cflags=["-O3"],
-        extra_cuda_cflags=["-O3"],   # no -std: torch adds the standard its headers need (C++17)
-        build_directory=str(build),
-        verbose=verbose,
-    )
+    _EXT = load_torch_extension("gemv_w16", EXT_SOURCES,
+                                digest=extension_digest((HEADER, PARAMS_HEADER, *EXT_SOURCES), torch),
+                                include_paths=[KERNEL_DIR], verbose=verbose)
     return _EXT
 
 
