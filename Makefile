@@ -23,7 +23,7 @@ STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
 endif
 
-.PHONY: run test setup lab claims sync wheelhouse clean-venv
+.PHONY: run test setup lab claims gallery sync wheelhouse clean-venv
 
 $(STAMP): pyproject.toml
 	$(MKENV)
@@ -37,6 +37,7 @@ setup: $(STAMP)
 run: setup
 	$(PY) -m fp8lab run $(ARGS)
 	$(PY) -m fp8lab claims
+	$(PY) -m fp8lab gallery
 
 ## The test suite (GPU tests skip without a GPU).
 test: setup
@@ -49,6 +50,10 @@ lab: setup
 ## Regenerate the README's claims ledger from data/.
 claims: setup
 	$(PY) -m fp8lab claims
+
+## Regenerate figures/README.md, the gallery, from figures/ and data/.
+gallery: setup
+	$(PY) -m fp8lab gallery
 
 ## Re-pair notebooks after editing either side (.py percent <-> .ipynb).
 sync: setup

@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|claims|env|list``."""
+"""Command line: ``python -m fp8lab run|claims|gallery|env|list``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import sys
 def _cmd_run(a) -> int:
     from . import runner
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
-                      timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress)
+                      timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
+                      gpus=a.gpus, stagger_s=a.stagger)
 
 
 def _cmd_list(a) -> int:
@@ -31,6 +32,19 @@ def _cmd_claims(a) -> int:
         print("README ledger is current")
         return 0
     print("README ledger " + ("already current" if current else "regenerated"))
+    return 0
+
+
+def _cmd_gallery(a) -> int:
+    from . import gallery
+    current = gallery.update(check=a.check)
+    if a.check:
+        if not current:
+            print("figures/README.md is stale: run `python -m fp8lab gallery`", file=sys.stderr)
+            return 1
+        print("figures/README.md is current")
+        return 0
+    print("figures/README.md " + ("already current" if current else "regenerated"))
     return 0
 
 
@@ -56,11 +70,19 @@ def main(argv=None) -> int:
     r.add_argument("--timeout", type=int, help="seconds per notebook (default: the manifest's)")
     r.add_argument("--kernel", default="python3")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--gpus", nargs="?", const="all", metavar="all|0,1,...",
+                   help="one worker per GPU (CUDA_VISIBLE_DEVICES), notebooks from a shared "
+                        "queue; bare --gpus means all")
+    r.add_argument("--stagger", type=float, default=2.0, metavar="S",
+                   help="with --gpus: seconds between the workers' first kernel starts (default 2)")
     r.set_defaults(fn=_cmd_run)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")
     c.add_argument("--check", action="store_true", help="only check that it is current")
     c.set_defaults(fn=_cmd_claims)
+    g = sub.add_parser("gallery", help="regenerate figures/README.md from figures/ and data/")
+    g.add_argument("--check", action="store_true", help="only check that it is current")
+    g.set_defaults(fn=_cmd_gallery)
     sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
     a = ap.parse_args(argv)
     from .runner import UsageError

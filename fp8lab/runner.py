@@ -8,6 +8,10 @@
   runs: an unknown name or a value of the wrong type is an error (papermill only warns).
 - The mode is ``measure`` when a GPU is present and ``replot`` otherwise; the runner
   says which it chose and why.
+- ``gpus="all"`` or a list of ids: one worker per GPU, each pinned with
+  ``CUDA_VISIBLE_DEVICES``, pulling notebooks from a shared queue; kernel starts are
+  staggered and a kernel-port clash at start-up is retried. Executed copies go to
+  ``<run>/gpu<id>/`` and each result names its GPU.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -215,13 +222,24 @@ class Outcome:
     output: Path
     cell: int | None = None
     error: str | None = None
+    gpu: str | None = None       # the CUDA_VISIBLE_DEVICES id it ran on (None: no --gpus)
+    attempts: int = 1            # > 1 when a kernel-port clash was retried
 
     def line(self) -> str:
+        on = f" on gpu {self.gpu}" if self.gpu is not None else ""
+        tries = f", {self.attempts} attempts" if self.attempts > 1 else ""
         if self.ok:
-            return f"ok    {self.name}  ({self.seconds:.1f} s)"
+            return f"ok    {self.name}{on}  ({self.seconds:.1f} s{tries})"
         where = (f"cell {self.cell} of the executed copy" if self.cell is not None
                  else "before any cell")
-        return f"FAIL  {self.name}  {where}: {self.error}  ({self.seconds:.1f} s; executed copy {self.output})"
+        return (f"FAIL  {self.name}{on}  {where}: {self.error}  ({self.seconds:.1f} s{tries}; "
+                f"executed copy {self.output})")
+
+
+# Live executor processes, so an interrupted multi-GPU run can stop them all: they run
+# in their own sessions and so never see the terminal's Ctrl-C.
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -252,6 +270,8 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, **(env or {})})
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -263,6 +283,9 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
         _kill_group(proc)
         log.close()
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     log.close()
     dt = time.monotonic() - t0
     if result_file.is_file():
@@ -279,10 +302,55 @@ def default_run_dir(mode: str) -> Path:
     return repo_root() / "runs" / f"{stamp}-{mode}"
 
 
+def parse_gpus(gpus) -> list[str] | None:
+    """None -> None (one process, today's behaviour); "all" -> every GPU NVML sees;
+    "0,1" or [0, 1] -> those ids. Ids are not checked against NVML, so fake ids let
+    the multi-worker path run (and be tested) on a machine without a GPU."""
+    if gpus is None:
+        return None
+    if isinstance(gpus, str) and gpus.strip().lower() == "all":
+        n = provenance.gpu_count()
+        if n == 0:
+            raise UsageError("--gpus all needs an NVIDIA GPU and NVML sees none; "
+                             "name the ids to use (e.g. --gpus 0,1)")
+        return [str(i) for i in range(n)]
+    tokens = gpus.split(",") if isinstance(gpus, str) else list(gpus)
+    ids = []
+    for t in tokens:
+        t = str(t).strip()
+        if not t.isdigit():
+            raise UsageError(f"--gpus takes 'all' or non-negative integer ids like 0,1; got {t!r}")
+        t = str(int(t))
+        if t in ids:
+            raise UsageError(f"--gpus names GPU {t} twice")
+        ids.append(t)
+    if not ids:
+        raise UsageError("--gpus needs 'all' or at least one id (e.g. --gpus 0,1)")
+    return ids
+
+
+_PORT_CLASH = re.compile(r"address already in use|kernel died before replying|zmqerror", re.I)
+PORT_RETRIES = 2
+
+
+def is_port_clash(o: Outcome) -> bool:
+    """A kernel that could not start because another kernel took its ZMQ port: it failed
+    before any cell ran, so running it again is safe."""
+    return (not o.ok) and o.cell is None and bool(_PORT_CLASH.search(o.error or ""))
+
+
 def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
-        progress: bool = True, echo=print, env: dict | None = None) -> int:
-    """Execute the selected notebooks; returns the process exit status (0 when all pass)."""
+        progress: bool = True, echo=print, env: dict | None = None, gpus=None,
+        stagger_s: float = 2.0) -> int:
+    """Execute the selected notebooks; returns the process exit status (0 when all pass).
+
+    ``gpus``: None runs the notebooks one after another in this process's environment;
+    "all" or ids run one worker per GPU (see ``parse_gpus``), worker i starting its first
+    kernel ``i * stagger_s`` seconds after worker 0."""
+    if stagger_s < 0:
+        raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
+    gpu_ids = parse_gpus(gpus)
     specs = select(load_manifest(manifest), only)
     missing = [s for s in specs if not s.path.is_file()]
     if missing:
@@ -301,15 +369,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
                  f"committed data/ into {run_dir / 'figures'}: " + ", ".join(gpu_nbs))
     child_env = {"FP8LAB_MODE": chosen, "FP8LAB_RUN_ID": run_id,
                  "FP8LAB_ROOT": str(repo_root()), "PYTHONUNBUFFERED": "1", **(env or {})}
-    outcomes: list[Outcome] = []
-    try:
-        from tqdm.auto import tqdm
-        bar = tqdm(specs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        bar = specs
-    for spec in bar:
-        if hasattr(bar, "set_postfix_str"):
-            bar.set_postfix_str(spec.name)
+    def prepare(spec):
         p = dict(per_nb[spec.name])
         if "mode" in notebook_parameters(spec.path):
             p["mode"] = chosen
@@ -318,17 +378,114 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
             # Committed figures stay the measured ones: a redraw goes to the run folder
             # (unless the user named a figures folder).
             nb_env["FP8LAB_FIGURES_DIR"] = str(run_dir / "figures")
-        outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=nb_env)
-        outcomes.append(outcome)
-        if hasattr(bar, "write"):
-            bar.write(outcome.line())
-        else:
-            echo(outcome.line())
+        return p, nb_env
+
+    outcomes: list[Outcome] = []
+    if gpu_ids is None:
+        try:
+            from tqdm.auto import tqdm
+            bar = tqdm(specs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = specs
+        for spec in bar:
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(spec.name)
+            p, nb_env = prepare(spec)
+            outcome = execute_one(spec, p, run_dir, timeout=timeout, kernel=kernel, env=nb_env)
+            outcomes.append(outcome)
+            if hasattr(bar, "write"):
+                bar.write(outcome.line())
+            else:
+                echo(outcome.line())
+        rows = [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]
+        for r in rows:       # run.json as before when no --gpus
+            r.pop("gpu"), r.pop("attempts")
+    else:
+        echo(f"  {len(gpu_ids)} worker(s), one per GPU: " + ", ".join(gpu_ids)
+             + f"; starts staggered by {stagger_s:g} s")
+        outcomes = _run_workers(specs, prepare, gpu_ids, run_dir, timeout=timeout,
+                                kernel=kernel, stagger_s=stagger_s, progress=progress, echo=echo)
+        rows = [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]
     summary = {"run_id": run_id, "mode": chosen, "why": why,
-               "notebooks": [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]}
+               **({"gpus": gpu_ids} if gpu_ids is not None else {}),
+               "notebooks": rows}
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     failed = [o for o in outcomes if not o.ok]
     echo(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed  (mode {chosen}; {run_dir})")
     for o in failed:
         echo("  " + o.line())
     return 1 if failed else 0
+
+
+def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, stagger_s,
+                 progress, echo) -> list[Outcome]:
+    """One thread per GPU id pulling notebooks from a shared queue; outcomes in manifest
+    order. Any worker takes any notebook: host notebooks need no GPU, and GPU notebooks
+    see exactly one through CUDA_VISIBLE_DEVICES."""
+    todo: queue.Queue = queue.Queue()
+    for spec in specs:
+        todo.put(spec)
+    done: dict[str, Outcome] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    try:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(specs), desc="notebooks", unit="nb", disable=not progress,
+                   file=sys.stderr)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        bar = None
+    errors: list[BaseException] = []
+
+    def worker(i: int, gid: str) -> None:
+        # Kernels started in the same instant race for the same free ports.
+        if stop.wait(i * stagger_s):
+            return
+        out_dir = run_dir / f"gpu{gid}"
+        while not stop.is_set():
+            try:
+                spec = todo.get_nowait()
+            except queue.Empty:
+                return
+            p, nb_env = prepare(spec)
+            nb_env = {**nb_env, "CUDA_VISIBLE_DEVICES": gid}
+            try:
+                for attempt in range(1, PORT_RETRIES + 2):
+                    o = execute_one(spec, p, out_dir, timeout=timeout, kernel=kernel, env=nb_env)
+                    if not is_port_clash(o) or attempt == PORT_RETRIES + 1 or stop.is_set():
+                        break
+                    stop.wait(max(stagger_s, 0.5))
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                with lock:
+                    errors.append(exc)
+                stop.set()
+                return
+            o.gpu, o.attempts = gid, attempt
+            with lock:
+                done[spec.name] = o
+                if bar is not None:
+                    bar.update(1)
+                    bar.write(o.line())
+                else:  # pragma: no cover
+                    echo(o.line())
+
+    threads = [threading.Thread(target=worker, args=(i, g), name=f"fp8lab-gpu{g}", daemon=True)
+               for i, g in enumerate(gpu_ids)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except BaseException:
+        stop.set()
+        with _LIVE_LOCK:
+            live = list(_LIVE)
+        for proc in live:
+            _kill_group(proc)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    if errors:
+        raise errors[0]
+    return [done[s.name] for s in specs if s.name in done]
