@@ -369,6 +369,28 @@ __device__ __forceinline__ void store16(void* base, size_t idx, float v) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// EXTRA_ALU (notebook 10): N dependent integer instructions on a weight word before its dequant,
+// alternating XOR (LOP3) and IADD with a runtime salt the host passes as 0. The salt is a kernel
+// argument, so neither the front end nor ptxas can prove the chain is the identity; alternating
+// the two ops keeps ptxas from fusing neighbours (two XORs would fold into one LOP3, two adds into
+// one IADD3); every link feeds the next and the last feeds the dequant, so none is dead. With
+// salt = 0 the word, and so the output, is bit-exact. It costs issue slots per weight element
+// while the bytes read stay the same: a lower SM clock, emulated.
+// ------------------------------------------------------------------------------------------------
+template <int N>
+__device__ __forceinline__ uint32_t alu_chain(uint32_t x, uint32_t salt) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i % 2 == 0) {
+      asm volatile("xor.b32 %0, %0, %1;" : "+r"(x) : "r"(salt));
+    } else {
+      asm volatile("add.u32 %0, %0, %1;" : "+r"(x) : "r"(salt));
+    }
+  }
+  return x;
+}
+
+// ------------------------------------------------------------------------------------------------
 // The kernel
 // ------------------------------------------------------------------------------------------------
 template <int F, int NT>
@@ -424,9 +446,9 @@ __device__ __forceinline__ void load_frag(Frag<F, NT>& f, const uint4* wp, const
 }
 
 // One 128-K step of one warp: 8 k16 sub-steps x TM tiles x NT n8 tiles of mma.
-template <int F, bool BF16, int NT>
+template <int F, bool BF16, int NT, int XA = 0>
 __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[Tiling<F, NT>::kTM][NT][4],
-                                             const uint32_t (&rows)[NT], int u, int lane) {
+                                             const uint32_t (&rows)[NT], int u, int lane, uint32_t salt = 0u) {
   using T = Tiling<F, NT>;
   constexpr int TM = T::kTM;
   // NVFP4: the four threads of a quad (same g) need the same 8 k16 block scales of rows g, g+8;
@@ -464,7 +486,13 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
         uint32_t a[4];
-        if constexpr (T::kBits == 8) {
+        if constexpr (XA > 0) {
+          static_assert(T::kBits == 8, "EXTRA_ALU is instantiated for the 8-bit formats only");
+          // 4 elements per word, so 4 XA chain links per word = XA per weight element.
+          const uint32_t wx[2] = {alu_chain<4 * XA>(f.w[t * 16 + 2 * kk], salt),
+                                  alu_chain<4 * XA>(f.w[t * 16 + 2 * kk + 1], salt)};
+          dequant_a<F, BF16>(wx, a);
+        } else if constexpr (T::kBits == 8) {
           dequant_a<F, BF16>(&f.w[t * 16 + 2 * kk], a);
         } else {
           dequant_a<F, BF16>(&f.w[t * 8 + kk], a);
@@ -504,8 +532,8 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
 }
 
 // grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem smem_bytes<NT>().
-template <int F, bool BF16, int NT>
-__device__ __forceinline__ void gemv_body(const WoParams& p) {
+template <int F, bool BF16, int NT, int XA = 0>
+__device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u) {
   using T = Tiling<F, NT>;
   using S = Strides<F>;
   constexpr int TM = T::kTM;
@@ -600,7 +628,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p) {
       for (int u = 0; u < kRing; ++u) {
         const int st = kRing * it + u;
         if (st < nsteps) {
-          compute_step<F, BF16, NT>(f[u], acc, rows, u, lane);
+          compute_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, salt);
           if (st + kRing < nsteps) {
             load_frag<F, NT>(f[u], wnext, snext);
             wnext += S::kW;
@@ -688,6 +716,24 @@ FP8LAB_WO_KERNEL(gemv_w8a16_int8, kInt8)
 FP8LAB_WO_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
 FP8LAB_WO_KERNEL(gemv_w4a16_int4, kInt4)
 #undef FP8LAB_WO_KERNEL
+
+// The fp8 kernel with EXTRA_ALU = XA (see alu_chain), decode tile only (NT = 1). salt: must be 0
+// (the wrapper passes 0); XA = 0 compiles to the same SASS as gemv_w8a16_fp8<BF16, 1>.
+template <bool BF16, int NT, int XA>
+__global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) gemv_w8a16_fp8_xalu(const WoParams p, uint32_t salt) {
+  static_assert(NT == 1, "the EXTRA_ALU kernels are built for the decode tile (NT = 1) only");
+  gemv_body<kFp8, BF16, NT, XA>(p, salt);
+}
+
+// grid as launch_gemv; NT = 1 needs no shared-memory opt-in.
+template <bool BF16, int XA>
+cudaError_t launch_gemv_xalu(const WoParams& p, int splits, uint32_t salt, cudaStream_t stream) {
+  using T = Tiling<kFp8, 1>;
+  const int tiles_per_cta = kWarps * T::kTM;
+  dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
+  gemv_w8a16_fp8_xalu<BF16, 1, XA><<<grid, kThreads, smem_bytes<1>(), stream>>>(p, salt);
+  return cudaGetLastError();
+}
 
 template <int F, bool BF16, int NT>
 struct KernelFor;

@@ -637,6 +637,29 @@ def load_extension(verbose: bool = False):
     return _EXT
 
 
+_XALU_EXT = None
+#: the EXTRA_ALU levels instantiated (extra dependent integer instructions per weight element)
+EXTRA_ALU_LEVELS = (0, 2, 4, 8, 16)
+XALU_EXT_SOURCES = (KERNEL_DIR / "gemv_w16_xalu_ext.cpp", KERNEL_DIR / "gemv_w16_xalu_ext.cu")
+XALU_KERNEL = "gemv_w8a16_fp8_xalu"
+
+
+def load_xalu_extension(verbose: bool = False):
+    """Build (once per content hash) and import the EXTRA_ALU extension (5 fp8 kernels, bf16,
+    NT = 1: a few seconds of nvcc on top of the main extension)."""
+    global _XALU_EXT
+    if _XALU_EXT is not None:
+        return _XALU_EXT
+    import torch
+
+    from ._build import extension_digest, load_torch_extension
+
+    _XALU_EXT = load_torch_extension("gemv_w16_xalu", XALU_EXT_SOURCES,
+                                     digest=extension_digest((HEADER, PARAMS_HEADER, *XALU_EXT_SOURCES), torch),
+                                     include_paths=[KERNEL_DIR], verbose=verbose)
+    return _XALU_EXT
+
+
 _WORKSPACES: dict = {}
 
 
@@ -722,16 +745,36 @@ def _validate(act, pw: PackedWeight, out, splits, torch):
              f"splits must be an integer in [1, K/128 = {pw.steps}], got {splits!r}")
 
 
-def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None):
+def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
+    if isinstance(extra_alu, bool) or not isinstance(extra_alu, (int, np.integer)) or \
+            int(extra_alu) not in EXTRA_ALU_LEVELS:
+        raise ValueError(f"extra_alu must be one of {EXTRA_ALU_LEVELS} (the instantiated EXTRA_ALU "
+                         f"kernels), got {extra_alu!r}")
+    if pw.fmt != "fp8" or pw.act != "bf16":
+        raise ValueError(f"extra_alu is built for fp8 weights with bf16 activations only, got "
+                         f"{pw.fmt}/{pw.act}")
+    if M > 8:
+        raise ValueError(f"extra_alu is built for the decode tile only (M <= 8), got M = {M}")
+    return int(extra_alu)
+
+
+def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
     factor (None: :func:`choose_splits` for this device). Any M works; the kernel takes 64
-    tokens per CTA (more M = more blocks, the weights re-read from L2)."""
+    tokens per CTA (more M = more blocks, the weights re-read from L2).
+
+    ``extra_alu``: None (the regular kernel) or k in :data:`EXTRA_ALU_LEVELS`: the EXTRA_ALU
+    kernel (fp8, bf16, M <= 8 only) that issues k extra dependent integer instructions per
+    weight element before the dequant (same result bit for bit; notebook 10). k = 0 is the
+    regular kernel's SASS in the other extension (a control for the build)."""
     import torch
 
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
+    if extra_alu is not None:
+        extra_alu = _check_extra_alu(extra_alu, pw, M)
     if splits is None:
         splits = launch_config(pw, M, act.device)["splits"]
     sps = -(-pw.steps // splits)
@@ -740,6 +783,10 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None):
         out = torch.empty((M, pw.N), dtype=act.dtype, device=act.device)
     ctas = grid_x(pw.fmt, pw.N, M) * -(-M // M_BLOCK)
     ws, cnt = workspace(act.device, M * pw.N if splits > 1 else 1, ctas)
+    if extra_alu is not None:
+        # salt 0: the chain is the identity, but only the host knows that
+        return load_xalu_extension().gemv_xalu(act, pw.w, pw.s, out, ws, cnt, float(pw.out_factor), pw.N,
+                                               pw.n_tiles16, splits, sps, extra_alu, 0)
     return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
                                  pw.N, pw.n_tiles16, splits, sps)
 
@@ -924,6 +971,44 @@ def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
                                  kernel_instructions=len(ops), mma_ops="+".join(mma), fp8_converts=fp8c,
                                  family=fam))
     return pd.DataFrame(rows)
+
+
+def xalu_sass_counts(arch: str = "sm_90"):
+    """Static SASS of the EXTRA_ALU kernels' main loop against the regular fp8 kernel (bf16,
+    NT = 1), counted as :func:`gemv_sass_counts` does (between the two barriers, per weight
+    element a thread covers there).
+
+    One row per kernel: ``extra_alu`` (None for the regular kernel), ``loop_instructions``,
+    ``per_element``, ``int_per_element`` (LOP3 + IADD3 family), ``extra_per_element``
+    (``per_element`` minus the regular kernel's), ``kernel_instructions`` and ``same_as_base``
+    (the whole kernel's opcode sequence equals the regular kernel's)."""
+    import pandas as pd
+
+    cubin = _compile(STANDALONE_SOURCE, arch, ("FP8LAB_WO_XALU", "FP8LAB_WO_FORMAT=0", "FP8LAB_WO_BF16=1",
+                                               "FP8LAB_WO_NT=1"))
+    kernels = _kernels_in_order(cubin, arch)
+    named = {None: [k for k in kernels if f"{ARMS['fp8']}ILb1ELi1E" in k]}
+    for k in EXTRA_ALU_LEVELS:
+        named[k] = [n for n in kernels if f"{XALU_KERNEL}ILb1ELi1ELi{k}E" in n]
+    elems = RING * STEP_K * 16 * tiles_per_warp("fp8", 1) / 32
+    rows = []
+    for k, names in named.items():
+        if len(names) != 1:
+            raise RuntimeError(f"EXTRA_ALU kernel k={k} not found in {cubin.name}: {list(kernels)}")
+        ops = kernels[names[0]]
+        bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
+        if len(bars) < 2:
+            raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
+        loop = ops[bars[0] + 1: bars[1]]
+        n_int = sum(1 for o in loop if o.startswith(("LOP3", "IADD3", "VIADD")))
+        rows.append(dict(arch=arch, kernel=names[0], extra_alu=k, loop_instructions=len(loop),
+                         per_element=len(loop) / elems, int_per_element=n_int / elems,
+                         kernel_instructions=len(ops), ops=ops))
+    df = pd.DataFrame(rows)
+    base = df[df.extra_alu.isna()].iloc[0]
+    df["extra_per_element"] = df.per_element - base.per_element
+    df["same_as_base"] = [list(o) == list(base.ops) for o in df.ops]
+    return df.drop(columns="ops")
 
 
 # ---------------------------------------------------------------------------------------------

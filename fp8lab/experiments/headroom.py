@@ -1,0 +1,389 @@
+"""Compute headroom of weight-only decode without touching the clocks (notebook 10; claim C6).
+
+Seed 003 locks the SM clock and watches M = 1 bandwidth: flat down to 1200 MHz, then the 4-bit
+formats lose 15-16% at 900 MHz (cuBLAS BF16: -16% at 1200, -36% at 900). A shared H200 must not
+have its clocks locked, so this module emulates a lower clock instead: the EXTRA_ALU kernels
+(gemv_w16.cuh, fp8 / bf16 / M <= 8) issue k extra dependent integer instructions per weight
+element while reading the same bytes, which eats issue slots as a lower clock would.
+
+Equivalence (seed 003's issue-slot model, fp8lab.roofline.issue_slot_utilisation): a kernel
+needs I instructions per element; at clock f and bandwidth B (elements/s proportional to B) it
+uses a fraction u = I B / (c f) of the issue slots (c: SMs x schedulers x 32). The k-kernel
+(I_k) at clock f asks for as many slots per byte as the k = 0 kernel (I_0) at clock
+f_eq = f I_0 / I_k. From measured utilisations, I_k / I_0 = (u_k / B_k) / (u_0 / B_0), so
+
+    f_eq = f * (u_0 / B_0) / (u_k / B_k)          (= f u_0 / u_k while the bandwidth is flat)
+
+:func:`equivalent_clock_mhz` computes it; without ncu :func:`equivalent_clock_from_instr` uses
+the static SASS instruction counts per element instead (I_k = I_0 + k). The emulation is only
+"in kind": a lower clock also slows the loads' address math, the L2 / shared-memory path and
+the mma, which the extra ALU work does not.
+
+:func:`measure_headroom` runs the sweep (GPU, torch imported lazily), :func:`profile_headroom`
+gets ncu's issue-active %, :func:`find_knee` and :func:`c6_verdict` are plain functions of the
+table, tested on synthetic data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..kernels import weight_only as wo
+
+DEFAULT_SHAPE = "llama3-70b:down_proj"
+DEFAULT_EXTRA_ALU = wo.EXTRA_ALU_LEVELS
+CUBLAS = "cublas_bf16"
+ARM = "gemv_w8a16_fp8_xalu"
+KNEE_DROP = 0.05
+#: seed 003 section 4.3 (RTX 3090, locked SM clock, M = 1): bandwidth change vs unlocked
+SEED_C6_HEADROOM_MHZ = 1200.0
+SEED_C6_TABLE = pd.DataFrame([
+    dict(sm_mhz=1200.0, arm="4-bit (nvfp4, int4)", change=0.0),
+    dict(sm_mhz=900.0, arm="4-bit (nvfp4, int4)", change=-0.155),
+    dict(sm_mhz=1200.0, arm=CUBLAS, change=-0.16),
+    dict(sm_mhz=900.0, arm=CUBLAS, change=-0.36),
+])
+NCU_ENV = "FP8LAB_HEADROOM_NCU"
+_XALU_MANGLED = re.compile(r"gemv_w8a16_fp8_xaluILb\dELi\d+ELi(\d+)E")
+
+COLUMNS = ["shape", "N", "K", "M", "arm", "extra_alu", "lock_mhz", "lock_status", "stream_bytes",
+           "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50", "bw_p80", "check_relerr",
+           "rotation_sets", "n_samples", "sm_mhz_median", "sm_mhz_min", "sm_mhz_max", "mem_mhz_median",
+           "power_w_max"]
+
+
+def _positive(name: str, v) -> float:
+    v = float(v)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+    return v
+
+
+def equivalent_clock_mhz(issue_util, base_issue_util: float, base_clock_mhz: float, *,
+                         bw=None, base_bw: Optional[float] = None):
+    """The SM clock (MHz) at which the k = 0 kernel would be as short of issue slots as a
+    kernel that uses fraction ``issue_util`` of them at ``base_clock_mhz``:
+    f * (u_0 / B_0) / (u / B); with no bandwidths given, f * u_0 / u (flat bandwidth).
+    Utilisations are fractions or percentages (the same unit for both); arrays work."""
+    u0 = _positive("base_issue_util", base_issue_util)
+    f = _positive("base_clock_mhz", base_clock_mhz)
+    u = np.asarray(issue_util, dtype=float)
+    if np.any(~(u > 0)):
+        raise ValueError("issue_util must be > 0")
+    ratio = u / u0
+    if (bw is None) != (base_bw is None):
+        raise ValueError("give both bw and base_bw, or neither")
+    if bw is not None:
+        b = np.asarray(bw, dtype=float)
+        if np.any(~(b > 0)):
+            raise ValueError("bw must be > 0")
+        ratio = ratio * _positive("base_bw", base_bw) / b
+    out = f / ratio
+    return float(out) if out.ndim == 0 else out
+
+
+def equivalent_clock_from_instr(instr_per_element, base_instr_per_element: float, base_clock_mhz: float):
+    """f * I_0 / I_k from instructions per weight element (static SASS or ncu counts)."""
+    i0 = _positive("base_instr_per_element", base_instr_per_element)
+    f = _positive("base_clock_mhz", base_clock_mhz)
+    i = np.asarray(instr_per_element, dtype=float)
+    if np.any(~(i > 0)):
+        raise ValueError("instr_per_element must be > 0")
+    out = f * i0 / i
+    return float(out) if out.ndim == 0 else out
+
+
+def _sweep_rows(df: pd.DataFrame, bw: str) -> pd.DataFrame:
+    need = {"extra_alu", bw}
+    if not need <= set(df.columns):
+        raise ValueError(f"the table needs columns {sorted(need)}, has {sorted(df.columns)}")
+    d = df[df["extra_alu"].notna()]
+    if "arm" in d:
+        d = d[d["arm"] == ARM]
+    if "lock_status" in d:
+        d = d[d["lock_status"].fillna("").isin(("", "not requested"))]
+    d = d.sort_values("extra_alu")
+    if d.empty or not (d["extra_alu"] == 0).any():
+        raise ValueError("the sweep needs a k = 0 (extra_alu == 0) row as its baseline")
+    return d
+
+
+def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") -> dict:
+    """The first k of the unlocked sweep whose bandwidth is more than ``drop`` below k = 0's.
+
+    Returns dict(knee_extra_alu (None if no k drops), knee_clock_mhz (its ``eq_clock_mhz`` if
+    the table has it), last_flat_extra_alu / last_flat_clock_mhz (the largest k before the
+    knee), base_bw, change (per k, relative to k = 0), flat_until_knee)."""
+    if not 0 < drop < 1:
+        raise ValueError(f"drop must be in (0, 1), got {drop}")
+    d = _sweep_rows(df, bw)
+    base = float(d.loc[d["extra_alu"] == 0, bw].iloc[0])
+    change = d[bw].to_numpy(float) / base - 1.0
+    ks = d["extra_alu"].to_numpy(float)
+    clocks = d["eq_clock_mhz"].to_numpy(float) if "eq_clock_mhz" in d else np.full(len(d), np.nan)
+    below = np.nonzero(change < -drop)[0]
+    i = int(below[0]) if below.size else None
+    last = (i - 1) if i is not None else len(d) - 1
+    return dict(
+        knee_extra_alu=None if i is None else int(ks[i]),
+        knee_clock_mhz=None if i is None or not np.isfinite(clocks[i]) else float(clocks[i]),
+        last_flat_extra_alu=int(ks[last]) if last >= 0 else None,
+        last_flat_clock_mhz=float(clocks[last]) if last >= 0 and np.isfinite(clocks[last]) else None,
+        base_bw=base, change=dict(zip(ks.astype(int).tolist(), change.tolist())),
+        flat_until_knee=bool(np.all(np.abs(change[: last + 1]) <= drop)),
+    )
+
+
+def add_equivalent_clock(df: pd.DataFrame, *, static: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """``eq_clock_mhz`` and ``eq_source`` on the sweep rows: from ncu's issue-active % where
+    the table has it (``issue_active_pct``), else from static SASS instructions per element
+    (``static``: :func:`fp8lab.kernels.weight_only.xalu_sass_counts`). The base clock is the
+    NVML median SM clock of the k = 0 row."""
+    out = df.copy()
+    out["eq_clock_mhz"] = np.nan
+    out["eq_source"] = ""
+    d = _sweep_rows(out, "bw_p50")
+    b0 = d[d["extra_alu"] == 0].iloc[0]
+    f0 = float(b0["sm_mhz_median"])
+    if not (f0 > 0):
+        return out
+    if "issue_active_pct" in d and d["issue_active_pct"].notna().all() and b0["issue_active_pct"] > 0:
+        out.loc[d.index, "eq_clock_mhz"] = equivalent_clock_mhz(
+            d["issue_active_pct"].to_numpy(float), float(b0["issue_active_pct"]), f0,
+            bw=d["bw_p50"].to_numpy(float), base_bw=float(b0["bw_p50"]))
+        out.loc[d.index, "eq_source"] = "ncu issue-active"
+    elif static is not None and not static.empty:
+        s = static[static["extra_alu"].notna()].set_index("extra_alu")["per_element"]
+        ipe = d["extra_alu"].map(lambda k: s.get(float(k), np.nan)).to_numpy(float)
+        if np.isfinite(ipe).all():
+            out.loc[d.index, "eq_clock_mhz"] = equivalent_clock_from_instr(ipe, float(s.loc[0.0]), f0)
+            out.loc[d.index, "eq_source"] = "static SASS instr./element"
+    return out
+
+
+def change_at_clock(df: pd.DataFrame, mhz: float, *, bw: str = "bw_p50") -> Optional[float]:
+    """Bandwidth change vs k = 0 at equivalent clock ``mhz``, interpolated linearly in the
+    clock between sweep points; None outside the swept range."""
+    d = _sweep_rows(df, bw)
+    if "eq_clock_mhz" not in d or d["eq_clock_mhz"].isna().any():
+        return None
+    base = float(d.loc[d["extra_alu"] == 0, bw].iloc[0])
+    x = d["eq_clock_mhz"].to_numpy(float)
+    y = d[bw].to_numpy(float) / base - 1.0
+    o = np.argsort(x)
+    x, y = x[o], y[o]
+    if not x[0] <= mhz <= x[-1]:
+        return None
+    return float(np.interp(mhz, x, y))
+
+
+LOCK_NOT_RUN = "locked-clock sweep not run (clock locking not requested / not permitted on this machine)"
+
+
+def c6_verdict(df: pd.DataFrame, *, locked: str = LOCK_NOT_RUN, drop: float = KNEE_DROP):
+    """C6 from the emulated sweep (one row for both halves; the locked half is only named).
+
+    holds-in-kind: bandwidth flat (within ``drop``) until a knee whose equivalent clock is
+    below the seed's ~1200 MHz, or flat over the whole sweep (then the reason says how low the
+    sweep reached); differs: the knee sits at an equivalent clock >= 1200 MHz (less headroom
+    than the seed), or the bandwidth is not flat before the knee; not-run: no sweep rows or no
+    equivalent clock (no clock or instruction data). ``locked``: what happened to the
+    locked-clock half, appended to the reason."""
+    from .. import claims
+
+    seed_fig = ">= 1200 MHz unchanged; 900 MHz: 4-bit -15-16%, cuBLAS BF16 -16% at 1200 / -36% at 900"
+    locked_txt = locked
+    try:
+        d = _sweep_rows(df, "bw_p50")
+    except ValueError:
+        return claims.Verdict("C6", "not-run", "no EXTRA_ALU sweep measured", f"{locked_txt}; no emulated sweep",
+                              seed_figure=seed_fig, seed_hardware="RTX 3090")
+    if "eq_clock_mhz" not in d or d["eq_clock_mhz"].isna().any():
+        return claims.Verdict("C6", "not-run", "EXTRA_ALU sweep without an equivalent clock",
+                              f"{locked_txt}; neither ncu issue-active % nor static SASS counts to map k to a clock",
+                              seed_figure=seed_fig, seed_hardware="RTX 3090")
+    knee = find_knee(df, drop=drop)
+    ch = knee["change"]
+    pts = ", ".join(f"k={k}: {c:+.1%} @ {f:.0f} MHz-eq" for (k, c), f in
+                    zip(ch.items(), d["eq_clock_mhz"].to_numpy(float)))
+    at900 = change_at_clock(df, 900.0)
+    fig = f"fp8 M=1, emulated (EXTRA_ALU): {pts}" + (f"; {at900:+.1%} at 900 MHz-eq" if at900 is not None else "")
+    lowest = float(d["eq_clock_mhz"].min())
+    if not knee["flat_until_knee"]:
+        return claims.Verdict("C6", "differs", fig, f"bandwidth not flat before the knee; {locked_txt}",
+                              seed_figure=seed_fig, seed_hardware="RTX 3090")
+    if knee["knee_extra_alu"] is None:
+        reach = "below" if lowest < SEED_C6_HEADROOM_MHZ else "not below"
+        return claims.Verdict(
+            "C6", "holds-in-kind", fig,
+            f"bandwidth flat within {drop:.0%} down to {lowest:.0f} MHz-equivalent ({reach} the seed's 1200 MHz); "
+            f"emulated by extra issue work, not a lower clock; {locked_txt}",
+            seed_figure=seed_fig, seed_hardware="RTX 3090")
+    kc = knee["knee_clock_mhz"]
+    if kc < SEED_C6_HEADROOM_MHZ:
+        return claims.Verdict(
+            "C6", "holds-in-kind", fig,
+            f"flat until k={knee['knee_extra_alu']} ({kc:.0f} MHz-equivalent < the seed's 1200 MHz); emulated by "
+            f"extra issue work, not a lower clock; {locked_txt}",
+            seed_figure=seed_fig, seed_hardware="RTX 3090")
+    return claims.Verdict(
+        "C6", "differs", fig,
+        f"bandwidth drops > {drop:.0%} already at k={knee['knee_extra_alu']} ({kc:.0f} MHz-equivalent >= 1200 MHz); "
+        f"{locked_txt}", seed_figure=seed_fig, seed_hardware="RTX 3090")
+
+
+# --------------------------------------------------------------------------------------
+# GPU side
+# --------------------------------------------------------------------------------------
+def _relerr(got, ref) -> float:
+    got = got.double()
+    return float((got - ref).norm() / ref.norm())
+
+
+def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] = DEFAULT_EXTRA_ALU, *,
+                     cublas: bool = True, rep_ms: float = 40, seed: int = 0, check_m: int = 1,
+                     sampler=None, lock_mhz: Optional[float] = None, lock_status: str = "not requested"
+                     ) -> pd.DataFrame:
+    """Time the EXTRA_ALU fp8 kernel at M = 1 for every k (and cuBLAS BF16 as a reference,
+    extra_alu NaN), rotating weights over > L2, each call in a CUDA graph. Every k is first
+    checked bit for bit against k = 0 (the chain must be the identity) and k = 0 against
+    float64. ``lock_mhz`` / ``lock_status`` only label the rows (the caller holds the lock)."""
+    import torch
+
+    from .. import bench
+
+    ks = [int(k) for k in extra_alu]
+    for k in ks:
+        if k not in wo.EXTRA_ALU_LEVELS:
+            raise ValueError(f"extra_alu values must be in {wo.EXTRA_ALU_LEVELS}, got {k}")
+    if 0 not in ks:
+        raise ValueError("extra_alu must include 0 (the baseline)")
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_headroom needs a CUDA device")
+    from .decode import _shape
+
+    sh = _shape(shape_name)
+    N, K, M = sh.N, sh.K, 1
+    l2 = bench.device_l2_bytes()
+    pw_host, info = wo.random_weight("fp8", N, K, act="bf16", seed=seed)
+    pw = pw_host.to("cuda")
+    del pw_host
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    x = torch.randn(max(check_m, M), K, device="cuda", generator=g).to(torch.bfloat16)
+    W = wo.dequantize_torch("fp8", info["codes"], info["scales"], info["global_scale"])
+    ref = x.double() @ W.t()
+    del W, info
+    outs0 = torch.full((x.shape[0], N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    wo.gemv_w16(x, pw, out=outs0, extra_alu=0)
+    err = _relerr(outs0, ref)
+    assert torch.isfinite(outs0).all(), "EXTRA_ALU k=0: non-finite outputs"
+    assert err < 1e-2, f"EXTRA_ALU k=0 {N}x{K}: relative error {err:.3g} vs float64 (>= 1e-2)"
+    plain = wo.gemv_w16(x, pw)
+    assert torch.equal(plain, outs0), "EXTRA_ALU k=0 differs from the regular fp8 kernel"
+    for k in ks:
+        o = torch.full_like(outs0, float("nan"))
+        wo.gemv_w16(x, pw, out=o, extra_alu=k)
+        assert torch.equal(o, outs0), f"EXTRA_ALU k={k} is not bit-exact with k=0"
+    stream = wo.byte_count("fp8", N, K)["stream_bytes"]
+    n_sets = bench.n_rotation_sets(stream, l2)
+    sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
+                   for _ in range(n_sets - 1)]
+    x1 = x[:M].contiguous()
+    splits = wo.launch_config(pw, M)["splits"]
+    wo.workspace(torch.device("cuda"), M * N, wo.grid_x("fp8", N, M))
+    rows = []
+
+    def timed(fn, args):
+        t0 = sampler.now() if sampler else None
+        timing = bench.bench(bench.rotating(fn, args), method="graph", rep_ms=rep_ms)
+        clk = sampler.summary(t0, sampler.now()) if sampler else {}
+        return timing, clk
+
+    def row(arm, k, timing, clk, nbytes, e):
+        r = timing.rate(nbytes)
+        return dict(shape=shape_name, N=N, K=K, M=M, arm=arm, extra_alu=k, lock_mhz=lock_mhz,
+                    lock_status=lock_status, stream_bytes=nbytes, time_p20_s=timing.p20_s,
+                    time_p50_s=timing.p50_s, time_p80_s=timing.p80_s, bw_p20=r["p20"], bw_p50=r["p50"],
+                    bw_p80=r["p80"], check_relerr=e, rotation_sets=timing.rotation_sets, n_samples=timing.n,
+                    sm_mhz_median=clk.get("sm_mhz_median", math.nan), sm_mhz_min=clk.get("sm_mhz_min", math.nan),
+                    sm_mhz_max=clk.get("sm_mhz_max", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
+                    power_w_max=clk.get("power_w_max", math.nan))
+
+    for k in ks:
+        outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+        timing, clk = timed(lambda p, o, k=k: wo.gemv_w16(x1, p, splits=splits, out=o, extra_alu=k),
+                            list(zip(sets, outs)))
+        rows.append(row(ARM, k, timing, clk, stream, err))
+    del sets, outs
+    torch.cuda.empty_cache()
+    if cublas:
+        w = (0.02 * torch.randn(N, K, device="cuda", generator=g)).to(torch.bfloat16)   # (N, K) bf16
+        e = _relerr(torch.mm(x, w.t()), x.double() @ w.double().t())
+        assert e < 1e-2, f"cuBLAS bf16 {N}x{K}: relative error {e:.3g}"
+        ws = [w] + [w.clone() for _ in range(bench.n_rotation_sets(2 * N * K, l2) - 1)]
+        outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
+        timing, clk = timed(lambda w_, o: torch.mm(x1, w_.t(), out=o), list(zip(ws, outs)))
+        rows.append(row(CUBLAS, math.nan, timing, clk, 2 * N * K, e))
+        del ws, outs
+        torch.cuda.empty_cache()
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def ncu_workload() -> None:
+    """The profiled program: each EXTRA_ALU level once at M = 1 between cudaProfilerStart / Stop
+    (after a warm-up). Configuration from $FP8LAB_HEADROOM_NCU (JSON: N, K, levels)."""
+    import torch
+
+    cfg = json.loads(os.environ[NCU_ENV])
+    N, K = cfg["N"], cfg["K"]
+    pw_host, _ = wo.random_weight("fp8", N, K, act="bf16", seed=cfg.get("seed", 0), keep_codes=False)
+    pw = pw_host.to("cuda")
+    x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+    calls = [lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]]
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for c in calls:
+        c()
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def profile_headroom(shape_name: str, out: Path, *, extra_alu: Sequence[int] = DEFAULT_EXTRA_ALU,
+                     seed: int = 0, timeout: float = 600) -> pd.DataFrame:
+    """ncu over the EXTRA_ALU levels at M = 1: one row per k with ``issue_active_pct``,
+    ``dram_pct``, ``ncu_sm_clock_mhz``, ``ncu_duration_s`` (clocks not locked by ncu)."""
+    from .. import profile
+    from .decode import _shape
+
+    sh = _shape(shape_name)
+    env = dict(os.environ)
+    levels = [int(k) for k in extra_alu]
+    env[NCU_ENV] = json.dumps(dict(N=sh.N, K=sh.K, levels=levels, seed=seed))
+    rep = profile.profile("fp8lab.experiments.headroom:ncu_workload", out, timeout=timeout, env=env,
+                          extra=["--profile-from-start", "off"])
+    return ncu_rows(profile.read_report(rep), levels)
+
+
+def ncu_rows(kernels: pd.DataFrame, levels: Sequence[int]) -> pd.DataFrame:
+    """k of each profiled EXTRA_ALU kernel from its mangled name (else launch order)."""
+    k = kernels[kernels["kernel"].astype(str).str.contains(ARM)].reset_index(drop=True)
+    if len(k) != len(levels):
+        raise RuntimeError(f"expected {len(levels)} profiled EXTRA_ALU kernels, found {len(k)}")
+    ks = []
+    for i, name in enumerate(k.get("kernel_mangled", pd.Series([None] * len(k)))):
+        m = _XALU_MANGLED.search(str(name or ""))
+        ks.append(int(m.group(1)) if m else int(levels[i]))
+    return pd.DataFrame(dict(extra_alu=ks, issue_active_pct=k["issue_active_pct"].to_numpy(float),
+                             dram_pct=k["dram_pct"].to_numpy(float),
+                             ncu_sm_clock_mhz=k["sm_clock_hz"].to_numpy(float) / 1e6,
+                             ncu_duration_s=k["duration_s"].to_numpy(float)))

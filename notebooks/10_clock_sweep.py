@@ -1,0 +1,232 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Compute headroom of weight-only decode: SM clock, locked or emulated
+#
+# Seed 003 (section 4.3) locked the SM clock of an RTX 3090 and measured M = 1 bandwidth:
+#
+# - **C6**: at >= 1200 MHz the weight-only kernels' bandwidth does not change; at 900 MHz the
+#   4-bit formats lose 15-16%, while cuBLAS BF16 (no dequant) loses 16% at 1200 MHz and 36% at
+#   900 MHz.
+#
+# Locking clocks needs root and changes a shared card for everyone, so here it is **opt-in**
+# (`lock_clocks`, a list of SM MHz, used only on a machine you own: `fp8lab.clocks.locked_clocks`
+# resets the clocks on exit, error, interrupt and SIGTERM). **By default nothing is locked**:
+# the notebook *emulates* a lower clock. The EXTRA_ALU variants of the fp8 decode kernel
+# (`gemv_w8a16_fp8_xalu<k>`) issue k extra dependent integer instructions per weight element
+# while reading the same bytes; by seed 003's issue-slot model a kernel needing I_k instructions
+# per element at clock f is as short of issue slots as the plain kernel (I_0) at
+# f_eq = f I_0 / I_k, measured as f (u_0/B_0) / (u_k/B_k) from ncu's issue-active % u and the
+# bandwidth B. Where the bandwidth leaves its plateau (the knee), the compute headroom ends.
+# The emulation is *in kind*: a real lower clock also slows address math, L2 and the mma.
+
+# %% tags=["parameters"]
+mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
+lock_clocks = []  # SM MHz to lock, e.g. [1980, 1500, 1200, 900]: ONLY on a machine you own (needs root)
+extra_alu = [0, 2, 4, 8, 16]  # extra dependent integer instructions per weight element (built: 0, 2, 4, 8, 16)
+shape = "llama3-70b:down_proj"  # fp8lab.shapes name (one large decode GEMM)
+ncu = True  # Nsight Compute issue-active % per k (measure mode only)
+rep_ms = 40  # timing budget per arm, milliseconds of graph replays
+seed = 0
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from fp8lab import claims, clocks, plotting, results
+from fp8lab.experiments import headroom as hr
+from fp8lab.kernels import weight_only as wo
+from fp8lab.tools import have_tool
+
+NB = "10_clock_sweep"
+run = results.start_run(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu=list(extra_alu), shape=shape,
+                                        ncu=ncu, rep_ms=rep_ms, seed=seed),
+                        device="gpu", mode=mode)
+plotting.apply_style()
+print(run.summary())
+
+# %% [markdown]
+# ## The knob: a chain the compiler must keep
+#
+# Each weight word (4 fp8 elements) passes through 4k alternating XOR / IADD instructions with a
+# runtime `salt` that the host sets to 0: the word, and so the output, is unchanged bit for bit,
+# but neither the front end nor ptxas can prove it, and alternating the two ops keeps ptxas
+# from fusing neighbours into one LOP3 / IADD3.
+
+# %%
+src = wo.HEADER.read_text()
+i = src.index("template <int N>\n__device__ __forceinline__ uint32_t alu_chain")
+print(src[i:src.index("return x;", i) + 12])
+
+# %% [markdown]
+# Compiled here for sm_90: the main loop's instructions per weight element. k = 0 must be the
+# regular kernel instruction for instruction; each k must add about k integer instructions
+# per element.
+
+# %%
+static = None
+if have_tool("nvcc") and have_tool("cuobjdump"):
+    static = wo.xalu_sass_counts("sm_90")
+    sw = static[static["extra_alu"].notna()].sort_values("extra_alu")
+    assert bool(sw.iloc[0]["same_as_base"]), "EXTRA_ALU k=0 is not the regular kernel's SASS"
+    extra_int = sw["int_per_element"] - sw.iloc[0]["int_per_element"]
+    assert (extra_int[sw["extra_alu"] > 0] >= 0.9 * sw.loc[sw["extra_alu"] > 0, "extra_alu"]).all()
+    display(static.drop(columns=["kernel", "arch"]).round(2))
+else:
+    display(Markdown("*nvcc / cuobjdump not found: the SASS check is skipped.*"))
+
+# %% [markdown]
+# ## Measure
+#
+# Only in measure mode, on a GPU. Every k is checked bit for bit against k = 0, and k = 0
+# against float64 and against the regular kernel; M = 1, weights rotated over more than the L2,
+# CUDA-graph replays, an NVML sampler beside (the clocks the card really ran). With
+# `lock_clocks`, the same sweep runs once per locked clock (status recorded per row: 'not
+# permitted' runs unlocked); without, once unlocked. Then ncu over the k levels.
+
+# %%
+if run.mode == "measure":
+    import torch
+
+    uuid = str(torch.cuda.get_device_properties(0).uuid)
+    parts, lock_log = [], []
+    with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
+        parts.append(hr.measure_headroom(shape, extra_alu, rep_ms=rep_ms, seed=seed, sampler=sampler))
+        for mhz in lock_clocks:
+            with clocks.locked_clocks(sm_mhz=float(mhz), opt_in=True) as lock:
+                lock_log.append(dict(sm_mhz=float(mhz), status=lock.status))
+                parts.append(hr.measure_headroom(shape, extra_alu, rep_ms=rep_ms, seed=seed, sampler=sampler,
+                                                 lock_mhz=float(mhz), lock_status=lock.status))
+    sweep = pd.concat(parts, ignore_index=True)
+    assert (sweep["check_relerr"] < 1e-2).all()
+    assert (sweep["bw_p20"] <= sweep["bw_p50"]).all() and (sweep["bw_p50"] <= sweep["bw_p80"]).all()
+    if ncu and have_tool("ncu"):
+        from fp8lab.paths import cache_dir
+
+        nc = hr.profile_headroom(shape, cache_dir("ncu") / f"headroom_{shape.replace(':', '_')}",
+                                 extra_alu=extra_alu, seed=seed)
+        assert nc["issue_active_pct"].between(0, 100).all()
+        sweep = sweep.merge(nc, on="extra_alu", how="left")
+        # the ncu columns belong to the unlocked sweep only
+        sweep.loc[sweep["lock_status"] != "not requested", list(nc.columns.drop("extra_alu"))] = np.nan
+    sweep = hr.add_equivalent_clock(sweep, static=static)
+    run.write_table("sweep", sweep, meta={"clocks": sampler.summary(), "locks": lock_log,
+                                          "ncu": bool(ncu and have_tool("ncu"))})
+    if static is not None:
+        run.write_table("sass_xalu", static)
+
+# %% [markdown]
+# ## Bandwidth against k and against the equivalent SM clock
+#
+# Left: M = 1 effective bandwidth (weights + scales over time) per k, cuBLAS BF16 as a dashed
+# reference. Right: the same points against the equivalent SM clock, as a change relative to
+# k = 0, with seed 003's locked-clock table (RTX 3090) beside it; the grey band is the 5%
+# knee threshold.
+
+# %%
+def info_for(dev, df):
+    own = run.mode == "measure" and dev == run.device
+    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
+
+
+def draw(df, info):
+    sw = df[(df["arm"] == hr.ARM) & (df["lock_status"] == "not requested")].sort_values("extra_alu")
+    cb = df[(df["arm"] == hr.CUBLAS) & (df["lock_status"] == "not requested")]
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.0))
+    a0.errorbar(sw["extra_alu"], sw["bw_p50"] / 1e12, yerr=[(sw["bw_p50"] - sw["bw_p20"]) / 1e12,
+                                                          (sw["bw_p80"] - sw["bw_p50"]) / 1e12],
+                marker="o", capsize=2, color=plotting.color(wo.ARMS["fp8"]), label="W8A16 FP8 + k extra ALU")
+    if len(cb):
+        a0.axhline(cb["bw_p50"].iloc[0] / 1e12, ls="--", color=plotting.color(hr.CUBLAS), label="cuBLAS BF16 (k n/a)")
+    if "issue_active_pct" in sw and sw["issue_active_pct"].notna().any():
+        for _, r in sw.iterrows():
+            a0.annotate(f"{r['issue_active_pct']:.0f}% issue", (r["extra_alu"], r["bw_p50"] / 1e12),
+                        textcoords="offset points", xytext=(4, 6), fontsize=7)
+    a0.set_xlabel("k: extra dependent integer instructions per weight element")
+    a0.set_ylabel("M=1 effective bandwidth (TB/s)")
+    a0.set_ylim(0, None)
+    a0.legend(fontsize=8, loc="lower left")
+    a0.set_title(f"{sw['shape'].iloc[0]}, M = 1")
+    base = float(sw.loc[sw["extra_alu"] == 0, "bw_p50"].iloc[0])
+    if sw["eq_clock_mhz"].notna().all():
+        a1.plot(sw["eq_clock_mhz"], sw["bw_p50"] / base - 1, marker="o", color=plotting.color(wo.ARMS["fp8"]),
+                label=f"ours, emulated ({sw['eq_source'].iloc[0]})")
+        for _, r in sw.iterrows():
+            a1.annotate(f"k={int(r['extra_alu'])}", (r["eq_clock_mhz"], r["bw_p50"] / base - 1),
+                        textcoords="offset points", xytext=(3, -10), fontsize=7)
+    for arm, g in hr.SEED_C6_TABLE.groupby("arm"):
+        a1.plot(g["sm_mhz"], g["change"], ls=":", marker="s", label=f"seed 003, RTX 3090 locked: {arm}")
+    locked = df[(df["lock_status"] == "locked") & (df["arm"] == hr.ARM) & (df["extra_alu"] == 0)]
+    if len(locked):
+        a1.plot(locked["lock_mhz"], locked["bw_p50"] / base - 1, marker="^", ls="-", label="ours, locked, k = 0")
+    a1.axhspan(-hr.KNEE_DROP, hr.KNEE_DROP, color="#dddddd", alpha=0.5, lw=0)
+    a1.axvline(hr.SEED_C6_HEADROOM_MHZ, ls="--", color="#888888", lw=1)
+    a1.set_xlabel("SM clock (MHz; ours: equivalent clock)")
+    a1.set_ylabel("bandwidth change vs unlocked / k = 0")
+    a1.legend(fontsize=7, loc="lower right")
+    a1.set_title("C6: where the compute headroom ends")
+    plotting.save(fig, info, "headroom")
+    plt.show()
+
+
+devs = results.devices_with(NB, "sweep")
+tables = {dev: results.load_table(dev, NB, "sweep") for dev in devs}
+for dev, df in tables.items():
+    draw(df, info_for(dev, df))
+if not tables:
+    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
+                     "`measure`) to sweep the EXTRA_ALU kernels; nothing is recorded in replot mode "
+                     "without data."))
+
+# %% [markdown]
+# ## Verdict (C6)
+#
+# From the measured sweep only. The emulated sweep gives the verdict (holds-in-kind when the
+# bandwidth stays flat until a knee whose equivalent clock is below the seed's ~1200 MHz;
+# differs otherwise); the reason says whether a locked-clock sweep ran (never on a shared
+# machine).
+
+# %%
+for dev, df in tables.items():
+    meta = df.attrs.get("meta", {})
+    locks = meta.get("locks") or []
+    ok = [x for x in locks if x.get("status") == "locked"]
+    if not locks:
+        locked = hr.LOCK_NOT_RUN
+    elif not ok:
+        locked = ("locked-clock sweep not run (locking requested but "
+                  + ", ".join(sorted({x["status"] for x in locks})) + ")")
+    else:
+        locked = "locked-clock sweep ran at " + ", ".join(f"{x['sm_mhz']:.0f}" for x in ok) + " MHz (see figure)"
+    v = hr.c6_verdict(df, locked=locked)
+    display(pd.DataFrame([v.__dict__]))
+    if run.mode == "measure" and dev == run.device:
+        claims.record(run, [v])
+    sw = df[(df["arm"] == hr.ARM) & (df["lock_status"] == "not requested")]
+    knee = hr.find_knee(df)
+    clk = meta.get("clocks", {})
+    text = (f"**{dev}**: at k = 0 the fp8 kernel reads {knee['base_bw'] / 1e12:.2f} TB/s; "
+            + (f"the bandwidth first drops more than 5% at k = {knee['knee_extra_alu']}"
+               + (f" ({knee['knee_clock_mhz']:.0f} MHz-equivalent)" if knee["knee_clock_mhz"] else "")
+               if knee["knee_extra_alu"] is not None else
+               f"it stays within 5% up to k = {int(sw['extra_alu'].max())}")
+            + f". Verdict C6: **{v.verdict}** ({v.reason}).")
+    if clk.get("sm_mhz_median"):
+        text += (f" NVML under load: SM clock median {clk['sm_mhz_median']:.0f} MHz "
+                 f"(min {clk.get('sm_mhz_min', float('nan')):.0f}), memory {clk.get('mem_mhz_median', float('nan')):.0f} MHz.")
+    display(Markdown(text))

@@ -1,0 +1,142 @@
+"""Notebook 10 (C6): the EXTRA_ALU knob in SASS, and the headroom sweep's pure functions."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fp8lab.experiments import headroom as hr
+from fp8lab.kernels import weight_only as wo
+from fp8lab.tools import have_tool
+
+needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")),
+                                reason="needs nvcc and cuobjdump")
+
+
+@needs_nvcc
+def test_extra_alu_sass_grows_by_k_per_element():
+    df = wo.xalu_sass_counts("sm_90")
+    base = df[df["extra_alu"].isna()].iloc[0]
+    k0 = df[df["extra_alu"] == 0].iloc[0]
+    # k = 0 is the regular kernel, instruction for instruction
+    assert bool(k0["same_as_base"])
+    assert k0["kernel_instructions"] == base["kernel_instructions"]
+    sweep = df[df["extra_alu"].notna()].sort_values("extra_alu")
+    ks = sweep["extra_alu"].to_numpy(float)
+    ints = sweep["int_per_element"].to_numpy(float)
+    assert list(ks) == [float(k) for k in wo.EXTRA_ALU_LEVELS]
+    assert np.all(np.diff(ints) > 0)
+    extra_int = ints - float(k0["int_per_element"])
+    # ptxas kept the chain: about k more integer instructions per element, none folded away
+    assert np.all(extra_int[1:] >= 0.9 * ks[1:])
+    assert np.all(extra_int[1:] <= 1.1 * ks[1:] + 0.1)
+    assert not sweep[sweep["extra_alu"] > 0]["same_as_base"].any()
+
+
+def _pw(fmt="fp8", act="bf16"):
+    return wo.PackedWeight(fmt, act, 16, 128, np.zeros(1, np.int32), np.zeros(1, np.int32), 1.0)
+
+
+def test_check_extra_alu():
+    assert wo._check_extra_alu(4, _pw(), 1) == 4
+    assert wo._check_extra_alu(np.int64(16), _pw(), 8) == 16
+    for bad in (3, -1, 32, True, 2.0, "4"):
+        with pytest.raises(ValueError, match="extra_alu must be one of"):
+            wo._check_extra_alu(bad, _pw(), 1)
+    with pytest.raises(ValueError, match="fp8 weights with bf16"):
+        wo._check_extra_alu(2, _pw("int8"), 1)
+    with pytest.raises(ValueError, match="fp8 weights with bf16"):
+        wo._check_extra_alu(2, _pw("fp8", "fp16"), 1)
+    with pytest.raises(ValueError, match="M <= 8"):
+        wo._check_extra_alu(2, _pw(), 9)
+
+
+def test_equivalent_clock():
+    # flat bandwidth: twice the issue slots = half the clock
+    assert hr.equivalent_clock_mhz(0.6, 0.3, 1980.0) == pytest.approx(990.0)
+    assert hr.equivalent_clock_mhz(30.0, 30.0, 1980.0) == pytest.approx(1980.0)
+    # the bandwidth fell by half with the same utilisation: demand per byte doubled
+    assert hr.equivalent_clock_mhz(0.5, 0.5, 1800.0, bw=1.0, base_bw=2.0) == pytest.approx(900.0)
+    arr = hr.equivalent_clock_mhz(np.array([0.3, 0.6, 0.9]), 0.3, 1500.0)
+    assert np.allclose(arr, [1500.0, 750.0, 500.0])
+    assert hr.equivalent_clock_from_instr(4.0, 2.0, 1980.0) == pytest.approx(990.0)
+    with pytest.raises(ValueError, match="base_clock_mhz"):
+        hr.equivalent_clock_mhz(0.3, 0.3, 0.0)
+    with pytest.raises(ValueError, match="issue_util"):
+        hr.equivalent_clock_mhz(0.0, 0.3, 1980.0)
+    with pytest.raises(ValueError, match="both bw and base_bw"):
+        hr.equivalent_clock_mhz(0.3, 0.3, 1980.0, bw=1.0)
+
+
+def _sweep(bw, util=None, clock=1980.0):
+    ks = list(wo.EXTRA_ALU_LEVELS)[: len(bw)]
+    df = pd.DataFrame(dict(arm=hr.ARM, extra_alu=ks, bw_p50=bw, sm_mhz_median=clock,
+                           lock_status="not requested"))
+    if util is not None:
+        df["issue_active_pct"] = util
+    cub = dict(arm=hr.CUBLAS, extra_alu=np.nan, bw_p50=3.0e12, sm_mhz_median=clock, lock_status="not requested")
+    return pd.concat([df, pd.DataFrame([cub])], ignore_index=True)
+
+
+def test_find_knee():
+    df = _sweep([3.8e12, 3.79e12, 3.75e12, 3.3e12, 2.0e12], util=[30, 55, 80, 90, 92])
+    df = hr.add_equivalent_clock(df)
+    knee = hr.find_knee(df)
+    assert knee["knee_extra_alu"] == 8
+    assert knee["last_flat_extra_alu"] == 4
+    assert knee["flat_until_knee"]
+    # k = 8: u 90% at bw 3.3 vs u0 30% at 3.8 -> f * (30/3.8) / (90/3.3)
+    assert knee["knee_clock_mhz"] == pytest.approx(1980.0 * (30 / 3.8) / (90 / 3.3))
+    flat = hr.find_knee(_sweep([3.8e12, 3.78e12, 3.77e12]))
+    assert flat["knee_extra_alu"] is None and flat["knee_clock_mhz"] is None
+    with pytest.raises(ValueError, match="k = 0"):
+        hr.find_knee(_sweep([3.8e12]).query("extra_alu != 0"))
+    with pytest.raises(ValueError, match="drop"):
+        hr.find_knee(df, drop=0.0)
+
+
+def test_equivalent_clock_from_static_sass():
+    static = pd.DataFrame(dict(extra_alu=[np.nan, 0, 2, 4], per_element=[2.4, 2.4, 4.4, 6.4]))
+    df = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12, 3.7e12]), static=static)
+    d = df[df["arm"] == hr.ARM]
+    assert np.allclose(d["eq_clock_mhz"], 1980.0 * 2.4 / np.array([2.4, 4.4, 6.4]))
+    assert (d["eq_source"] == "static SASS instr./element").all()
+    assert df.loc[df["arm"] == hr.CUBLAS, "eq_clock_mhz"].isna().all()
+
+
+def test_c6_verdict_rules():
+    # knee at an equivalent clock below 1200 MHz -> holds-in-kind
+    ok = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12, 3.78e12, 3.2e12], util=[25, 40, 55, 85]))
+    v = hr.c6_verdict(ok)
+    assert v.verdict == "holds-in-kind" and "locked-clock sweep not run" in v.reason
+    # knee at ~1650 MHz-equivalent -> differs
+    bad = hr.add_equivalent_clock(_sweep([3.8e12, 3.3e12, 3.0e12], util=[30, 32, 33]))
+    assert hr.c6_verdict(bad).verdict == "differs"
+    # flat over the whole sweep -> holds-in-kind, naming how low it reached
+    flat = hr.add_equivalent_clock(_sweep([3.8e12, 3.79e12, 3.8e12], util=[20, 40, 60]))
+    v = hr.c6_verdict(flat)
+    assert v.verdict == "holds-in-kind" and "660 MHz" in v.reason
+    # no clock information -> not-run
+    assert hr.c6_verdict(_sweep([3.8e12, 3.7e12])).verdict == "not-run"
+    assert hr.c6_verdict(pd.DataFrame(dict(extra_alu=[], bw_p50=[]))).verdict == "not-run"
+
+
+def test_change_at_clock():
+    df = hr.add_equivalent_clock(_sweep([4.0e12, 4.0e12, 3.0e12], util=[30, 60, 90]))
+    # eq clocks: 1980, 990, 1980 * (30/4) / (90/3) = 495
+    assert hr.change_at_clock(df, 990.0) == pytest.approx(0.0)
+    assert hr.change_at_clock(df, 742.5) == pytest.approx(-0.125)
+    assert hr.change_at_clock(df, 3000.0) is None
+
+
+def test_ncu_rows_maps_mangled_names():
+    kernels = pd.DataFrame(dict(
+        kernel=["gemv_w8a16_fp8_xalu", "gemv_w8a16_fp8_xalu", "other"],
+        kernel_mangled=["_ZN6fp8lab2wo19gemv_w8a16_fp8_xaluILb1ELi1ELi16EEEvNS0_8WoParamsEj",
+                        "_ZN6fp8lab2wo19gemv_w8a16_fp8_xaluILb1ELi1ELi0EEEvNS0_8WoParamsEj", "x"],
+        issue_active_pct=[90.0, 30.0, 1.0], dram_pct=[50.0, 60.0, 1.0], sm_clock_hz=[1.9e9, 1.98e9, 1e9],
+        duration_s=[1e-4, 6e-5, 1e-6]))
+    r = hr.ncu_rows(kernels, [0, 16])
+    assert r["extra_alu"].tolist() == [16, 0]
+    assert r["ncu_sm_clock_mhz"].tolist() == pytest.approx([1900.0, 1980.0])
+    with pytest.raises(RuntimeError, match="expected 3"):
+        hr.ncu_rows(kernels, [0, 2, 4])

@@ -1,0 +1,44 @@
+"""EXTRA_ALU kernels on the GPU: bit-exact with k = 0 and the regular kernel, ValueErrors."""
+
+import numpy as np
+import pytest
+
+from fp8lab.kernels import weight_only as wo
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("M", [1, 7])
+def test_extra_alu_bit_exact(M):
+    import torch
+
+    N, K = 200, 640   # N not a multiple of 16, K = 5 steps (a partial register ring)
+    pw_host, info = wo.random_weight("fp8", N, K, act="bf16", seed=3)
+    pw = pw_host.to("cuda")
+    x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    plain = wo.gemv_w16(x, pw)
+    W = wo.dequantize_torch("fp8", info["codes"], info["scales"], info["global_scale"])
+    ref = x.double() @ W.t()
+    assert float((plain.double() - ref).norm() / ref.norm()) < 1e-2
+    for k in wo.EXTRA_ALU_LEVELS:
+        out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        wo.gemv_w16(x, pw, out=out, extra_alu=k)
+        assert torch.equal(out, plain), f"k={k}"
+        o2 = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        wo.gemv_w16(x, pw, out=o2, extra_alu=k, splits=2)
+        assert torch.isfinite(o2).all()
+        assert float((o2.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_extra_alu_bad_input():
+    import torch
+
+    pw = wo.random_weight("fp8", 64, 256, act="bf16", seed=0)[0].to("cuda")
+    x = torch.randn(9, 256, device="cuda").to(torch.bfloat16)
+    with pytest.raises(ValueError, match="M <= 8"):
+        wo.gemv_w16(x, pw, extra_alu=2)
+    with pytest.raises(ValueError, match="extra_alu must be one of"):
+        wo.gemv_w16(x[:1], pw, extra_alu=3)
+    pi = wo.random_weight("int8", 64, 256, act="bf16", seed=0)[0].to("cuda")
+    with pytest.raises(ValueError, match="fp8 weights"):
+        wo.gemv_w16(x[:1], pi, extra_alu=2)
