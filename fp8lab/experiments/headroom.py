@@ -286,12 +286,18 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
     err = _relerr(outs0, ref)
     assert torch.isfinite(outs0).all(), "EXTRA_ALU k=0: non-finite outputs"
     assert err < 1e-2, f"EXTRA_ALU k=0 {N}x{K}: relative error {err:.3g} vs float64 (>= 1e-2)"
+    # At this shape the kernel splits K and sums the partials in arrival order, so two
+    # calls may differ in the last bit (seen on the H200, 2026-11-29): compare against the
+    # float64 reference and against k=0 with a tolerance. Bit-exactness of every k is
+    # tested where the sum is one CTA's (tests/test_headroom_gpu.py).
     plain = wo.gemv_w16(x, pw)
-    assert torch.equal(plain, outs0), "EXTRA_ALU k=0 differs from the regular fp8 kernel"
+    assert _relerr(plain, outs0.double()) < 1e-3, "EXTRA_ALU k=0 differs from the regular fp8 kernel"
     for k in ks:
         o = torch.full_like(outs0, float("nan"))
         wo.gemv_w16(x, pw, out=o, extra_alu=k)
-        assert torch.equal(o, outs0), f"EXTRA_ALU k={k} is not bit-exact with k=0"
+        assert torch.isfinite(o).all(), f"EXTRA_ALU k={k}: non-finite outputs"
+        assert _relerr(o, ref) < 1e-2 and _relerr(o, outs0.double()) < 1e-3, \
+            f"EXTRA_ALU k={k} disagrees with k=0 beyond the split-K reduction order"
     stream = wo.byte_count("fp8", N, K)["stream_bytes"]
     n_sets = bench.n_rotation_sets(stream, l2)
     sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
