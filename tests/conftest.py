@@ -37,3 +37,17 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(provenance, "gpu_present", lambda: False)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 0)
     monkeypatch.delenv("FP8LAB_MODE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def mma_pair_cubin(tmp_path_factory):
+    """tests/fixtures/sass/mma_pair.cu built for sm_89 now (a built cubin is not committed)."""
+    from pathlib import Path
+
+    from fp8lab.tools import have_tool, run_tool
+    if not have_tool("nvcc"):
+        pytest.skip("nvcc not installed")
+    src = Path(__file__).parent / "fixtures" / "sass" / "mma_pair.cu"
+    out = tmp_path_factory.mktemp("cubin") / "mma_pair_sm_89.cubin"
+    run_tool("nvcc", ["-cubin", "-arch=sm_89", "-o", out, src])
+    return out

@@ -156,11 +156,11 @@ def test_census_sources_skip_bindings(tmp_path):
 
 
 @pytest.mark.skipif(not have_tool("cuobjdump"), reason="cuobjdump needed")
-def test_census_binaries(tmp_path):
-    df = census.census_binaries([FIX / "mma_pair_sm_89.cubin"], ["sm_89"], kernel_filter="e4m3")
+def test_census_binaries(tmp_path, mma_pair_cubin):
+    df = census.census_binaries([mma_pair_cubin], ["sm_89"], kernel_filter="e4m3")
     assert set(df["kernel"]) == {"_Z8mma_e4m3ILi1EEvPKjS1_Pf"}
     with pytest.raises(ValueError, match="holds no SASS for sm_80"):
-        census.census_binaries([FIX / "mma_pair_sm_89.cubin"], ["sm_80"])
+        census.census_binaries([mma_pair_cubin], ["sm_80"])
 
 
 def test_label_for_mma_blockwise():
