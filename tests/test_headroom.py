@@ -140,3 +140,112 @@ def test_ncu_rows_maps_mangled_names():
     assert r["ncu_sm_clock_mhz"].tolist() == pytest.approx([1900.0, 1980.0])
     with pytest.raises(RuntimeError, match="expected 3"):
         hr.ncu_rows(kernels, [0, 2, 4])
+
+
+# ---- the locked-clock sweep: orchestration with fake measurements and fake locks (no GPU) ----
+class _FakeLock:
+    """Stands in for clocks.locked_clocks: records the calls, yields a fixed status."""
+
+    def __init__(self, status, state=None):
+        self.status, self.calls, self.state = status, [], state if state is not None else {}
+
+    def __call__(self, sm_mhz):
+        import contextlib
+
+        self.calls.append(sm_mhz)
+
+        @contextlib.contextmanager
+        def cm():
+            # a lock that took effect changes the (fake) clock while the body runs
+            self.state["mhz"] = sm_mhz if self.status == "locked" else None
+            try:
+                yield type("S", (), {"status": self.status})()
+            finally:
+                self.state["mhz"] = None
+        return cm()
+
+
+def _fake_measures(monkeypatch, slow_at=None):
+    """measure_decode / measure_prefill returning synthetic rows whose rate depends on the
+    'current clock' the fake lock sets (slow_at: {mhz: factor per arm})."""
+    from fp8lab.experiments import decode, prefill
+
+    state = {"mhz": None, "calls": 0}
+
+    def factor(arm):
+        return (slow_at or {}).get(state["mhz"], {}).get(arm, 1.0)
+
+    def fake_decode(shapes_, Ms, formats, **kw):
+        state["calls"] += 1
+        rows = []
+        for f in list(formats) + ["bf16"]:
+            arm = wo.ARMS[f] if f != "bf16" else hr.CUBLAS
+            bw = 4e12 * factor(arm)
+            rows.append(dict(shape=shapes_[0], N=8192, K=28672, M=1, arm=arm, fmt=f, bw_p20=0.99 * bw, bw_p50=bw,
+                             bw_p80=1.01 * bw, time_p50_s=1e-4, sm_mhz_median=1980.0, sm_mhz_min=1900.0,
+                             check_relerr=1e-3))
+        return pd.DataFrame(rows)
+
+    def fake_prefill(shape, Ms, arms, **kw):
+        rows = []
+        for a in arms:
+            t = 600.0 * factor(a)
+            rows.append(dict(shape=shape, N=8192, K=8192, M=Ms[0], arm=a, with_quant=False, tflops_p20=t,
+                             tflops_p50=t, tflops_p80=t, time_p50_s=1e-3, sm_mhz_median=1980.0,
+                             sm_mhz_min=1900.0, check_relerr=1e-3))
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(decode, "measure_copy", lambda sampler=None: {"rate_p50": 4.2e12})
+    monkeypatch.setattr(decode, "measure_decode", fake_decode)
+    monkeypatch.setattr(prefill, "measure_prefill", fake_prefill)
+    return state
+
+
+def test_locked_sweep_skips_clocks_that_did_not_lock(monkeypatch):
+    state = _fake_measures(monkeypatch)
+    lock = _FakeLock("not permitted", state)
+    df, log = hr.locked_sweep([1500, 900], lock=lock)
+    assert lock.calls == [1500.0, 900.0]
+    assert [x["status"] for x in log] == ["not permitted", "not permitted"]
+    assert state["calls"] == 1                              # only the unlocked point was measured
+    assert set(df["lock_status"]) == {"unlocked"}
+    assert hr.c6_locked_verdict(df) is None                 # no locked data -> the emulated verdict stands
+    assert hr.locked_table(df).empty
+    # every arm the issue names: four weight-only kernels + cuBLAS at M=1, W8A16 + cuBLAS at prefill
+    dec = set(df.loc[df["phase"] == "decode", "arm"])
+    assert dec == {wo.ARMS[f] for f in wo.FORMATS} | {hr.CUBLAS}
+    pre = df[df["phase"] == "prefill"]
+    assert set(pre["arm"]) >= {hr.CUBLAS, "gemv_w8a16_fp8"} and (pre["M"] == hr.LOCKED_PREFILL_M).all()
+
+
+def test_locked_sweep_changes_and_verdict(monkeypatch):
+    four_bit = {wo.ARMS["nvfp4"]: 0.85, wo.ARMS["int4"]: 0.84}
+    state = _fake_measures(monkeypatch, slow_at={1200.0: {hr.CUBLAS: 0.84}, 900.0: {**four_bit, hr.CUBLAS: 0.64}})
+    df, log = hr.locked_sweep([1200, 900], lock=_FakeLock("locked", state))
+    assert [x["status"] for x in log] == ["locked", "locked"]
+    t = hr.locked_table(df)
+    assert t.loc[("decode", wo.ARMS["nvfp4"]), 900.0] == pytest.approx(-0.15)
+    assert t.loc[("decode", hr.CUBLAS), 1200.0] == pytest.approx(-0.16)
+    assert t.loc[("decode", wo.ARMS["fp8"]), 1200.0] == pytest.approx(0.0)
+    v = hr.c6_locked_verdict(df, emulated="holds-in-kind: x")
+    assert v.verdict == "holds" and "900 MHz" in v.our_figure and "emulated sweep" in v.reason
+
+
+def test_locked_verdict_differs(monkeypatch):
+    # fp8 loses 10% at 1500 MHz (>= 1200: should be flat), and nvfp4 vs int4 drift apart at 900
+    state = _fake_measures(monkeypatch, slow_at={1500.0: {wo.ARMS["fp8"]: 0.90},
+                                                 900.0: {wo.ARMS["nvfp4"]: 0.80, wo.ARMS["int4"]: 0.90}})
+    df, _ = hr.locked_sweep([1500, 900], lock=_FakeLock("locked", state))
+    v = hr.c6_locked_verdict(df)
+    assert v.verdict == "differs"
+    assert "fp8 change more than 5% at 1500 MHz" in v.reason and "nvfp4 vs int4" in v.reason
+    assert "fp8 vs int8" in v.reason                        # fp8 at 1500 is also 10% off int8
+
+
+def test_locked_sweep_bad_input():
+    with pytest.raises(ValueError, match="lock_clocks is empty"):
+        hr.locked_sweep([])
+    with pytest.raises(ValueError, match="positive"):
+        hr.locked_sweep([-5])
+    with pytest.raises(ValueError, match="fmt"):
+        hr.locked_sweep([1200], formats=["fp9"])

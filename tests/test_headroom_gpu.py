@@ -42,3 +42,29 @@ def test_extra_alu_bad_input():
     pi = wo.random_weight("int8", 64, 256, act="bf16", seed=0)[0].to("cuda")
     with pytest.raises(ValueError, match="fp8 weights"):
         wo.gemv_w16(x[:1], pi, extra_alu=2)
+
+
+def test_locked_sweep_runs_end_to_end_without_touching_clocks():
+    """The locked sweep's measuring path on a real GPU, with a stand-in lock that reports
+    'locked' and changes nothing (the shared GPU's clocks are never touched): every arm is
+    measured, checked against float64 and labelled per clock."""
+    import contextlib
+
+    from fp8lab.experiments import headroom as hr
+
+    calls = []
+
+    @contextlib.contextmanager
+    def fake_lock(sm_mhz):
+        calls.append(sm_mhz)
+        yield type("S", (), {"status": "locked"})()
+
+    df, log = hr.locked_sweep([1700], decode_shape="qwen3-8b:o_proj", prefill_shape="qwen3-8b:o_proj",
+                              prefill_m=256, formats=("fp8", "int4"), rep_ms=5, lock=fake_lock)
+    assert calls == [1700.0] and log == [dict(sm_mhz=1700.0, status="locked")]
+    assert set(df["lock_status"]) == {"unlocked", "locked"}
+    assert (df["check_relerr"] < 1e-2).all() and (df["rate_p50"] > 0).all()
+    assert set(df.loc[df["phase"] == "decode", "arm"]) == {wo.ARMS["fp8"], wo.ARMS["int4"], hr.CUBLAS}
+    assert hr.CUBLAS in set(df.loc[df["phase"] == "prefill", "arm"])
+    # nothing was locked, so the 'locked' point is the unlocked one measured again: same rates within noise
+    assert df.loc[df["lock_status"] == "locked", "change_vs_unlocked"].abs().max() < 0.5

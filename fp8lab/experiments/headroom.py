@@ -393,3 +393,150 @@ def ncu_rows(kernels: pd.DataFrame, levels: Sequence[int]) -> pd.DataFrame:
                              dram_pct=k["dram_pct"].to_numpy(float),
                              ncu_sm_clock_mhz=k["sm_clock_hz"].to_numpy(float) / 1e6,
                              ncu_duration_s=k["duration_s"].to_numpy(float)))
+
+
+# --------------------------------------------------------------------------------------
+# The locked-clock sweep (opt-in, a machine you own): seed 003's table, measured
+# --------------------------------------------------------------------------------------
+LOCKED_PREFILL_SHAPE = "llama3-70b:o_proj"
+LOCKED_PREFILL_M = 8192
+LOCKED_COLUMNS = ["phase", "shape", "N", "K", "M", "arm", "fmt", "lock_mhz", "lock_status", "rate_p20",
+                  "rate_p50", "rate_p80", "rate_unit", "time_p50_s", "sm_mhz_median", "sm_mhz_min",
+                  "check_relerr", "change_vs_unlocked"]
+LOCK_FLAT = 0.05        # "does not change" at >= 1200 MHz: within 5%, the knee threshold
+FP_INT_PARITY = 0.02    # the issue's FP vs INT tolerance
+
+
+def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) -> list[dict]:
+    rows = []
+    for _, r in dec.iterrows():
+        rows.append(dict(phase="decode", shape=r["shape"], N=r["N"], K=r["K"], M=r["M"], arm=r["arm"],
+                         fmt=r["fmt"], lock_mhz=lock_mhz, lock_status=status, rate_p20=r["bw_p20"],
+                         rate_p50=r["bw_p50"], rate_p80=r["bw_p80"], rate_unit="B/s", time_p50_s=r["time_p50_s"],
+                         sm_mhz_median=r["sm_mhz_median"], sm_mhz_min=r["sm_mhz_min"],
+                         check_relerr=r["check_relerr"]))
+    for _, r in pre.iterrows():
+        if bool(r.get("with_quant", False)):
+            continue
+        rows.append(dict(phase="prefill", shape=r["shape"], N=r["N"], K=r["K"], M=r["M"], arm=r["arm"],
+                         fmt="bf16" if r["arm"] == CUBLAS else "fp8", lock_mhz=lock_mhz, lock_status=status,
+                         rate_p20=r["tflops_p20"] * 1e12, rate_p50=r["tflops_p50"] * 1e12,
+                         rate_p80=r["tflops_p80"] * 1e12, rate_unit="FLOP/s", time_p50_s=r["time_p50_s"],
+                         sm_mhz_median=r["sm_mhz_median"], sm_mhz_min=r["sm_mhz_min"],
+                         check_relerr=r["check_relerr"]))
+    return rows
+
+
+def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SHAPE,
+                 prefill_shape: str = LOCKED_PREFILL_SHAPE, prefill_m: int = LOCKED_PREFILL_M,
+                 formats: Sequence[str] = wo.FORMATS, rep_ms: float = 40, seed: int = 0, sampler=None,
+                 lock=None) -> tuple[pd.DataFrame, list[dict]]:
+    """Seed 003's locked-clock experiment: the four weight-only kernels and cuBLAS BF16 at M = 1
+    (``decode_shape``), the W8A16 prefill arms and cuBLAS BF16 at M = ``prefill_m``
+    (``prefill_shape``), once unlocked and once per SM clock in ``lock_clocks``.
+
+    ``lock``: a context manager factory ``lock(sm_mhz=...)`` yielding an object with ``status``
+    (default :func:`fp8lab.clocks.locked_clocks` with ``opt_in=True``: the caller's list IS the
+    opt-in, and it resets the clocks on exit, error, interrupt and SIGTERM). A clock whose
+    status is not 'locked' (not permitted, no NVML, ...) is logged and NOT measured: an unlocked
+    run labelled with a clock would be a wrong result. Returns (table, log); ``change_vs_unlocked``
+    is each row's rate over the same arm's unlocked rate, minus one."""
+    from . import decode, prefill
+
+    if not lock_clocks:
+        raise ValueError("lock_clocks is empty: the locked sweep needs at least one SM clock (MHz)")
+    mhz = [float(_positive("lock_clocks entry", f)) for f in lock_clocks]
+    wo._pos_int("prefill_m", prefill_m)
+    for f in formats:
+        wo._check_fmt(f)
+    if lock is None:
+        from .. import clocks
+
+        def lock(sm_mhz):
+            return clocks.locked_clocks(sm_mhz=sm_mhz, opt_in=True)
+
+    pre_arms = tuple(prefill.W8A16_ARMS) + (CUBLAS,)
+    copy = decode.measure_copy(sampler=sampler)
+
+    def point(lock_mhz, status):
+        dec = decode.measure_decode([decode_shape], [1], formats, cublas=True, rep_ms=rep_ms, seed=seed,
+                                    copy=copy, sampler=sampler)
+        pre = prefill.measure_prefill(prefill_shape, [prefill_m], pre_arms, rep_ms=rep_ms, seed=seed,
+                                      sampler=sampler)
+        return _locked_rows(dec, pre, lock_mhz, status)
+
+    rows = point(math.nan, "unlocked")
+    log = []
+    for f in mhz:
+        with lock(sm_mhz=f) as state:
+            log.append(dict(sm_mhz=f, status=str(state.status)))
+            if state.status == "locked":
+                rows += point(f, "locked")
+    df = pd.DataFrame(rows, columns=LOCKED_COLUMNS)
+    return add_locked_change(df), log
+
+
+def add_locked_change(df: pd.DataFrame) -> pd.DataFrame:
+    """``change_vs_unlocked`` = rate_p50 / (the same phase, shape, M and arm's unlocked rate) - 1."""
+    out = df.copy()
+    key = ["phase", "shape", "M", "arm"]
+    base = out[out["lock_status"] == "unlocked"].set_index(key)["rate_p50"]
+    if base.index.duplicated().any():
+        raise ValueError("more than one unlocked row per (phase, shape, M, arm)")
+    idx = pd.MultiIndex.from_frame(out[key])
+    out["change_vs_unlocked"] = out["rate_p50"].to_numpy(float) / base.reindex(idx).to_numpy(float) - 1
+    return out
+
+
+def locked_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Seed 003's C6 table from a locked sweep: one row per (phase, arm), one column per locked
+    SM clock, the change vs unlocked."""
+    d = df[df["lock_status"] == "locked"]
+    if d.empty:
+        return pd.DataFrame()
+    return d.pivot_table(index=["phase", "arm"], columns="lock_mhz", values="change_vs_unlocked").sort_index(
+        axis=1, ascending=False)
+
+
+def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat: float = LOCK_FLAT):
+    """C6 from a real locked sweep, or None when no clock was locked.
+
+    holds: every weight-only kernel's M = 1 bandwidth within ``flat`` of unlocked at every
+    locked clock >= 1200 MHz, and FP vs INT (fp8 vs int8, nvfp4 vs int4) within 2% of each
+    other at every locked clock; differs otherwise. The figure lists the changes at each clock
+    (4-bit, 8-bit, cuBLAS BF16 decode and prefill) beside the seed's."""
+    from .. import claims
+
+    d = df[(df["lock_status"] == "locked")]
+    if d.empty:
+        return None
+    seed_fig = ">= 1200 MHz unchanged; 900 MHz: 4-bit -15-16%, cuBLAS BF16 -16% at 1200 / -36% at 900"
+    dec = d[(d["phase"] == "decode") & (d["M"] == 1)]
+    wo_arms = {wo.ARMS[f]: f for f in wo.FORMATS}
+    parts, problems = [], []
+    for f, g in dec.groupby("lock_mhz"):
+        ch = {r["fmt"]: float(r["change_vs_unlocked"]) for _, r in g.iterrows() if r["arm"] in wo_arms}
+        cb = g[g["arm"] == CUBLAS]["change_vs_unlocked"]
+        pf = d[(d["phase"] == "prefill") & (d["lock_mhz"] == f) & (d["arm"] == CUBLAS)]["change_vs_unlocked"]
+        parts.append(f"{f:.0f} MHz: " + ", ".join(f"{k} {v:+.1%}" for k, v in ch.items())
+                     + (f", cuBLAS decode {float(cb.iloc[0]):+.1%}" if len(cb) else "")
+                     + (f", cuBLAS prefill {float(pf.iloc[0]):+.1%}" if len(pf) else ""))
+        if f >= SEED_C6_HEADROOM_MHZ:
+            bad = [k for k, v in ch.items() if abs(v) > flat]
+            if bad:
+                problems.append(f"{', '.join(bad)} change more than {flat:.0%} at {f:.0f} MHz")
+        for a, b in (("fp8", "int8"), ("nvfp4", "int4")):
+            ra = g[g["fmt"] == a]["rate_p50"]
+            rb = g[g["fmt"] == b]["rate_p50"]
+            if len(ra) and len(rb):
+                gap = float(ra.iloc[0]) / float(rb.iloc[0]) - 1
+                if abs(gap) > FP_INT_PARITY:
+                    problems.append(f"{a} vs {b} {gap:+.1%} at {f:.0f} MHz")
+    fig = "; ".join(parts)
+    tail = f"; emulated sweep: {emulated}" if emulated else ""
+    if problems:
+        return claims.Verdict("C6", "differs", fig, "; ".join(problems) + tail, seed_figure=seed_fig,
+                              seed_hardware="RTX 3090")
+    return claims.Verdict("C6", "holds", fig,
+                          f"weight-only M = 1 within {flat:.0%} at every locked clock >= 1200 MHz and FP vs INT "
+                          f"within {FP_INT_PARITY:.0%}{tail}", seed_figure=seed_fig, seed_hardware="RTX 3090")
