@@ -136,7 +136,7 @@ if run.mode == "measure":
 
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
-        ceil_df = ce.measure_ceilings(ceilings=["fp32_fma", "bf16_tensor", "fp8_tensor_blockwise"], rep_ms=100,
+        ceil_df = ce.measure_ceilings(ceilings=["fp32_fma", "bf16_tensor", "bf16_mma_sync", "fp8_tensor_blockwise"], rep_ms=100,
                                       sampler=sampler)
         sweep_df = ta.measure(sites, Ms, scalar_max_m=scalar_max_m, rep_ms=rep_ms, triton_mode=triton_mode,
                               sampler=sampler, progress=print)

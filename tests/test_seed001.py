@@ -444,6 +444,10 @@ def test_b3_verdict_rules():
     assert ta.b3_verdict(df, 800e12).verdict == "differs"
     assert ta.b3_verdict(df, 680e12, bf16_spec=600e12).verdict == "holds"
     assert ta.b3_verdict(df.iloc[0:0], 680e12).verdict == "not-run"
+    # the mma.sync ceiling only adds its fraction to the figure; it never changes the verdict
+    v = ta.b3_verdict(df, 800e12, mma_sync_measured=400e12)
+    assert v.verdict == "differs" and "of the mma.sync (HMMA) peak measured here (400" in v.our_figure
+    assert "mma.sync" not in ta.b3_verdict(df, 800e12).our_figure
 
 
 def test_b8_and_b9_verdict_rules():

@@ -37,6 +37,8 @@ CEILINGS = {
     "copy_bandwidth": ("copy_d2d", "B/s", "bandwidth"),
     "fp32_fma": ("fma_peak", "FLOP/s", "fp32"),
     "bf16_tensor": ("cublas_bf16", "FLOP/s", "bf16"),
+    # the warp-level mma.sync path (wmma, HMMA.16816): the ceiling of any non-wgmma kernel on Hopper
+    "bf16_mma_sync": ("hmma_peak", "FLOP/s", "bf16"),
     "fp8_tensor": ("cublas_fp8_tensorwise", "FLOP/s", "fp8"),
     "fp8_tensor_blockwise": ("cublaslt_blockwise", "FLOP/s", "fp8"),
 }
@@ -85,6 +87,19 @@ def _fma_arm(sms: int, programs_per_sm: int, n_iters: int):
                       f"{cfg.steps} FMAs"),
                 check="max abs err vs closed form", check_value=max(err, small_err),
                 keep=(x0, out))
+
+
+def _hmma_arm(sms: int):
+    from ..kernels import hmma_peak
+
+    small = hmma_peak.check(hmma_peak.HmmaConfig(blocks=3, n_iters=37))
+    cfg = hmma_peak.default_config(sms)
+    hmma_peak.check(cfg)
+    a, b, out = hmma_peak.make_buffers(cfg)
+    return dict(fn=lambda: hmma_peak.launch(a, b, out, cfg), flop=hmma_peak.flop(cfg), bytes=4.0 * out.numel(),
+                size=f"{cfg.blocks} blocks x {hmma_peak.WARPS} warps x {hmma_peak.CHAINS} chains x {cfg.n_iters} wmma",
+                check="bit-exact vs n_iters * (A @ B)", check_value=0.0 if small else math.nan,
+                keep=(a, b, out))
 
 
 def _bf16_arm(n: int, check_rows: int):
@@ -216,6 +231,7 @@ def measure_ceilings(copy_gib: float = 2.0, gemm_size: int = 8192, *,
         "copy_bandwidth": lambda: _copy_arm(copy_gib),
         "fp32_fma": lambda: _fma_arm(props.multi_processor_count, fma_programs_per_sm, fma_iters),
         "bf16_tensor": lambda: _bf16_arm(gemm_size, check_rows),
+        "bf16_mma_sync": lambda: _hmma_arm(props.multi_processor_count),
         "fp8_tensor": lambda: _fp8_tensorwise_arm(gemm_size, check_rows),
         "fp8_tensor_blockwise": lambda: _fp8_blockwise_arm(gemm_size, check_rows),
     }

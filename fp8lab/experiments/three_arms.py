@@ -752,7 +752,8 @@ def b1_verdict(df: pd.DataFrame, fp32_flops: Optional[float]) -> claims.Verdict:
                                  f"6.8% (measured in its own engine, unknown shapes)")
 
 
-def b3_verdict(df: pd.DataFrame, bf16_measured: Optional[float], bf16_spec: float = SEED["bf16_peak"]) -> claims.Verdict:
+def b3_verdict(df: pd.DataFrame, bf16_measured: Optional[float], bf16_spec: float = SEED["bf16_peak"],
+               mma_sync_measured: Optional[float] = None) -> claims.Verdict:
     w = _measured(df, "wmma_w8a16")
     if w.empty:
         return claims.Verdict("B3", "not-run", "no measured wmma_w8a16 point", reason="nothing to compare in this run")
@@ -764,7 +765,9 @@ def b3_verdict(df: pd.DataFrame, bf16_measured: Optional[float], bf16_spec: floa
            f"{best.get('impl_config', '')}): {f_spec:.0%} of "
            f"the BF16 datasheet peak ({bf16_spec / 1e12:.0f}), "
            + (f"{f_meas:.0%} of cuBLAS BF16 measured in this run ({bf16_measured / 1e12:.0f})" if bf16_measured
-              else "no measured BF16 ceiling"))
+              else "no measured BF16 ceiling")
+           + (f"; {rate / mma_sync_measured:.0%} of the mma.sync (HMMA) peak measured here "
+              f"({mma_sync_measured / 1e12:.0f}, the ceiling of any wmma kernel)" if mma_sync_measured else ""))
     if f_spec >= SEED["wmma_fraction"][0]:
         return claims.Verdict("B3", "holds", fig, reason="at or above 50% of the datasheet BF16 rate")
     if np.isfinite(f_meas) and f_meas >= SEED["wmma_fraction"][0]:
@@ -867,7 +870,7 @@ def verdicts(sweep: pd.DataFrame, step: Optional[pd.DataFrame], ceil: Optional[p
     step and the WMMA tile check)."""
     both = pd.concat([t for t in (sweep, step, tiles) if t is not None], ignore_index=True)
     out = [b1_verdict(both, ceiling_rate(ceil, "fp32_fma")),
-           b3_verdict(both, ceiling_rate(ceil, "bf16_tensor"))]
+           b3_verdict(both, ceiling_rate(ceil, "bf16_tensor"), mma_sync_measured=ceiling_rate(ceil, "bf16_mma_sync"))]
     if step is not None:
         st = step_table(step, ceilings={"fp32": ceiling_rate(ceil, "fp32_fma"),
                                         "bf16": ceiling_rate(ceil, "bf16_tensor"),
