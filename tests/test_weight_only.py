@@ -456,3 +456,23 @@ def test_fold_scales_numpy():
     assert np.array_equal(tw.fold_scales(s).astype(np.float64), s * 2.0 ** 120)
     with pytest.raises(ValueError, match="exact in bf16"):
         tw.fold_scales(np.array([[300.0]]))
+
+
+def test_streamk_plan():
+    # qwen3-8b gate_up, M = 1 on 132 x 2 slots: 192 tiles x 32 steps in 24-unit ranges
+    p = wo.streamk_plan("fp8", 1, 24576, 4096, 264)
+    assert p["tiles_x"] == 192 and p["units"] == 6144 and p["units_per_cta"] == 24 and p["grid"] == (256, 1, 1)
+    assert not p["whole_tiles"]
+    # 4-bit: 256-row CTA tiles at M <= 8, half the units
+    assert wo.streamk_plan("int4", 1, 24576, 4096, 264)["units"] == 3072
+    # one CTA per tile: whole tiles
+    q = wo.streamk_plan("nvfp4", 16, 520, 1152, wo.grid_x("nvfp4", 520, 16))
+    assert q["whole_tiles"] and q["units_per_cta"] == 9
+    # every unit is covered exactly once and no CTA is empty
+    for ctas in (1, 3, 5, 7, 263, 10**6):
+        r = wo.streamk_plan("int8", 70, 200, 896, ctas)
+        gx, upc = r["grid"][0], r["units_per_cta"]
+        assert (gx - 1) * upc < r["units"] <= gx * upc and r["grid"][2] == 2
+    with pytest.raises(ValueError, match="ctas"):
+        wo.streamk_plan("fp8", 1, 16, 128, 0)
+    assert wo.DEFAULT_SCHEDULE in wo.SCHEDULES

@@ -48,7 +48,8 @@ COLUMNS = ["shape", "N", "K", "M", "arm", "fmt", "act", "weight_bytes", "scale_b
            "stream_bytes", "flop", "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50",
            "bw_p80", "tflops_p50", "copy_Bps", "fraction_of_copy", "spec_Bps", "fraction_of_spec",
            "splits", "grid", "ctas_per_sm", "check_relerr", "rotation_sets", "timing_method",
-           "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max"]
+           "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max",
+           "schedule", "same_copy_Bps", "fraction_of_same_copy"]
 
 
 def _shape(name: str) -> shapes.Shape:
@@ -113,14 +114,35 @@ def measure_copy(copy_gib: float = 2.0, sampler=None) -> dict:
     return {k: (float(r[k]) if isinstance(r[k], (int, float, np.floating)) else r[k]) for k in df.columns}
 
 
+def same_size_copy(stream_bytes: int, l2: int, *, rep_ms: float = 40, sampler=None) -> dict:
+    """The copy ceiling at this call's size: a device-to-device copy of stream_bytes / 2 into
+    stream_bytes / 2 (the same DRAM traffic as reading the weight stream once), rotated over
+    more than the L2 and timed in a CUDA graph as the kernels are. Its launch and ramp costs are
+    the ones any kernel of this size pays, so kernel / same-size copy tells how much of a miss
+    against the 2 GiB copy is size-dependent. dict(Bps, time_p50_s)."""
+    import torch
+
+    half = max(16, int(stream_bytes) // 2)
+    n_sets = bench.n_rotation_sets(2 * half, l2)
+    srcs = [torch.randint(0, 255, (half,), dtype=torch.uint8, device="cuda") for _ in range(n_sets)]
+    dsts = [torch.empty_like(t) for t in srcs]
+    t = bench.bench(bench.rotating(lambda d, s_: d.copy_(s_), list(zip(dsts, srcs))), method="graph",
+                    rep_ms=rep_ms)
+    return {"Bps": 2 * half / t.p50_s, "time_p50_s": t.p50_s}
+
+
 def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int] = DEFAULT_MS,
                    formats: Sequence[str] = wo.FORMATS, *, act: str = "bf16", cublas: bool = True,
                    rep_ms: float = 40, seed: int = 0, check_m: int = 4, copy: Optional[dict] = None,
-                   sampler=None, splits: Optional[int] = None) -> pd.DataFrame:
+                   sampler=None, splits: Optional[int] = None, schedule: Optional[str] = None,
+                   same_copy: bool = True) -> pd.DataFrame:
     """Time every arm at every (shape, M); one row per (shape, arm, M) (see COLUMNS).
 
     ``copy``: a :func:`measure_copy` result (measured here when None). ``splits`` pins the
-    split-K factor of the weight-only kernels (None: chosen per shape and M)."""
+    split-K factor of the weight-only kernels (None: chosen per shape and M). ``schedule``:
+    the weight-only kernels' launch schedule (None: ``wo.DEFAULT_SCHEDULE``; ``"streamk"``
+    ignores ``splits``). ``same_copy``: also time :func:`same_size_copy` per stream size
+    (``same_copy_Bps``, ``fraction_of_same_copy``)."""
     import torch
 
     for f in formats:
@@ -136,7 +158,18 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         copy = measure_copy(sampler=sampler)
     copy_Bps = copy["rate_p50"]
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
+    schedule = wo.DEFAULT_SCHEDULE if schedule is None else schedule
+    if schedule not in wo.SCHEDULES:
+        raise ValueError(f"schedule must be one of {wo.SCHEDULES}, got {schedule!r}")
     rows = []
+    same: dict = {}
+
+    def same_Bps(nbytes):
+        if not same_copy:
+            return math.nan
+        if nbytes not in same:
+            same[nbytes] = same_size_copy(nbytes, l2, rep_ms=rep_ms)["Bps"]
+        return same[nbytes]
 
     def timed(fn, sets):
         t0 = sampler.now() if sampler else None
@@ -156,13 +189,20 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(tdt)
                 cfg = wo.launch_config(sets[0], M)
-                s = splits or cfg["splits"]
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
-                timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o),
-                                    list(zip(sets, outs)))
+                if schedule == "streamk":
+                    s = np.nan
+                    grid = str(tuple(cfg["streamk_grid"]))
+                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o, schedule="streamk"),
+                                        list(zip(sets, outs)))
+                else:
+                    s = splits or cfg["splits"]
+                    grid = str(tuple(cfg["grid"][:1]) + (s, cfg["grid"][2]))
+                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o, schedule="splitk"),
+                                        list(zip(sets, outs)))
                 rows.append(_row(name, N, K, M, wo.ARMS[fmt], fmt, act, b, timing, clk, copy_Bps, spec,
-                                 splits=s, grid=str(tuple(cfg["grid"][:1]) + (s, cfg["grid"][2])),
-                                 ctas=cfg["ctas_per_sm"], err=err))
+                                 splits=s, grid=grid, ctas=cfg["ctas_per_sm"], err=err,
+                                 schedule=schedule, same_Bps=same_Bps(b["stream_bytes"])))
                 del outs
             del sets
             torch.cuda.empty_cache()
@@ -174,7 +214,8 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                 outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
                 timing, clk = timed(lambda w, o: torch.mm(x, w.t(), out=o), list(zip(ws, outs)))
                 rows.append(_row(name, N, K, M, CUBLAS, "bf16", "bf16", b, timing, clk, copy_Bps, spec,
-                                 splits=np.nan, grid="", ctas=np.nan, err=err))
+                                 splits=np.nan, grid="", ctas=np.nan, err=err, schedule="",
+                                 same_Bps=same_Bps(b["stream_bytes"])))
                 del outs
             del ws
             torch.cuda.empty_cache()
@@ -183,7 +224,8 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     return df
 
 
-def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err):
+def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err,
+         schedule="", same_Bps=math.nan):
     r = timing.rate(b["stream_bytes"])
     flop = 2.0 * M * N * K
     spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
@@ -196,7 +238,8 @@ def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits
                 check_relerr=err, rotation_sets=timing.rotation_sets, timing_method=timing.method,
                 n_samples=timing.n, sm_mhz_median=clk.get("sm_mhz_median", math.nan),
                 sm_mhz_min=clk.get("sm_mhz_min", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
-                power_w_max=clk.get("power_w_max", math.nan))
+                power_w_max=clk.get("power_w_max", math.nan), schedule=schedule, same_copy_Bps=same_Bps,
+                fraction_of_same_copy=r["p50"] / same_Bps)
 
 
 # --------------------------------------------------------------------------------------

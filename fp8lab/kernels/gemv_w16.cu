@@ -48,3 +48,38 @@ FP8LAB_WO_XALU_INST(4)
 FP8LAB_WO_XALU_INST(8)
 FP8LAB_WO_XALU_INST(16)
 #endif
+
+// -DFP8LAB_WO_SK adds the stream-K kernels (gemv_*_sk, issue 7) of the same formats / activation
+// types / tiles as selected above (FP8LAB_WO_FORMAT / _BF16 / _NT), for -Xptxas -v:
+//   nvcc -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -I fp8lab/kernels -DFP8LAB_WO_SK \
+//        -DFP8LAB_WO_FORMAT=2 -DFP8LAB_WO_BF16=1 -DFP8LAB_WO_NT=1 fp8lab/kernels/gemv_w16.cu -o k.cubin
+#ifdef FP8LAB_WO_SK
+#define FP8LAB_WO_SK_INST(NAME, BF16, NT) template __global__ void fp8lab::wo::NAME##_sk<BF16, NT>(const fp8lab::wo::WoParams);
+#if defined(FP8LAB_WO_FORMAT) && defined(FP8LAB_WO_BF16) && defined(FP8LAB_WO_NT)
+#if FP8LAB_WO_FORMAT == 0
+FP8LAB_WO_SK_INST(gemv_w8a16_fp8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 1
+FP8LAB_WO_SK_INST(gemv_w8a16_int8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 2
+FP8LAB_WO_SK_INST(gemv_w4a16_nvfp4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#else
+FP8LAB_WO_SK_INST(gemv_w4a16_int4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#endif
+#else
+#define FP8LAB_WO_SK_ALL(NT)                       \
+  FP8LAB_WO_SK_INST(gemv_w8a16_fp8, true, NT)      \
+  FP8LAB_WO_SK_INST(gemv_w8a16_fp8, false, NT)     \
+  FP8LAB_WO_SK_INST(gemv_w8a16_int8, true, NT)     \
+  FP8LAB_WO_SK_INST(gemv_w8a16_int8, false, NT)    \
+  FP8LAB_WO_SK_INST(gemv_w4a16_nvfp4, true, NT)    \
+  FP8LAB_WO_SK_INST(gemv_w4a16_nvfp4, false, NT)   \
+  FP8LAB_WO_SK_INST(gemv_w4a16_int4, true, NT)     \
+  FP8LAB_WO_SK_INST(gemv_w4a16_int4, false, NT)
+#ifdef FP8LAB_WO_NT
+FP8LAB_WO_SK_ALL(FP8LAB_WO_NT)
+#else
+FP8LAB_WO_SK_ALL(1)
+FP8LAB_WO_SK_ALL(8)
+#endif
+#endif
+#endif

@@ -14,6 +14,8 @@
 cudaError_t fp8lab_gemv_w16_launch(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int splits,
                                    cudaStream_t stream);
 int fp8lab_gemv_w16_occupancy(int fmt, bool bf16, int nt);
+cudaError_t fp8lab_gemv_w16_launch_sk(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int ctas,
+                                      cudaStream_t stream);
 cudaError_t fp8lab_gemv_w16_probe(int fmt, bool bf16, const uint32_t* words, uint32_t* out, int n,
                                   cudaStream_t stream);
 
@@ -21,7 +23,8 @@ namespace {
 
 // act: [M, K] fp16/bf16 contiguous; w: packed weights int32 (16-byte aligned); scales: packed
 // scales int32; out: [M, N] same dtype as act; ws: [>= M*N] float32 zeros; counters: [>= ctas] int32
-// zeros. Returns out.
+// zeros. splits > 0: the split-K grid (gemv_body); splits < 0: the stream-K grid (gemv_body_sk) of
+// -splits persistent CTAs per M block (steps_per_split unused). Returns out.
 torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
                    torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
                    int64_t splits, int64_t steps_per_split) {
@@ -58,8 +61,12 @@ torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, tor
   p.steps = static_cast<int>(K / 128);
   p.steps_per_split = static_cast<int>(steps_per_split);
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
-  const cudaError_t err = fp8lab_gemv_w16_launch(static_cast<int>(fmt), bf16, p, static_cast<int>(splits),
-                                                 at::cuda::getCurrentCUDAStream().stream());
+  // splits < 0: the stream-K schedule with -splits persistent CTAs per M block
+  const cudaError_t err =
+      splits < 0 ? fp8lab_gemv_w16_launch_sk(static_cast<int>(fmt), bf16, p, static_cast<int>(-splits),
+                                             at::cuda::getCurrentCUDAStream().stream())
+                 : fp8lab_gemv_w16_launch(static_cast<int>(fmt), bf16, p, static_cast<int>(splits),
+                                          at::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "gemv_w16 launch failed: ", cudaGetErrorString(err));
   return out;
 }

@@ -21,6 +21,11 @@ struct WoParams {
   int n_tiles16;            // 16-row tiles in the packed weight (N padded to 16 or 32, over 16)
   int steps;                // K / 128
   int steps_per_split;      // steps per blockIdx.y; gridDim.y = ceil(steps / steps_per_split)
+  // Stream-K schedule only (gemv_body_sk; the split-K kernels ignore them): the (CTA tile along
+  // N, K step) space of one M block is tiles_x * steps units; CTA blockIdx.x walks units
+  // [blockIdx.x * units_per_cta, +units_per_cta) in tile-major order.
+  int tiles_x;              // CTA tiles along N: ceil(n_tiles16 / (8 warps * TM))
+  int units_per_cta;        // >= 1
 };
 
 }  // namespace wo

@@ -52,7 +52,7 @@ HEADER = KERNEL_DIR / "gemv_w16.cuh"
 PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
 STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
 CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
-EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu")
+EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu")
 SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE)
 
 FORMATS = ("fp8", "int8", "nvfp4", "int4")
@@ -179,6 +179,32 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
         if t < best_t * (1 - 1e-9):
             best, best_t = s_eff, t
     return best
+
+
+#: the launch schedules of :func:`gemv_w16`: ``splitk`` (grid of CTA tiles x K splits, the
+#: original) and ``streamk`` (persistent CTAs walking the (tile, K step) units; issue 7). The
+#: default stays ``splitk`` until the H200 probe (scripts/probes/gemv.py) shows stream-K wins.
+SCHEDULES = ("splitk", "streamk")
+DEFAULT_SCHEDULE = "splitk"
+
+
+def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
+    """The stream-K launch the kernel derives from ``ctas`` persistent CTAs per M block (the
+    mirror of launch_gemv_sk): ``tiles_x`` CTA tiles along N, ``units`` = tiles_x x K/128,
+    ``units_per_cta``, the ``grid`` actually launched and ``whole_tiles``: whether every CTA
+    owns exactly whole tiles (then no partial sums are reduced and the result is bit-identical
+    to ``splits=1``)."""
+    _check_fmt(fmt)
+    ctas = _pos_int("ctas", ctas)
+    if K % STEP_K:
+        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
+    steps = K // STEP_K
+    tx = grid_x(fmt, N, M)
+    units = tx * steps
+    upc = -(-units // ctas)
+    gx = -(-units // upc)
+    return {"tiles_x": tx, "steps": steps, "units": units, "units_per_cta": upc,
+            "grid": (gx, 1, -(-M // M_BLOCK)), "whole_tiles": upc % steps == 0}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -706,8 +732,12 @@ def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
     nt = n_tiles(M)
     occ = _occupancy(pw.fmt, pw.act == "bf16", nt, idx)
     splits = choose_splits(pw.fmt, M, pw.N, pw.K, sms=sms, ctas_per_sm=occ)
+    z = -(-M // M_BLOCK)
+    sk = streamk_plan(pw.fmt, M, pw.N, pw.K, max(1, sms * occ // z))
     return {"nt": nt, "tm": tiles_per_warp(pw.fmt, nt), "ctas_per_sm": occ, "sms": sms,
-            "grid": (grid_x(pw.fmt, pw.N, M), splits, -(-M // M_BLOCK)), "splits": splits}
+            "grid": (grid_x(pw.fmt, pw.N, M), splits, z), "splits": splits,
+            "streamk_ctas": max(1, sms * occ // z), "streamk_grid": sk["grid"],
+            "streamk_units_per_cta": sk["units_per_cta"]}
 
 
 def _validate(act, pw: PackedWeight, out, splits, torch):
@@ -758,7 +788,8 @@ def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
     return int(extra_alu)
 
 
-def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None):
+def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None,
+             schedule: str | None = None, ctas: int | None = None):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
@@ -768,11 +799,34 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     ``extra_alu``: None (the regular kernel) or k in :data:`EXTRA_ALU_LEVELS`: the EXTRA_ALU
     kernel (fp8, bf16, M <= 8 only) that issues k extra dependent integer instructions per
     weight element before the dequant (same result bit for bit; notebook 10). k = 0 is the
-    regular kernel's SASS in the other extension (a control for the build)."""
+    regular kernel's SASS in the other extension (a control for the build).
+
+    ``schedule``: None (:data:`DEFAULT_SCHEDULE`), ``"splitk"`` or ``"streamk"``: persistent
+    CTAs (``ctas`` per 64-token block; None: SMs x CTAs per SM) each walking a contiguous range
+    of the (CTA tile along N, 128-K step) units, partial tiles reduced through the same fp32
+    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only."""
     import torch
 
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
+    schedule = DEFAULT_SCHEDULE if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if schedule == "streamk":
+        if splits is not None or extra_alu is not None:
+            raise ValueError("schedule='streamk' takes neither splits nor extra_alu (split-K only)")
+        if ctas is None:
+            ctas = launch_config(pw, M, act.device)["streamk_ctas"]
+        elif isinstance(ctas, bool) or not isinstance(ctas, (int, np.integer)) or not 1 <= ctas < 2**31:
+            raise ValueError(f"ctas must be a positive integer (persistent CTAs per M block), got {ctas!r}")
+        if out is None:
+            out = torch.empty((M, pw.N), dtype=act.dtype, device=act.device)
+        plan = streamk_plan(pw.fmt, M, pw.N, pw.K, int(ctas))
+        ws, cnt = workspace(act.device, M * pw.N, plan["tiles_x"] * plan["grid"][2])
+        return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
+                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps)
+    if ctas is not None:
+        raise ValueError("ctas applies to schedule='streamk' only")
     if extra_alu is not None:
         extra_alu = _check_extra_alu(extra_alu, pw, M)
     if splits is None:

@@ -1,0 +1,156 @@
+"""Probe (issue 7): split-K vs stream-K schedules of the weight-only decode kernels on one GPU.
+
+    python scripts/probes/gemv.py [--rep-ms 15] [--out DIR]
+
+1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
+   default CTAs, stream-K with one CTA per SM) at odd shapes against float64, poisoned
+   outputs, the workspace left clean; stream-K with one CTA per tile bit-identical to splits=1.
+2. Timing: qwen3-8b gate_up, qwen3-8b down_proj, llama3-70b down_proj; fp8 / int8 / nvfp4 /
+   int4; M = 1 and 16; inputs rotated over > 2x L2, CUDA-graph timed as notebook 08 does. Per
+   row: time, effective bandwidth (weight + scale bytes / time), fraction of the 2 GiB copy
+   and of a same-size copy (decode.same_size_copy), splits / grid; at the benchmark shapes the
+   schedules are also checked against each other.
+Prints a table and a per-(shape, fmt, M) winner; writes probe_gemv.csv into --out (or $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+
+def _variants(cfg):
+    sms, occ = cfg["sms"], cfg["ctas_per_sm"]
+    return [("splitk", dict(schedule="splitk")),
+            ("streamk", dict(schedule="streamk", ctas=sms * occ)),
+            ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
+
+
+def check_correctness(wo, torch):
+    """Asserts; returns the number of checks."""
+    n = 0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for fmt in wo.FORMATS:
+        for (M, N, K) in [(1, 200, 896), (7, 328, 1664), (16, 1000, 2048), (33, 200, 896)]:
+            d = wo.generate(fmt, M, N, K, seed=M + N)
+            pw = wo.pack_weights(fmt, d["codes"], d["scales"], global_scale=d["global_scale"]).to("cuda")
+            ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
+            x = torch.from_numpy(d["act"].astype(np.float32)).to(torch.bfloat16).cuda()
+            for name, kw in [("splitk", {}), ("streamk", dict(schedule="streamk")),
+                             ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
+                             ("streamk_5", dict(schedule="streamk", ctas=5))]:
+                for rep in range(2):
+                    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+                    wo.gemv_w16(x, pw, out=out, **kw)
+                    torch.cuda.synchronize()
+                    got = out.double().cpu().numpy()
+                    assert np.isfinite(got).all(), (fmt, M, N, K, name, "non-finite")
+                    err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+                    assert err < 6e-3, (fmt, M, N, K, name, err)
+                    ws, cnt = wo.workspace(x.device, 1, 1)
+                    assert float(ws.abs().sum()) == 0 and int(cnt.abs().sum()) == 0, (fmt, name, "dirty workspace")
+                    n += 1
+            a = wo.gemv_w16(x, pw, splits=1)
+            b = wo.gemv_w16(x, pw, schedule="streamk", ctas=wo.grid_x(fmt, N, M))
+            assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (fmt, M, N, K, "whole tiles not bitwise")
+            n += 1
+    return n
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rep-ms", type=float, default=15)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--shapes", default="qwen3-8b:gate_up,qwen3-8b:down_proj,llama3-70b:down_proj")
+    ap.add_argument("--ms", default="1,16")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from fp8lab import bench, shapes
+    from fp8lab.experiments import decode
+    from fp8lab.kernels import weight_only as wo
+
+    t0 = time.time()
+    wo.load_extension()
+    print(f"extension ready in {time.time() - t0:.0f} s", flush=True)
+    t1 = time.time()
+    n = check_correctness(wo, torch)
+    print(f"correctness: {n} checks passed ({time.time() - t1:.1f} s)", flush=True)
+
+    l2 = bench.device_l2_bytes()
+    big = decode.measure_copy(copy_gib=2.0)["rate_p50"]
+    print(f"2 GiB copy: {big / 1e12:.3f} TB/s", flush=True)
+    Ms = [int(m) for m in args.ms.split(",")]
+    rows = []
+    same: dict = {}
+    for name in args.shapes.split(","):
+        sh = shapes.get(name)
+        N, K = sh.N, sh.K
+        for fmt in wo.FORMATS:
+            pw_host, _ = wo.random_weight(fmt, N, K, keep_codes=False)
+            pw = pw_host.to("cuda")
+            del pw_host
+            stream = wo.byte_count(fmt, N, K)["stream_bytes"]
+            n_sets = bench.n_rotation_sets(stream, l2)
+            sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
+                           for _ in range(n_sets - 1)]
+            wo.workspace(torch.device("cuda"), max(Ms) * N, wo.grid_x(fmt, N, 1) * 2)
+            if stream not in same:
+                same[stream] = decode.same_size_copy(stream, l2, rep_ms=args.rep_ms)["Bps"]
+            for M in Ms:
+                x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+                cfg = wo.launch_config(pw, M)
+                outs = {}
+                for vname, kw in _variants(cfg):
+                    o = wo.gemv_w16(x, pw, **kw)
+                    outs[vname] = o.float()
+                base = outs["splitk"]
+                for vname, o in outs.items():      # same GEMM, fp32 sums in another order
+                    d = float((o - base).abs().max())
+                    assert d <= 2 ** -6 * float(base.abs().max()) + 1e-30, (name, fmt, M, vname, d)
+                for vname, kw in _variants(cfg):
+                    oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                    fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
+                    t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
+                    bw = stream / t.p50_s
+                    if vname == "splitk":
+                        launch = f"splits={cfg['splits']} grid={cfg['grid']}"
+                    else:
+                        plan = wo.streamk_plan(fmt, M, N, K, kw["ctas"])
+                        launch = f"ctas={kw['ctas']} grid={plan['grid']} upc={plan['units_per_cta']}"
+                    rows.append(dict(shape=name, fmt=fmt, M=M, variant=vname, MB=stream / 2**20,
+                                     time_us=t.p50_s * 1e6, TBps=bw / 1e12, frac_big=bw / big,
+                                     frac_same=bw / same[stream], same_TBps=same[stream] / 1e12, launch=launch))
+                    print(f"{name:22s} {fmt:5s} M={M:<3d} {vname:12s} {t.p50_s * 1e6:8.2f} us "
+                          f"{bw / 1e12:5.2f} TB/s  {bw / big:5.2f} of big  {bw / same[stream]:5.2f} of same  {launch}",
+                          flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    df = pd.DataFrame(rows)
+    pd.set_option("display.width", 200)
+    print(df.drop(columns=["launch"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    piv = df.pivot_table(index=["shape", "M", "fmt"], columns="variant", values="frac_big")
+    piv["best"] = piv.idxmax(axis=1)
+    piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
+    print("\nfraction of the 2 GiB copy per schedule:")
+    print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
+    par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
+    par["fp8/int8"] = par["fp8"] / par["int8"]
+    par["nvfp4/int4"] = par["nvfp4"] / par["int4"]
+    print("\nFP vs INT at M = 1 (TB/s):")
+    print(par.to_string(float_format=lambda v: f"{v:.3f}"))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        df.to_csv(os.path.join(args.out, "probe_gemv.csv"), index=False)
+    print(f"\ntotal {time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
