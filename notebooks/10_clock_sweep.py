@@ -36,11 +36,12 @@
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 lock_clocks = []  # SM MHz to lock, e.g. [1980, 1500, 1200, 900]: ONLY on a machine you own (needs root)
-extra_alu = [0, 2, 4, 8, 16]  # extra dependent integer instructions per weight element (built: 0, 2, 4, 8, 16)
+extra_alu = [0, 1, 2, 4, 8, 16]  # extra dependent integer instructions per weight element (built: 0, 1, 2, 4, 8, 16)
 shape = "llama3-70b:down_proj"  # fp8lab.shapes name (one large decode GEMM)
 ncu = True  # Nsight Compute issue-active % per k (measure mode only)
 rep_ms = 40  # timing budget per arm, milliseconds of graph replays
 seed = 0
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -48,7 +49,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, plotting, results
+from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.experiments import headroom as hr
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
@@ -59,6 +60,7 @@ run = results.start_run(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The knob: a chain the compiler must keep
@@ -198,6 +200,20 @@ if not tables:
     display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
                      "`measure`) to sweep the EXTRA_ALU kernels; nothing is recorded in replot mode "
                      "without data."))
+
+# %% [markdown]
+# ## Across devices
+#
+# The EXTRA_ALU sweep on every device: M = 1 bandwidth relative to k = 0 on the same device.
+# Drawn when `data/` holds this notebook's results for two or more devices (`devices` picks them;
+# `[]`: all, the one measured in this run first), one colour and marker per device, each against
+# its own ceiling so cards of different size compare; saved under `figures/cross-device/`. With
+# one device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Verdict (C6)

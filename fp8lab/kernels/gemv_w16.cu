@@ -37,12 +37,13 @@ FP8LAB_WO_ALL(8)
 #endif
 #endif
 
-// -DFP8LAB_WO_XALU adds the EXTRA_ALU kernels of notebook 10 (fp8, bf16, NT = 1, k = 0, 2, 4, 8, 16
+// -DFP8LAB_WO_XALU adds the EXTRA_ALU kernels of notebook 10 (fp8, bf16, NT = 1, k = 0, 1, 2, 4, 8, 16
 // extra dependent integer instructions per weight element).
 #ifdef FP8LAB_WO_XALU
 #define FP8LAB_WO_XALU_INST(XA) \
   template __global__ void fp8lab::wo::gemv_w8a16_fp8_xalu<true, 1, XA>(const fp8lab::wo::WoParams, uint32_t);
 FP8LAB_WO_XALU_INST(0)
+FP8LAB_WO_XALU_INST(1)
 FP8LAB_WO_XALU_INST(2)
 FP8LAB_WO_XALU_INST(4)
 FP8LAB_WO_XALU_INST(8)

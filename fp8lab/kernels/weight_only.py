@@ -665,7 +665,7 @@ def load_extension(verbose: bool = False):
 
 _XALU_EXT = None
 #: the EXTRA_ALU levels instantiated (extra dependent integer instructions per weight element)
-EXTRA_ALU_LEVELS = (0, 2, 4, 8, 16)
+EXTRA_ALU_LEVELS = (0, 1, 2, 4, 8, 16)
 XALU_EXT_SOURCES = (KERNEL_DIR / "gemv_w16_xalu_ext.cpp", KERNEL_DIR / "gemv_w16_xalu_ext.cu")
 XALU_KERNEL = "gemv_w8a16_fp8_xalu"
 
