@@ -365,3 +365,17 @@ def test_verdict_a6_without_a_common_tile():
     keep = ~(((df["M"] == 1) & (df["config"] != SMALL)) | ((df["M"] == 4096) & (df["config"] == SMALL)))
     v = bw.verdict_a6(df[keep])
     assert v.verdict == "holds-in-kind" and "unknown" in v.reason
+
+
+def test_cutlass_candidates_follow_m():
+    from fp8lab.kernels import cutlass_blockwise_sm90 as cb
+
+    assert bw.cutlass_candidates(4096) == list(cb.CONFIGS)          # large M: every config competes
+    small = bw.cutlass_candidates(16)
+    assert small[0] == cb.DEFAULT_CONFIG and set(small) < set(cb.CONFIGS)
+    assert bw.cutlass_candidates(1, ["pingpong_64x128"]) == ["pingpong_64x128"]
+    assert bw.cutlass_candidates(1, "coop_128x128_c2x1") == ["coop_128x128_c2x1"]
+    with pytest.raises(ValueError, match="known configs"):
+        bw.cutlass_candidates(1, ["coop_256x256"])
+    c = bw._cutlass_candidate("coop_128x128_streamk")
+    assert c.arm == "cutlass_blockwise_sm90" and c.config == "coop_128x128_streamk" and c.takes_out

@@ -72,7 +72,11 @@ def test_triton_paths_pinned_configs(path, variant, M):
         if M > tb.SWAPAB_LIMIT_M:
             pytest.skip("swapab is for decode sizes")
         cfgs = [dict(BLOCK_W=64, BLOCK_T=16, SPLIT_K=1), dict(BLOCK_W=128, BLOCK_T=32, SPLIT_K=2),
-                dict(BLOCK_W=64, BLOCK_T=64, SPLIT_K=4), dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=8)]
+                dict(BLOCK_W=64, BLOCK_T=64, SPLIT_K=4), dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=8),
+                # KSTEP 2: K = 384 is 3 blocks, so split 1 has a half-masked second iteration and
+                # split 2 a split whose second block lies past its end
+                dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=1, KSTEP=2, num_stages=3),
+                dict(BLOCK_W=64, BLOCK_T=32, SPLIT_K=2, KSTEP=2, num_stages=3)]
     for cfg in cfgs:
         out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
         tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, variant=variant, path=path, config=cfg, out=out)
@@ -100,6 +104,20 @@ def test_k_tail_refused_or_computed():
     assert t.loc["cublaslt_blockwise", "outcome"] == "refused"
     assert t.loc["triton_blockwise", "outcome"] == "computed"
     assert not t["outcome"].str.startswith("error").any(), t
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 392, 4096), (7, 3080, 7168), (16, 2056, 1152)])
+def test_swapab_limited_configs_match_float64(M, N, K):
+    """Every config the limited autotune may pick for a decode problem (incl. KSTEP 2 and the
+    4-programs-per-SM split), pinned one by one, poisoned output, N = 128-multiple + 8-tail."""
+    s, rows, ref = _setup(M, N, K, seed=M + N)
+    cfgs = tb.limited_configs("per_block", "swapab", M, N, K, sms=tb._sm_count(), limit=8)
+    assert any(c["KSTEP"] == 2 for c in cfgs)
+    for cfg in cfgs:
+        out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+        tb.blockwise_fp8_gemm(s.a, s.b, s.a_scale, s.b_scale, path="swapab", config=cfg, out=out)
+        torch.cuda.synchronize()
+        _assert_ok(bw.compare(out, ref, rows), cfg)
 
 
 def test_swapab_split_k_rearms_and_is_deterministic():

@@ -392,3 +392,116 @@ def test_wrapper_validation(ext):
         cb.CutlassBlockwise(**d, out=torch.empty(8, 256, device="cuda"))
     with pytest.raises(ValueError, match=r"out must be \(M, N\)"):
         cb.cutlass_blockwise_sm90(**d, out=torch.empty(8, 128, device="cuda", dtype=torch.bfloat16))
+
+
+# --------------------------------------------------------------------------- configs (CPU)
+def test_config_table_is_consistent():
+    assert cb.DEFAULT_CONFIG in cb.CONFIGS and cb.get_config(None).name == cb.DEFAULT_CONFIG
+    d = cb.get_config(None)
+    assert (d.k.tile_m, d.k.tile_n, d.k.cluster_m, d.k.cluster_n) == (*cb.TILE_MNK[:2], *cb.CLUSTER_MNK[:2])
+    assert not d.k.pingpong and not d.k.streamk and d.raster == "heuristic" and d.swizzle == 1
+    assert {c.kernel for c in cb.CONFIGS.values()} == set(cb.KERNELS)   # no kernel built for nothing
+    for c in cb.CONFIGS.values():
+        k = c.k
+        assert c.raster in cb.RASTER and c.swizzle in cb.SWIZZLES
+        # one weight scale per N tile (SFB on cp.async) and a K tile = the scale block
+        assert k.tile_n == 128 and k.tile_m in (64, 128)
+        # the register budget: two fp32 accumulators of (tile_m / consumer warpgroups) x tile_n per thread
+        per_wg_rows = k.tile_m if k.pingpong else k.tile_m // 2
+        assert 2 * per_wg_rows * k.tile_n // 128 <= 128
+        assert k.cluster_m * k.cluster_n <= 2
+    assert cb.get_config("pingpong_64x128").k.schedule == "KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum"
+    assert cb.get_config(cb.CONFIGS["coop_128x128_c2x1"]).name == "coop_128x128_c2x1"
+
+
+@pytest.mark.parametrize("bad", ["coop_128x256", "", "COOP_128x128", 3, ("coop_128x128",)])
+def test_unknown_config_names_the_known_ones(bad):
+    with pytest.raises(ValueError, match=r"unknown cutlass_blockwise_sm90 config .*known configs: \[.*'coop_128x128'"):
+        cb.get_config(bad)
+
+
+def test_kernel_defines_and_nvcc_args():
+    k = cb.KERNELS["coop_128x128_c2x1"]
+    assert "FP8LAB_CUTLASS_CLUSTER_M=2" in k.defines() and "FP8LAB_CUTLASS_KERNEL=coop_128x128_c2x1" in k.defines()
+    assert "FP8LAB_CUTLASS_STREAMK=1" in cb.KERNELS["coop_128x128_streamk"].defines()
+    with pytest.raises(ValueError, match="unknown cutlass_blockwise_sm90 kernel"):
+        cb.get_kernel("coop_256x128")
+
+
+@needs_cutlass
+def test_nvcc_args_select_the_kernel(tmp_path):
+    args = cb.nvcc_args(tmp_path / "k.cubin", kernel="pingpong_64x128")
+    assert "-DFP8LAB_CUTLASS_PINGPONG=1" in args and "-DFP8LAB_CUTLASS_TILE_M=64" in args
+    assert "-DFP8LAB_CUTLASS_KERNEL=coop_128x128" in cb.nvcc_args(tmp_path / "k.cubin")
+
+
+def test_built_kernels_env(monkeypatch):
+    monkeypatch.delenv(cb.KERNELS_ENV, raising=False)
+    assert cb.built_kernels() == list(cb.KERNELS)
+    monkeypatch.setenv(cb.KERNELS_ENV, "pingpong_64x128, coop_128x128")
+    assert cb.built_kernels() == ["coop_128x128", "pingpong_64x128"]          # table order
+    monkeypatch.setenv(cb.KERNELS_ENV, "coop_128x128,nope")
+    with pytest.raises(ValueError, match="unknown cutlass_blockwise_sm90 kernel 'nope'"):
+        cb.built_kernels()
+
+
+def test_kernel_wrappers_and_list(tmp_path):
+    paths = cb._write_kernel_sources(["coop_128x128", "coop_128x128_streamk"], tmp_path)
+    assert [p.name for p in paths] == ["cutlass_sm90_k_coop_128x128.cu", "cutlass_sm90_k_coop_128x128_streamk.cu"]
+    text = paths[1].read_text()
+    assert "#define FP8LAB_CUTLASS_STREAMK 1" in text and f'#include "{cb.SOURCE}"' in text
+    inc = (tmp_path / "cutlass_blockwise_sm90_kernels.inc").read_text()
+    assert "#define FP8LAB_CUTLASS_KERNEL_LIST(X) X(coop_128x128) X(coop_128x128_streamk)" in inc
+
+
+@needs_cutlass
+@needs_nvcc
+@pytest.mark.slow
+@slow_only
+def test_pingpong_kernel_compiles_without_spills():
+    r = cb.compile_standalone(kernel="pingpong_64x128")
+    assert r["sass_qgmma"] >= 4 and r["sass_hmma"] == 0 and "64x128x32.F32.E4M3.E4M3" in r["sass_qgmma_shapes"]
+    assert r["registers"] <= 168 and r["spill_store_bytes"] == r["spill_load_bytes"] == r["stack_bytes"] == 0
+    assert r["sass_stl"] == r["sass_ldl"] == 0
+
+
+# --------------------------------------------------------------------------- configs (GPU)
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", list(cb.CONFIGS))
+@pytest.mark.parametrize("M, N, K", [(1, 384, 512), (7, 392, 1152), (83, 2120, 1152), (300, 1544, 4096)])
+def test_every_config_matches_float64(ext, config, M, N, K):
+    """Every configuration at odd M and N = 384 / 128-multiples + an 8-multiple tail, poisoned output,
+    plan and one-shot paths; then a second plan run (stream-K re-zeroes its fix-up locks per launch)."""
+    import torch
+
+    d = _inputs(M, N, K, seed=M * 13 + N + K)
+    ref = cb.reference(**d)
+    ops = cb.CutlassBlockwise(**d, config=config)
+    ops.out.fill_(float("nan"))
+    out = ops().clone()
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all(), config
+    e = _errors(out, ref)
+    assert e["rel"] < 4e-3 and e["max"] < 8e-3 and e["diff"] < 2e-5, (config, e)
+    ops.out.fill_(float("nan"))
+    assert torch.equal(ops(), out), f"{config}: a second launch of the plan differs"
+    again = cb.cutlass_blockwise_sm90(**d, config=config, out=torch.full_like(out, float("nan")))
+    assert torch.equal(again, out), config
+
+
+@pytest.mark.gpu
+def test_every_config_is_in_the_build(ext):
+    assert set(ext.kernels()) == set(cb.built_kernels())
+    for c in cb.CONFIGS:
+        if cb.CONFIGS[c].kernel in ext.kernels():
+            info = cb.kernel_info(c)
+            assert info["stages"] >= 2 and info["threads"] == 384 and info["shared_memory_bytes"] > 0
+
+
+@pytest.mark.gpu
+def test_unknown_config_is_a_value_error_on_gpu(ext):
+    d = _inputs(8, 256, 256, seed=0)
+    with pytest.raises(ValueError, match="known configs"):
+        cb.CutlassBlockwise(**d, config="coop_128x256")
+    with pytest.raises(ValueError, match="known configs"):
+        cb.cutlass_blockwise_sm90(**d, config="nope")

@@ -247,14 +247,17 @@ for variant in tb.VARIANTS:
                                        BLOCK_K=tb.DEFAULT_BLOCK_K[variant], GROUP_M=2,
                                        PER_BLOCK=variant != "per_step", INPLACE=variant == "per_block_inplace")
         check(out, f"ptr {variant} {bm}x{bn}")
-for bw_, bt, split in ((64, 16, 1), (128, 16, 4)):
+# KSTEP 2 with K = 300 (3 blocks): a half-masked second iteration (split 1) and masked-out blocks past
+# a split's end (split 2: kb_per 2 and 1)
+for bw_, bt, split, kstep in ((64, 16, 1, 1), (128, 16, 4, 1), (64, 16, 1, 2), (128, 16, 2, 2)):
     out = fresh()
     ws = torch.full((split * M * N,), float("nan"))
     cnt = torch.zeros(64, dtype=torch.int32)
     tb._blockwise_fp8_swapab_kernel[(triton.cdiv(N, bw_), triton.cdiv(M, bt), split)](
-        a, b, out, sa, sb, ws, cnt, M, N, K, K, K, N, *scale, BLOCK_W=bw_, BLOCK_T=bt, SPLIT_K=split, EVEN_K=False)
+        a, b, out, sa, sb, ws, cnt, M, N, K, K, K, N, *scale, BLOCK_W=bw_, BLOCK_T=bt, SPLIT_K=split, EVEN_K=False,
+        KSTEP=kstep)
     assert int(cnt.abs().sum()) == 0, "split-K counters not re-armed"
-    check(out, f"swapab {bw_}x{bt} split {split}")
+    check(out, f"swapab {bw_}x{bt} split {split} kstep {kstep}")
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:
@@ -289,7 +292,7 @@ def test_interpreter_runs_every_path(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("ptr ") == 6 and proc.stdout.count("swapab ") == 2
+    assert proc.stdout.count("ptr ") == 6 and proc.stdout.count("swapab ") == 4
 
 
 def test_path_configs_are_valid():
@@ -358,6 +361,8 @@ def test_set_autotune_validates():
     ("tma", dict(variant="per_block", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSIST=1)),
     ("swapab", dict(variant="per_block", BLOCK_W=64, BLOCK_T=16, SPLIT_K=8, num_warps=4, num_stages=4,
                     M=1, N=4096, K=12288)),
+    ("swapab", dict(variant="per_block", BLOCK_W=128, BLOCK_T=16, SPLIT_K=2, num_warps=4, num_stages=3, KSTEP=2,
+                    M=1, N=24576, K=4096)),
 ])
 def test_compile_new_paths_sm90(path, kw, tmp_path):
     """The TMA and swap-AB kernels compile for sm_90 without spills and issue FP8 wgmma (QGMMA);

@@ -171,7 +171,7 @@ class OpSet:
     b_scale: object     # (ceil(N/128), K/128) fp32 row-major
     w_bf16: object = None   # (N, K) bf16 dequantised weights (cublas_bf16)
     lt: object = None       # baselines.BlockwiseOperands, built on first use
-    cutlass: object = None  # cutlass_blockwise_sm90.CutlassBlockwise plan, built on first use
+    cutlass: object = None  # {config name: cutlass_blockwise_sm90.CutlassBlockwise plan}, built on first use
 
     def clone(self):
         c = lambda t: None if t is None else t.clone()  # noqa: E731
@@ -360,19 +360,38 @@ def cutlass_status() -> str | None:
     return None
 
 
-def _cutlass_candidate() -> Candidate:
+def cutlass_candidates(M: int, spec="auto") -> list:
+    """cutlass_blockwise_sm90 config names to time at M. 'auto': every config from M >= 512 (where the
+    arm competes for the 1.10x target and tile / cluster / raster / schedule decide it); below, the
+    default plus the two that address small M: ping-pong's 64-row tile (less padding of M) and
+    stream-K (splits K when the output has fewer tiles than SMs). A list of names is taken as given."""
+    from ..kernels import cutlass_blockwise_sm90 as cb
+
+    if isinstance(spec, str) and spec == "auto":
+        if M >= 512:
+            return list(cb.CONFIGS)
+        return [cb.DEFAULT_CONFIG, "pingpong_64x128", "coop_128x128_streamk"]
+    if isinstance(spec, str):
+        spec = [spec]
+    return [cb.get_config(n).name for n in spec]
+
+
+def _cutlass_candidate(config: str | None = None) -> Candidate:
     from ..kernels import cutlass_blockwise_sm90 as cb
 
     plan_cls = getattr(cb, "CutlassBlockwise", None)
+    kw = {} if config is None else {"config": config}
 
     def gemm(s, a, sa, out):
         if a is s.a and plan_cls is not None:
             # pre-quantised: scales laid out and TMA arguments built once (as for cuBLASLt)
             if s.cutlass is None:
-                s.cutlass = plan_cls(s.a, s.a_scale, s.b, s.b_scale, out=out)
-            return s.cutlass()
-        return cb.cutlass_blockwise_sm90(a, sa, s.b, s.b_scale, out=out)
-    return Candidate("cutlass_blockwise_sm90", gemm, path="cutlass 3.x", takes_out=True)
+                s.cutlass = {}
+            if config not in s.cutlass:
+                s.cutlass[config] = plan_cls(s.a, s.a_scale, s.b, s.b_scale, out=out, **kw)
+            return s.cutlass[config]()
+        return cb.cutlass_blockwise_sm90(a, sa, s.b, s.b_scale, out=out, **kw)
+    return Candidate("cutlass_blockwise_sm90", gemm, path="cutlass 3.x", config=config or "", takes_out=True)
 
 
 def _lt(s):
@@ -606,9 +625,11 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
 
 def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: int = 132,
                      mma_variants=("per_block",), mma_configs=3, mma_seed_config=False, mma_always=(),
-                     mma_swizzle=(8,), triton="auto") -> tuple[list, list]:
+                     mma_swizzle=(8,), triton="auto", cutlass="auto") -> tuple[list, list]:
     """(candidates, not-run rows' (arm, reason)) for one (M, N). ``mma_always``: config names
-    timed at every M besides the rule's picks (so one tile's cost over all M is known)."""
+    timed at every M besides the rule's picks (so one tile's cost over all M is known).
+    ``cutlass``: :func:`cutlass_candidates`' spec (the arm's best config per M is then picked by
+    best_rows, as for mma_blockwise's tiles)."""
     unknown = set(arms) - set(ARMS)
     if unknown:
         raise ValueError(f"unknown arms {sorted(unknown)}; known: {list(ARMS)}")
@@ -629,7 +650,7 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: 
             if why:
                 skipped.append((arm, why))
             else:
-                cands.append(_cutlass_candidate())
+                cands += [_cutlass_candidate(c) for c in cutlass_candidates(M, cutlass)]
         elif arm == "cublaslt_blockwise":
             cands.append(_cublaslt_candidate())
         else:
@@ -638,7 +659,7 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: 
 
 
 def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per_block",), mma_configs=3,
-          mma_seed_config=False, mma_always=(), mma_swizzle=(8,), triton="auto", with_quant=True, seed=0,
+          mma_seed_config=False, mma_always=(), mma_swizzle=(8,), triton="auto", cutlass="auto", with_quant=True, seed=0,
           warmup_ms=10.0, rep_ms=50.0, graph_threshold_s=20e-6, sampler=None, log=None) -> pd.DataFrame:
     """Check and time the arms at every (shape, M); one tidy row per candidate (and per
     quantised W8A8 arm). ``df.attrs``: quantiser name and note, cutlass status, triton version.
@@ -667,7 +688,7 @@ def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per
                                               mma_configs=mma_configs,
                                               mma_seed_config=mma_seed_config, mma_always=mma_always,
                                               mma_swizzle=mma_swizzle,
-                                              triton=triton)
+                                              triton=triton, cutlass=cutlass)
             for arm, why in skipped:
                 rows.append(_row(shape, M, Candidate(arm, None), "none", f"not-run: {why}"))
             rows += run_point(shape, M, cands, quantiser=quantiser, quant_arms=quant_arms, seed=seed + M,

@@ -23,11 +23,17 @@
 //   K granularity 128 = the K tile and the wgmma K of 32, the "promotion interval" is 4 wgmmas: every
 //   k-tile's partial sums go into a fresh fp32 accumulator that is scaled and added to the main one,
 //   the accuracy fix DeepSeek-V3 describes for Hopper's ~14-bit FP8 accumulation.
-// - Tile 128x128x128, cluster 1x1x1: the cooperative schedule splits the 128 rows over two consumer
-//   warpgroups (64 rows each); a 1x1x1 cluster never rounds the grid up, so small-M decode shapes do
-//   not launch idle CTAs (the wheel's example 67 uses 1x2x1 for large squares). One configuration only:
-//   a CUTLASS 3.x instantiation costs minutes of nvcc, and the extension must build in ~2 min.
 // - Epilogue: the default linear combination D = 1 * acc with a void C (no source tensor is read).
+//
+// Kernel configurations: one translation unit = one instantiation, chosen by the FP8LAB_CUTLASS_* macros
+// below (the defaults are the original arm: cooperative 128x128x128, cluster 1x1x1, persistent
+// scheduler). fp8lab/kernels/cutlass_blockwise_sm90.py holds the table of configurations and writes one
+// small wrapper TU per kernel that defines the macros and includes this file, so the extension's kernels
+// compile in parallel (a CUTLASS 3.x instantiation costs minutes of nvcc each). Every symbol is internal
+// except fp8lab_cutlass_sm90_ops_<FP8LAB_CUTLASS_KERNEL>(), a table of function pointers the binding uses.
+// Register budget (why no 128x256 or 256x128 tile): the blockwise collective keeps TWO fp32 accumulators
+// per consumer warpgroup (the main one and the per-k-tile one it promotes from); a 64x128 warpgroup tile
+// is 2 x 64 registers per thread, a 128x128 or 64x256 one 2 x 128 = 256 > the 232-240 setmaxnreg ceiling.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -48,6 +54,36 @@
 
 #include "cutlass_blockwise_sm90.h"
 #include "cutlass_blockwise_sm90_config.h"
+
+#ifndef FP8LAB_CUTLASS_KERNEL
+#define FP8LAB_CUTLASS_KERNEL coop_128x128
+#endif
+#ifndef FP8LAB_CUTLASS_TILE_M
+#define FP8LAB_CUTLASS_TILE_M 128
+#endif
+#ifndef FP8LAB_CUTLASS_TILE_N
+#define FP8LAB_CUTLASS_TILE_N 128
+#endif
+#ifndef FP8LAB_CUTLASS_CLUSTER_M
+#define FP8LAB_CUTLASS_CLUSTER_M 1
+#endif
+#ifndef FP8LAB_CUTLASS_CLUSTER_N
+#define FP8LAB_CUTLASS_CLUSTER_N 1
+#endif
+// 0: cooperative (two consumer warpgroups split one tile's rows), 1: ping-pong (each consumer
+// warpgroup owns a whole tile; one's epilogue overlaps the other's main loop)
+#ifndef FP8LAB_CUTLASS_PINGPONG
+#define FP8LAB_CUTLASS_PINGPONG 0
+#endif
+// 0: the persistent data-parallel tile scheduler, 1: stream-K (splits the K loop of the last wave's
+// tiles over idle SMs and fixes up partial sums through the workspace: fills the GPU when tiles < SMs)
+#ifndef FP8LAB_CUTLASS_STREAMK
+#define FP8LAB_CUTLASS_STREAMK 0
+#endif
+#define FP8LAB_CAT_(a, b) a##b
+#define FP8LAB_CAT(a, b) FP8LAB_CAT_(a, b)
+#define FP8LAB_STR_(a) #a
+#define FP8LAB_STR(a) FP8LAB_STR_(a)
 
 // Every device pass must be sm_90a: on plain sm_90 (or any other arch) CUTLASS compiles this kernel to a
 // stub that only prints an error at run time, and wgmma / setmaxnreg do not exist there.
@@ -75,11 +111,22 @@ constexpr int kAlignB = 128 / cutlass::sizeof_bits<ElementB>::value;  // 16 e4m3
 constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;  // 8 bf16
 constexpr int kAlignC = kAlignD;
 
-using TileShape = Shape<_128, _128, _128>;
-using ClusterShape = Shape<_1, _1, _1>;
+// K tile = the scale block: one promotion per k-tile.
+using TileShape = Shape<Int<FP8LAB_CUTLASS_TILE_M>, Int<FP8LAB_CUTLASS_TILE_N>, _128>;
+using ClusterShape = Shape<Int<FP8LAB_CUTLASS_CLUSTER_M>, Int<FP8LAB_CUTLASS_CLUSTER_N>, _1>;
 
+#if FP8LAB_CUTLASS_PINGPONG
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+#if FP8LAB_CUTLASS_STREAMK
+using TileSchedulerTag = cutlass::gemm::StreamKScheduler;
+#else
+using TileSchedulerTag = void;  // GemmUniversal's default on sm90: the persistent tile scheduler
+#endif
 using FusionOp = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementCompute, ElementC, ElementCompute>;
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -96,7 +143,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     KernelSchedule>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>,  // (M, N, K, L)
-                                                        CollectiveMainloop, CollectiveEpilogue>;
+                                                        CollectiveMainloop, CollectiveEpilogue, TileSchedulerTag>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 using StrideA = typename GemmKernel::StrideA;
@@ -140,6 +187,11 @@ typename Gemm::Arguments make_arguments(const Problem& p, const cutlass::KernelH
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
   args.hw_info = hw;  // sm_count > 0 sizes the persistent grid without a query per call
+  // Run-time scheduler options (no recompile): the order CTAs walk the tile grid and the swizzle width,
+  // which decide how many CTAs in flight share an A row-panel or a B column-panel in L2.
+  using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  args.scheduler.raster_order = p.raster == 1 ? Raster::AlongM : p.raster == 2 ? Raster::AlongN : Raster::Heuristic;
+  args.scheduler.max_swizzle_size = p.swizzle;
   return args;
 }
 
@@ -157,6 +209,8 @@ Status check_problem(const Problem& p) {
   if (p.K % 128 != 0) return Status::kBadK;
   if (p.N % kAlignD != 0) return Status::kBadN;
   if (p.sfa_ld < p.M || p.sfa_ld % 4 != 0) return Status::kBadSfaLd;
+  if (p.raster < 0 || p.raster > 2 || !(p.swizzle == 1 || p.swizzle == 2 || p.swizzle == 4 || p.swizzle == 8))
+    return Status::kBadScheduler;
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b) || misaligned(p.d) || misaligned(p.sfa)) return Status::kMisaligned;
   if (reinterpret_cast<uintptr_t>(p.sfb) % 4 != 0) return Status::kMisaligned;
@@ -174,66 +228,80 @@ cudaError_t to_cuda(cutlass::Status s) {
     default: return cudaErrorLaunchFailure;
   }
 }
-}  // namespace
 
 // A Gemm whose arguments (TMA descriptors included) are built once: run() is one kernel launch.
 struct Plan {
   Gemm gemm;
+  typename Gemm::Arguments args;
+  void* workspace = nullptr;
 };
-}  // namespace fp8lab::cutlass_sm90
 
-using fp8lab::cutlass_sm90::Gemm;
-using fp8lab::cutlass_sm90::Plan;
-using fp8lab::cutlass_sm90::Problem;
-using fp8lab::cutlass_sm90::Status;
-
-Status cutlass_blockwise_sm90_check(const Problem& p) {
-  const Status s = fp8lab::cutlass_sm90::check_problem(p);
+Status check(const Problem& p) {
+  const Status s = check_problem(p);
   if (s != Status::kOk) return s;
-  const auto args = fp8lab::cutlass_sm90::make_arguments(p, cutlass::KernelHardwareInfo{});
+  const auto args = make_arguments(p, cutlass::KernelHardwareInfo{});
   return Gemm::can_implement(args) == cutlass::Status::kSuccess ? Status::kOk : Status::kCutlassRefused;
 }
 
-size_t cutlass_blockwise_sm90_workspace_size(const Problem& p) {
-  return Gemm::get_workspace_size(fp8lab::cutlass_sm90::make_arguments(p, fp8lab::cutlass_sm90::current_hardware()));
-}
+size_t workspace_size(const Problem& p) { return Gemm::get_workspace_size(make_arguments(p, current_hardware())); }
 
-cudaError_t cutlass_blockwise_sm90(const Problem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (cutlass_blockwise_sm90_check(p) != Status::kOk) return cudaErrorInvalidValue;
-  const auto args = fp8lab::cutlass_sm90::make_arguments(p, fp8lab::cutlass_sm90::current_hardware());
+cudaError_t run(const Problem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (check(p) != Status::kOk) return cudaErrorInvalidValue;
+  const auto args = make_arguments(p, current_hardware());
   if (Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
   Gemm gemm;
   cutlass::Status s = gemm.initialize(args, workspace, stream);
   if (s == cutlass::Status::kSuccess) s = gemm.run(stream);
-  return fp8lab::cutlass_sm90::to_cuda(s);
+  return to_cuda(s);
 }
 
-cudaError_t cutlass_blockwise_sm90_plan_create(const Problem& p, void* workspace, size_t workspace_bytes,
-                                               cudaStream_t stream, Plan** out) {
+cudaError_t plan_create(const Problem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                        void** out) {
   *out = nullptr;
-  if (cutlass_blockwise_sm90_check(p) != Status::kOk) return cudaErrorInvalidValue;
-  const auto args = fp8lab::cutlass_sm90::make_arguments(p, fp8lab::cutlass_sm90::current_hardware());
+  if (check(p) != Status::kOk) return cudaErrorInvalidValue;
+  const auto args = make_arguments(p, current_hardware());
   if (Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
   Plan* plan = new (std::nothrow) Plan{};
   if (plan == nullptr) return cudaErrorMemoryAllocation;
+  plan->args = args;
+  plan->workspace = workspace;
   const cutlass::Status s = plan->gemm.initialize(args, workspace, stream);
   if (s != cutlass::Status::kSuccess) {
     delete plan;
-    return fp8lab::cutlass_sm90::to_cuda(s);
+    return to_cuda(s);
   }
   *out = plan;
   return cudaSuccess;
 }
 
-cudaError_t cutlass_blockwise_sm90_plan_run(Plan* plan, cudaStream_t stream) {
+cudaError_t plan_run(void* plan, cudaStream_t stream) {
   if (plan == nullptr) return cudaErrorInvalidValue;
-  return fp8lab::cutlass_sm90::to_cuda(plan->gemm.run(stream));
+  Plan& pl = *static_cast<Plan*>(plan);
+  if constexpr (FP8LAB_CUTLASS_STREAMK) {
+    // Stream-K's fix-up counts peers in lock flags of the workspace and never clears them: zero them
+    // before every launch (one memset, capturable in a CUDA graph), or the second run deadlocks.
+    const cutlass::Status s = GemmKernel::initialize_workspace(pl.args, pl.workspace, stream);
+    if (s != cutlass::Status::kSuccess) return to_cuda(s);
+  }
+  return to_cuda(pl.gemm.run(stream));
 }
 
-void cutlass_blockwise_sm90_plan_destroy(Plan* plan) { delete plan; }
+void plan_destroy(void* plan) { delete static_cast<Plan*>(plan); }
 
-int cutlass_blockwise_sm90_shared_memory_bytes() { return fp8lab::cutlass_sm90::GemmKernel::SharedStorageSize; }
+const KernelOps kOps{FP8LAB_STR(FP8LAB_CUTLASS_KERNEL),
+                     &check,
+                     &workspace_size,
+                     &run,
+                     &plan_create,
+                     &plan_run,
+                     &plan_destroy,
+                     static_cast<int>(GemmKernel::SharedStorageSize),
+                     static_cast<int>(GemmKernel::MaxThreadsPerBlock),
+                     static_cast<int>(CollectiveMainloop::DispatchPolicy::Stages)};
+}  // namespace
+}  // namespace fp8lab::cutlass_sm90
 
-int cutlass_blockwise_sm90_threads() { return fp8lab::cutlass_sm90::GemmKernel::MaxThreadsPerBlock; }
-
-int cutlass_blockwise_sm90_stages() { return fp8lab::cutlass_sm90::CollectiveMainloop::DispatchPolicy::Stages; }
+// The one external symbol of this translation unit (its name carries the kernel's name).
+const fp8lab::cutlass_sm90::KernelOps* FP8LAB_CAT(fp8lab_cutlass_sm90_ops_, FP8LAB_CUTLASS_KERNEL)() {
+  return &fp8lab::cutlass_sm90::kOps;
+}

@@ -18,6 +18,8 @@ struct Problem {
   void* d = nullptr;           // (M, N) bfloat16, row-major; 16-byte aligned
   int M = 0, N = 0, K = 0;     // K % 128 == 0, N % 8 == 0, M any >= 1
   int sfa_ld = 0;              // >= M and a multiple of 4 (TMA strides are multiples of 16 bytes)
+  int raster = 0;              // tile scheduler's CTA order: 0 heuristic, 1 along M, 2 along N
+  int swizzle = 1;             // tile scheduler's max swizzle: 1, 2, 4 or 8
 };
 
 // Why a problem is refused; the Python wrapper raises the same rules as ValueErrors first.
@@ -29,28 +31,29 @@ enum class Status : int {
   kBadSfaLd = 4,        // sfa_ld < M or sfa_ld % 4 != 0
   kMisaligned = 5,      // a, b, d, sfa not 16-byte aligned or sfb not 4-byte aligned
   kCutlassRefused = 6,  // CUTLASS's own can_implement said no
+  kBadScheduler = 7,    // raster not in {0, 1, 2} or swizzle not in {1, 2, 4, 8}
 };
 
-struct Plan;  // a CUTLASS Gemm with its arguments (TMA descriptors) built once
+// One compiled kernel configuration (one translation unit): what the binding calls. A plan is a CUTLASS
+// Gemm with its arguments (TMA descriptors) built once; it keeps the problem's pointers, so the buffers
+// must outlive it. run() = build arguments + launch (host cost: a few TMA descriptor encodes).
+struct KernelOps {
+  const char* name;
+  Status (*check)(const Problem& p);
+  size_t (*workspace_size)(const Problem& p);
+  cudaError_t (*run)(const Problem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+  cudaError_t (*plan_create)(const Problem& p, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                             void** plan);
+  cudaError_t (*plan_run)(void* plan, cudaStream_t stream);
+  void (*plan_destroy)(void* plan);
+  // compile-time facts of the instantiated kernel (for the report and the tests)
+  int shared_memory_bytes;  // dynamic shared memory per CTA
+  int threads;              // threads per CTA
+  int stages;               // main-loop pipeline stages
+};
 
 }  // namespace fp8lab::cutlass_sm90
 
-fp8lab::cutlass_sm90::Status cutlass_blockwise_sm90_check(const fp8lab::cutlass_sm90::Problem& p);
-size_t cutlass_blockwise_sm90_workspace_size(const fp8lab::cutlass_sm90::Problem& p);
-
-// One call = build arguments + launch on `stream` (host cost: a few TMA descriptor encodes).
-cudaError_t cutlass_blockwise_sm90(const fp8lab::cutlass_sm90::Problem& p, void* workspace, size_t workspace_bytes,
-                                   cudaStream_t stream);
-
-// Build once, launch many times: what a prepared call (and a timing loop) wants. The plan keeps the
-// problem's pointers: the buffers must outlive it.
-cudaError_t cutlass_blockwise_sm90_plan_create(const fp8lab::cutlass_sm90::Problem& p, void* workspace,
-                                               size_t workspace_bytes, cudaStream_t stream,
-                                               fp8lab::cutlass_sm90::Plan** out);
-cudaError_t cutlass_blockwise_sm90_plan_run(fp8lab::cutlass_sm90::Plan* plan, cudaStream_t stream);
-void cutlass_blockwise_sm90_plan_destroy(fp8lab::cutlass_sm90::Plan* plan);
-
-// Compile-time facts of the instantiated kernel (for the report and the tests).
-int cutlass_blockwise_sm90_shared_memory_bytes();
-int cutlass_blockwise_sm90_threads();
-int cutlass_blockwise_sm90_stages();
+// Each kernel TU (cutlass_blockwise_sm90.cu compiled with FP8LAB_CUTLASS_KERNEL=<name>) defines
+//   const fp8lab::cutlass_sm90::KernelOps* fp8lab_cutlass_sm90_ops_<name>();
+// the binding declares the ones it links from the kernel list the Python build writes.

@@ -18,6 +18,13 @@ The kernel (``cutlass_blockwise_sm90.cu``) instantiates
 ``Sm90BlockwiseScaleConfig<1, 128, 128, MN, K>``: it issues ``wgmma`` (SASS ``QGMMA.64x128x32.F32.E4M3.E4M3``)
 into a fresh fp32 accumulator per 128-wide K tile and adds it, scaled, into the main one (promotion).
 
+Configurations (``config=`` name, :data:`CONFIGS`; default :data:`DEFAULT_CONFIG` = the one above): a
+compiled *kernel* (:data:`KERNELS`: tile, cluster, cooperative / ping-pong schedule, persistent /
+stream-K tile scheduler; one translation unit each, so the extension's kernels compile in parallel) plus
+run-time scheduler options (raster order, swizzle). No 128x256 / 256x128 tile: the collective keeps two
+fp32 accumulators per consumer warpgroup (main + per-k-tile), 2 x 128 registers per thread for a
+128x128 warpgroup tile, over the 232-240 setmaxnreg ceiling (it would spill).
+
 Scale layouts the collective reads (the ``prepare`` step converts once, so timing excludes it):
 
 - SFA: CuTe layout ``((1, Mp), (128, K/128), 1) : ((0, 1), (0, Mp), Mp*K/128)`` -- M-major: the scale
@@ -44,6 +51,7 @@ scale-layout model, shape validation, the standalone nvcc command and its SASS/r
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib.util
 import math
@@ -69,8 +77,8 @@ PROBE_SOURCE = KERNEL_DIR / "cutlass_blockwise_sm90_probe.cu"
 # Every file the extension build depends on: its cache key hashes all of them.
 SOURCES = (SOURCE, HEADER, CONFIG_HEADER, EXT_SOURCE)
 
-TILE_MNK = (128, 128, 128)
-CLUSTER_MNK = (1, 1, 1)
+TILE_MNK = (128, 128, 128)      # the default config's tile
+CLUSTER_MNK = (1, 1, 1)         # the default config's cluster
 SCALE_BLOCK = 128          # K per activation scale; weight blocks are 128 x 128
 N_ALIGN = 8                # bf16 elements in 16 bytes: the TMA store's row granularity
 SFA_LD_ALIGN = 4           # fp32 elements in 16 bytes: the SFA TMA descriptor's stride granularity
@@ -86,6 +94,114 @@ NVCC_FLAGS = ("-O3", "-DNDEBUG", "--expt-relaxed-constexpr",
               "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
               "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__")
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel configurations
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One compiled instantiation (one translation unit: cutlass_blockwise_sm90.cu with these macros)."""
+    name: str
+    tile_m: int            # CTA tile M (64: ping-pong's one-warpgroup tile; 128: cooperative's two)
+    tile_n: int            # CTA tile N (128 = one weight scale per tile: SFB on cp.async)
+    cluster_m: int = 1     # CTAs of a cluster along M: they share (TMA-multicast) the B tile
+    cluster_n: int = 1     # CTAs of a cluster along N: they share the A tile
+    pingpong: bool = False  # KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum instead of Cooperative
+    streamk: bool = False   # cutlass::gemm::StreamKScheduler instead of the persistent scheduler
+
+    @property
+    def schedule(self) -> str:
+        return ("KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum" if self.pingpong
+                else "KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum")
+
+    def defines(self) -> list[str]:
+        """The -D flags (or #defines) that select this kernel in cutlass_blockwise_sm90.cu."""
+        return [f"FP8LAB_CUTLASS_KERNEL={self.name}", f"FP8LAB_CUTLASS_TILE_M={self.tile_m}",
+                f"FP8LAB_CUTLASS_TILE_N={self.tile_n}", f"FP8LAB_CUTLASS_CLUSTER_M={self.cluster_m}",
+                f"FP8LAB_CUTLASS_CLUSTER_N={self.cluster_n}", f"FP8LAB_CUTLASS_PINGPONG={int(self.pingpong)}",
+                f"FP8LAB_CUTLASS_STREAMK={int(self.streamk)}"]
+
+
+RASTER = {"heuristic": 0, "along_m": 1, "along_n": 2}   # the .cu's Problem.raster codes
+SWIZZLES = (1, 2, 4, 8)                                  # CUTLASS's max_swizzle_size values
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A kernel plus the tile scheduler's run-time options (no recompile)."""
+    name: str
+    kernel: str
+    raster: str = "heuristic"   # CTA walk order over the tile grid
+    swizzle: int = 1            # tiles per swizzle group: CTAs in flight that share an A/B panel in L2
+
+    @property
+    def k(self) -> Kernel:
+        return KERNELS[self.kernel]
+
+
+KERNELS = {k.name: k for k in (
+    Kernel("coop_128x128", 128, 128),                               # the original arm
+    Kernel("pingpong_64x128", 64, 128, pingpong=True),               # epilogue overlapped; less M waste
+    Kernel("coop_128x128_c2x1", 128, 128, cluster_m=2),              # B tile multicast to 2 M-neighbours
+    Kernel("coop_128x128_c1x2", 128, 128, cluster_n=2),              # A tile multicast to 2 N-neighbours
+    Kernel("coop_128x128_streamk", 128, 128, streamk=True),          # no wave-quantisation tail
+)}
+
+CONFIGS = {c.name: c for c in (
+    Config("coop_128x128", "coop_128x128"),
+    Config("coop_128x128_alongm_swz4", "coop_128x128", "along_m", 4),
+    Config("coop_128x128_alongn_swz4", "coop_128x128", "along_n", 4),
+    Config("pingpong_64x128", "pingpong_64x128"),
+    Config("coop_128x128_c2x1", "coop_128x128_c2x1"),
+    Config("coop_128x128_c1x2", "coop_128x128_c1x2"),
+    Config("coop_128x128_streamk", "coop_128x128_streamk"),
+)}
+DEFAULT_CONFIG = "coop_128x128"
+
+# Restricts the extension build to these kernels (comma-separated names), e.g. for a quick test build.
+KERNELS_ENV = "FP8LAB_CUTLASS_KERNELS"
+
+
+def get_config(config=None) -> Config:
+    """A :class:`Config` by name (None: the default); ValueError listing the known names otherwise."""
+    if config is None:
+        return CONFIGS[DEFAULT_CONFIG]
+    if isinstance(config, Config):
+        config = config.name
+    if not isinstance(config, str) or config not in CONFIGS:
+        raise ValueError(f"unknown cutlass_blockwise_sm90 config {config!r}; known configs: {list(CONFIGS)}")
+    return CONFIGS[config]
+
+
+def get_kernel(name: str) -> Kernel:
+    if name not in KERNELS:
+        raise ValueError(f"unknown cutlass_blockwise_sm90 kernel {name!r}; known kernels: {list(KERNELS)}")
+    return KERNELS[name]
+
+
+def built_kernels() -> list[str]:
+    """The kernels the extension builds: all of :data:`KERNELS`, or ${KERNELS_ENV}'s subset."""
+    env = os.environ.get(KERNELS_ENV, "").strip()
+    if not env:
+        return list(KERNELS)
+    names = [n.strip() for n in env.split(",") if n.strip()]
+    for n in names:
+        get_kernel(n)
+    if not names:
+        raise ValueError(f"${KERNELS_ENV} names no kernel")
+    return [n for n in KERNELS if n in names]   # table order: deterministic build key
+
+
+def _check_config_consistency() -> None:
+    for c in CONFIGS.values():
+        if c.kernel not in KERNELS or c.raster not in RASTER or c.swizzle not in SWIZZLES:
+            raise AssertionError(f"bad config table entry {c}")
+
+
+_check_config_consistency()
+
 
 # Reused from mma_blockwise: the same operands, so the same reference, counts, inputs and metric.
 flop_byte_count = _mb.flop_byte_count
@@ -269,11 +385,14 @@ def probe_layouts(M: int, N: int, K: int, *, include: Path | None = None) -> dic
 # ---------------------------------------------------------------------------------------------
 # Standalone nvcc (no torch, no GPU): registers, spills, SASS
 # ---------------------------------------------------------------------------------------------
-def nvcc_args(output, *, include: Path | None = None, cubin: bool = True, extra=()) -> list[str]:
-    """nvcc arguments that compile the kernel alone for sm_90a (``-cubin`` or ``-c``)."""
+def nvcc_args(output, *, include: Path | None = None, cubin: bool = True, extra=(), kernel: str | None = None
+              ) -> list[str]:
+    """nvcc arguments that compile one kernel (default: the default config's) alone for sm_90a
+    (``-cubin`` or ``-c``)."""
     include = include or cutlass_include_dir()
-    return ["-std=c++17", "-arch=sm_90a", *NVCC_FLAGS, f"-I{include}", f"-I{KERNEL_DIR}", "-Xptxas=-v",
-            "-cubin" if cubin else "-c", *extra, "-o", str(output), str(SOURCE)]
+    k = get_kernel(kernel or CONFIGS[DEFAULT_CONFIG].kernel)
+    return ["-std=c++17", "-arch=sm_90a", *NVCC_FLAGS, *(f"-D{d}" for d in k.defines()), f"-I{include}",
+            f"-I{KERNEL_DIR}", "-Xptxas=-v", "-cubin" if cubin else "-c", *extra, "-o", str(output), str(SOURCE)]
 
 
 SASS_OPCODES = ("QGMMA", "HGMMA", "HMMA", "QMMA", "USETMAXREG", "UTMALDG", "UTMASTG", "LDGSTS", "STL", "LDL")
@@ -294,15 +413,15 @@ def sass_summary(sass: str) -> dict:
     return out
 
 
-def compile_standalone(out_dir=None, *, include: Path | None = None) -> dict:
-    """Compile the .cu alone to a cubin; return compile seconds, ptxas registers/spills and
+def compile_standalone(out_dir=None, *, include: Path | None = None, kernel: str | None = None) -> dict:
+    """Compile one kernel of the .cu alone to a cubin; return compile seconds, ptxas registers/spills and
     :func:`sass_summary`. Minutes of nvcc: CUTLASS 3.x templates are heavy."""
     from .. import resources, tools
 
     with tempfile.TemporaryDirectory(prefix="fp8lab_cutlass_") as tmp:
         cubin = Path(out_dir or tmp) / "cutlass_blockwise_sm90.cubin"
         t0 = time.perf_counter()
-        proc = tools.run_tool("nvcc", nvcc_args(cubin, include=include), timeout=1800)
+        proc = tools.run_tool("nvcc", nvcc_args(cubin, include=include, kernel=kernel), timeout=1800)
         compile_s = time.perf_counter() - t0
         ptx = resources.parse_ptxas_v(proc.stdout + proc.stderr)
         sass = tools.run_tool("cuobjdump", ["-sass", cubin], timeout=300).stdout
@@ -310,7 +429,7 @@ def compile_standalone(out_dir=None, *, include: Path | None = None) -> dict:
     if len(kernels) != 1:
         raise RuntimeError(f"expected one GemmUniversal kernel in the ptxas log, got {list(ptx)}")
     (name, p), = kernels.items()
-    return {"kernel": name, "arch": p["arch"], "registers": p["registers"], "stack_bytes": p["stack_bytes"],
+    return {"config_kernel": kernel or CONFIGS[DEFAULT_CONFIG].kernel, "kernel": name, "arch": p["arch"], "registers": p["registers"], "stack_bytes": p["stack_bytes"],
             "spill_store_bytes": p["spill_store_bytes"], "spill_load_bytes": p["spill_load_bytes"],
             "compile_s": round(compile_s, 1), "nvcc": tools.tool_version("nvcc"),
             "cutlass": cutlass_version(include), **sass_summary(sass)}
@@ -348,43 +467,81 @@ _EXT = None
 LAST_BUILD_S: float | None = None   # seconds the last load_extension() took (build or cached import)
 
 
+def _write_kernel_sources(kernels: list[str], gen_dir: Path) -> list[Path]:
+    """One wrapper TU per kernel (its #defines + an #include of the .cu) and the binding's kernel list,
+    written into gen_dir (inside the content-hashed cache); returns the wrapper paths."""
+    gen_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in kernels:
+        body = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in KERNELS[name].defines())
+        body = (f"// generated by fp8lab.kernels.cutlass_blockwise_sm90: kernel {name}\n{body}"
+                f'#include "{SOURCE}"\n')
+        path = gen_dir / f"cutlass_sm90_k_{name}.cu"
+        if not path.is_file() or path.read_text() != body:
+            path.write_text(body)
+        paths.append(path)
+    inc = ("// generated: the kernels compiled into this build\n#define FP8LAB_CUTLASS_KERNEL_LIST(X) "
+           + " ".join(f"X({n})" for n in kernels) + "\n")
+    inc_path = gen_dir / "cutlass_blockwise_sm90_kernels.inc"
+    if not inc_path.is_file() or inc_path.read_text() != inc:
+        inc_path.write_text(inc)
+    return paths
+
+
 def load_extension(verbose: bool = False):
     """Build (once per content hash) and import the torch extension.
 
     Build directory: <cache>/torch_ext/cutlass_sm90_<hash> (fp8lab.paths.cache_dir; $FP8LAB_CACHE_DIR
-    overrides), the hash covering the three sources, torch/CUDA/CUTLASS versions, the include dir and
-    the flags. One translation unit holds the CUTLASS kernel, so the first build is one long nvcc run
-    (~1.5 min on 2 cores for the kernel); MAX_JOBS (default: all cores) only parallelises it with the
-    binding's compile.
+    overrides), the hash covering the sources, the kernel table, torch/CUDA/CUTLASS versions, the include
+    dir and the flags. Each kernel of :func:`built_kernels` is its own translation unit (~1.5-3 min of
+    nvcc each, a few GB of host memory), compiled in parallel by ninja: MAX_JOBS (default: all cores)
+    >= the number of kernels makes the build as long as the slowest one.
     """
     global _EXT, LAST_BUILD_S
     if _EXT is not None:
         return _EXT
     import torch
 
+    from ..paths import cache_dir
     from ._build import extension_digest, load_torch_extension
 
     include = cutlass_include_dir()
+    kernels = built_kernels()
+    table = [dataclasses.astuple(KERNELS[n]) for n in kernels]
     digest = extension_digest(SOURCES, torch, f"cutlass={cutlass_version(include)} include={include} "
-                              f"flags={_build_flags()}", gpu_archs=False)
+                              f"flags={_build_flags()} kernels={table}", gpu_archs=False)
+    gen_dir = cache_dir("torch_ext", f"cutlass_sm90_src_{digest}")
+    wrappers = _write_kernel_sources(kernels, gen_dir)
     # An -arch flag in extra_cuda_cflags already stops torch adding its own -gencode; the arch list is
     # set too, in case a torch version does not: a plain sm_90 pass would hit the .cu's #error.
     env = {"TORCH_CUDA_ARCH_LIST": "9.0a", "MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 1))}
     t0 = time.perf_counter()
-    _EXT = load_torch_extension("cutlass_sm90", [SOURCE, EXT_SOURCE], digest=digest,
-                                include_paths=[KERNEL_DIR, include], cflags=["-O3", "-DNDEBUG"],
+    _EXT = load_torch_extension("cutlass_sm90", [*wrappers, EXT_SOURCE], digest=digest,
+                                include_paths=[KERNEL_DIR, gen_dir, include], cflags=["-O3", "-DNDEBUG"],
                                 cuda_cflags=_build_flags(), env=env, verbose=verbose)
     LAST_BUILD_S = time.perf_counter() - t0
     return _EXT
 
 
-def kernel_info() -> dict:
-    """What was instantiated, for a results table's metadata (builds/loads the extension)."""
+def _ext_for(config: Config):
+    """The extension, with config's kernel compiled in (ValueError when the build left it out)."""
     ext = load_extension()
-    return {"arm": ARM, "tile_mnk": "x".join(map(str, TILE_MNK)), "cluster_mnk": "x".join(map(str, CLUSTER_MNK)),
-            "scale_granularity_mnk": "1x128x128", "schedule": "KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum",
-            "stages": ext.stages(), "threads": ext.threads(), "shared_memory_bytes": ext.shared_memory_bytes(),
-            "cutlass": cutlass_version()}
+    if config.kernel not in ext.kernels():
+        raise ValueError(f"config {config.name!r} needs kernel {config.kernel!r}, not in this build "
+                         f"(${KERNELS_ENV} limits it to {ext.kernels()})")
+    return ext
+
+
+def kernel_info(config=None) -> dict:
+    """What was instantiated for ``config``, for a results table's metadata (builds/loads the extension)."""
+    c = get_config(config)
+    k = c.k
+    ext = _ext_for(c)
+    return {"arm": ARM, "config": c.name, "kernel": k.name, "tile_mnk": f"{k.tile_m}x{k.tile_n}x128",
+            "cluster_mnk": f"{k.cluster_m}x{k.cluster_n}x1", "scale_granularity_mnk": "1x128x128",
+            "schedule": k.schedule, "scheduler": "stream-k" if k.streamk else "persistent",
+            "raster": c.raster, "swizzle": c.swizzle, "stages": ext.stages(k.name), "threads": ext.threads(k.name),
+            "shared_memory_bytes": ext.shared_memory_bytes(k.name), "cutlass": cutlass_version()}
 
 
 def _need(cond, msg):
@@ -445,9 +602,10 @@ class CutlassBlockwise:
     clone a result you want to keep across calls. The instance keeps references to all operands.
     """
 
-    def __init__(self, a, a_scale, b, b_scale, *, out=None):
+    def __init__(self, a, a_scale, b, b_scale, *, out=None, config=None):
         import torch
 
+        self.config = get_config(config)
         M, N, K = _validate(a, a_scale, b, b_scale, out, torch)
         ok, why = available(a.device)
         if not ok:
@@ -457,21 +615,24 @@ class CutlassBlockwise:
         self.sfb = b_scale.contiguous()
         self.a, self.b = a, b
         self.out = out if out is not None else torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
-        ext = load_extension()
-        ws = ext.workspace_size(M, N, K, self.sfa_ld)
+        ext = _ext_for(self.config)
+        sched = (self.config.kernel, RASTER[self.config.raster], self.config.swizzle)
+        ws = ext.workspace_size(*sched, M, N, K, self.sfa_ld)
         self.workspace = torch.empty(max(ws, 16), dtype=torch.uint8, device=a.device)
-        self._plan = ext.Plan(self.a, self.sfa, self.b, self.sfb, self.out, self.workspace)
+        self._plan = ext.Plan(*sched, self.a, self.sfa, self.b, self.sfb, self.out, self.workspace)
 
     def __call__(self):
         return self._plan.run()
 
 
-def cutlass_blockwise_sm90(a, a_scale, b, b_scale, *, out=None):
+def cutlass_blockwise_sm90(a, a_scale, b, b_scale, *, out=None, config=None):
     """a (M, K) e4m3, a_scale (M, K/128) fp32, b (N, K) e4m3, b_scale (ceil(N/128), K/128) fp32 ->
-    (M, N) bf16, through CUTLASS's Hopper blockwise-scaled FP8 GEMM. Converts the scales and builds the
-    arguments on every call: use :class:`CutlassBlockwise` to time."""
+    (M, N) bf16, through CUTLASS's Hopper blockwise-scaled FP8 GEMM (``config``: a :data:`CONFIGS` name,
+    default :data:`DEFAULT_CONFIG`). Converts the scales and builds the arguments on every call: use
+    :class:`CutlassBlockwise` to time."""
     import torch
 
+    c = get_config(config)
     M, N, K = _validate(a, a_scale, b, b_scale, out, torch)
     ok, why = available(a.device)
     if not ok:
@@ -479,6 +640,7 @@ def cutlass_blockwise_sm90(a, a_scale, b, b_scale, *, out=None):
     sfa, _ = prepare_sfa(a_scale, torch)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
-    ext = load_extension()
-    ws = torch.empty(max(ext.workspace_size(M, N, K, sfa.shape[1]), 16), dtype=torch.uint8, device=a.device)
-    return ext.run(a, sfa, b, b_scale.contiguous(), out, ws)
+    ext = _ext_for(c)
+    sched = (c.kernel, RASTER[c.raster], c.swizzle)
+    ws = torch.empty(max(ext.workspace_size(*sched, M, N, K, sfa.shape[1]), 16), dtype=torch.uint8, device=a.device)
+    return ext.run(*sched, a, sfa, b, b_scale.contiguous(), out, ws)

@@ -2,16 +2,46 @@
 // (cutlass_blockwise_sm90.cu). The Python wrapper (cutlass_blockwise_sm90.py) validates everything and
 // raises ValueError naming the constraint; the TORCH_CHECKs here only guard against calling the
 // extension directly. No CUTLASS header is included here: the host compiler never sees CUTLASS.
+//
+// The kernels linked in: cutlass_blockwise_sm90_kernels.inc, written by the Python build next to one
+// wrapper TU per kernel, is an X-macro list FP8LAB_CUTLASS_KERNEL_LIST(X) with X(name) per kernel.
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
 #include <string>
+#include <vector>
 
 #include "cutlass_blockwise_sm90.h"
+#include "cutlass_blockwise_sm90_kernels.inc"
+
+#define FP8LAB_DECLARE_OPS(name) const fp8lab::cutlass_sm90::KernelOps* fp8lab_cutlass_sm90_ops_##name();
+FP8LAB_CUTLASS_KERNEL_LIST(FP8LAB_DECLARE_OPS)
+#undef FP8LAB_DECLARE_OPS
 
 namespace {
 namespace cs = fp8lab::cutlass_sm90;
+
+const std::vector<const cs::KernelOps*>& all_kernels() {
+#define FP8LAB_OPS_PTR(name) fp8lab_cutlass_sm90_ops_##name(),
+  static const std::vector<const cs::KernelOps*> k{FP8LAB_CUTLASS_KERNEL_LIST(FP8LAB_OPS_PTR)};
+#undef FP8LAB_OPS_PTR
+  return k;
+}
+
+const cs::KernelOps& kernel(const std::string& name) {
+  for (const cs::KernelOps* k : all_kernels())
+    if (name == k->name) return *k;
+  std::string known;
+  for (const cs::KernelOps* k : all_kernels()) known += std::string(known.empty() ? "" : ", ") + k->name;
+  throw pybind11::value_error("cutlass_blockwise_sm90: no kernel named '" + name + "' in this build; known: " + known);
+}
+
+std::vector<std::string> kernel_names() {
+  std::vector<std::string> out;
+  for (const cs::KernelOps* k : all_kernels()) out.emplace_back(k->name);
+  return out;
+}
 
 const char* status_text(cs::Status s) {
   switch (s) {
@@ -22,6 +52,7 @@ const char* status_text(cs::Status s) {
     case cs::Status::kBadSfaLd: return "sfa_ld must be >= M and a multiple of 4";
     case cs::Status::kMisaligned: return "a, b, out, sfa must be 16-byte aligned and sfb 4-byte aligned";
     case cs::Status::kCutlassRefused: return "CUTLASS can_implement refused the problem";
+    case cs::Status::kBadScheduler: return "raster must be 0, 1 or 2 and swizzle 1, 2, 4 or 8";
   }
   return "unknown status";
 }
@@ -29,8 +60,10 @@ const char* status_text(cs::Status s) {
 // a: (M, K) float8_e4m3fn contiguous; sfa: (K/128, sfa_ld) float32 contiguous (M-major per-token scales,
 // padded); b: (N, K) float8_e4m3fn contiguous; sfb: (ceil(N/128), K/128) float32 contiguous;
 // out: (M, N) bfloat16 contiguous.
-cs::Problem make_problem(const torch::Tensor& a, const torch::Tensor& sfa, const torch::Tensor& b,
-                         const torch::Tensor& sfb, const torch::Tensor& out) {
+// raster: 0 heuristic, 1 along M, 2 along N; swizzle: 1, 2, 4 or 8.
+cs::Problem make_problem(const cs::KernelOps& k, int64_t raster, int64_t swizzle, const torch::Tensor& a,
+                         const torch::Tensor& sfa, const torch::Tensor& b, const torch::Tensor& sfb,
+                         const torch::Tensor& out) {
   for (const torch::Tensor* t : {&a, &sfa, &b, &sfb, &out}) {
     TORCH_CHECK(t->is_cuda() && t->device() == a.device(), "all tensors must be on a's CUDA device");
     TORCH_CHECK(t->dim() == 2 && t->is_contiguous(), "all tensors must be 2-D and contiguous");
@@ -56,7 +89,9 @@ cs::Problem make_problem(const torch::Tensor& a, const torch::Tensor& sfa, const
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
   p.sfa_ld = static_cast<int>(sfa.size(1));
-  const cs::Status s = cutlass_blockwise_sm90_check(p);
+  p.raster = static_cast<int>(raster);
+  p.swizzle = static_cast<int>(swizzle);
+  const cs::Status s = k.check(p);
   TORCH_CHECK(s == cs::Status::kOk, "cutlass_blockwise_sm90: ", status_text(s));
   return p;
 }
@@ -68,65 +103,73 @@ void* workspace_ptr(const torch::Tensor& ws, size_t need) {
 }
 
 // One call: build the CUTLASS arguments and launch on the current stream. Returns out.
-torch::Tensor run(torch::Tensor a, torch::Tensor sfa, torch::Tensor b, torch::Tensor sfb, torch::Tensor out,
-                  torch::Tensor workspace) {
+torch::Tensor run(const std::string& name, int64_t raster, int64_t swizzle, torch::Tensor a, torch::Tensor sfa,
+                  torch::Tensor b, torch::Tensor sfb, torch::Tensor out, torch::Tensor workspace) {
   const c10::cuda::CUDAGuard guard(a.device());
-  const cs::Problem p = make_problem(a, sfa, b, sfb, out);
-  const size_t need = cutlass_blockwise_sm90_workspace_size(p);
-  const cudaError_t err = cutlass_blockwise_sm90(p, workspace_ptr(workspace, need), need,
-                                                 c10::cuda::getCurrentCUDAStream().stream());
+  const cs::KernelOps& k = kernel(name);
+  const cs::Problem p = make_problem(k, raster, swizzle, a, sfa, b, sfb, out);
+  const size_t need = k.workspace_size(p);
+  const cudaError_t err = k.run(p, workspace_ptr(workspace, need), need, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "cutlass_blockwise_sm90 launch failed: ", cudaGetErrorString(err));
   return out;
 }
 
-int64_t workspace_size(int64_t M, int64_t N, int64_t K, int64_t sfa_ld) {
+int64_t workspace_size(const std::string& name, int64_t raster, int64_t swizzle, int64_t M, int64_t N, int64_t K,
+                       int64_t sfa_ld) {
   cs::Problem p;
+  p.raster = static_cast<int>(raster);
+  p.swizzle = static_cast<int>(swizzle);
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
   p.sfa_ld = static_cast<int>(sfa_ld);
-  return static_cast<int64_t>(cutlass_blockwise_sm90_workspace_size(p));
+  return static_cast<int64_t>(kernel(name).workspace_size(p));
 }
 
 // Arguments built once (TMA descriptors hold the pointers), so run() is a single kernel launch. Holds
 // references to every tensor it points into, so none is freed while the plan lives.
 class Plan {
  public:
-  Plan(torch::Tensor a, torch::Tensor sfa, torch::Tensor b, torch::Tensor sfb, torch::Tensor out,
-       torch::Tensor workspace)
-      : a_(a), sfa_(sfa), b_(b), sfb_(sfb), out_(out), workspace_(workspace) {
+  Plan(const std::string& name, int64_t raster, int64_t swizzle, torch::Tensor a, torch::Tensor sfa, torch::Tensor b,
+       torch::Tensor sfb, torch::Tensor out, torch::Tensor workspace)
+      : k_(&kernel(name)), a_(a), sfa_(sfa), b_(b), sfb_(sfb), out_(out), workspace_(workspace) {
     const c10::cuda::CUDAGuard guard(a.device());
-    const cs::Problem p = make_problem(a, sfa, b, sfb, out);
-    const size_t need = cutlass_blockwise_sm90_workspace_size(p);
-    const cudaError_t err = cutlass_blockwise_sm90_plan_create(p, workspace_ptr(workspace, need), need,
-                                                               c10::cuda::getCurrentCUDAStream().stream(), &plan_);
+    const cs::Problem p = make_problem(*k_, raster, swizzle, a, sfa, b, sfb, out);
+    const size_t need = k_->workspace_size(p);
+    const cudaError_t err = k_->plan_create(p, workspace_ptr(workspace, need), need,
+                                            c10::cuda::getCurrentCUDAStream().stream(), &plan_);
     TORCH_CHECK(err == cudaSuccess, "cutlass_blockwise_sm90 plan failed: ", cudaGetErrorString(err));
   }
-  ~Plan() { cutlass_blockwise_sm90_plan_destroy(plan_); }
+  ~Plan() { k_->plan_destroy(plan_); }
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
   torch::Tensor run() {
     const c10::cuda::CUDAGuard guard(a_.device());
-    const cudaError_t err = cutlass_blockwise_sm90_plan_run(plan_, c10::cuda::getCurrentCUDAStream().stream());
+    const cudaError_t err = k_->plan_run(plan_, c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "cutlass_blockwise_sm90 launch failed: ", cudaGetErrorString(err));
     return out_;
   }
 
  private:
+  const cs::KernelOps* k_;
   torch::Tensor a_, sfa_, b_, sfb_, out_, workspace_;
-  cs::Plan* plan_ = nullptr;
+  void* plan_ = nullptr;
 };
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("run", &run, "blockwise-scaled FP8 GEMM (CUTLASS sm90), arguments built per call");
-  m.def("workspace_size", &workspace_size, "bytes of device workspace the kernel needs");
-  m.def("shared_memory_bytes", &cutlass_blockwise_sm90_shared_memory_bytes, "dynamic shared memory per CTA");
-  m.def("threads", &cutlass_blockwise_sm90_threads, "threads per CTA");
-  m.def("stages", &cutlass_blockwise_sm90_stages, "main-loop pipeline stages");
+  m.def("kernels", &kernel_names, "names of the kernel configurations compiled into this build");
+  m.def("run", &run, "blockwise-scaled FP8 GEMM (CUTLASS sm90), arguments built per call: "
+        "run(kernel, raster, swizzle, a, sfa, b, sfb, out, workspace)");
+  m.def("workspace_size", &workspace_size, "bytes of device workspace: workspace_size(kernel, raster, swizzle, M, N, K, sfa_ld)");
+  m.def("shared_memory_bytes", [](const std::string& n) { return kernel(n).shared_memory_bytes; },
+        "dynamic shared memory per CTA");
+  m.def("threads", [](const std::string& n) { return kernel(n).threads; }, "threads per CTA");
+  m.def("stages", [](const std::string& n) { return kernel(n).stages; }, "main-loop pipeline stages");
   pybind11::class_<Plan>(m, "Plan")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>())
+      .def(pybind11::init<const std::string&, int64_t, int64_t, torch::Tensor, torch::Tensor, torch::Tensor,
+                          torch::Tensor, torch::Tensor, torch::Tensor>())
       .def("run", &Plan::run, "launch on the current stream; returns out");
 }

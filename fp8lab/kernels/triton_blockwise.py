@@ -280,6 +280,7 @@ def _blockwise_fp8_swapab_kernel(
     BLOCK_T: tl.constexpr,  # tokens per program: the wgmma N (16, 32, 64)
     SPLIT_K: tl.constexpr,  # programs sharing one output tile along K
     EVEN_K: tl.constexpr,  # K % 128 == 0: no K masks
+    KSTEP: tl.constexpr = 1,  # 128-wide scale blocks per loop iteration (1, 2 or 4)
 ):
     pid_w = tl.program_id(0)
     pid_t = tl.program_id(1)
@@ -302,25 +303,44 @@ def _blockwise_fp8_swapab_kernel(
     kb0 = pid_k * kb_per
     kb1 = tl.minimum(kb0 + kb_per, n_kb)
     acc = tl.zeros((BLOCK_W, BLOCK_T), dtype=tl.float32)
-    kc = tl.minimum(kb0, n_kb - 1)  # an empty split (kb0 >= n_kb) still loads in bounds
-    sw_nx = tl.load(sw_ptr + kc * stride_bsk)
-    sx_nx = tl.load(sx_ptrs + kc * stride_ask)
-    for kb in range(kb0, kb1):
-        sw = sw_nx
-        sx = sx_nx
-        # scales one block ahead (see _blockwise_fp8_kernel)
-        kn = tl.minimum(kb + 1, n_kb - 1)
-        sw_nx = tl.load(sw_ptr + kn * stride_bsk)
-        sx_nx = tl.load(sx_ptrs + kn * stride_ask)
-        k0 = kb * 128
-        if EVEN_K:
-            w = tl.load(w_ptrs + k0)
-            x = tl.load(x_ptrs + k0)
-        else:
-            k_ok = (k0 + offs_k) < K
-            w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0)
-            x = tl.load(x_ptrs + k0, mask=k_ok[:, None], other=0.0)
-        acc += tl.dot(w, x) * (sx * sw)[None, :]
+    if KSTEP == 1:
+        kc = tl.minimum(kb0, n_kb - 1)  # an empty split (kb0 >= n_kb) still loads in bounds
+        sw_nx = tl.load(sw_ptr + kc * stride_bsk)
+        sx_nx = tl.load(sx_ptrs + kc * stride_ask)
+        for kb in range(kb0, kb1):
+            sw = sw_nx
+            sx = sx_nx
+            # scales one block ahead (see _blockwise_fp8_kernel)
+            kn = tl.minimum(kb + 1, n_kb - 1)
+            sw_nx = tl.load(sw_ptr + kn * stride_bsk)
+            sx_nx = tl.load(sx_ptrs + kn * stride_ask)
+            k0 = kb * 128
+            if EVEN_K:
+                w = tl.load(w_ptrs + k0)
+                x = tl.load(x_ptrs + k0)
+            else:
+                k_ok = (k0 + offs_k) < K
+                w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0)
+                x = tl.load(x_ptrs + k0, mask=k_ok[:, None], other=0.0)
+            acc += tl.dot(w, x) * (sx * sw)[None, :]
+    else:
+        # KSTEP scale blocks per iteration: each weight row is read KSTEP * 128 contiguous bytes at a
+        # time (longer DRAM bursts per row, fewer loop trips per byte). Blocks past this split's end
+        # (kb_per not a multiple of KSTEP) load zeros; their scales are read in bounds, times zero.
+        for kb in range(kb0, kb1, KSTEP):
+            for j in tl.static_range(KSTEP):
+                kbj = kb + j
+                kc = tl.minimum(kbj, n_kb - 1)
+                sw = tl.load(sw_ptr + kc * stride_bsk)
+                sx = tl.load(sx_ptrs + kc * stride_ask)
+                k0 = kc * 128
+                if EVEN_K:
+                    k_ok = (offs_k < 128) & (kbj < kb1)  # constant along K: loads stay 16-byte vectors
+                else:
+                    k_ok = ((k0 + offs_k) < K) & (kbj < kb1)
+                w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0)
+                x = tl.load(x_ptrs + k0, mask=k_ok[:, None], other=0.0)
+                acc += tl.dot(w, x) * (sx * sw)[None, :]
 
     c_ptrs = c_ptr + offs_t[None, :] * stride_cm + offs_w[:, None]  # (BLOCK_W, BLOCK_T) -> C^T
     c_mask = mask_w[:, None] & mask_t[None, :]
@@ -381,7 +401,7 @@ def _check_tma(variant: str, BLOCK_M: int, BLOCK_N: int, GROUP_M: int, PERSIST: 
 
 
 def _check_swapab(variant: str, BLOCK_W: int, BLOCK_T: int, SPLIT_K: int, num_warps: int,
-                  num_stages: int) -> None:
+                  num_stages: int, KSTEP: int = 1) -> None:
     if variant != "per_block":
         raise ValueError(f"the swapab path has the per_block variant only, got {variant!r}")
     if BLOCK_W not in (64, 128):
@@ -395,6 +415,8 @@ def _check_swapab(variant: str, BLOCK_W: int, BLOCK_T: int, SPLIT_K: int, num_wa
         raise ValueError(f"num_warps must be 4 or 8 (one or two warpgroups), got {num_warps}")
     if num_stages < 1:
         raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+    if KSTEP not in (1, 2, 4):
+        raise ValueError(f"KSTEP must be 1, 2 or 4 (128-wide scale blocks per loop iteration), got {KSTEP}")
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages). BLOCK_M < 64 runs mma.sync (on sm_90 an FP8
@@ -414,7 +436,7 @@ _TMA_TILES = [
     (64, 256, 8, 3), (64, 256, 8, 4), (128, 256, 8, 3), (128, 256, 8, 4),
 ]
 _TMA_PERSIST = (0, 1, 2)
-_SWAPAB = dict(BLOCK_W=(64, 128), BLOCK_T=(16, 32, 64), SPLIT_K=(1, 2, 4, 8, 16), num_stages=(3, 4, 6))
+_SWAPAB = dict(BLOCK_W=(64, 128), BLOCK_T=(16, 32, 64), SPLIT_K=(1, 2, 4, 8, 16), num_stages=(3, 4, 6), KSTEP=(1, 2))
 
 
 def tile_configs(variant: str, path: str = "ptr") -> list[dict]:
@@ -451,8 +473,9 @@ def tile_configs(variant: str, path: str = "ptr") -> list[dict]:
             for bt in _SWAPAB["BLOCK_T"]:
                 for split in _SWAPAB["SPLIT_K"]:
                     for stages in _SWAPAB["num_stages"]:
-                        out.append(dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=split, num_warps=4,
-                                        num_stages=stages))
+                        for ks in _SWAPAB["KSTEP"]:
+                            out.append(dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=split, num_warps=4,
+                                            num_stages=stages, KSTEP=ks))
     return out
 
 
@@ -468,15 +491,24 @@ def limited_configs(variant: str, path: str, M: int, N: int, K: int, *, sms: int
     if path == "swapab":
         bt = min(64, max(16, _next_pow2(M)))
         n_kb = -(-K // SCALE_BLOCK)
-        picked = []
-        for bw in (128, 64):
+        splits = [s for s in _SWAPAB["SPLIT_K"] if -(-n_kb // s) >= 2] or [1]
+
+        def split_for(bw, per_sm):
+            # smallest split giving >= per_sm programs per SM while each keeps >= 2 K blocks
             tiles = -(-N // bw) * -(-M // bt)
-            # smallest split giving >= 2 programs per SM while each keeps >= 2 K blocks
-            splits = [s for s in _SWAPAB["SPLIT_K"] if -(-n_kb // s) >= 2] or [1]
-            enough = [s for s in splits if tiles * s >= 2 * sms]
-            s0 = enough[0] if enough else splits[-1]
-            for s in dict.fromkeys((s0, max(1, s0 // 2))):
-                picked.append(dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=s, num_warps=4, num_stages=4))
+            enough = [s for s in splits if tiles * s >= per_sm * sms]
+            return enough[0] if enough else splits[-1]
+        # Weight streaming wants bytes in flight: 2 programs per SM (the original rule), the same with
+        # 256-byte row bursts per iteration (KSTEP 2, 3 stages keep the shared memory of 4 x 128),
+        # 4 programs per SM, and 64-row tiles (twice the programs for the same split).
+        s2, s4 = split_for(128, 2), split_for(128, 4)
+        want = [(128, s2, 1, 4), (128, s2, 2, 3), (128, s4, 1, 4), (64, split_for(64, 2), 1, 4),
+                (128, max(1, s2 // 2), 1, 4)]
+        picked = []
+        for bw, s, ks, st in want:
+            c = dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=s, num_warps=4, num_stages=st, KSTEP=ks)
+            if c not in picked:
+                picked.append(c)
         return picked[:limit]
     if path == "ptr":
         if M <= 16:
@@ -798,7 +830,7 @@ def blockwise_fp8_gemm(a, b, a_scale, b_scale, *, variant: str = "per_block",
     if config is None:
         _autotuned(variant, "swapab")[grid](*args, EVEN_K=even_k)
     else:
-        cfg = dict(BLOCK_W=64, BLOCK_T=16, SPLIT_K=1, num_warps=4, num_stages=4) | dict(config)
+        cfg = dict(BLOCK_W=64, BLOCK_T=16, SPLIT_K=1, num_warps=4, num_stages=4, KSTEP=1) | dict(config)
         _check_swapab(variant, **cfg)
         _blockwise_fp8_swapab_kernel[grid(cfg)](*args, EVEN_K=even_k, **cfg)
     return out
@@ -950,13 +982,13 @@ def triton_resource_usage(variant: str = "per_block", arch="sm_90", *, BLOCK_M: 
                           BLOCK_N: int = 128, BLOCK_K: int | None = None, GROUP_M: int = 8,
                           num_warps: int = 8, num_stages: int = 3, M: int = 4096, N: int = 4096,
                           K: int = 4096, path: str = "ptr", PERSIST: int = 0, BLOCK_W: int = 64,
-                          BLOCK_T: int = 16, SPLIT_K: int = 1) -> dict:
+                          BLOCK_T: int = 16, SPLIT_K: int = 1, KSTEP: int = 1) -> dict:
     """Compile one tile config for ``arch`` (sm_89 / sm_90) on this machine, no GPU needed.
 
     M, N, K only decide the JIT's specialisation (which arguments are multiples of 16 or
     equal to 1, see :func:`launch_specialization`); the defaults are a real layer's.
     path "ptr" uses BLOCK_M / BLOCK_N / BLOCK_K / GROUP_M; "tma" BLOCK_M / BLOCK_N / GROUP_M /
-    PERSIST (sm_90 only); "swapab" BLOCK_W / BLOCK_T / SPLIT_K.
+    PERSIST (sm_90 only); "swapab" BLOCK_W / BLOCK_T / SPLIT_K / KSTEP.
 
     Returns dict(variant, path, arch, tile config, registers and stack_bytes (from the cubin),
     spill_stores / spill_loads (bytes, ptxas -v; None if the re-run did not reproduce the
@@ -972,7 +1004,7 @@ def triton_resource_usage(variant: str = "per_block", arch="sm_90", *, BLOCK_M: 
     elif path == "tma":
         _check_tma(variant, BLOCK_M, BLOCK_N, GROUP_M, PERSIST, num_warps, num_stages)
     else:
-        _check_swapab(variant, BLOCK_W, BLOCK_T, SPLIT_K, num_warps, num_stages)
+        _check_swapab(variant, BLOCK_W, BLOCK_T, SPLIT_K, num_warps, num_stages, KSTEP)
     cc = _parse_arch(arch)
     if path == "tma" and cc < 90:
         raise ValueError(f"the tma path needs sm_90 or newer (TMA), got sm_{cc}")
@@ -997,9 +1029,9 @@ def triton_resource_usage(variant: str = "per_block", arch="sm_90", *, BLOCK_M: 
     else:
         fn = _blockwise_fp8_swapab_kernel
         constexprs |= dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K,
-                           EVEN_K=K % SCALE_BLOCK == 0)
+                           EVEN_K=K % SCALE_BLOCK == 0, KSTEP=KSTEP)
         tile = dict(BLOCK_M=BLOCK_T, BLOCK_N=BLOCK_W, BLOCK_K=SCALE_BLOCK, BLOCK_W=BLOCK_W,
-                    BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K)
+                    BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, KSTEP=KSTEP)
     signature = {name: sig.get(name, "constexpr") for name in fn.arg_names}
     # Tuple keys (arg index,) are what both triton 3.6 and 3.9 accept for constexprs and attrs.
     idx = {name: i for i, name in enumerate(fn.arg_names)}
