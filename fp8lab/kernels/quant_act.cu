@@ -26,6 +26,13 @@
 //   first reduction, so more bytes are in flight per SM (memory-bound kernels need that).
 // * quant_act_16t: 16 threads per group: 8 bf16 per lane in one 16-byte load, a 4-step shuffle
 //   inside each half-warp, 8-byte stores; a warp covers two groups per load.
+// * quant_act_warp_ilp<kPairs>: the warp kernel rebuilt for bandwidth (notes in its comment):
+//   16-byte loads (a warp load = 512 B = two groups), kPairs loads per lane issued before any
+//   reduction (2 * kPairs groups per warp), the whole warp reduces both groups of a load with one
+//   5-step xor butterfly on packed 15-bit maxima, and the division done with one reciprocal per
+//   group (3 FFMA per element) wherever that is provably the IEEE quotient.
+// * traffic_copy (diagnostic, not a quantiser): quant_act_warp_ilp's loads and stores with no
+//   arithmetic: the bandwidth a kernel of this launch shape reaches; no bitwise check applies.
 //
 // nvcc compiles this file alone: nvcc -cubin -arch=sm_90a -O3 -Xptxas -v fp8lab/kernels/quant_act.cu
 #include <cuda_bf16.h>
@@ -166,6 +173,139 @@ quant_act_16t_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, fl
   }
 }
 
+// x / scale exactly as an IEEE division (div.rn.f32), from a per-group reciprocal. The sequence
+//   y = rcp(b) refined once by Newton (e = fma(-b, y0, 1), y = fma(y0, e, y0)),
+//   q0 = a * y, r = fma(-b, q0, a), q = fma(y, r, q0)
+// is the fast path nvcc emits for div.rn.f32 (read off this file's SASS: MUFU.RCP, 5 FFMA), which
+// it takes whenever FCHK finds the operands away from the range edges; the division is then
+// correctly rounded because r is exact (Markstein). nvcc recomputes rcp(b) and re-runs FCHK for
+// every element; here the group's scale b is fixed, so rcp is hoisted and the range check is done
+// once per group (kFastScale*): b in [2^-80, 2^125] keeps y normal, and every element with
+// |a| >= 2^-100 keeps r exact. An element below 2^-100 has |a / b| <= 2^-20, far under e4m3's
+// smallest half-step (2^-10), so its code is +-0 whatever the last bits: the sign comes back with
+// an OR (the FFMA chain turns -0 into +0; IEEE -0 / b is -0). An all-zero group (scale 1) is such
+// a case. Groups outside the range (tiny scale, Inf / NaN) take __fdiv_rn per element.
+constexpr float kFastScaleMin = 0x1p-80f;
+constexpr float kFastScaleMax = 0x1p125f;
+
+__device__ __forceinline__ float rcp_approx(float b) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(b));  // b >= 2^-80 here: ftz never applies
+  return y;
+}
+
+__device__ __forceinline__ float div_by_scale(float a, float b, float y) {
+  const float q0 = a * y;
+  const float r = fmaf(-b, q0, a);
+  const float q = fmaf(y, r, q0);
+  return __uint_as_float(__float_as_uint(q) | (__float_as_uint(a) & 0x80000000u));
+}
+
+// 8 bf16 (one uint4) -> 8 e4m3 codes (one uint2), first element in the lowest byte.
+template <bool kScaleMulRecip>
+__device__ __forceinline__ uint2 quantise8(uint4 v, float scale, bool fast) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t c[4];
+  if (fast) {
+    // |x / scale| <= 448 (1 + 2^-22) here, where the saturating conversion equals torch's (NaN > 464)
+    const float y0 = rcp_approx(scale);
+    const float y = fmaf(y0, fmaf(-scale, y0, 1.f), y0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float f0 = div_by_scale(__uint_as_float(w[j] << 16), scale, y);
+      const float f1 = div_by_scale(__uint_as_float(w[j] & 0xFFFF0000u), scale, y);
+      c[j] = __nv_cvt_float2_to_fp8x2(make_float2(f0, f1), __NV_SATFINITE, __NV_E4M3);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      c[j] = e4m3x2(__fdiv_rn(__uint_as_float(w[j] << 16), scale), __fdiv_rn(__uint_as_float(w[j] & 0xFFFF0000u), scale));
+  }
+  return make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
+}
+
+// max |x| of 8 bf16 as 15 bits: two per 32-bit word with the SIMD max, then the two halves.
+__device__ __forceinline__ uint32_t abs_max8(uint4 v) {
+  const uint32_t m = __vmaxu2(__vmaxu2(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), __vmaxu2(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu));
+  return max(m & 0xFFFFu, m >> 16);
+}
+
+// Groups per block of quant_act_warp_ilp<kPairs>: 8 warps x 2 groups per load x kPairs loads.
+template <int kPairs>
+constexpr int ilp_groups_per_block() { return (kThreads / 32) * 2 * kPairs; }
+
+// quant_act_warp_ilp: warp w of the grid owns groups [2 kPairs w, 2 kPairs (w + 1)). Load j of a
+// lane reads bytes [16 lane, 16 lane + 16) of the 512-byte pair (2 kPairs w + 2 j, + 1): lanes
+// 0-15 hold the first group, lanes 16-31 the second. All kPairs loads are issued before the first
+// reduction (kPairs x 512 B in flight per warp, 16 to 64 KB per SM at full occupancy). Each lane
+// puts its 15-bit partial max in the high half (first group) or low half (second group) of a word
+// and all 32 lanes run one 5-step xor butterfly with a per-half max (__vmaxu2): every lane ends
+// with both groups' maxima. Stores: 8 codes (8 bytes) per lane, contiguous over the warp; one
+// scale per group from lanes 0 and 16.
+template <bool kScaleMulRecip, int kPairs>
+__global__ void __launch_bounds__(kThreads)
+quant_act_warp_ilp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                          long long G, int kblocks, long long ss_m, long long ss_k) {
+  const int lane = threadIdx.x & 31, half = lane >> 4;
+  const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  uint4 v[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const long long g = g0 + 2 * j + half;
+    v[j] = g < G ? __ldcs(reinterpret_cast<const uint4*>(x + g * GROUP) + (lane & 15)) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const long long g = g0 + 2 * j + half;
+    if (g0 + 2 * j >= G) break;  // warp-uniform; a lone first group still runs the butterfly in full
+    const uint32_t m = abs_max8(v[j]);
+    uint32_t p = half ? m : (m << 16);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) p = __vmaxu2(p, __shfl_xor_sync(0xffffffffu, p, off));
+    if (g >= G) continue;
+    const uint32_t amax_bits = half ? (p & 0xFFFFu) : (p >> 16);
+    const float scale = group_scale<kScaleMulRecip>(bf16_bits_to_float(amax_bits));
+    const bool fast = scale >= kFastScaleMin && scale <= kFastScaleMax && amax_bits < 0x7F80u;
+    __stcs(reinterpret_cast<uint2*>(q + g * GROUP) + (lane & 15), quantise8<kScaleMulRecip>(v[j], scale, fast));
+    if ((lane & 15) == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
+  }
+}
+
+// Diagnostic: quant_act_warp_ilp<2>'s memory traffic (16-byte loads, 8-byte stores of the high
+// bytes, one fp32 per group) with no reduction and no division.
+__global__ void __launch_bounds__(kThreads)
+traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                    long long G, int kblocks, long long ss_m, long long ss_k) {
+  constexpr int kPairs = 2;
+  const int lane = threadIdx.x & 31, half = lane >> 4;
+  const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  uint4 v[kPairs];
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const long long g = g0 + 2 * j + half;
+    v[j] = g < G ? __ldcs(reinterpret_cast<const uint4*>(x + g * GROUP) + (lane & 15)) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int j = 0; j < kPairs; ++j) {
+    const long long g = g0 + 2 * j + half;
+    if (g >= G) continue;
+    const uint2 c = make_uint2(__byte_perm(v[j].x, v[j].y, 0x7531), __byte_perm(v[j].z, v[j].w, 0x7531));
+    __stcs(reinterpret_cast<uint2*>(q + g * GROUP) + (lane & 15), c);
+    if ((lane & 15) == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = 1.f;
+  }
+}
+
+template <bool kScaleMulRecip, int kPairs>
+cudaError_t launch_ilp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
+                       long long ss_k, cudaStream_t stream) {
+  const long long per_block = ilp_groups_per_block<kPairs>();
+  const long long blocks = (G + per_block - 1) / per_block;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      x, q, s, G, kblocks, ss_m, ss_k);
+  return cudaSuccess;
+}
+
 template <bool kScaleMulRecip>
 cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long long M, int K, long long ss_m,
                    long long ss_k, cudaStream_t stream) {
@@ -186,6 +326,17 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
     else
       quant_act_16t_kernel<kScaleMulRecip><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
           x, q, s, G, kblocks, ss_m, ss_k);
+  } else if (variant == 3 || variant == 4 || variant == 5) {
+    // quant_act_warp_ilp with 4 (variant 3), 2 (4) or 8 (5) groups per warp
+    const cudaError_t e = variant == 3 ? launch_ilp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream)
+                          : variant == 4 ? launch_ilp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream)
+                                         : launch_ilp<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream);
+    if (e != cudaSuccess) return e;
+  } else if (variant == 9) {
+    const long long per_block = ilp_groups_per_block<2>();
+    const long long blocks = (G + per_block - 1) / per_block;
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    traffic_copy_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m, ss_k);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -195,7 +346,8 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 }  // namespace quant
 }  // namespace fp8lab
 
-// The binding's entry point. variant: 0 naive, 1 warp, 2 16t. scale_mul_recip: 1 = torch on CUDA
+// The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
+// per warp, 9 traffic_copy (diagnostic). scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

@@ -8,6 +8,14 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
 - ``quant_act_16t``: 16 threads per group, 8 values per lane (16-byte loads), shuffle reduction
   inside each half-warp. (One warp per group with 16-byte loads would leave half the warp idle:
   the 16-byte-load variant is this one.)
+- ``quant_act_warp_ilp``: the warp kernel built for bandwidth: 16-byte loads (one warp load = two
+  groups), ``groups_per_warp`` (2 / 4 / 8) groups per warp with every load issued before the first
+  reduction, both groups of a load reduced by the whole warp in one 5-step xor butterfly on packed
+  15-bit maxima, and one reciprocal per group (3 FFMA per element, the IEEE quotient: see the
+  comment at ``div_by_scale`` in the .cu) instead of a full division per element.
+
+``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
+no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
 
 Their output is the output of ``fp8lab.kernels.baselines.quant_act_reference`` run by torch on a
 GPU, bit for bit: scale = amax * fp32(1/448) (torch's CUDA division by a Python scalar multiplies
@@ -20,11 +28,20 @@ that the choice matters: the two scales differ in the last bit for about half of
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 GROUP = 128
 FP8_MAX = 448.0
-VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t")
+VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t", "quant_act_warp_ilp")
+THREADS = 256                           # warp, 16t and warp_ilp blocks (8 warps)
+ILP_GROUPS_PER_WARP = (2, 4, 8)
+ILP_DEFAULT_GROUPS_PER_WARP = 4
+# the binding's variant numbers (quant_act.cu, fp8lab_quant_act_launch)
+_VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2}
+_ILP_IDS = {4: 3, 2: 4, 8: 5}
+_TRAFFIC_COPY_ID = 9
 SCALE_RULES = ("torch_cuda", "true_division")
 SCALE_LAYOUTS = ("row", "m_major")
 # Launch facts of the naive kernel (seed 001: "32 of 1024 threads do work", 128 atomics per group)
@@ -47,6 +64,21 @@ def byte_count(M: int, K: int) -> dict:
     b_in, b_q, b_s = 2 * M * K, M * K, 4 * M * (K // GROUP)
     return {"bytes": b_in + b_q + b_s, "bytes_in": b_in, "bytes_q": b_q, "bytes_scales": b_s,
             "groups": M * (K // GROUP)}
+
+
+def ilp_launch(M: int, K: int, groups_per_warp: int = ILP_DEFAULT_GROUPS_PER_WARP) -> dict:
+    """Launch shape of quant_act_warp_ilp (what quant_act.cu's launch_ilp computes): one 256-thread
+    block per 8 * groups_per_warp groups; bytes_in_flight_per_warp = 16 B x 32 lanes x loads."""
+    byte_count(M, K)  # validates M, K
+    _need(groups_per_warp in ILP_GROUPS_PER_WARP,
+          f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {groups_per_warp!r}")
+    groups = M * (K // GROUP)
+    per_block = (THREADS // 32) * groups_per_warp
+    blocks = -(-groups // per_block)
+    _need(blocks <= 0x7FFFFFFF, f"grid of {blocks} blocks exceeds 2^31 - 1 (M * K too large)")
+    return {"groups": groups, "threads": THREADS, "groups_per_block": per_block, "blocks": blocks,
+            "loads_per_lane": groups_per_warp // 2, "bytes_in_flight_per_warp": 16 * 32 * (groups_per_warp // 2),
+            "idle_warp_slots": blocks * (THREADS // 32) * groups_per_warp - groups}
 
 
 def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np.ndarray]:
@@ -82,18 +114,38 @@ def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np
 
 
 def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
-              q_out=None, s_out=None):
+              q_out=None, s_out=None, groups_per_warp: Optional[int] = None):
     """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
 
     scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
     the layout cuBLASLt's blockwise GEMM wants (so no transposing copy is needed after). q_out /
-    s_out: preallocated outputs (s_out of any strides).
+    s_out: preallocated outputs (s_out of any strides). groups_per_warp: quant_act_warp_ilp only
+    (2, 4 or 8; default 4).
     """
+    _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
+    return _launch(x, _variant_id(variant, groups_per_warp), scale_layout, scale_rule, q_out, s_out)
+
+
+def traffic_copy(x, *, q_out=None, s_out=None):
+    """Diagnostic: quant_act_warp_ilp's memory traffic with no arithmetic. Writes the high byte of
+    every bf16 of x as its 'code' and 1.0 as every scale (not a quantisation)."""
+    return _launch(x, _TRAFFIC_COPY_ID, "row", "torch_cuda", q_out, s_out)
+
+
+def _variant_id(variant: str, groups_per_warp) -> int:
+    if variant != "quant_act_warp_ilp":
+        _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
+        return _VARIANT_IDS[variant]
+    gpw = ILP_DEFAULT_GROUPS_PER_WARP if groups_per_warp is None else groups_per_warp
+    _need(gpw in ILP_GROUPS_PER_WARP, f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {gpw!r}")
+    return _ILP_IDS[gpw]
+
+
+def _launch(x, variant_id: int, scale_layout: str, scale_rule: str, q_out, s_out):
     import torch
 
     from .seed001 import load_extension
 
-    _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     _need(scale_rule in SCALE_RULES, f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
     _need(scale_layout in SCALE_LAYOUTS, f"scale_layout must be one of {SCALE_LAYOUTS}, got {scale_layout!r}")
     _need(isinstance(x, torch.Tensor), f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -116,5 +168,5 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     _need(isinstance(s_out, torch.Tensor) and s_out.dtype == torch.float32 and tuple(s_out.shape) == (M, kb)
           and s_out.device == x.device and min(s_out.stride()) >= 0,
           f"s_out must be an (M, K/128) = {(M, kb)} float32 tensor on x's device")
-    load_extension().quant_act(x, q_out, s_out, VARIANTS.index(variant), int(scale_rule == "torch_cuda"))
+    load_extension().quant_act(x, q_out, s_out, variant_id, int(scale_rule == "torch_cuda"))
     return q_out, s_out
