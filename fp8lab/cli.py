@@ -11,7 +11,7 @@ def _cmd_run(a) -> int:
     from . import runner
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
                       timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
-                      gpus=a.gpus, stagger_s=a.stagger)
+                      gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster)
 
 
 def _cmd_list(a) -> int:
@@ -72,9 +72,17 @@ def main(argv=None) -> int:
     r.add_argument("--no-progress", action="store_true")
     r.add_argument("--gpus", nargs="?", const="all", metavar="all|0,1,...",
                    help="one worker per GPU (CUDA_VISIBLE_DEVICES), notebooks from a shared "
-                        "queue; bare --gpus means all")
+                        "queue (one with after: in the manifest waits for those); bare --gpus "
+                        "means all")
     r.add_argument("--stagger", type=float, default=2.0, metavar="S",
                    help="with --gpus: seconds between the workers' first kernel starts (default 2)")
+    r.add_argument("--cluster", metavar="ADDRESS|local[:N]",
+                   help="run each notebook as a Dask task (pip install 'fp8lab[cluster]'): "
+                        "ADDRESS is a scheduler (tcp://host:8786) whose workers run the same "
+                        "commit in their own checkout, one per GPU with --resources GPU=1; "
+                        "local[:N] starts N such workers here (default: one per GPU). GPU "
+                        "notebooks take one GPU slot, host notebooks none; results come back "
+                        "into this checkout's data/<device>/ and figures/<device>/")
     r.set_defaults(fn=_cmd_run)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")

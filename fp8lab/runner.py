@@ -12,6 +12,11 @@
   ``CUDA_VISIBLE_DEVICES``, pulling notebooks from a shared queue; kernel starts are
   staggered and a kernel-port clash at start-up is retried. Executed copies go to
   ``<run>/gpu<id>/`` and each result names its GPU.
+- ``cluster=``: the same notebooks as Dask tasks on several hosts (``fp8lab.cluster``).
+- A manifest entry's ``after`` (``all``, or a list of ids listed before it) holds that
+  notebook until the notebooks it names that are in this run have finished, passed or
+  failed: 07 places the others' results on its roofline, so with several workers it
+  must not start before them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -54,6 +58,7 @@ class NotebookSpec:
     claims: tuple
     timeout: int
     path: Path
+    after: tuple = ()    # names of notebooks (listed earlier) it waits for, when they run too
 
     @property
     def label(self) -> str:
@@ -83,8 +88,59 @@ def load_manifest(path: Path | None = None) -> list[NotebookSpec]:
         nb = path.parent / f"{e['name']}.ipynb"
         specs.append(NotebookSpec(id=nid, name=e["name"], title=e["title"], kind=e["kind"],
                                   claims=tuple(e.get("claims", ())),
-                                  timeout=int(e.get("timeout", 1800)), path=nb))
+                                  timeout=int(e.get("timeout", 1800)), path=nb,
+                                  after=_parse_after(path, e, specs)))
     return specs
+
+
+def _parse_after(path: Path, entry: dict, earlier: list[NotebookSpec]) -> tuple:
+    """``after: all`` -> every notebook listed before this one; ``after: [ids]`` -> those.
+    Only earlier entries may be named, so the manifest order is always a valid order
+    (the one-process runner needs nothing more) and no cycle can be written."""
+    raw = entry.get("after")
+    if raw is None:
+        return ()
+    name = entry["name"]
+    if isinstance(raw, str) and raw.strip().lower() == "all":
+        return tuple(s.name for s in earlier)
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"{path}: {name}: after must be 'all' or a non-empty list of notebook "
+                         f"ids listed before it, got {raw!r}")
+    known = {s.id: s.name for s in earlier} | {s.name: s.name for s in earlier}
+    out = []
+    for token in raw:
+        t = str(token)
+        if t in (str(entry["id"]), name):
+            raise ValueError(f"{path}: {name}: after names the notebook itself")
+        if t not in known:
+            raise ValueError(f"{path}: {name}: after names {t!r}, which is not a notebook listed "
+                             f"before it; ids listed before it: "
+                             f"{', '.join(s.id for s in earlier) or 'none'}")
+        if known[t] not in out:
+            out.append(known[t])
+    return tuple(out)
+
+
+def waits_for(spec: NotebookSpec, specs: list[NotebookSpec]) -> list[str]:
+    """The notebooks of this run that ``spec`` waits for (its ``after`` that were selected)."""
+    names = {s.name for s in specs}
+    return [n for n in spec.after if n in names]
+
+
+def dependency_order(specs: list[NotebookSpec]) -> list[NotebookSpec]:
+    """``specs`` in their given order, except that a notebook moves behind the notebooks
+    it waits for (``--only 07,03`` runs 03 first)."""
+    out, placed, pending = [], set(), list(specs)
+    while pending:
+        for s in pending:
+            if all(d in placed for d in waits_for(s, specs)):
+                out.append(s)
+                placed.add(s.name)
+                pending.remove(s)
+                break
+        else:  # pragma: no cover - load_manifest only accepts earlier entries
+            raise ValueError("cycle in the manifest's after: " + ", ".join(s.name for s in pending))
+    return out
 
 
 def select(specs: list[NotebookSpec], only) -> list[NotebookSpec]:
@@ -224,9 +280,15 @@ class Outcome:
     error: str | None = None
     gpu: str | None = None       # the CUDA_VISIBLE_DEVICES id it ran on (None: no --gpus)
     attempts: int = 1            # > 1 when a kernel-port clash was retried
+    device: str | None = None    # --cluster: the device key of the worker that ran it
+    worker: str | None = None    # --cluster: that worker's name (or its host's)
+    mode: str | None = None      # --cluster: the mode that worker chose (measure | replot)
 
     def line(self) -> str:
         on = f" on gpu {self.gpu}" if self.gpu is not None else ""
+        if self.device is not None:
+            how = ", ".join(x for x in (self.worker, self.mode) if x)
+            on = f" on {self.device}" + (f" ({how})" if how else "")
         tries = f", {self.attempts} attempts" if self.attempts > 1 else ""
         if self.ok:
             return f"ok    {self.name}{on}  ({self.seconds:.1f} s{tries})"
@@ -297,6 +359,43 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
                    error=f"executor exited with status {proc.returncode}: {tail}")
 
 
+def execute_with_retries(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout=None,
+                         kernel: str = "python3", env: dict | None = None, pause_s: float = 0.5,
+                         stop: threading.Event | None = None) -> Outcome:
+    """``execute_one``, run again (up to PORT_RETRIES times) when the kernel could not start
+    because another kernel took its port; ``attempts`` says how many runs it took."""
+    for attempt in range(1, PORT_RETRIES + 2):
+        o = execute_one(spec, params, out_dir, timeout=timeout, kernel=kernel, env=env)
+        if not is_port_clash(o) or attempt == PORT_RETRIES + 1 or (stop is not None and stop.is_set()):
+            break
+        if stop is not None:
+            stop.wait(max(pause_s, 0.5))
+        else:
+            time.sleep(max(pause_s, 0.5))
+    o.attempts = attempt
+    return o
+
+
+def notebook_env(spec: NotebookSpec, mode: str, *, run_id: str, run_dir: Path, root: Path,
+                 env: dict | None = None) -> dict:
+    """The environment one notebook's executor gets on top of the runner's own."""
+    nb_env = {"FP8LAB_MODE": mode, "FP8LAB_RUN_ID": run_id, "FP8LAB_ROOT": str(root),
+              "PYTHONUNBUFFERED": "1", **(env or {})}
+    if mode == "replot" and spec.kind == "gpu" and "FP8LAB_FIGURES_DIR" not in {**os.environ, **nb_env}:
+        # Committed figures stay the measured ones: a redraw goes to the run folder
+        # (unless the user named a figures folder).
+        nb_env["FP8LAB_FIGURES_DIR"] = str(run_dir / "figures")
+    return nb_env
+
+
+def notebook_params(spec: NotebookSpec, params: dict, mode: str) -> dict:
+    """The parameters to inject: the user's, plus the chosen mode where the notebook declares it."""
+    p = dict(params)
+    if "mode" in notebook_parameters(spec.path):
+        p["mode"] = mode
+    return p
+
+
 def default_run_dir(mode: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return repo_root() / "runs" / f"{stamp}-{mode}"
@@ -342,23 +441,39 @@ def is_port_clash(o: Outcome) -> bool:
 def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
-        stagger_s: float = 2.0) -> int:
+        stagger_s: float = 2.0, cluster=None) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
     "all" or ids run one worker per GPU (see ``parse_gpus``), worker i starting its first
-    kernel ``i * stagger_s`` seconds after worker 0."""
+    kernel ``i * stagger_s`` seconds after worker 0.
+    ``cluster``: a Dask scheduler address (``tcp://host:8786``) or ``local[:N]``: each
+    notebook is one Dask task on a worker's own checkout (see ``fp8lab.cluster``); each
+    worker chooses measure or replot for itself."""
     if stagger_s < 0:
         raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
+    if gpus is not None and cluster is not None:
+        raise UsageError("--gpus and --cluster exclude each other: on a cluster, each worker "
+                         "is pinned to its GPU when it is started")
     gpu_ids = parse_gpus(gpus)
+    if cluster is not None:
+        from . import cluster as _cluster
+        target = _cluster.parse_target(cluster)
     specs = select(load_manifest(manifest), only)
     missing = [s for s in specs if not s.path.is_file()]
     if missing:
         raise UsageError("manifest names notebooks that do not exist: "
                          + ", ".join(str(s.path) for s in missing))
+    specs = dependency_order(specs)
     per_nb = resolve_parameters(specs, params)
-    chosen, why = choose_mode(mode)
-    run_dir = Path(run_dir or default_run_dir(chosen))
+    if cluster is None:
+        chosen, why = choose_mode(mode)
+    else:
+        if mode not in ("auto", "measure", "replot"):
+            choose_mode(mode)                      # the same error as without --cluster
+        chosen, why = mode, ("each worker measures when it has a GPU and redraws without"
+                             if mode == "auto" else f"asked for with --mode {mode}")
+    run_dir = Path(run_dir or default_run_dir("cluster" if cluster is not None else chosen))
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
@@ -367,21 +482,17 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         if gpu_nbs:
             echo("  replot: GPU notebooks measure nothing; they redraw their figures from "
                  f"committed data/ into {run_dir / 'figures'}: " + ", ".join(gpu_nbs))
-    child_env = {"FP8LAB_MODE": chosen, "FP8LAB_RUN_ID": run_id,
-                 "FP8LAB_ROOT": str(repo_root()), "PYTHONUNBUFFERED": "1", **(env or {})}
+
     def prepare(spec):
-        p = dict(per_nb[spec.name])
-        if "mode" in notebook_parameters(spec.path):
-            p["mode"] = chosen
-        nb_env = dict(child_env)
-        if chosen == "replot" and spec.kind == "gpu" and "FP8LAB_FIGURES_DIR" not in {**os.environ, **nb_env}:
-            # Committed figures stay the measured ones: a redraw goes to the run folder
-            # (unless the user named a figures folder).
-            nb_env["FP8LAB_FIGURES_DIR"] = str(run_dir / "figures")
-        return p, nb_env
+        return (notebook_params(spec, per_nb[spec.name], chosen),
+                notebook_env(spec, chosen, run_id=run_id, run_dir=run_dir, root=repo_root(), env=env))
 
     outcomes: list[Outcome] = []
-    if gpu_ids is None:
+    if cluster is not None:
+        outcomes = _cluster.run_on_cluster(specs, per_nb, target, mode=mode, run_dir=run_dir,
+                                           run_id=run_id, timeout=timeout, kernel=kernel,
+                                           env=env, progress=progress, echo=echo)
+    elif gpu_ids is None:
         try:
             from tqdm.auto import tqdm
             bar = tqdm(specs, desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
@@ -397,17 +508,23 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
                 bar.write(outcome.line())
             else:
                 echo(outcome.line())
-        rows = [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]
-        for r in rows:       # run.json as before when no --gpus
-            r.pop("gpu"), r.pop("attempts")
     else:
         echo(f"  {len(gpu_ids)} worker(s), one per GPU: " + ", ".join(gpu_ids)
              + f"; starts staggered by {stagger_s:g} s")
         outcomes = _run_workers(specs, prepare, gpu_ids, run_dir, timeout=timeout,
                                 kernel=kernel, stagger_s=stagger_s, progress=progress, echo=echo)
-        rows = [dataclasses.asdict(o) | {"output": str(o.output)} for o in outcomes]
+    rows = []
+    for o in outcomes:
+        r = dataclasses.asdict(o) | {"output": str(o.output)}
+        # run.json keeps its earlier shape: the fields of the other runners only where used.
+        if gpu_ids is None:
+            r.pop("gpu"), r.pop("attempts")
+        if cluster is None:
+            r.pop("device"), r.pop("worker"), r.pop("mode")
+        rows.append(r)
     summary = {"run_id": run_id, "mode": chosen, "why": why,
                **({"gpus": gpu_ids} if gpu_ids is not None else {}),
+               **({"cluster": str(cluster)} if cluster is not None else {}),
                "notebooks": rows}
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     failed = [o for o in outcomes if not o.ok]
@@ -419,14 +536,15 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
 
 def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, stagger_s,
                  progress, echo) -> list[Outcome]:
-    """One thread per GPU id pulling notebooks from a shared queue; outcomes in manifest
-    order. Any worker takes any notebook: host notebooks need no GPU, and GPU notebooks
-    see exactly one through CUDA_VISIBLE_DEVICES."""
-    todo: queue.Queue = queue.Queue()
-    for spec in specs:
-        todo.put(spec)
+    """One thread per GPU id taking notebooks in order from a shared list; outcomes in
+    manifest order. Any worker takes any notebook: host notebooks need no GPU, and GPU
+    notebooks see exactly one through CUDA_VISIBLE_DEVICES. A notebook whose ``after``
+    notebooks have not all finished is skipped over until they have."""
+    pending = list(specs)
+    deps = {s.name: set(waits_for(s, specs)) for s in specs}
     done: dict[str, Outcome] = {}
     lock = threading.Lock()
+    changed = threading.Condition(lock)          # a notebook finished (or a worker stopped)
     stop = threading.Event()
     try:
         from tqdm.auto import tqdm
@@ -436,32 +554,43 @@ def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, sta
         bar = None
     errors: list[BaseException] = []
 
+    def take():
+        """The next notebook whose dependencies have finished; None when none is left."""
+        with changed:
+            while not stop.is_set():
+                if not pending:
+                    return None
+                for s in pending:
+                    if deps[s.name] <= done.keys():
+                        pending.remove(s)
+                        return s
+                changed.wait(0.2)
+            return None
+
     def worker(i: int, gid: str) -> None:
         # Kernels started in the same instant race for the same free ports.
         if stop.wait(i * stagger_s):
             return
         out_dir = run_dir / f"gpu{gid}"
         while not stop.is_set():
-            try:
-                spec = todo.get_nowait()
-            except queue.Empty:
+            spec = take()
+            if spec is None:
                 return
             p, nb_env = prepare(spec)
             nb_env = {**nb_env, "CUDA_VISIBLE_DEVICES": gid}
             try:
-                for attempt in range(1, PORT_RETRIES + 2):
-                    o = execute_one(spec, p, out_dir, timeout=timeout, kernel=kernel, env=nb_env)
-                    if not is_port_clash(o) or attempt == PORT_RETRIES + 1 or stop.is_set():
-                        break
-                    stop.wait(max(stagger_s, 0.5))
+                o = execute_with_retries(spec, p, out_dir, timeout=timeout, kernel=kernel,
+                                         env=nb_env, pause_s=stagger_s, stop=stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                with lock:
+                with changed:
                     errors.append(exc)
-                stop.set()
+                    stop.set()
+                    changed.notify_all()
                 return
-            o.gpu, o.attempts = gid, attempt
-            with lock:
+            o.gpu = gid
+            with changed:
                 done[spec.name] = o
+                changed.notify_all()
                 if bar is not None:
                     bar.update(1)
                     bar.write(o.line())
