@@ -97,6 +97,13 @@ def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[P
     _check_name("figure name", name)
     info = _info(target)
     note = info.footnote() + (f" · {footnote_extra}" if footnote_extra else "")
+    return save_in(fig, figure_dir(info), name, note)
+
+
+def save_in(fig, folder: Path, name: str, note: str) -> list[Path]:
+    """``save`` with the folder and the footnote given: for figures that belong to no one
+    device (``fp8lab.overlay``'s cross-device figures). The note may span several lines."""
+    _check_name("figure name", name)
     # A figure-level text in figure coordinates, below the axes; bbox='tight' keeps it.
     for t in list(fig.texts):
         if getattr(t, "_fp8lab_footnote", False):
@@ -109,7 +116,7 @@ def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[P
     txt = fig.text(max(box.x0 / w, 0.0), box.y0 / h - 0.01, note, ha="left", va="top",
                    fontsize=7, color="#555555", transform=fig.transFigure)
     txt._fp8lab_footnote = True
-    out = figure_dir(info)
+    out = Path(folder)
     paths = []
     for ext in ("svg", "png"):
         import io

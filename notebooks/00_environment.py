@@ -42,6 +42,7 @@ mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 copy_gib = 2.0  # size of the copied buffer; >= 2 GiB so it dwarfs any L2
 gemm_size = 8192  # M = N = K of the GEMM ceilings (a multiple of 512)
 rep_ms = 200  # do_bench repetition time per ceiling, in milliseconds
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -49,7 +50,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import clocks, devices, plotting, results
+from fp8lab import clocks, overlay, plotting, results
 from fp8lab.experiments import ceilings as ce
 
 run = results.start_run("00_environment",
@@ -57,6 +58,7 @@ run = results.start_run("00_environment",
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices("00_environment", devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The machine
@@ -197,6 +199,20 @@ for dev in devs:
 if not devs:
     display(Markdown("**No measured ceilings in `data/` yet.** Run this notebook on a GPU "
                      "(mode `measure`) to measure them; nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Across devices
+#
+# The ceilings of every device with data, each as a fraction of its own spec sheet. Drawn when
+# `data/` holds this notebook's results for two or more devices (`devices` picks them; `[]`: all,
+# the one measured in this run first), one colour and marker per device, each against its own
+# ceiling so cards of different size compare; saved under `figures/cross-device/`. With one
+# device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device("00_environment", devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## What the numbers say

@@ -49,6 +49,7 @@ stream_shape = "qwen3-8b:o_proj"  # A8's M=1 point
 copy_gib = 2.0  # the copy that measures the bandwidth ceiling, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -56,7 +57,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, plotting, results
+from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
 
@@ -69,6 +70,7 @@ run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_co
                                         rep_ms=rep_ms), device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The launch order
@@ -272,6 +274,20 @@ for dev in devs:
 if not devs:
     display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
                      "`measure`); nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Across devices
+#
+# A8's M = 1 point on every device: the weight-streaming floor over each arm's time, each device
+# against its own copy bandwidth. Drawn when `data/` holds this notebook's results for two or
+# more devices (`devices` picks them; `[]`: all, the one measured in this run first), one colour
+# and marker per device, each against its own ceiling so cards of different size compare; saved
+# under `figures/cross-device/`. With one device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Verdicts and what the numbers say

@@ -52,6 +52,7 @@ triton_autotune = "limited"  # "limited" (a few configs per problem) or "full"
 copy_gib = 2.0  # the copy that measures the bandwidth ceiling in this run, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -59,7 +60,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, plotting, results
+from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.experiments import blockwise as bw
 
 NB = "05_arms_over_m"
@@ -69,6 +70,7 @@ run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_qu
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## Decode: swap A and B
@@ -238,6 +240,20 @@ for dev, t in tables.items():
         display(t["targets"][["shape", "M", "target", "best_arm", "best_detail", "value", "goal", "met",
                               "shortfall", "cublaslt_value"]].round(3))
         draw_targets(t["targets"], dev)
+
+# %% [markdown]
+# ## Across devices
+#
+# The targets on every device: the best fp8lab arm over that device's cuBLASLt, and its weight
+# bandwidth over that device's copy rate. Drawn when `data/` holds this notebook's results for
+# two or more devices (`devices` picks them; `[]`: all, the one measured in this run first), one
+# colour and marker per device, each against its own ceiling so cards of different size compare;
+# saved under `figures/cross-device/`. With one device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Crossovers, verdicts and what the numbers say

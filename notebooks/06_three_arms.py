@@ -50,6 +50,7 @@ tile_check_m = 4096
 rep_ms = 40  # timing window per measurement, milliseconds
 triton_mode = "auto"  # "auto": triton_blockwise picks its path and tile; "rule": pinned tiles by M
 compile_arch = "sm_90a"  # target of the compile-time pad check (needs nvcc, no GPU)
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -57,7 +58,7 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, plotting, results, tools
+from fp8lab import claims, clocks, overlay, plotting, results, tools
 from fp8lab.experiments import ceilings as ce
 from fp8lab.experiments import three_arms as ta
 from fp8lab.kernels import seed001
@@ -69,6 +70,7 @@ run = results.start_run(NB, params=dict(sites=sites, Ms=Ms, scalar_max_m=scalar_
                                         compile_arch=compile_arch), device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The two kernels, side by side
@@ -270,6 +272,20 @@ for dev, d in data.items():
     fig.tight_layout()
     plotting.save(fig, d["info"], "fractions")
     plt.show()
+
+# %% [markdown]
+# ## Across devices
+#
+# B1 and B3 on every device: each kernel against the FP32 and BF16 ceilings measured in the same
+# run on that device. Drawn when `data/` holds this notebook's results for two or more devices
+# (`devices` picks them; `[]`: all, the one measured in this run first), one colour and marker
+# per device, each against its own ceiling so cards of different size compare; saved under
+# `figures/cross-device/`. With one device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # The WMMA kernel in each of its large tiles at one prefill shape (the sweep uses the M rule's

@@ -38,6 +38,7 @@
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 b4_device = "h200"  # whose measured ceilings go beside seed 001's H200 floors
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import dataclasses
@@ -48,13 +49,15 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, devices, plotting, provenance, results
+from fp8lab import claims, overlay, plotting, provenance, results
+from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
 from fp8lab.experiments import roofline as ex
 
 run = results.start_run("07_roofline", params=dict(b4_device=b4_device), device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices("07_roofline", devices, run)  # a wrong key fails now, not after measuring
 
 # figures computed from the spec sheet alone say so in their footnote
 SPEC_INFO = results.FigureInfo(notebook="07_roofline", device="spec-sheet",
@@ -70,7 +73,7 @@ SPEC_INFO = results.FigureInfo(notebook="07_roofline", device="spec-sheet",
 # roof: below it a kernel is memory-bound.
 
 # %%
-sheet = devices.spec_table()
+sheet = spec_sheet.spec_table()
 show = sheet[["key", "name", "sms", "boost_clock_mhz", "mem_bw_gbs", "l2_mib", "fp32_tflops",
               "bf16_tflops", "fp8_tflops", "fp4_tflops", "ridge_bf16_flop_per_byte",
               "ridge_fp8_flop_per_byte"]]
@@ -84,7 +87,7 @@ assert np.allclose(sheet["fp32_tflops_from_clock"], sheet["fp32_tflops"], rtol=0
 # `attainable(I) = min(peak, I x bandwidth)`: the whole model. For the H200 in BF16:
 
 # %%
-h200 = devices.get("h200")
+h200 = spec_sheet.get("h200")
 for intensity in (1, 64, h200.ridge_point("bf16"), 1024):
     a = rl.attainable(intensity, h200.peak_flops("bf16"), h200.bandwidth_Bps)
     print(f"I = {intensity:7.1f} FLOP/B -> {a / 1e12:6.1f} TFLOP/s"
@@ -113,7 +116,7 @@ def draw_roofs(ax, roof_df, source, ls):
                 label=f"{label} ({'datasheet' if source == 'spec' else 'measured'})")
 
 
-specs = list(devices.SPECS.values())
+specs = list(spec_sheet.SPECS.values())
 fig, axes = plt.subplots(3, 3, figsize=(11, 9), sharex=True, sharey=True)
 for ax, s in zip(axes.flat, specs):
     draw_roofs(ax, ex.roofs(s), "spec", "-")
@@ -150,7 +153,7 @@ measured = {}
 for dev in measured_devs:
     m = ex.measured_ceilings(dev)
     measured[dev] = m
-    spec = devices.spec_for(dev)
+    spec = spec_sheet.spec_for(dev)
     roof_df = ex.roofs(spec, m)
     pts = all_points[all_points["device"] == dev]
     fig, ax = plt.subplots(figsize=(9, 4.8))
@@ -191,6 +194,21 @@ if not measured_devs:
                      "only the datasheet rooflines are drawn."))
 display(Markdown(f"{len(all_points)} kernel result(s) in `data/` follow the placement convention"
                  + (f", across {all_points['device'].nunique()} device(s)." if len(all_points) else ".")))
+
+# %% [markdown]
+# ## Across devices
+#
+# Every placeable result in `data/` as a fraction of its own device's measured roofline (the
+# highest measured compute ceiling, or intensity x measured copy bandwidth). Drawn when `data/`
+# holds this notebook's results for two or more devices (`devices` picks them; `[]`: all, the one
+# measured in this run first), one colour and marker per device, each against its own ceiling so
+# cards of different size compare; saved under `figures/cross-device/`. With one device the
+# figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device("07_roofline", devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## B4: seed 001's decode-step floors
@@ -246,7 +264,7 @@ display(Markdown(f"**B4: {b4_v.verdict}.** {b4_v.our_figure}. {b4_v.reason}."))
 
 # %%
 S = rl.SEED003_C8
-r3090, r5090 = devices.get("rtx-3090"), devices.get("rtx-5090")
+r3090, r5090 = spec_sheet.get("rtx-3090"), spec_sheet.get("rtx-5090")
 inputs = pd.DataFrame([
     ("thread instructions per NVFP4 element", S["nvfp4_instr_per_element"], "seed 003, section 4.3 (ncu)"),
     ("bytes per NVFP4 element", rl.NVFP4_BYTES_PER_ELEMENT, "format: 4-bit code + e4m3 scale per 16 (ours)"),

@@ -53,6 +53,7 @@ ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
 seed = 0
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
@@ -60,7 +61,8 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, dequant, devices, plotting, results
+from fp8lab import claims, clocks, dequant, overlay, plotting, results
+from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
 from fp8lab.experiments import decode as dx
 from fp8lab.kernels import weight_only as wo
@@ -73,6 +75,7 @@ run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 display(dx.shape_table(shape_names).round(1))
 
 # %% [markdown]
@@ -249,6 +252,20 @@ if not devs:
                      "(mode `measure`) to measure it; nothing is recorded in this run."))
 
 # %% [markdown]
+# ## Across devices
+#
+# C4 at M = 1 on every device: effective bandwidth over that device's copy bandwidth. Drawn when
+# `data/` holds this notebook's results for two or more devices (`devices` picks them; `[]`: all,
+# the one measured in this run first), one colour and marker per device, each against its own
+# ceiling so cards of different size compare; saved under `figures/cross-device/`. With one
+# device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
+
+# %% [markdown]
 # ## Nsight Compute at M = 1: DRAM, issue slots, instructions per element
 #
 # From the per-opcode counts (thread level, the seed's unit) divided by the K x N weight
@@ -346,7 +363,7 @@ def draw_c8(s, copy_Bps, spec, info):
 c8_full = {}
 for dev, s in ncu_by_dev.items():
     df = tables.get(dev)
-    spec = devices.spec_for(s.attrs["meta"].get("device_name", dev)) or devices.spec_for(dev)
+    spec = spec_sheet.spec_for(s.attrs["meta"].get("device_name", dev)) or spec_sheet.spec_for(dev)
     if df is None or spec is None:
         continue
     c8_full[dev] = draw_c8(s, float(df["copy_Bps"].iloc[0]), spec, info_for(dev, s))

@@ -40,13 +40,14 @@ Ms = [1, 64, 1024, 8192]  # tokens; the full sweep: [1, 4, 16, 64, 256, 1024, 40
 arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise"]
 rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
 seed = 0
+devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, plotting, results
+from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.experiments import prefill as px
 from fp8lab.kernels import triton_w8a16 as tw
 
@@ -55,6 +56,7 @@ run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms,
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
+overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The key idea: dequantise in the K loop, multiply in 16 bits
@@ -155,6 +157,20 @@ for dev in devs:
 if not devs:
     display(Markdown("**No measured prefill data in `data/` yet.** Run this notebook on a GPU (mode "
                      "`measure`) to measure it; nothing is recorded in this run."))
+
+# %% [markdown]
+# ## Across devices
+#
+# Each arm against cuBLAS BF16 on the same device over M, and TFLOP/s per GHz against that
+# device's spec sheet at the largest M. Drawn when `data/` holds this notebook's results for two
+# or more devices (`devices` picks them; `[]`: all, the one measured in this run first), one
+# colour and marker per device, each against its own ceiling so cards of different size compare;
+# saved under `figures/cross-device/`. With one device the figures above are the whole story.
+
+# %%
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Verdicts and what the numbers say
