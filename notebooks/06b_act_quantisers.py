@@ -30,10 +30,11 @@
 # | `quant_act_naive` | a 1024-thread block, 32 busy | 2 bytes | 128 shared `atomicMax` |
 # | `quant_act_warp` | 32 (one warp), 4 groups per warp | 8 bytes | 5-step xor shuffle |
 # | `quant_act_16t` | 16 (two groups per warp) | 16 bytes | 4-step xor shuffle per half-warp |
-# | `quant_act_warp_ilp` | 32 per pair of groups, 4 groups per warp in flight | 16 bytes | 5-step xor butterfly on two packed maxima |
+# | `quant_act_warp_ilp` | 32 per pair of groups, 2-8 groups per warp in flight (auto: one wave of g2 for small M, persistent grid-stride g4/g8 for large M) | 16 bytes | 5-step xor butterfly on two packed maxima |
 #
 # `quant_act_warp_ilp` is the warp kernel built for bandwidth: all of a warp's 16-byte loads are
-# issued before the first reduction, and the division uses one reciprocal per group (3 FFMA per
+# issued before the first reduction (the persistent form also issues the next chunk's loads before
+# reducing the current one, and sizes its grid so no wave is left half full), and the division uses one reciprocal per group (3 FFMA per
 # element, provably the IEEE quotient in the scale range it is used for; the other groups divide
 # per element). Each is measured against the copy ceiling: a device-to-device copy moving the same
 # bytes, timed the same way (target: the warp kernel, `quant_act_warp_ilp` where measured, at >= 80%

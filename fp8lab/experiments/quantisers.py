@@ -3,7 +3,9 @@
 Arms: ``quant_act_naive`` (the seed's 1024-thread launch with one busy row and 128 shared
 atomics per group), ``quant_act_warp`` (one warp per group), ``quant_act_16t`` (16 threads per
 group, 16-byte loads), ``quant_act_warp_ilp`` (the warp kernel built for bandwidth: 16-byte loads,
-4 groups per warp in flight, whole-warp butterfly on packed maxima, one reciprocal per group; the
+2-8 groups per warp in flight, whole-warp butterfly on packed maxima, one reciprocal per group;
+by default ``groups_per_warp='auto'``: one wave of 2-group warps for small M, the persistent
+grid-stride kernel with the next chunk's loads in flight above (``quant_act.auto_launch``); the
 arm B6's 80%-of-copy target is judged on, see ``target_arm``), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
 torch recipe the kernels must match, several kernels long; context, not a contender).
 
@@ -95,14 +97,15 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float, timing: str = "
 
 def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, arms: Sequence[str] = ARMS,
             rep_ms: float = 40, warmup_ms: float = 10, seed: int = 0, big_copy_Bps: Optional[float] = None,
-            sampler=None, progress=None, timing: str = "auto", groups_per_warp: Optional[int] = None,
-            diagnostic_arms: Sequence[str] = ()) -> pd.DataFrame:
+            sampler=None, progress=None, timing: str = "auto", groups_per_warp=None,
+            persistent: Optional[bool] = None, diagnostic_arms: Sequence[str] = ()) -> pd.DataFrame:
     """Check bit for bit, then time, every arm at every (M, K); one row per (arm, M, K), with the
     same-traffic copy's bandwidth on every row (and the 2 GiB copy's, when given).
 
     timing: 'auto' (graph replay with rotated inputs for calls under GRAPH_BELOW_S of GPU time,
-    events above), or 'events' / 'graph' for every row (copy included). groups_per_warp: passed to
-    quant_act_warp_ilp (None: its default). diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
+    events above), or 'events' / 'graph' for every row (copy included). groups_per_warp (2, 4, 8 or
+    'auto') and persistent (True / False, with a number only): passed to quant_act_warp_ilp (None: its
+    default, 'auto'). diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
     unknown = set(arms) - set(ARMS)
     if unknown:
         raise ValueError(f"unknown arms {sorted(unknown)}; known: {ARMS}")
@@ -111,8 +114,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
         raise ValueError(f"unknown diagnostic arms {sorted(unknown)}; known: {DIAGNOSTIC_ARMS}")
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
-    if groups_per_warp is not None and groups_per_warp not in qa.ILP_GROUPS_PER_WARP:
-        raise ValueError(f"groups_per_warp must be one of {qa.ILP_GROUPS_PER_WARP}, got {groups_per_warp!r}")
+    # the same checks quant_act makes, before any GPU work
+    qa._variant_id("quant_act_warp_ilp", groups_per_warp, persistent)
     for K in Ks:
         if K % qa.GROUP or K <= 0:
             raise ValueError(f"every K must be a positive multiple of {qa.GROUP}, got {K}")
@@ -152,7 +155,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                 r = {c: math.nan for c in COLUMNS}
                 r.update(arm=arm, M=int(M), K=int(K), bytes=float(nbytes), l2_resident=resident, status="",
                          timing_method="", clock_reasons="", copy_gbps_p50=copy_gbps, copy_timing_method=tc.method)
-                kw = {"groups_per_warp": groups_per_warp} if arm == "quant_act_warp_ilp" else {}
+                kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
+                      else {})
                 if arm == "traffic_copy":
                     outs = [(torch.empty((M, K), dtype=torch.float8_e4m3fn, device="cuda"),
                              torch.empty((M, K // qa.GROUP), dtype=torch.float32, device="cuda")) for _ in xs]

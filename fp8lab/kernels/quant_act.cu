@@ -31,6 +31,8 @@
 //   reduction (2 * kPairs groups per warp), the whole warp reduces both groups of a load with one
 //   5-step xor butterfly on packed 15-bit maxima, and the division done with one reciprocal per
 //   group (3 FFMA per element) wherever that is provably the IEEE quotient.
+// * quant_act_warp_ilp_persistent<kPairs>: the same per-chunk work, on a grid no larger than what
+//   is resident at once; each warp walks its chunks, loading the next before processing the current.
 // * traffic_copy (diagnostic, not a quantiser): quant_act_warp_ilp's loads and stores with no
 //   arithmetic: the bandwidth a kernel of this launch shape reaches; no bitwise check applies.
 //
@@ -242,18 +244,24 @@ constexpr int ilp_groups_per_block() { return (kThreads / 32) * 2 * kPairs; }
 // and all 32 lanes run one 5-step xor butterfly with a per-half max (__vmaxu2): every lane ends
 // with both groups' maxima. Stores: 8 codes (8 bytes) per lane, contiguous over the warp; one
 // scale per group from lanes 0 and 16.
-template <bool kScaleMulRecip, int kPairs>
-__global__ void __launch_bounds__(kThreads)
-quant_act_warp_ilp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                          long long G, int kblocks, long long ss_m, long long ss_k) {
-  const int lane = threadIdx.x & 31, half = lane >> 4;
-  const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
-  uint4 v[kPairs];
+// The kPairs loads of the 2 kPairs groups from g0 (warp-uniform); loads past G are skipped (zeros).
+template <int kPairs>
+__device__ __forceinline__ void ilp_load(uint4 (&v)[kPairs], const uint16_t* __restrict__ x, long long g0, long long G,
+                                         int lane) {
+  const int half = lane >> 4;
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const long long g = g0 + 2 * j + half;
     v[j] = g < G ? __ldcs(reinterpret_cast<const uint4*>(x + g * GROUP) + (lane & 15)) : make_uint4(0u, 0u, 0u, 0u);
   }
+}
+
+// Reduce, quantise and store the 2 kPairs groups from g0 held in v (loaded by ilp_load).
+template <bool kScaleMulRecip, int kPairs>
+__device__ __forceinline__ void ilp_process(const uint4 (&v)[kPairs], uint8_t* __restrict__ q, float* __restrict__ s,
+                                            long long g0, long long G, int kblocks, long long ss_m, long long ss_k,
+                                            int lane) {
+  const int half = lane >> 4;
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
     const long long g = g0 + 2 * j + half;
@@ -268,6 +276,49 @@ quant_act_warp_ilp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ 
     const bool fast = scale >= kFastScaleMin && scale <= kFastScaleMax && amax_bits < 0x7F80u;
     __stcs(reinterpret_cast<uint2*>(q + g * GROUP) + (lane & 15), quantise8<kScaleMulRecip>(v[j], scale, fast));
     if ((lane & 15) == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
+  }
+}
+
+template <bool kScaleMulRecip, int kPairs>
+__global__ void __launch_bounds__(kThreads)
+quant_act_warp_ilp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                          long long G, int kblocks, long long ss_m, long long ss_k) {
+  const int lane = threadIdx.x & 31;
+  const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  uint4 v[kPairs];
+  ilp_load<kPairs>(v, x, g0, G, lane);
+  ilp_process<kScaleMulRecip, kPairs>(v, q, s, g0, G, kblocks, ss_m, ss_k, lane);
+}
+
+// quant_act_warp_ilp_persistent: the same per-chunk work (a chunk = 2 kPairs consecutive groups,
+// what one warp of quant_act_warp_ilp owns), but a grid no larger than what is resident at once
+// and each warp walking chunks w, w + W, w + 2W, ... (W = warps in the grid). Why: with one chunk
+// per warp, a warp's loads sit idle while it reduces and stores, and the last partial wave of
+// blocks leaves the SMs part-empty (at M = 1024, K = 7168 every groups_per_warp left ~15%). Here a
+// warp issues the loads of its next chunk before working on the current one (two register
+// buffers, the loop unrolled twice so they swap without copies), so loads stay in flight through
+// the arithmetic, and the launcher picks W so that every warp gets the same number of chunks
+// (to within one): no tail wave. Per-chunk arithmetic and the fallback division are
+// ilp_process's: outputs are bit for bit those of quant_act_warp_ilp.
+template <bool kScaleMulRecip, int kPairs>
+__global__ void __launch_bounds__(kThreads)
+quant_act_warp_ilp_persistent_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                                     long long G, int kblocks, long long ss_m, long long ss_k) {
+  const int lane = threadIdx.x & 31;
+  const long long stride = static_cast<long long>(gridDim.x) * (kThreads / 32) * (2 * kPairs);  // groups per sweep
+  long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  if (g0 >= G) return;  // warp-uniform (the launcher sizes the grid so this is at most the last block's spare warps)
+  uint4 a[kPairs], b[kPairs];
+  ilp_load<kPairs>(a, x, g0, G, lane);
+  for (;;) {
+    const long long g1 = g0 + stride;
+    ilp_load<kPairs>(b, x, g1, G, lane);  // no-op past G
+    ilp_process<kScaleMulRecip, kPairs>(a, q, s, g0, G, kblocks, ss_m, ss_k, lane);
+    if (g1 >= G) break;
+    g0 = g1 + stride;
+    ilp_load<kPairs>(a, x, g0, G, lane);
+    ilp_process<kScaleMulRecip, kPairs>(b, q, s, g1, G, kblocks, ss_m, ss_k, lane);
+    if (g0 >= G) break;
   }
 }
 
@@ -306,6 +357,54 @@ cudaError_t launch_ilp(const uint16_t* x, uint8_t* q, float* s, long long G, int
   return cudaSuccess;
 }
 
+// Blocks of `kernel` (kThreads threads, no dynamic shared memory) resident per SM and the SM
+// count of the current device; queried once per device and kernel (it is not a stream operation,
+// so calling it while a CUDA graph is captured is allowed; the cache makes it a lookup anyway).
+constexpr int kMaxDevices = 64;
+template <typename Kernel>
+cudaError_t resident_slots(Kernel kernel, int (&cache)[kMaxDevices][2], int* sms, int* per_sm) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (cache[dev][0] <= 0 || cache[dev][1] <= 0) {
+    int n = 0, b = 0;
+    if ((e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+    if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0)) != cudaSuccess) return e;
+    if (n <= 0 || b <= 0) return cudaErrorInvalidConfiguration;
+    cache[dev][0] = n;
+    cache[dev][1] = b;
+  }
+  *sms = cache[dev][0];
+  *per_sm = cache[dev][1];
+  return cudaSuccess;
+}
+
+// Grid of the persistent kernel (quant_act.py's persistent_launch mirrors this): C chunks of
+// 2 kPairs groups, at most Wmax = SMs x resident blocks x 8 warps; sweeps n = ceil(C / Wmax);
+// warps W = ceil(C / n) (every warp gets n or n - 1 chunks, instead of Wmax warps of which some
+// get one chunk more than the rest); blocks = ceil(W / 8).
+inline long long persistent_blocks(long long G, int groups_per_chunk, int sms, int per_sm) {
+  const long long chunks = (G + groups_per_chunk - 1) / groups_per_chunk;
+  const long long max_warps = static_cast<long long>(sms) * per_sm * (kThreads / 32);
+  const long long sweeps = (chunks + max_warps - 1) / max_warps;
+  const long long warps = (chunks + sweeps - 1) / sweeps;
+  return (warps + (kThreads / 32) - 1) / (kThreads / 32);
+}
+
+template <bool kScaleMulRecip, int kPairs>
+cudaError_t launch_ilp_persistent(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
+                                  long long ss_k, cudaStream_t stream) {
+  static int cache[kMaxDevices][2];
+  const auto kernel = quant_act_warp_ilp_persistent_kernel<kScaleMulRecip, kPairs>;
+  int sms = 0, per_sm = 0;
+  const cudaError_t e = resident_slots(kernel, cache, &sms, &per_sm);
+  if (e != cudaSuccess) return e;
+  const long long blocks = persistent_blocks(G, 2 * kPairs, sms, per_sm);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m, ss_k);
+  return cudaSuccess;
+}
+
 template <bool kScaleMulRecip>
 cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long long M, int K, long long ss_m,
                    long long ss_k, cudaStream_t stream) {
@@ -332,6 +431,13 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
                           : variant == 4 ? launch_ilp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream)
                                          : launch_ilp<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream);
     if (e != cudaSuccess) return e;
+  } else if (variant == 6 || variant == 7 || variant == 8) {
+    // quant_act_warp_ilp_persistent with 2 (variant 6), 4 (7) or 8 (8) groups per chunk
+    const cudaError_t e =
+        variant == 6   ? launch_ilp_persistent<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream)
+        : variant == 7 ? launch_ilp_persistent<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream)
+                       : launch_ilp_persistent<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream);
+    if (e != cudaSuccess) return e;
   } else if (variant == 9) {
     const long long per_block = ilp_groups_per_block<2>();
     const long long blocks = (G + per_block - 1) / per_block;
@@ -347,7 +453,7 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 }  // namespace fp8lab
 
 // The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
-// per warp, 9 traffic_copy (diagnostic). scale_mul_recip: 1 = torch on CUDA
+// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic). scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

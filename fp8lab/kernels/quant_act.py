@@ -13,6 +13,12 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   reduction, both groups of a load reduced by the whole warp in one 5-step xor butterfly on packed
   15-bit maxima, and one reciprocal per group (3 FFMA per element, the IEEE quotient: see the
   comment at ``div_by_scale`` in the .cu) instead of a full division per element.
+  ``persistent=True`` runs ``quant_act_warp_ilp_persistent``: the same per-chunk work (a chunk =
+  ``groups_per_warp`` groups) on a grid no larger than what is resident at once (the launcher asks
+  the CUDA occupancy API), each warp walking chunks with a grid stride and loading its next chunk
+  before working on the current one, the grid sized so every warp gets the same number of chunks
+  to within one (no tail wave). ``groups_per_warp='auto'`` (the default) picks the kernel and
+  ``groups_per_warp`` from the launch shape: see :func:`auto_launch`.
 
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
 no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
@@ -37,10 +43,12 @@ FP8_MAX = 448.0
 VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t", "quant_act_warp_ilp")
 THREADS = 256                           # warp, 16t and warp_ilp blocks (8 warps)
 ILP_GROUPS_PER_WARP = (2, 4, 8)
-ILP_DEFAULT_GROUPS_PER_WARP = 4
+ILP_DEFAULT_GROUPS_PER_WARP = "auto"   # quant_act_warp_ilp's default: auto_launch picks
+RESIDENT_BLOCKS_PER_SM = 2048 // THREADS   # 8: threads bound the grid kernels' residency on sm_80..sm_90
 # the binding's variant numbers (quant_act.cu, fp8lab_quant_act_launch)
 _VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2}
 _ILP_IDS = {4: 3, 2: 4, 8: 5}
+_PERSISTENT_IDS = {2: 6, 4: 7, 8: 8}
 _TRAFFIC_COPY_ID = 9
 SCALE_RULES = ("torch_cuda", "true_division")
 SCALE_LAYOUTS = ("row", "m_major")
@@ -66,7 +74,7 @@ def byte_count(M: int, K: int) -> dict:
             "groups": M * (K // GROUP)}
 
 
-def ilp_launch(M: int, K: int, groups_per_warp: int = ILP_DEFAULT_GROUPS_PER_WARP) -> dict:
+def ilp_launch(M: int, K: int, groups_per_warp: int = 4) -> dict:
     """Launch shape of quant_act_warp_ilp (what quant_act.cu's launch_ilp computes): one 256-thread
     block per 8 * groups_per_warp groups; bytes_in_flight_per_warp = 16 B x 32 lanes x loads."""
     byte_count(M, K)  # validates M, K
@@ -79,6 +87,61 @@ def ilp_launch(M: int, K: int, groups_per_warp: int = ILP_DEFAULT_GROUPS_PER_WAR
     return {"groups": groups, "threads": THREADS, "groups_per_block": per_block, "blocks": blocks,
             "loads_per_lane": groups_per_warp // 2, "bytes_in_flight_per_warp": 16 * 32 * (groups_per_warp // 2),
             "idle_warp_slots": blocks * (THREADS // 32) * groups_per_warp - groups}
+
+
+def _positive_int(name, v):
+    _need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+          f"{name} must be a positive integer, got {v!r}")
+
+
+def persistent_launch(M: int, K: int, groups_per_warp: int, sms: int, blocks_per_sm: int) -> dict:
+    """Grid of quant_act_warp_ilp_persistent (what quant_act.cu's persistent_blocks computes): C chunks
+    of groups_per_warp groups over at most Wmax = sms x blocks_per_sm x 8 warps; sweeps
+    n = ceil(C / Wmax); warps W = ceil(C / n), so every warp gets n or n - 1 chunks;
+    blocks = ceil(W / 8). blocks_per_sm: resident blocks of that kernel (the launcher asks
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor; ptxas' register counts make it 4 to 6 on sm_90)."""
+    byte_count(M, K)
+    _need(groups_per_warp in ILP_GROUPS_PER_WARP,
+          f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {groups_per_warp!r}")
+    _positive_int("sms", sms)
+    _positive_int("blocks_per_sm", blocks_per_sm)
+    groups = M * (K // GROUP)
+    chunks = -(-groups // groups_per_warp)
+    max_warps = sms * blocks_per_sm * (THREADS // 32)
+    sweeps = -(-chunks // max_warps)
+    warps = -(-chunks // sweeps)
+    blocks = -(-warps // (THREADS // 32))
+    return {"groups": groups, "chunks": chunks, "max_warps": max_warps, "sweeps": sweeps, "warps": warps,
+            "blocks": blocks, "min_chunks_per_warp": chunks // warps, "max_chunks_per_warp": -(-chunks // warps)}
+
+
+def auto_launch(M: int, K: int, sms: int, blocks_per_sm: int = RESIDENT_BLOCKS_PER_SM) -> dict:
+    """The kernel groups_per_warp='auto' runs, from the launch shape alone:
+
+    1. every pair of groups gets its own warp in one wave (ceil(G / 2) <= sms x blocks_per_sm x 8
+       warps): quant_act_warp_ilp at 2 groups per warp: the most warps and the shortest chain per
+       warp (one load, one reduction), nothing to pipeline;
+    2. else quant_act_warp_ilp_persistent with the largest groups_per_warp in (8, 4, 2) whose
+       chunks still number >= sms x blocks_per_sm x 8: the persistent kernels hold fewer blocks
+       per SM than the grid kernels (38-62 registers: 4 to 6 blocks of 256 threads on sm_90), so
+       that is >= ~1.3-2 chunks per warp: a next chunk whose loads overlap the current one's
+       work, with the most bytes per load burst; 2 when no larger count qualifies.
+    blocks_per_sm: resident 256-thread blocks of the grid kernel (8 on sm_80..sm_90: 2048 threads
+    per SM). On an H200 (132 SMs) at K = 7168: M = 256 -> grid g2; M = 1024 -> persistent g4;
+    M >= 2048 -> persistent g8. Returns
+    {"persistent": bool, "groups_per_warp": int, "variant_id": int}."""
+    byte_count(M, K)
+    _positive_int("sms", sms)
+    _positive_int("blocks_per_sm", blocks_per_sm)
+    groups = M * (K // GROUP)
+    max_warps = sms * blocks_per_sm * (THREADS // 32)
+    if -(-groups // 2) <= max_warps:
+        persistent, gpw = False, 2
+    else:
+        persistent = True
+        gpw = next((g for g in (8, 4) if -(-groups // g) >= max_warps), 2)
+    return {"persistent": persistent, "groups_per_warp": gpw,
+            "variant_id": (_PERSISTENT_IDS if persistent else _ILP_IDS)[gpw]}
 
 
 def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np.ndarray]:
@@ -114,16 +177,45 @@ def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np
 
 
 def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
-              q_out=None, s_out=None, groups_per_warp: Optional[int] = None):
+              q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None):
     """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
 
     scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
     the layout cuBLASLt's blockwise GEMM wants (so no transposing copy is needed after). q_out /
     s_out: preallocated outputs (s_out of any strides). groups_per_warp: quant_act_warp_ilp only
-    (2, 4 or 8; default 4).
+    (2, 4, 8 or 'auto' = None, the default: :func:`auto_launch` picks kernel and count);
+    persistent: quant_act_warp_ilp with a number of groups_per_warp only: True runs the
+    persistent grid-stride kernel, False / None the one-chunk-per-warp grid.
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
-    return _launch(x, _variant_id(variant, groups_per_warp), scale_layout, scale_rule, q_out, s_out)
+    vid = _variant_id(variant, groups_per_warp, persistent)
+    if vid is None:   # auto: needs the device's SM count
+        _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")
+        _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
+        M, K = x.shape
+        _need(M >= 1 and K >= GROUP and K % GROUP == 0, f"K must be a positive multiple of {GROUP}, got K={K} (M={M})")
+        vid = auto_launch(int(M), int(K), _sm_count(x.device.index))["variant_id"]
+    return _launch(x, vid, scale_layout, scale_rule, q_out, s_out)
+
+
+def _is_cuda_tensor(x) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(x, torch.Tensor) and x.is_cuda
+
+
+_SMS: dict = {}
+
+
+def _sm_count(index) -> int:
+    import torch
+
+    i = torch.cuda.current_device() if index is None else index
+    if i not in _SMS:
+        _SMS[i] = int(torch.cuda.get_device_properties(i).multi_processor_count)
+    return _SMS[i]
 
 
 def traffic_copy(x, *, q_out=None, s_out=None):
@@ -132,13 +224,20 @@ def traffic_copy(x, *, q_out=None, s_out=None):
     return _launch(x, _TRAFFIC_COPY_ID, "row", "torch_cuda", q_out, s_out)
 
 
-def _variant_id(variant: str, groups_per_warp) -> int:
+def _variant_id(variant: str, groups_per_warp, persistent=None) -> Optional[int]:
+    """The binding's variant number; None for quant_act_warp_ilp with groups_per_warp 'auto'."""
     if variant != "quant_act_warp_ilp":
         _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
+        _need(persistent is None, f"persistent applies to quant_act_warp_ilp only, not {variant}")
         return _VARIANT_IDS[variant]
+    _need(persistent in (None, True, False), f"persistent must be None, True or False, got {persistent!r}")
     gpw = ILP_DEFAULT_GROUPS_PER_WARP if groups_per_warp is None else groups_per_warp
-    _need(gpw in ILP_GROUPS_PER_WARP, f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {gpw!r}")
-    return _ILP_IDS[gpw]
+    if isinstance(gpw, str) and gpw == "auto":
+        _need(persistent is None, "persistent must be None with groups_per_warp='auto' (the rule picks it)")
+        return None
+    _need(gpw in ILP_GROUPS_PER_WARP and not isinstance(gpw, bool),
+          f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP} or 'auto', got {gpw!r}")
+    return (_PERSISTENT_IDS if persistent else _ILP_IDS)[gpw]
 
 
 def _launch(x, variant_id: int, scale_layout: str, scale_rule: str, q_out, s_out):
