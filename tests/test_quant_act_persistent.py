@@ -35,11 +35,14 @@ def test_persistent_grid_numbers_at_the_target_shape():
 
 def test_auto_rule_from_the_launch_shape():
     pick = lambda M, sms=132: (lambda a: (a["persistent"], a["groups_per_warp"]))(qa.auto_launch(M, 7168, sms))
-    assert pick(1) == pick(256) == (False, 2)          # one wave of 2-group warps: 7168 <= 8448 warp slots
-    assert pick(302) == (True, 2)                      # 16912 groups: 8456 pairs > 8448
-    assert pick(1024) == (True, 4)                     # 14336 chunks of 4 >= 8448 > 7168 chunks of 8
-    assert pick(2048) == pick(4096) == pick(8192) == (True, 8)
-    assert pick(256, sms=16) == (True, 8)              # a small GPU: the same M is "large"
+    # grid kernels only; the largest groups per warp whose grid still has >= 3 waves of the
+    # 132 x 8 = 1056 resident blocks (3168 blocks), else 2
+    assert pick(1) == pick(256) == pick(1024) == (False, 2)
+    assert pick(1809) == (False, 2) and pick(1810) == (False, 4)   # 101360 groups / 32 per block = 3168 blocks
+    assert pick(2048) == (False, 4)
+    assert pick(3619) == (False, 4) and pick(3620) == (False, 8)   # 202720 groups / 64 = 3168 blocks (rounded up)
+    assert pick(4096) == pick(8192) == (False, 8)
+    assert pick(256, sms=16) == (False, 4)             # a small GPU: 448 blocks of g4 >= 3 x 128
     for M in (1, 256, 1024, 8192):
         a = qa.auto_launch(M, 7168, 132)
         ids = qa._PERSISTENT_IDS if a["persistent"] else qa._ILP_IDS

@@ -115,31 +115,33 @@ def persistent_launch(M: int, K: int, groups_per_warp: int, sms: int, blocks_per
             "blocks": blocks, "min_chunks_per_warp": chunks // warps, "max_chunks_per_warp": -(-chunks // warps)}
 
 
-def auto_launch(M: int, K: int, sms: int, blocks_per_sm: int = RESIDENT_BLOCKS_PER_SM) -> dict:
-    """The kernel groups_per_warp='auto' runs, from the launch shape alone:
+AUTO_MIN_WAVES = 3   # see auto_launch
 
-    1. every pair of groups gets its own warp in one wave (ceil(G / 2) <= sms x blocks_per_sm x 8
-       warps): quant_act_warp_ilp at 2 groups per warp: the most warps and the shortest chain per
-       warp (one load, one reduction), nothing to pipeline;
-    2. else quant_act_warp_ilp_persistent with the largest groups_per_warp in (8, 4, 2) whose
-       chunks still number >= sms x blocks_per_sm x 8: the persistent kernels hold fewer blocks
-       per SM than the grid kernels (38-62 registers: 4 to 6 blocks of 256 threads on sm_90), so
-       that is >= ~1.3-2 chunks per warp: a next chunk whose loads overlap the current one's
-       work, with the most bytes per load burst; 2 when no larger count qualifies.
-    blocks_per_sm: resident 256-thread blocks of the grid kernel (8 on sm_80..sm_90: 2048 threads
-    per SM). On an H200 (132 SMs) at K = 7168: M = 256 -> grid g2; M = 1024 -> persistent g4;
-    M >= 2048 -> persistent g8. Returns
-    {"persistent": bool, "groups_per_warp": int, "variant_id": int}."""
+
+def auto_launch(M: int, K: int, sms: int, blocks_per_sm: int = RESIDENT_BLOCKS_PER_SM) -> dict:
+    """The kernel groups_per_warp='auto' runs, from the launch shape alone: the grid kernel
+    quant_act_warp_ilp with the largest groups_per_warp in (8, 4, 2) whose grid still fills at
+    least AUTO_MIN_WAVES waves of resident blocks (sms x blocks_per_sm); 2 when none does (small M:
+    the most warps and the shortest chain per warp).
+
+    Why this rule (H200, K = 7168, two probe runs, 2026-11-29, graph timing, fraction of the
+    same-traffic copy): more groups per warp wins only once the grid has several waves, so a
+    partly filled last wave costs little (M = 4096 / 8192: g8 0.83 / 0.85, g2 0.77 / 0.76);
+    below that the grid with the most warps wins (M = 256: g2 0.76-0.86, g8 0.67; M = 1024:
+    g2 0.79-0.80 at 3.4 waves, g4 0.79 at 1.7). The persistent kernels (next chunk's loads in
+    flight, no partial wave) measured no better than the best grid kernel at any M and hold
+    fewer blocks per SM, so 'auto' never picks them; they stay selectable (persistent=True).
+    blocks_per_sm: resident 256-thread blocks of the grid kernel (8 on sm_80..sm_90). On an
+    H200 (132 SMs) at K = 7168: M <= 1024 -> g2; M = 2048 -> g4; M >= 4096 -> g8 (3.4 waves at 4096).
+    Returns {"persistent": bool, "groups_per_warp": int, "variant_id": int}."""
     byte_count(M, K)
     _positive_int("sms", sms)
     _positive_int("blocks_per_sm", blocks_per_sm)
     groups = M * (K // GROUP)
-    max_warps = sms * blocks_per_sm * (THREADS // 32)
-    if -(-groups // 2) <= max_warps:
-        persistent, gpw = False, 2
-    else:
-        persistent = True
-        gpw = next((g for g in (8, 4) if -(-groups // g) >= max_warps), 2)
+    slots = sms * blocks_per_sm
+    warps_per_block = THREADS // 32
+    persistent = False
+    gpw = next((g for g in (8, 4) if -(-groups // (g * warps_per_block)) >= AUTO_MIN_WAVES * slots), 2)
     return {"persistent": persistent, "groups_per_warp": gpw,
             "variant_id": (_PERSISTENT_IDS if persistent else _ILP_IDS)[gpw]}
 
