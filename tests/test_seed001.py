@@ -23,7 +23,7 @@ needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool
 # --------------------------------------------------------------------------- configurations
 def test_wmma_config_list_matches_the_roles():
     cfgs = s1.wmma_configs()
-    assert len(cfgs) == len(s1.WMMA_ROLES) == 7
+    assert len(cfgs) == len(s1.WMMA_ROLES) == 10
     _, large = s1.wmma_config("large")
     assert (large.bm, large.bn, large.wm, large.wn, large.pad) == (128, 128, 64, 32, 8)
     assert s1.wmma_config("large_pad0")[1].pad == 0
@@ -32,10 +32,30 @@ def test_wmma_config_list_matches_the_roles():
     for c in cfgs:
         c.validate()
         assert s1.wmma_config(c.name)[1] == c
-        # two stages of (BM + BN) rows of 128 + pad bf16, or the fp32 epilogue tile (BN + 4 floats)
-        assert c.smem_bytes == max(2 * (c.bm + c.bn) * (128 + c.pad) * 2, c.bm * (c.bn + 4) * 4)
+        # stages of (BM + BN) rows of 128 + pad bf16, or the fp32 epilogue tile (BN + 4 floats)
+        assert c.smem_bytes == max((c.stages or 2) * (c.bm + c.bn) * (128 + c.pad) * 2, c.bm * (c.bn + 4) * 4)
         assert c.smem_bytes <= 227 * 1024
     assert large.smem_bytes == 139264 and large.threads == 256
+    s3 = s1.wmma_config("large_s3")[1]
+    assert (s3.bm, s3.bn, s3.wm, s3.wn, s3.pad, s3.stages) == (128, 128, 64, 32, 8, 3)
+    assert s3.smem_bytes == 3 * 256 * 136 * 2 == 208896 and s3.name.endswith("_s3")
+    assert s1.wmma_config("large_s2")[1].smem_bytes == large.smem_bytes
+    assert s1.ctas_per_sm(s1.wmma_config("large_n64_s2")[1]) == 2
+    for role in s1.WMMA_LARGE_ROLES:
+        assert role in ta.TILE_CHECK                                   # the tile study times every one
+
+
+def test_wmma_pipelined_config_rules():
+    s1.WmmaConfig(128, 128, 64, 32, 8, stages=4).validate()
+    with pytest.raises(ValueError, match="2 to 4 stages"):
+        s1.WmmaConfig(128, 128, 64, 32, 8, stages=1).validate()
+    with pytest.raises(ValueError, match="2 to 4 stages"):
+        s1.WmmaConfig(128, 128, 64, 32, 8, stages=5).validate()
+    with pytest.raises(ValueError, match="16-byte aligned rows"):
+        s1.WmmaConfig(64, 64, 32, 32, 1, force_pad=True, stages=2).validate()
+    # the parser reads the stage field; a line without it is not a configuration
+    text = "#define FP8LAB_WMMA_CONFIGS(X) X(64, 64, 32, 32, 8, 0, 3) X(64, 64, 32, 32, 8, 0)\n#ifdef FP8LAB_WMMA_PAD_CHECK"
+    assert s1._configs_from_source(text) == (s1.WmmaConfig(64, 64, 32, 32, 8, stages=3),)
 
 
 def test_wmma_pad_rule_refuses_plus_one():
@@ -312,8 +332,9 @@ def test_wmma_kernel_compiles_to_ldmatrix_and_hmma():
 
     log, sass = _compile(s1.WMMA_SOURCE, "sm_90a")
     funcs = parse_ptxas_v(log)
-    wmma = {k: v for k, v in funcs.items() if "wmma_w8a16_kernel" in k}
+    wmma = {k: v for k, v in funcs.items() if "wmma_w8a16_kernel" in k or "wmma_w8a16_pipelined_kernel" in k}
     assert len(wmma) == 2 * len(s1.wmma_configs())                   # bf16 and fp32 outputs per config
+    assert sum("pipelined" in k for k in wmma) == 2 * sum(c.stages > 0 for c in s1.wmma_configs())
     assert all(v["spill_store_bytes"] == 0 for v in wmma.values())
     assert "HMMA.16816.F32.BF16" in sass and "LDSM.16.M88.4" in sass  # tensor cores fed by ldmatrix
     assert "F2FP.F16.E4M3.UNPACK_B" in sass                          # exact e4m3 -> f16 in hardware

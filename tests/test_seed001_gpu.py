@@ -38,7 +38,8 @@ def test_scalar_tiled_matches_float64(M, N, K, tile):
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
-@pytest.mark.parametrize("config", ["decode", "small", "medium", "large", "large_n64", "large_pad0"])
+@pytest.mark.parametrize("config", ["decode", "small", "medium", "large", "large_n64", "large_pad0",
+                                    "large_s3", "large_s2", "large_n64_s2"])
 def test_wmma_w8a16_matches_float64(M, N, K, config):
     import torch
     from fp8lab.kernels import seed001 as s1
@@ -50,6 +51,25 @@ def test_wmma_w8a16_matches_float64(M, N, K, config):
             out = torch.full((M, N), float("nan"), dtype=dtype, device="cuda")
             s1.wmma_w8a16(d["a"], d["w"], d["w_scale"], config=config, kb_per_split=kb_per_split, out=out)
             assert _err(out, ref) < tol, (config, kb_per_split, dtype, _err(out, ref))
+
+
+@pytest.mark.parametrize("M,N,K", [(83, 200, 1152), (130, 264, 384)])
+@pytest.mark.parametrize("pipelined,original", [("large_s3", "large"), ("large_s2", "large"),
+                                                ("large_n64_s2", "large_n64")])
+def test_wmma_pipelined_is_bitwise_the_original(M, N, K, pipelined, original):
+    """Same MMAs in the same order, same promotion: only the schedule differs, so fp32 outputs agree
+    bit for bit (also with K splits of 1 and 2 blocks, fewer blocks than stages)."""
+    import torch
+    from fp8lab.kernels import seed001 as s1
+    d = _inputs(M, N, K, seed=5)
+    for kb_per_split in (K // 128, 1, 2):
+        outs = []
+        for cfg in (pipelined, original):
+            out = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+            s1.wmma_w8a16(d["a"], d["w"], d["w_scale"], config=cfg, kb_per_split=kb_per_split, out=out)
+            outs.append(out)
+        assert torch.isfinite(outs[0]).all()
+        assert torch.equal(outs[0], outs[1]), (pipelined, kb_per_split)
 
 
 def test_wmma_auto_plan_at_decode_and_prefill_shapes():

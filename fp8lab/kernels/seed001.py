@@ -57,7 +57,11 @@ WMMA_PAD_RULE = ("wmma::load_matrix_sync needs a leading dimension that is a mul
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class WmmaConfig:
-    """CTA tile BM x BN x 128, warp tile WM x WN, shared-memory row pad (bf16 elements)."""
+    """CTA tile BM x BN x 128, warp tile WM x WN, shared-memory row pad (bf16 elements).
+
+    stages 0: the original two-stage kernel; 2..4: the pipelined kernel with that many shared-memory
+    stages (cp.async A, W converted into a stage STAGES - 1 blocks ahead, fragment double buffering).
+    """
 
     bm: int
     bn: int
@@ -65,11 +69,18 @@ class WmmaConfig:
     wn: int
     pad: int
     force_pad: bool = False
+    stages: int = 0
 
     @property
     def name(self) -> str:
         forced = "_forced" if self.force_pad else ""
-        return f"{self.bm}x{self.bn}x{BK}_w{self.wm}x{self.wn}_pad{self.pad}{forced}"
+        pipe = f"_s{self.stages}" if self.stages else ""
+        return f"{self.bm}x{self.bn}x{BK}_w{self.wm}x{self.wn}_pad{self.pad}{forced}{pipe}"
+
+    @property
+    def n_stages(self) -> int:
+        """Shared-memory stages (the original kernel has two)."""
+        return self.stages or 2
 
     @property
     def warps(self) -> int:
@@ -86,8 +97,8 @@ class WmmaConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory per CTA: two stages of A and W tiles, or the fp32 epilogue tile."""
-        main = 2 * (self.bm + self.bn) * self.lds * 2
+        """Dynamic shared memory per CTA: the stages of A and W tiles, or the fp32 epilogue tile."""
+        main = self.n_stages * (self.bm + self.bn) * self.lds * 2
         epi = self.bm * (self.bn + 4) * 4
         return max(main, epi)
 
@@ -107,19 +118,25 @@ class WmmaConfig:
             raise ValueError(f"warp tile {self.wm}x{self.wn} must be made of 16x16 wmma fragments")
         if BK % self.bn:
             raise ValueError(f"BN={self.bn} must divide 128 so that a CTA tile sees one weight scale per K block")
+        if self.stages and not (2 <= self.stages <= 4):
+            raise ValueError(f"the pipelined kernel has 2 to 4 stages, got stages={self.stages}")
+        if self.stages and (self.pad % 8 or self.force_pad):
+            raise ValueError("the pipelined kernel fills A with cp.async: it needs 16-byte aligned rows "
+                             f"(pad % 8 == 0, not forced); got pad={self.pad}")
         if (self.bm * (BK // 8)) % self.threads or (self.bn * (BK // 16)) % self.threads:
             raise ValueError(f"tile loads of {self.name} do not split evenly over {self.threads} threads")
         return self
 
 
-_CONFIG_LINE = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*\)")
+_CONFIG_LINE = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*,"
+                          r"\s*(\d+)\s*\)")
 
 
 @lru_cache(maxsize=None)
 def _configs_from_source(text: str) -> tuple[WmmaConfig, ...]:
     start = text.index("#define FP8LAB_WMMA_CONFIGS(X)")
     block = text[start:text.index("#ifdef FP8LAB_WMMA_PAD_CHECK", start)]
-    return tuple(WmmaConfig(*map(int, m.groups()[:5]), force_pad=m.group(6) == "1")
+    return tuple(WmmaConfig(*map(int, m.groups()[:5]), force_pad=m.group(6) == "1", stages=int(m.group(7)))
                  for m in _CONFIG_LINE.finditer(block))
 
 
@@ -132,7 +149,10 @@ def wmma_configs() -> list[WmmaConfig]:
 
 
 # Named roles of the configuration list (ids are positions in wmma_w8a16.cu's list).
-WMMA_ROLES = {"decode": 0, "small": 1, "medium": 2, "large": 3, "large_pad0": 4, "pad1_forced": 5, "large_n64": 6}
+WMMA_ROLES = {"decode": 0, "small": 1, "medium": 2, "large": 3, "large_pad0": 4, "pad1_forced": 5, "large_n64": 6,
+              "large_s3": 7, "large_s2": 8, "large_n64_s2": 9}
+#: The prefill-sized configurations, original and pipelined (the tile study times all of them).
+WMMA_LARGE_ROLES = ("large", "large_n64", "large_s3", "large_s2", "large_n64_s2")
 
 
 def wmma_config(config) -> tuple[int, WmmaConfig]:

@@ -55,10 +55,14 @@ struct Params {
   int kb_per_split;       // K blocks per split; splits = gridDim.y = ceil(K/128 / kb_per_split)
 };
 
-template <int BM_, int BN_, int WM_, int WN_, int PAD_, bool kForcePad_ = false>
+// STAGES_ = 0: the original kernel (two stages, W loads guarded by `more`). STAGES_ >= 2: the
+// pipelined kernel (wmma_w8a16_pipelined_kernel below) with that many shared-memory stages.
+template <int BM_, int BN_, int WM_, int WN_, int PAD_, bool kForcePad_ = false, int STAGES_ = 0>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, PAD = PAD_;
   static constexpr bool kForcePad = kForcePad_;
+  static constexpr int PIPE = STAGES_;                   // 0: original kernel
+  static constexpr int STAGES = STAGES_ == 0 ? 2 : STAGES_;
   static constexpr int LDS = BK + PAD;                   // smem row stride of A and W tiles (bf16)
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
@@ -68,7 +72,7 @@ struct Config {
   static constexpr int A_STAGE = BM * LDS, W_STAGE = BN * LDS;  // bf16 elements per stage
   static constexpr int A_CHUNKS = BM * (BK / 8) / THREADS;      // 16-byte pieces of A per thread
   static constexpr int W_CHUNKS = BN * (BK / 16) / THREADS;     // 16-byte pieces of W per thread
-  static constexpr size_t SMEM_MAIN = 2u * (A_STAGE + W_STAGE) * sizeof(bf16);
+  static constexpr size_t SMEM_MAIN = size_t(STAGES) * (A_STAGE + W_STAGE) * sizeof(bf16);
   static constexpr size_t SMEM_EPI = size_t(BM) * LDC * sizeof(float);
   static constexpr size_t SMEM = SMEM_MAIN > SMEM_EPI ? SMEM_MAIN : SMEM_EPI;
 
@@ -80,6 +84,9 @@ struct Config {
   static_assert(BM % WM == 0 && BN % WN == 0, "the warp tile must divide the CTA tile");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16x16 wmma fragments");
   static_assert(BK % BN == 0, "BN must divide 128 so that one CTA tile sees one weight scale per K block");
+  static_assert(STAGES_ == 0 || (STAGES_ >= 2 && STAGES_ <= 4), "the pipelined kernel has 2 to 4 stages");
+  static_assert(STAGES_ == 0 || (PAD % 8 == 0 && !kForcePad_),
+                "the pipelined kernel fills A with cp.async: 16-byte aligned rows (PAD % 8 == 0) only");
   static_assert((BM * (BK / 8)) % THREADS == 0 && (BN * (BK / 16)) % THREADS == 0,
                 "tile loads must split evenly over the threads");
 };
@@ -170,6 +177,12 @@ struct TileLoader {
 
   // Finish K block kb's loads into stage (As, Ws): convert W to bf16 and store it; wait for A.
   __device__ __forceinline__ void finish(bf16* As, bf16* Ws) {
+    store_w(Ws);
+    finish_a(As);
+  }
+
+  // Convert the W registers to bf16 (exactly) and store them into the W tile Ws.
+  __device__ __forceinline__ void store_w(bf16* Ws) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < Cfg::W_CHUNKS; ++i) {
@@ -195,6 +208,11 @@ struct TileLoader {
         }
       }
     }
+  }
+
+  // A of the block: wait for the cp.async copies, or store the staged registers (forced pad).
+  __device__ __forceinline__ void finish_a(bf16* As) {
+    const int tid = threadIdx.x;
     if constexpr (Cfg::kWideSmem) {
       cp_async_commit_wait_all();
     } else {
@@ -321,6 +339,149 @@ wmma_w8a16_kernel(const Params p) {
   }
 }
 
+// Pipelined variant (Config::PIPE >= 2; issue 6, B3). Same arithmetic as wmma_w8a16_kernel (one
+// fresh fp32 fragment per 128-wide K block, promoted with fmaf(scale, blk, acc)), so the results
+// are bit-identical to it; only the schedule differs:
+//  - STAGES shared-memory stages: the A tile of block kb + STAGES - 1 goes out with cp.async while
+//    block kb is multiplied, so A has STAGES - 1 blocks of MMAs to arrive (the original: one).
+//  - the W tile of block kb + STAGES - 1 is loaded into registers at the top of the iteration and
+//    converted + stored into its (dead) stage at the bottom; its consumer is STAGES - 1 barriers
+//    away, so with STAGES >= 3 the barrier no longer waits on stores the next block needs at once.
+//  - the loop body has no `if (more)`: past the last block the loads are clamped to a valid block
+//    and land in a stage nobody reads again, so ptxas sees one straight-line body and can
+//    interleave the F2FP conversions and shared stores with the HMMAs.
+//  - explicit fragment double buffering: the fragments of k-step ks + 1 are loaded before the
+//    MMAs of k-step ks are issued.
+// cp.async bookkeeping: one commit group per block (possibly empty-in-effect but always committed),
+// so "wait until <= STAGES - 2 groups are pending" at the bottom of iteration i means the group of
+// block i + 1 has landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::THREADS)
+wmma_w8a16_pipelined_kernel(const Params p) {
+  static_assert(Cfg::PIPE >= 2 && Cfg::kWideSmem, "pipelined configs only");
+  constexpr int S = Cfg::STAGES;
+  constexpr int KS = BK / 16;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [S][BM][LDS]
+  bf16* const Ws0 = As0 + S * Cfg::A_STAGE;                // [S][BN][LDS]
+
+  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
+  const int pid = blockIdx.x;
+  const int width = kGroupM * tiles_n;
+  const int first_m = (pid / width) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int pid_m = first_m + (pid % width) % group_rows;
+  const int pid_n = (pid % width) / group_rows;
+  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
+
+  const int KB = p.K / BK;
+  const int kb_begin = blockIdx.y * p.kb_per_split;
+  const int kb_end = min(KB, kb_begin + p.kb_per_split);
+  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;
+
+  const int warp = threadIdx.x / 32;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+
+  FragC acc[Cfg::FM][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  TileLoader<Cfg> ld;
+  // Prologue: blocks kb_begin .. kb_begin + S - 2 into stages 0 .. S - 2 (clamped past the end).
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    const int kb = min(kb_begin + st, kb_end - 1);
+    ld.issue(p, As0 + st * Cfg::A_STAGE, m0, n0, kb);
+    cp_async_commit();
+    ld.store_w(Ws0 + st * Cfg::W_STAGE);
+  }
+  cp_async_wait_pending<S - 2>();
+  __syncthreads();
+
+  int cur = 0;           // stage of block kb
+  int pre = S - 1;       // stage of block kb + S - 1 (the one freed by the last barrier)
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    ld.issue(p, As0 + pre * Cfg::A_STAGE, m0, n0, min(kb + S - 1, kb_end - 1));
+    cp_async_commit();
+    const float scale = __ldg(w_scale_row + kb);
+    const bf16* As = As0 + cur * Cfg::A_STAGE + (wm * Cfg::WM) * Cfg::LDS;
+    const bf16* Ws = Ws0 + cur * Cfg::W_STAGE + (wn * Cfg::WN) * Cfg::LDS;
+
+    FragC blk[Cfg::FM][Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+    FragA fa[2][Cfg::FM];
+    FragB fb[2][Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i) load_a(fa[0][i], As + i * 16 * Cfg::LDS, Cfg::LDS);
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) load_b(fb[0][j], Ws + j * 16 * Cfg::LDS, Cfg::LDS);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const int b = ks & 1;
+      if (ks + 1 < KS) {
+#pragma unroll
+        for (int i = 0; i < Cfg::FM; ++i) load_a(fa[b ^ 1][i], As + i * 16 * Cfg::LDS + (ks + 1) * 16, Cfg::LDS);
+#pragma unroll
+        for (int j = 0; j < Cfg::FN; ++j) load_b(fb[b ^ 1][j], Ws + j * 16 * Cfg::LDS + (ks + 1) * 16, Cfg::LDS);
+      }
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[b][i], fb[b][j], blk[i][j]);
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+        for (int e = 0; e < blk[i][j].num_elements; ++e)
+          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+
+    ld.store_w(Ws0 + pre * Cfg::W_STAGE);
+    cp_async_wait_pending<S - 2>();
+    __syncthreads();
+    cur = cur + 1 == S ? 0 : cur + 1;
+    pre = pre + 1 == S ? 0 : pre + 1;
+  }
+  // The clamped loads of the last S - 1 iterations may still be in flight into smem the epilogue
+  // is about to overwrite.
+  cp_async_wait_pending<0>();
+  __syncthreads();
+
+  float* Cs = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
+                              Cfg::LDC, wmma::mem_row_major);
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
+    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
+    const int gm = m0 + r, gn = n0 + cc;
+    if (gm >= p.M || gn >= p.N) continue;
+    const float v = Cs[r * Cfg::LDC + cc];
+    const size_t o = static_cast<size_t>(gm) * p.N + gn;
+    if (split) {
+      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
+    } else {
+      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
+    }
+  }
+}
+
 // Sum of the K splits in a fixed order (deterministic), then the output conversion.
 // partial: (splits, M*N) fp32; c: (M*N) OutT.
 template <typename OutT>
@@ -340,7 +501,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   const int splits = cdiv(KB, p.kb_per_split);
   if (splits > 1 && p.partial == nullptr) return cudaErrorInvalidValue;
   if (splits > 65535) return cudaErrorInvalidConfiguration;
-  auto kernel = wmma_w8a16_kernel<Cfg, OutT>;
+  auto kernel = [] {
+    if constexpr (Cfg::PIPE > 0) return wmma_w8a16_pipelined_kernel<Cfg, OutT>;
+    else return wmma_w8a16_kernel<Cfg, OutT>;
+  }();
   if (Cfg::SMEM > 48 * 1024) {
     // Set once per device: the attribute is per function and device, and setting it is not free.
     static bool done[64] = {};
@@ -367,16 +531,20 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
 }  // namespace wmma_w8a16
 }  // namespace fp8lab
 
-// THE list of configurations, X(BM, BN, WM, WN, PAD, FORCE_PAD); the index of a line is its id.
+// THE list of configurations, X(BM, BN, WM, WN, PAD, FORCE_PAD, STAGES); the index of a line is its
+// id. STAGES 0: the original two-stage kernel; >= 2: the pipelined kernel with that many stages.
 // fp8lab/kernels/seed001.py parses this list, so Python and C++ cannot drift.
 #define FP8LAB_WMMA_CONFIGS(X)                                                                     \
-  X(16, 64, 16, 16, 8, 0)   /* 0 decode: M <= 16; split-K fills the SMs   4 warps,  44 KB smem */   \
-  X(32, 64, 32, 16, 8, 0)   /* 1 small:  M <= 32                          4 warps,  52 KB */        \
-  X(64, 128, 32, 32, 8, 0)  /* 2 medium: M <= 128                         8 warps, 104 KB */        \
-  X(128, 128, 64, 32, 8, 0) /* 3 large:  prefill                          8 warps, 139 KB */        \
-  X(128, 128, 64, 32, 0, 0) /* 4 large without the pad: bank-conflicted LDSM control       */      \
-  X(64, 64, 32, 32, 1, 1)   /* 5 +1 pad forced past the static_assert: B9 experiment only  */   \
-  X(128, 64, 64, 32, 8, 0)  /* 6 large_n64: 4 warps of 64x32, two CTAs per SM at large's smem bytes per FLOP */
+  X(16, 64, 16, 16, 8, 0, 0)   /* 0 decode: M <= 16; split-K fills the SMs   4 warps,  44 KB smem */ \
+  X(32, 64, 32, 16, 8, 0, 0)   /* 1 small:  M <= 32                          4 warps,  52 KB */      \
+  X(64, 128, 32, 32, 8, 0, 0)  /* 2 medium: M <= 128                         8 warps, 104 KB */      \
+  X(128, 128, 64, 32, 8, 0, 0) /* 3 large:  prefill                          8 warps, 139 KB */      \
+  X(128, 128, 64, 32, 0, 0, 0) /* 4 large without the pad: bank-conflicted LDSM control       */     \
+  X(64, 64, 32, 32, 1, 1, 0)   /* 5 +1 pad forced past the static_assert: B9 experiment only  */     \
+  X(128, 64, 64, 32, 8, 0, 0)  /* 6 large_n64: 4 warps of 64x32, two CTAs per SM               */     \
+  X(128, 128, 64, 32, 8, 0, 3) /* 7 large_s3: pipelined, 3 stages            8 warps, 209 KB */      \
+  X(128, 128, 64, 32, 8, 0, 2) /* 8 large_s2: pipelined, 2 stages            8 warps, 139 KB */      \
+  X(128, 64, 64, 32, 8, 0, 2)  /* 9 large_n64_s2: pipelined, 2 stages, 4 warps, 104 KB, 2 CTAs/SM */
 
 #ifdef FP8LAB_WMMA_PAD_CHECK
 #ifdef FP8LAB_WMMA_FORCE_PAD
@@ -391,9 +559,9 @@ template __global__ void fp8lab::wmma_w8a16::wmma_w8a16_kernel<
 #else
 namespace {
 using LaunchFn = cudaError_t (*)(const fp8lab::wmma_w8a16::Params&, cudaStream_t);
-#define FP8LAB_WMMA_ROW(BM, BN, WM, WN, PAD, FORCE)                                                      \
-  {&fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE>, __nv_bfloat16>, \
-   &fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE>, float>},
+#define FP8LAB_WMMA_ROW(BM, BN, WM, WN, PAD, FORCE, STAGES)                                                  \
+  {&fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES>, __nv_bfloat16>, \
+   &fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES>, float>},
 const LaunchFn kWmmaTable[][2] = {FP8LAB_WMMA_CONFIGS(FP8LAB_WMMA_ROW)};
 #undef FP8LAB_WMMA_ROW
 constexpr int kWmmaConfigs = sizeof(kWmmaTable) / sizeof(kWmmaTable[0]);
