@@ -188,6 +188,14 @@ def test_target_table():
     assert r["cublaslt_value"] == pytest.approx(wb / 30e-6 / 4.27e12)
     assert r["best_arm"] == "triton_blockwise" and bool(r["met"]) == (r["value"] >= 0.85)
     assert bw.target_table(_df(rows), copy_Bps=None)["target"].eq("speedup vs cuBLASLt").all()
+    assert sp["per_tensor_value"].isna().all()             # no per-tensor reference timed
+    # the per-tensor FP8 reference: cuBLASLt time over its time, beside the target; never "ours"
+    rows.append(_row("qwen3-8b:o_proj", 4096, bw.PER_TENSOR, 480e-6, N=4096, K=4096))
+    rows.append(_row("qwen3-8b:o_proj", 1024, bw.PER_TENSOR, 100e-6, N=4096, K=4096))
+    sp2 = bw.target_table(_df(rows), copy_Bps=4.27e12).query("target == 'speedup vs cuBLASLt'").set_index(["shape", "M"])
+    assert sp2.loc[("qwen3-8b:o_proj", 4096), "per_tensor_value"] == pytest.approx(600 / 480)
+    assert sp2.loc[("qwen3-8b:o_proj", 1024), "best_arm"] == "triton_blockwise"   # faster, but a reference
+    assert bw.weight_bytes(bw.PER_TENSOR, 4096, 4096) == 4096 * 4096
 
 
 # ------------------------------------------------------------------ verdicts

@@ -9,6 +9,8 @@ One registry of arms, one sweep, one tidy table; the three notebooks ask it diff
 | cutlass_blockwise_sm90   | CUTLASS 3.x Hopper blockwise collective (when its module imports)   |
 | cublaslt_blockwise       | ``F.scaled_mm``, 1x128 activation / 128x128 weight scales            |
 | cublas_bf16              | ``torch.mm`` on bf16 (the dequantised weights): the 16-bit baseline |
+| cublas_fp8_tensorwise    | ``torch._scaled_mm``, one scale per tensor: the FP8 reference without |
+|                          | per-block promotion (no blockwise kernel should beat it)              |
 
 Every (shape, M) point gets fresh random operands (activations with per-token magnitudes and
 outlier channels, weights with per-block magnitudes, both quantised by the reference
@@ -40,12 +42,14 @@ import pandas as pd
 from .. import shapes as shp
 from ..kernels import mma_blockwise as mb
 
-ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16")
+PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
+ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
 OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
 W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
 LABELS = {"mma_blockwise": "mma_blockwise (mma.sync)", "triton_blockwise": "triton_blockwise",
           "cutlass_blockwise_sm90": "cutlass_blockwise_sm90", "cublaslt_blockwise": "cuBLASLt blockwise",
-          "cublas_bf16": "cuBLAS BF16", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (weight-only)"}
+          "cublas_bf16": "cuBLAS BF16", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (weight-only)",
+          PER_TENSOR: "cuBLAS FP8 per-tensor (reference)"}
 
 DEFAULT_SHAPES = ("qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down")
 DEFAULT_MS = (1, 16, 128, 1024, 4096)
@@ -93,6 +97,8 @@ def weight_bytes(arm: str, N: int, K: int) -> int:
     """Bytes of the weight stream an arm reads: e4m3 codes + fp32 128x128 scales, or bf16."""
     if arm == "cublas_bf16":
         return 2 * N * K
+    if arm == PER_TENSOR:
+        return N * K
     return N * K + 4 * math.ceil(N / 128) * math.ceil(K / 128)
 
 
@@ -419,6 +425,24 @@ def _cublaslt_candidate() -> Candidate:
     return Candidate("cublaslt_blockwise", gemm, path="cuBLASLt")
 
 
+def _per_tensor_candidate() -> Candidate:
+    """cuBLAS FP8 with one scale per tensor (torch._scaled_mm) on the same e4m3 codes: no
+    per-block promotion at all, so at the same clock no blockwise kernel should beat it. A
+    reference for the speedup target, not a W8A8 blockwise arm (its result is checked against
+    the unscaled codes' product)."""
+    import torch
+
+    ones = {}
+
+    def gemm(s, a, sa, out):
+        one = ones.get(s.b.device)
+        if one is None:
+            one = ones[s.b.device] = torch.ones((), device=s.b.device, dtype=torch.float32)
+        # TN as cuBLAS FP8 wants: A (M, K) row-major, B (N, K) row-major seen as (K, N) column-major
+        return torch._scaled_mm(a, s.b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return Candidate(PER_TENSOR, gemm, path="cuBLASLt per-tensor")
+
+
 def _bf16_candidate() -> Candidate:
     import torch
 
@@ -529,7 +553,7 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     sets = [s0] + [s0.clone() for _ in range(n_sets - 1)]
     rows = check_rows(M, seed=seed)
     ref = reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows)
-    ref16 = None
+    ref16 = refpt = None
     flop = 2.0 * M * N * K
     method = "graph" if M <= graph_max_m else "auto"
     out_rows, timed = [], []
@@ -540,6 +564,11 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
                     r = torch.as_tensor(rows, device=s0.x.device)
                     ref16 = s0.x[r].double() @ s0.w_bf16.double().t()
                 refc = ref16
+            elif cand.arm == PER_TENSOR:
+                if refpt is None:
+                    r = torch.as_tensor(rows, device=s0.a.device)
+                    refpt = s0.a[r].double() @ s0.b.double().t()
+                refc = refpt
             else:
                 refc = ref
             chk, poison = check_candidate(cand, s0, refc, rows)
@@ -653,6 +682,8 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: 
                 cands += [_cutlass_candidate(c) for c in cutlass_candidates(M, cutlass)]
         elif arm == "cublaslt_blockwise":
             cands.append(_cublaslt_candidate())
+        elif arm == PER_TENSOR:
+            cands.append(_per_tensor_candidate())
         else:
             cands.append(_bf16_candidate())
     return cands, skipped
@@ -1036,9 +1067,10 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") 
         if M >= TARGET_LARGE_M and "cublaslt_blockwise" in g.index:
             lt = float(g.loc["cublaslt_blockwise", "time_p50_s"])
             val = lt / base["best_time_p50_s"]
+            pt = (lt / float(g.loc[PER_TENSOR, "time_p50_s"])) if PER_TENSOR in g.index else math.nan
             out.append(dict(base, target="speedup vs cuBLASLt", value=val, goal=TARGET_SPEEDUP,
                             met=bool(val >= TARGET_SPEEDUP), shortfall=max(0.0, TARGET_SPEEDUP / val - 1),
-                            cublaslt_value=1.0, cublaslt_time_p50_s=lt))
+                            cublaslt_value=1.0, cublaslt_time_p50_s=lt, per_tensor_value=pt))
         wb = weight_bytes("triton_blockwise", int(r0["N"]), int(r0["K"]))
         if M <= TARGET_SMALL_M and r0["N"] * r0["K"] >= TARGET_MIN_WEIGHT_BYTES and copy_Bps:
             val = wb / base["best_time_p50_s"] / copy_Bps
@@ -1050,7 +1082,8 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") 
                             cublaslt_time_p50_s=float(g.loc["cublaslt_blockwise", "time_p50_s"])
                             if "cublaslt_blockwise" in g.index else math.nan))
     return pd.DataFrame(out, columns=["shape", "M", "N", "K", "target", "best_arm", "best_detail", "best_time_p50_s",
-                                      "value", "goal", "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s"])
+                                      "value", "goal", "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s",
+                                      "per_tensor_value"])
 
 
 # ------------------------------------------------------------------------------------------
