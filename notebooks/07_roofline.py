@@ -282,7 +282,13 @@ display(pd.DataFrame({
     "seed predicted": [f"{S['rtx3090_issue_predicted']:.0%}", f"~{S['rtx5090_issue_predicted']:.0%}"],
     "seed measured (ncu)": [f"{S['rtx3090_issue_measured']:.1%}", "not measured"],
 }, index=["RTX 3090", "RTX 5090"]))
-c8_v = ex.c8_verdict(repro)
+# the measured side: notebook 08's C8 (the model against ncu on our weight-only kernels), this device
+c8_measured = None
+if run.device in results.devices_with("08_decode_bandwidth", "verdicts"):
+    v08 = results.load_table(run.device, "08_decode_bandwidth", "verdicts").set_index("claim")
+    if "C8" in v08.index:
+        c8_measured = f"{v08.loc['C8', 'verdict']}: {v08.loc['C8', 'our_figure']}"
+c8_v = ex.c8_verdict(repro, measured=c8_measured)
 
 # %% [markdown]
 # The same model for every spec-sheet device, NVFP4 at 3.66 instructions per element with the

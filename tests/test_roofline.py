@@ -133,6 +133,9 @@ def test_c8_verdict():
     v = ex.c8_verdict()
     assert v.claim == "C8" and v.verdict == "holds-in-kind"
     assert "not-run" in v.reason and "32" in v.our_figure
+    m = ex.c8_verdict(measured="fp8 predicted 27.0% vs ncu 31.2%")
+    assert m.verdict == "holds-in-kind" and "notebook 08" in m.our_figure and "27.0%" in m.our_figure
+    assert "not-run" not in m.reason
     bad = {"rtx3090_low": 0.40, "rtx3090_high": 0.41, "rtx5090_spec": 0.22}
     assert ex.c8_verdict(bad).verdict == "differs"
 

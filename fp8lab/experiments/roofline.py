@@ -169,9 +169,10 @@ def c8_table() -> pd.DataFrame:
     return rl.c8_predictions(devices.SPECS.values())
 
 
-def c8_verdict(repro: Optional[dict] = None) -> claims.Verdict:
+def c8_verdict(repro: Optional[dict] = None, measured: Optional[str] = None) -> claims.Verdict:
     """The model's arithmetic on the seed's inputs against the seed's printed 32% and
-    ~22%; the measured (ncu) side is not run until the weight-only kernels exist."""
+    ~22%. ``measured``: notebook 08's C8 figure on this device (the model against ncu on
+    fp8lab's weight-only kernels), quoted beside it when that notebook has measured."""
     s = rl.SEED003_C8
     r = repro or rl.c8_seed_reproduction(devices.get("rtx-3090"), devices.get("rtx-5090"))
     lo, hi = r["rtx3090_low"], r["rtx3090_high"]
@@ -180,12 +181,13 @@ def c8_verdict(repro: Optional[dict] = None) -> claims.Verdict:
     ok3090 = lo < s["rtx3090_issue_predicted"] + 0.005 and hi >= s["rtx3090_issue_predicted"] - 0.005
     ok5090 = abs(r["rtx5090_spec"] - s["rtx5090_issue_predicted"]) < 0.005
     fig = (f"model: 3090 {lo:.1%}-{hi:.1%} (DRAM 91-94%, 1.69 GHz), 5090 {r['rtx5090_spec']:.1%}; "
-           "ncu side not measured")
+           + (f"against ncu (notebook 08): {measured}" if measured else "ncu side not measured here"))
     reason = ("the model's arithmetic reproduces the seed's predictions from its own inputs "
               "(3.66 thread instructions per NVFP4 element, 0.5625 B per element, SMs x 4 "
               "schedulers x 32 threads x clock); the seed's 32.5% is an ncu measurement on a "
-              "3090, and our ncu comparison needs the weight-only (gemv_w4a16_nvfp4) kernels, "
-              "which do not exist yet: that side is not-run")
+              "3090; " + ("the model against ncu on fp8lab's own weight-only kernels is notebook 08's C8"
+                          if measured else
+                          "the model against ncu needs notebook 08's measurement on this device: not-run"))
     if ok3090 and ok5090:
         return claims.Verdict(claim="C8", verdict="holds-in-kind", our_figure=fig, reason=reason)
     return claims.Verdict(claim="C8", verdict="differs", our_figure=fig,
