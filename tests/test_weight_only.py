@@ -476,3 +476,15 @@ def test_streamk_plan():
     with pytest.raises(ValueError, match="ctas"):
         wo.streamk_plan("fp8", 1, 16, 128, 0)
     assert wo.DEFAULT_SCHEDULE in wo.SCHEDULES
+
+
+def test_same_copy_half_bytes():
+    from fp8lab.experiments import decode as dx
+
+    # the NVFP4 stream of llama3-70b down_proj is an odd byte count: rounded to whole 4 KiB
+    h = dx.same_copy_half_bytes(132120580)
+    assert h % 4096 == 0 and 0 <= 132120580 // 2 - h < 4096
+    assert dx.same_copy_half_bytes(238551040) == 238551040 // 2 // 4096 * 4096
+    assert dx.same_copy_half_bytes(100) == 4096
+    with pytest.raises(ValueError, match="positive"):
+        dx.same_copy_half_bytes(0)
