@@ -247,14 +247,15 @@ for dev, df in tables.items():
         claims.record(run, [v])
     sw = df[(df["arm"] == hr.ARM) & (df["lock_status"] == "not requested")]
     knee = hr.find_knee(df)
-    clk = meta.get("clocks", {})
     text = (f"**{dev}**: at k = 0 the fp8 kernel reads {knee['base_bw'] / 1e12:.2f} TB/s; "
             + (f"the bandwidth first drops more than 5% at k = {knee['knee_extra_alu']}"
                + (f" ({knee['knee_clock_mhz']:.0f} MHz-equivalent)" if knee["knee_clock_mhz"] else "")
                if knee["knee_extra_alu"] is not None else
                f"it stays within 5% up to k = {int(sw['extra_alu'].max())}")
             + f". Verdict C6: **{v.verdict}** ({v.reason}).")
-    if clk.get("sm_mhz_median"):
-        text += (f" NVML under load: SM clock median {clk['sm_mhz_median']:.0f} MHz "
-                 f"(min {clk.get('sm_mhz_min', float('nan')):.0f}), memory {clk.get('mem_mhz_median', float('nan')):.0f} MHz.")
+    # the clocks NVML saw while each point was timed (the run-wide summary includes idle gaps)
+    if sw["sm_mhz_median"].notna().any():
+        text += (f" NVML while timing: SM clock median {sw['sm_mhz_median'].median():.0f} MHz "
+                 f"(lowest point median {sw['sm_mhz_median'].min():.0f}, lowest sample {sw['sm_mhz_min'].min():.0f}), "
+                 f"memory {sw['mem_mhz_median'].median():.0f} MHz, power up to {sw['power_w_max'].max():.0f} W.")
     display(Markdown(text))
