@@ -531,6 +531,22 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
   }
 }
 
+// One step of the register ring, shared by the split-K and stream-K main loops: compute the
+// step (number `cur`) held in f, then, if cur + kRing < limit, load the step kRing ahead into
+// the same registers and advance the cursor. Keeping the refill in the same basic block as the compute lets ptxas issue each
+// 16-byte load as soon as its registers' last dequant has read them, between the step's mmas.
+template <int F, bool BF16, int NT, int XA = 0>
+__device__ __forceinline__ void ring_step(Frag<F, NT>& f, float (&acc)[Tiling<F, NT>::kTM][NT][4],
+                                          const uint32_t (&rows)[NT], int u, int lane, int cur, int limit,
+                                          const uint4*& wnext, const uint32_t*& snext, uint32_t salt = 0u) {
+  compute_step<F, BF16, NT, XA>(f, acc, rows, u, lane, salt);
+  if (cur + kRing < limit) {
+    load_frag<F, NT>(f, wnext, snext);
+    wnext += Strides<F>::kW;
+    snext += Strides<F>::kS;
+  }
+}
+
 // grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem smem_bytes<NT>().
 template <int F, bool BF16, int NT, int XA = 0>
 __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u) {
@@ -627,14 +643,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 #pragma unroll
       for (int u = 0; u < kRing; ++u) {
         const int st = kRing * it + u;
-        if (st < nsteps) {
-          compute_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, salt);
-          if (st + kRing < nsteps) {
-            load_frag<F, NT>(f[u], wnext, snext);
-            wnext += S::kW;
-            snext += S::kS;
-          }
-        }
+        if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
       }
     }
     __syncthreads();
@@ -863,6 +872,39 @@ __device__ __forceinline__ void store_or_reduce_tile(const WoParams& p, float (&
   if (threadIdx.x == 0) *counter = 0;
 }
 
+// Stream-K activation chunk `it` (CTA-relative units 3 it .. 3 it + 2; a chunk may straddle a
+// tile boundary, where K restarts at 0): slot u holds the 128 K columns of its unit's own step.
+// cstep: the step of the chunk's first unit; the caller advances it by kRing (mod steps), so no
+// division per chunk. valid: slots holding a unit of this CTA (1..3).
+template <int NT>
+__device__ __forceinline__ void load_chunk_sk(const WoParams& p, const unsigned char* act, uint32_t buf, int mb,
+                                              int cstep, int valid) {
+  const int steps = p.steps;
+  const int s1 = cstep + 1 == steps ? 0 : cstep + 1;
+  const int s2 = s1 + 1 == steps ? 0 : s1 + 1;
+  constexpr int kSegs = kChunkK / 8;               // 16-byte segments per row
+  constexpr int kSegsPerStep = kStepK / 8;
+  for (int idx = threadIdx.x; idx < mb * kSegs; idx += kThreads) {
+    const int m = idx / kSegs;
+    const int seg = idx - m * kSegs;
+    const int slot = seg / kSegsPerStep;
+    const int sk = slot == 0 ? cstep : (slot == 1 ? s1 : s2);
+    const int k = sk * kStepK + 8 * (seg - slot * kSegsPerStep);
+    if (slot < valid) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+  }
+}
+
+// The stream-K body. The CTA's units [0, nunits) (relative to u0 = blockIdx.x * units_per_cta)
+// are cut, once per CTA, into pieces at two kinds of stops: the end of each tile (flush the
+// accumulators) and three units before it (the load cursor, which runs kRing units ahead of
+// the compute, enters the next tile: re-seek the weight / scale pointers). Between two stops
+// sk_range runs the split-K main loop (ring_step: compute_step + the refill kRing units ahead,
+// the same code as gemv_body's), so the hot loop has no per-step tile bookkeeping; and because
+// the refills before a flush already load the next tile's first steps, the pipeline never
+// drains at a tile boundary. A warp whose 16-row tiles lie past N in the last tile along N
+// stops loading there (wlimit) but keeps computing on stale registers, never stored: a
+// warp-divergent branch around compute_step would split the refill loads off the compute
+// (ptxas then issues them after the step's last HMMA instead of between its mmas).
 template <int F, bool BF16, int NT>
 __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   using T = Tiling<F, NT>;
@@ -886,41 +928,26 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t zero_smem = smem_base + 2 * kBufBytes;
   for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
-
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
-  // Chunk `it` holds, in slot u, the 128 K columns of unit 3 it + u (its own K step: a chunk may
-  // straddle a tile boundary, where K restarts at 0).
-  auto load_chunk = [&](int it) {
-    const int ia = kRing * it;                    // first unit (relative) of the chunk
-    const int ua = u0 + ia;
-    int s0 = ua % steps;
-    const int s1 = s0 + 1 == steps ? 0 : s0 + 1;
-    const int s2 = s1 + 1 == steps ? 0 : s1 + 1;
-    const int valid = min(kRing, nunits - ia);    // slots holding a unit of this CTA
-    const uint32_t buf = smem_base + (it & 1) * kBufBytes;
-    constexpr int kSegs = kChunkK / 8;
-    constexpr int kSegsPerStep = kStepK / 8;
-    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
-      const int m = idx / kSegs;
-      const int seg = idx - m * kSegs;
-      const int slot = seg / kSegsPerStep;
-      const int sk = slot == 0 ? s0 : (slot == 1 ? s1 : s2);
-      const int k = sk * kStepK + 8 * (seg - slot * kSegsPerStep);
-      if (slot < valid) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
-    }
-  };
 
-  // Load cursor: the unit whose weights are loaded next (tile lx, step ls) and its pointers.
+  // The only divisions: where the CTA starts (tile cx0, step cs0).
+  const int cx0 = u0 / steps;
+  const int cs0 = u0 - cx0 * steps;
+  // Loads stop (per warp) at the first unit of the last tile along N if this warp's rows lie
+  // past N there (only that tile can be partial: tiles_x = ceil(n_tiles16 / (8 TM))).
+  int wlimit = nunits;
+  if (((p.tiles_x - 1) * kWarps + warp) * TM >= p.n_tiles16)
+    wlimit = max(0, min(nunits, (p.tiles_x - 1) * steps - u0));
+
+  // Load cursor: tile lx, step ls, and this lane's / thread's pointers there.
   const uint4* w0 = static_cast<const uint4*>(p.w);
   const uint32_t* s0p = reinterpret_cast<const uint32_t*>(p.scales);
-  int lx = u0 / steps;
-  int ls = u0 - lx * steps;
+  int lx = cx0;
+  int ls = cs0;
   const uint4* wnext;
   const uint32_t* snext;
-  bool lactive;
-  auto seek = [&]() {   // pointers of (lx, ls) for this lane / thread, as gemv_body computes them
+  auto seek = [&]() {   // as gemv_body computes them at (tile16, st0)
     const int tile16 = (lx * kWarps + warp) * TM;
-    lactive = tile16 < p.n_tiles16;
     const int super = tile16 / T::kTilesPerSuper;
     const int sub = tile16 % T::kTilesPerSuper;
     const size_t sstep = static_cast<size_t>(super) * steps + ls;
@@ -935,16 +962,6 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     }
   };
   seek();
-  auto advance = [&]() {
-    if (++ls == steps) {
-      ls = 0;
-      ++lx;
-      seek();
-    } else {
-      wnext += S::kW;
-      snext += S::kS;
-    }
-  };
 
   float acc[TM][NT][4];
 #pragma unroll
@@ -954,66 +971,104 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
 
+  // Prologue: units 0..2, which may already cross tile boundaries (steps < 3 or a CTA starting
+  // at a tile's last steps). The ring starts zeroed: a warp that never loads computes on zeros.
   Frag<F, NT> f[kRing];
 #pragma unroll
   for (int u = 0; u < kRing; ++u) {
+#pragma unroll
+    for (int w = 0; w < T::kWords; ++w) f[u].w[w] = 0u;
+#pragma unroll
+    for (int w = 0; w < T::kScaleWords; ++w) f[u].s[w] = 0u;
+  }
+#pragma unroll
+  for (int u = 0; u < kRing; ++u) {
     if (u < nunits) {
-      if (lactive) load_frag<F, NT>(f[u], wnext, snext);
-      advance();
+      if (u < wlimit) load_frag<F, NT>(f[u], wnext, snext);
+      if (++ls == steps) {
+        ls = 0;
+        ++lx;
+        seek();
+      } else {
+        wnext += S::kW;
+        snext += S::kS;
+      }
     }
   }
-  load_chunk(0);
+  int cstep = cs0;                           // step of the next chunk's first unit
+  auto chunk = [&](int it) {
+    load_chunk_sk<NT>(p, act, smem_base + (it & 1) * kBufBytes, mb, cstep, min(kRing, nunits - kRing * it));
+#pragma unroll
+    for (int u = 0; u < kRing; ++u) cstep = cstep + 1 == steps ? 0 : cstep + 1;
+  };
+  chunk(0);
   cp_async_commit();
-
-  // Compute cursor: tile cx, step cs; cbeg = the tile's first step in this CTA.
-  int cx = u0 / steps;
-  int cs = u0 - cx * steps;
-  int cbeg = cs;
-  bool cactive = (cx * kWarps + warp) * TM < p.n_tiles16;
-
-  const int iters = (nunits + kRing - 1) / kRing;
+  const int nchunks = (nunits + kRing - 1) / kRing;
   const int mi = lane >> 3;
   const int r8 = lane & 7;
-  for (int it = 0; it < iters; ++it) {
-    if (it + 1 < iters) load_chunk(it + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const uint32_t buf = smem_base + (it & 1) * kBufBytes;
-    uint32_t rows[NT];
+
+  // Units [a, b) of the CTA: split-K's main loop, entered and left at any unit. The chunk
+  // handshake belongs to a chunk's first unit (u = 0), so a chunk split between two pieces
+  // does it once. Its leading barrier is split-K's trailing one (buffer (it + 1) & 1 was read
+  // during chunk it - 1).
+  auto sk_range = [&](int a, int b) {
+    for (int it = a / kRing; kRing * it < b; ++it) {
+      const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+      uint32_t rows[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int m = 8 * j + r8;
-      rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
-    }
+      for (int j = 0; j < NT; ++j) {
+        const int m = 8 * j + r8;
+        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
+      }
 #pragma unroll
-    for (int u = 0; u < kRing; ++u) {
-      const int i = kRing * it + u;
-      if (i < nunits) {   // CTA-uniform
-        if (cactive) compute_step<F, BF16, NT>(f[u], acc, rows, u, lane);
-        if (i + kRing < nunits) {
-          if (lactive) load_frag<F, NT>(f[u], wnext, snext);
-          advance();
-        }
-        if (cs == steps - 1 || i == nunits - 1) {   // the end of this CTA's part of tile cx
-          store_or_reduce_tile<F, BF16, NT>(p, acc, cx, cs - cbeg + 1, cbeg == 0 && cs == steps - 1, m0, mb,
-                                            &s_last);
-#pragma unroll
-          for (int t = 0; t < TM; ++t)
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
-          ++cx;
-          cs = 0;
-          cbeg = 0;
-          cactive = (cx * kWarps + warp) * TM < p.n_tiles16;
-        } else {
-          ++cs;
+      for (int u = 0; u < kRing; ++u) {
+        const int i = kRing * it + u;
+        if (i >= a && i < b) {   // CTA-uniform
+          if (u == 0) {
+            __syncthreads();
+            if (it + 1 < nchunks) chunk(it + 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+            __syncthreads();
+          }
+          ring_step<F, BF16, NT>(f[u], acc, rows, u, lane, i, wlimit, wnext, snext);
         }
       }
     }
-    __syncthreads();
+  };
+
+  // Stops (CTA-relative): ce = end of the compute cursor's tile (or nunits), le = end of the
+  // load cursor's tile (the first one past the prologue's units).
+  int cx = cx0;
+  int cbeg = cs0;                            // first step of tile cx in this CTA
+  int seg0 = 0;                              // first unit of tile cx in this CTA
+  int ce = min(nunits, steps - cs0);
+  int le = steps - cs0;
+  while (le <= kRing) le += steps;
+  for (int a = 0; a < nunits;) {             // CTA-uniform
+    const int b = min(ce, le < nunits ? le - kRing : nunits);
+    sk_range(a, b);
+    a = b;
+    if (le < nunits && a == le - kRing) {   // the next refill is the first step of tile lx + 1
+      ++lx;
+      ls = 0;
+      seek();
+      le += steps;
+    }
+    if (a == ce) {
+      const int done = ce - seg0;
+      store_or_reduce_tile<F, BF16, NT>(p, acc, cx, done, cbeg == 0 && done == steps, m0, mb, &s_last);
+#pragma unroll
+      for (int t = 0; t < TM; ++t)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+      ++cx;
+      cbeg = 0;
+      seg0 = ce;
+      ce = min(nunits, ce + steps);
+    }
   }
 }
 
