@@ -469,6 +469,7 @@ def draw_decode_m1(devs):
     from .experiments import decode as dx
     tabs = _load("08_decode_bandwidth", "decode", devs)
     metas = {d: _meta(t) for d, t in tabs.items()}
+    tabs = {d: dx.best_schedule(t) for d, t in tabs.items()}   # one row per (shape, arm, M)
     st = styles(devs)
     shapes = list(dict.fromkeys(s for t in tabs.values() for s in t.loc[t["M"] == 1, "shape"]))
     labels = {"gemv_w8a16_fp8": "W8A16\nFP8", "gemv_w8a16_int8": "W8A16\nINT8", "gemv_w4a16_nvfp4": "W4A16\nNVFP4",

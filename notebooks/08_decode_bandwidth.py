@@ -52,6 +52,7 @@ rep_ms = 40  # timing budget per (shape, arm, M), milliseconds of graph replays
 ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
+schedules = ["splitk", "streamk"]  # launch schedules timed for the weight-only kernels; plots use the faster
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
@@ -71,7 +72,7 @@ from fp8lab.tools import have_tool
 NB = "08_decode_bandwidth"
 run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
                                         rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
-                                        seed=seed),
+                                        schedules=list(schedules), seed=seed),
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
@@ -128,10 +129,12 @@ else:
 # %% [markdown]
 # ## Measure
 #
-# Only in measure mode, on a GPU: the copy ceiling, then every (shape, format, M) and cuBLAS
-# BF16, each checked against float64 (4 rows) before it is timed, inputs rotated over more than
-# 2x the L2, timed as back-to-back CUDA-graph replays, with an NVML sampler beside. Then Nsight
-# Compute on M = 1.
+# Only in measure mode, on a GPU: the copy ceiling, then every (shape, format, M) under each
+# launch schedule in `schedules` (split-K: a grid of N tiles x K splits; stream-K: one persistent
+# CTA per slot walking a contiguous run of (N tile, K step) units) and cuBLAS BF16, each checked
+# against float64 (4 rows) before it is timed, inputs rotated over more than 2x the L2, timed as
+# back-to-back CUDA-graph replays, with an NVML sampler beside; beside each, a copy of the same
+# bytes (the ceiling at this size). Then Nsight Compute on M = 1 (default schedule).
 
 # %%
 if run.mode == "measure":
@@ -140,10 +143,12 @@ if run.mode == "measure":
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
         copy = dx.measure_copy(sampler=sampler)
-        sweep = dx.measure_decode(shape_names, Ms, formats, act=act, rep_ms=rep_ms, seed=seed,
-                                  copy=copy, sampler=sampler, splits=splits)
+        sweep = pd.concat([dx.measure_decode(shape_names, Ms, formats, act=act, rep_ms=rep_ms, seed=seed,
+                                             copy=copy, sampler=sampler, splits=splits, schedule=sch,
+                                             cublas=(i == 0))
+                           for i, sch in enumerate(schedules)], ignore_index=True)
     clock_summary = sampler.summary()
-    assert len(sweep) == len(shape_names) * len(Ms) * (len(formats) + 1)
+    assert len(sweep) == len(shape_names) * len(Ms) * (len(formats) * len(schedules) + 1)
     assert (sweep["check_relerr"] < 1e-2).all()
     assert (sweep["bw_p20"] <= sweep["bw_p50"]).all() and (sweep["bw_p50"] <= sweep["bw_p80"]).all()
     # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
@@ -168,8 +173,8 @@ if run.mode == "measure":
         assert (ncu_summary["dram_pct"].between(0, 100)).all()
         run.write_table("ncu_summary", ncu_summary, meta={"clock_control": "none"})
         run.write_table("ncu_opcodes", pd.concat(opcodes, ignore_index=True))
-    display(sweep[["shape", "arm", "M", "time_p50_s", "bw_p50", "fraction_of_copy", "splits",
-                   "sm_mhz_median"]].round(3))
+    display(sweep[["shape", "arm", "schedule", "M", "time_p50_s", "bw_p50", "fraction_of_copy",
+                   "fraction_of_same_copy", "splits", "sm_mhz_median"]].round(3))
 
 # %% [markdown]
 # ## Effective bandwidth against the copy ceiling
@@ -239,7 +244,14 @@ def draw_m1(df, info):
 devs = results.devices_with(NB, "decode")
 tables = {}
 for dev in devs:
-    df = results.load_table(dev, NB, "decode")
+    full = results.load_table(dev, NB, "decode")
+    # split-K vs stream-K where both were timed; everything below uses the faster per point
+    st = dx.schedule_table(full)
+    if not st.empty:
+        display(Markdown(f"**{dev}**, M = 1: split-K vs stream-K (fraction of the copy bandwidth; "
+                         "the figures and verdicts take the faster per point)"))
+        display(st.round(3))
+    df = dx.best_schedule(full)
     tables[dev] = df
     info = info_for(dev, df)
     draw_bandwidth(df, info)

@@ -488,3 +488,31 @@ def test_same_copy_half_bytes():
     assert dx.same_copy_half_bytes(100) == 4096
     with pytest.raises(ValueError, match="positive"):
         dx.same_copy_half_bytes(0)
+
+
+def test_best_schedule_and_schedule_table():
+    import pandas as pd
+
+    from fp8lab.experiments import decode as dx
+
+    rows = []
+    for sch, t in (("splitk", 10e-6), ("streamk", 8e-6)):
+        rows.append(dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=1, schedule=sch, time_p50_s=t,
+                         fraction_of_copy=1e-6 / t))
+        rows.append(dict(shape="s", arm=wo.ARMS["int4"], fmt="int4", M=1, schedule=sch, time_p50_s=2 * 9e-6 / (t * 1e5),
+                         fraction_of_copy=0.5))
+    rows.append(dict(shape="s", arm=dx.CUBLAS, fmt="bf16", M=1, schedule="", time_p50_s=20e-6, fraction_of_copy=0.95))
+    df = pd.DataFrame(rows)
+    b = dx.best_schedule(df)
+    assert len(b) == 3 and not b.duplicated(["shape", "arm", "M"]).any()
+    assert b.set_index("arm").loc[wo.ARMS["fp8"], "schedule"] == "streamk"
+    assert b.set_index("arm").loc[wo.ARMS["int4"], "schedule"] == "splitk"     # 1.8e-5 < 2.25e-5
+    assert b.set_index("arm").loc[dx.CUBLAS, "time_p50_s"] == 20e-6
+    single = df[df["schedule"] != "streamk"]
+    assert dx.best_schedule(single).equals(single)                           # nothing to choose
+    assert dx.best_schedule(df.drop(columns="schedule")).equals(df.drop(columns="schedule"))
+    t = dx.schedule_table(df)
+    assert t.loc[("s", "fp8"), "faster"] == "streamk"
+    assert t.loc[("s", "fp8"), "streamk_speedup"] == pytest.approx(10 / 8)
+    assert t.loc[("s", "int4"), "faster"] == "splitk"
+    assert dx.schedule_table(single).empty

@@ -236,6 +236,36 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     return df
 
 
+def best_schedule(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (shape, arm, M): where a weight-only arm was timed under several launch
+    schedules (split-K, stream-K), its fastest row by p50 time, as a user would launch it.
+    Tables without a ``schedule`` column (or with one schedule) come back unchanged."""
+    if "schedule" not in df or df.empty:
+        return df
+    key = ["shape", "arm", "M"]
+    if not df.duplicated(key).any():
+        return df
+    keep = df.groupby(key, sort=False)["time_p50_s"].idxmin()
+    out = df.loc[sorted(keep)].reset_index(drop=True)
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def schedule_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
+    """Split-K against stream-K per (shape, fmt) at M: fraction of the copy bandwidth of each,
+    stream-K / split-K speed, and the faster one (empty if only one schedule was timed)."""
+    if "schedule" not in df:
+        return pd.DataFrame()
+    d = df[(df["M"] == M) & (df["arm"] != CUBLAS) & df["schedule"].isin(wo.SCHEDULES)]
+    if d["schedule"].nunique() < 2:
+        return pd.DataFrame()
+    t = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="fraction_of_copy")
+    tm = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="time_p50_s")
+    t["streamk_speedup"] = tm["splitk"] / tm["streamk"]
+    t["faster"] = np.where(tm["streamk"] < tm["splitk"], "streamk", "splitk")
+    return t
+
+
 def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err,
          schedule="", same_Bps=math.nan):
     r = timing.rate(b["stream_bytes"])
