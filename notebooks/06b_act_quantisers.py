@@ -109,12 +109,13 @@ if run.mode == "measure":
         qdf = qx.measure(Ms, Ks, rep_ms=rep_ms, big_copy_Bps=float(big.iloc[0]) if len(big) else None,
                          sampler=sampler, progress=print)
     clock_summary = sampler.summary()
-    run.write_table("ceilings", ceil_df, meta={"clocks": clock_summary})
-    run.write_table("quantisers", qdf, meta={"clocks": clock_summary})
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
     assert k["bitwise_ok"].astype(bool).all(), k[~k["bitwise_ok"].astype(bool)][["arm", "M", "K", "status"]]
     assert k["status"].eq("measured").all()
     assert (qdf["time_p50_s"] > 0).all() and (qdf["copy_gbps_p50"] > 0).all()
+    # every check passed: only now does anything reach data/
+    run.write_table("ceilings", ceil_df, meta={"clocks": clock_summary})
+    run.write_table("quantisers", qdf, meta={"clocks": clock_summary})
     display(qdf[["arm", "M", "K", "time_p50_s", "gbps_p50", "copy_gbps_p50", "fraction_of_copy", "l2_resident"]])
 
 # %% [markdown]

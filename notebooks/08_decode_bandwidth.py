@@ -154,9 +154,6 @@ if run.mode == "measure":
     # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
     assert (sweep["fraction_of_copy"] < 1.25).all(), sweep[["arm", "M", "fraction_of_copy"]]
     assert (sweep["fraction_of_spec"] < 1.0).all()
-    run.write_table("decode", sweep, meta={"clocks": clock_summary, "copy": copy})
-    if static is not None:
-        run.write_table("sass_static", static)
     if ncu and have_tool("ncu"):
         from fp8lab import profile
         from fp8lab.paths import cache_dir
@@ -171,6 +168,11 @@ if run.mode == "measure":
             opcodes.append(o)
         ncu_summary = dx.c8_model(pd.concat(summaries, ignore_index=True), run.gpu["sm_count"])
         assert (ncu_summary["dram_pct"].between(0, 100)).all()
+    # every check passed (sweep and ncu): only now does anything reach data/
+    run.write_table("decode", sweep, meta={"clocks": clock_summary, "copy": copy})
+    if static is not None:
+        run.write_table("sass_static", static)
+    if ncu and have_tool("ncu"):
         run.write_table("ncu_summary", ncu_summary, meta={"clock_control": "none"})
         run.write_table("ncu_opcodes", pd.concat(opcodes, ignore_index=True))
     display(sweep[["shape", "arm", "schedule", "M", "time_p50_s", "bw_p50", "fraction_of_copy",

@@ -114,7 +114,9 @@ def test_overlay_values_are_each_devices_own_ratio(two_devices):
         heights.setdefault(tuple(np.round(p.get_facecolor()[:3], 3)), []).append(p.get_height())
     want = {}
     for d in xd.devices:
-        t = results.load_table(d, "08_decode_bandwidth", "decode")
+        from fp8lab.experiments import decode as dx
+
+        t = dx.best_schedule(results.load_table(d, "08_decode_bandwidth", "decode"))  # one row per arm
         sn = t.loc[t["M"] == 1, "shape"].iloc[0]
         want[d] = sorted(t[(t["M"] == 1) & (t["shape"] == sn)]["fraction_of_copy"].round(9))
     for d in xd.devices:
