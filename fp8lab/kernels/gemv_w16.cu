@@ -84,3 +84,41 @@ FP8LAB_WO_SK_ALL(8)
 #endif
 #endif
 #endif
+
+// -DFP8LAB_WO_SMEM=<ST> adds the shared-memory-ring kernels (gemv_*_smem split-K and
+// gemv_*_sk_smem stream-K, ST stages per warp; issue 7) of the formats / activation types / tiles
+// selected above, for -Xptxas -v and the SASS checks (weight_only.gemv_smem_sass):
+//   nvcc -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v -I fp8lab/kernels -DFP8LAB_WO_SMEM=6 \
+//        -DFP8LAB_WO_NT=1 fp8lab/kernels/gemv_w16.cu -o k.cubin
+#ifdef FP8LAB_WO_SMEM
+#define FP8LAB_WO_SMEM_INST(NAME, BF16, NT)                                                                 \
+  template __global__ void fp8lab::wo::NAME##_smem<BF16, NT, FP8LAB_WO_SMEM>(const fp8lab::wo::WoParams); \
+  template __global__ void fp8lab::wo::NAME##_sk_smem<BF16, NT, FP8LAB_WO_SMEM>(const fp8lab::wo::WoParams);
+#if defined(FP8LAB_WO_FORMAT) && defined(FP8LAB_WO_BF16) && defined(FP8LAB_WO_NT)
+#if FP8LAB_WO_FORMAT == 0
+FP8LAB_WO_SMEM_INST(gemv_w8a16_fp8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 1
+FP8LAB_WO_SMEM_INST(gemv_w8a16_int8, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#elif FP8LAB_WO_FORMAT == 2
+FP8LAB_WO_SMEM_INST(gemv_w4a16_nvfp4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#else
+FP8LAB_WO_SMEM_INST(gemv_w4a16_int4, FP8LAB_WO_BF16, FP8LAB_WO_NT)
+#endif
+#else
+#define FP8LAB_WO_SMEM_ALL(NT)                       \
+  FP8LAB_WO_SMEM_INST(gemv_w8a16_fp8, true, NT)      \
+  FP8LAB_WO_SMEM_INST(gemv_w8a16_fp8, false, NT)     \
+  FP8LAB_WO_SMEM_INST(gemv_w8a16_int8, true, NT)     \
+  FP8LAB_WO_SMEM_INST(gemv_w8a16_int8, false, NT)    \
+  FP8LAB_WO_SMEM_INST(gemv_w4a16_nvfp4, true, NT)    \
+  FP8LAB_WO_SMEM_INST(gemv_w4a16_nvfp4, false, NT)   \
+  FP8LAB_WO_SMEM_INST(gemv_w4a16_int4, true, NT)     \
+  FP8LAB_WO_SMEM_INST(gemv_w4a16_int4, false, NT)
+#ifdef FP8LAB_WO_NT
+FP8LAB_WO_SMEM_ALL(FP8LAB_WO_NT)
+#else
+FP8LAB_WO_SMEM_ALL(1)
+FP8LAB_WO_SMEM_ALL(8)
+#endif
+#endif
+#endif

@@ -1125,6 +1125,562 @@ cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// Shared-memory weight ring (loader "smem", issue 7).
+//
+// The register ring above keeps at most ~2 steps (4 KB) per warp in flight, and a fourth
+// register buffer does not fit under the 128-register cap of two CTAs per SM; ncu showed neither
+// the issue slots nor DRAM saturated (latency-bound). Here the weights travel through a ring of
+// ST shared-memory stages per warp instead: cp.async.cg (16 B, L1 bypassed, no registers held
+// while in flight) fills stage s with one 128-K step, ST - 1 steps ahead of the compute, and the
+// step's words come back into one Frag with LDS.128 just before its dequant. Everything after
+// the LDS (dequant sequences, scales, mmas, accumulation order) is the register kernels' own
+// compute_step, so the output is bit-identical to the register ring's at the same split.
+// * Each warp owns its ring and each lane copies exactly the 16-byte words it later reads (the
+//   packed layout: lane l's word i of a step at uint4 i * 32 + l), so weights need no CTA-wide
+//   barrier: per step one commit group per thread, cp.async.wait_group ST - 2 (this lane's copy
+//   of the step has landed), then __syncwarp (the scale block, copied by the first 2 / 4 / 16
+//   lanes, is read by all; and every lane has finished reading the stage the next copy refills).
+// * Every thread commits exactly one group per step (empty past the end), so the wait count is a
+//   constant. Activations therefore cannot use cp.async groups here (a chunk's group would be
+//   younger than the weight step waited on, and waiting for it would drain the weight ring);
+//   they are staged through registers instead: the next chunk's 16-byte words are loaded
+//   (ld.global.nc, L2 hits: every CTA reads the same rows) at the start of a chunk and stored to
+//   the other buffer at its end, one __syncthreads per chunk of three steps.
+// * Shared memory per CTA: smem_bytes<NT>() for the activations, then ST x 8 warps x one stage
+//   (weights 2 KB, or 1 KB for 4-bit at NT >= 2, plus the tile's scale block: 32 B fp8 / int8,
+//   64 B int4, 256 B nvfp4). Two CTAs per SM need <= 113 KB each on sm_90 (228 KB per SM, 1 KB
+//   reserved per CTA): at NT = 1, ST <= 6 for fp8 / int8 / int4 and ST <= 5 for nvfp4; deeper
+//   rings run one CTA per SM (the host reads the occupancy).
+// ------------------------------------------------------------------------------------------------
+template <int F, int NT>
+struct SmemStage {
+  using T = Tiling<F, NT>;
+  static constexpr int kWBytes = T::kLoads * 32 * 16;   // the warp's weight words of one step
+  static constexpr int kSBytes = Strides<F>::kS * 4;     // the (super-)tile's scale block of one step
+  static constexpr int kSChunks = kSBytes / 16;          // lanes that copy it (16 B each)
+  static constexpr int kBytes = kWBytes + kSBytes;
+  static_assert(kWBytes % 16 == 0 && kSBytes % 16 == 0 && kSChunks <= 32, "stage layout");
+};
+
+template <int F, int NT, int ST>
+constexpr int smem_bytes_ring() {
+  return smem_bytes<NT>() + ST * kWarps * SmemStage<F, NT>::kBytes;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts128(uint32_t a, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+// Byte offset of this thread's scale word(s) in a stage's scale block: the lane part of the
+// register loader's scale pointer (gemv_body).
+template <int F, int NT>
+__device__ __forceinline__ uint32_t stage_scale_offset(int lane, int sub) {
+  using T = Tiling<F, NT>;
+  const int g = lane >> 2;
+  if constexpr (T::kBits == 8) {
+    return 4 * g;
+  } else if constexpr (T::kGroup) {
+    return 4 * (2 * g + (T::kTM == 1 ? sub : 0));
+  } else {
+    return 4 * (2 * (4 * g + (lane & 3)) + (T::kTM == 1 ? sub : 0));
+  }
+}
+
+// Copy one step into stage `st`: wp is this lane's first uint4 of the step (as load_frag's),
+// sblk the first word of the (super-)tile's scale block of the step (no lane offset).
+template <int F, int NT>
+__device__ __forceinline__ void issue_stage(uint32_t st, const uint4* wp, const uint32_t* sblk, int lane) {
+  using T = Tiling<F, NT>;
+  using SS = SmemStage<F, NT>;
+#pragma unroll
+  for (int i = 0; i < T::kLoads; ++i) cp_async16(st + (i * 32 + lane) * 16, wp + i * 32);
+  if (lane < SS::kSChunks) cp_async16(st + SS::kWBytes + 16 * lane, sblk + 4 * lane);
+}
+
+// The Frag load_frag would have returned, read back from stage `st`.
+template <int F, int NT>
+__device__ __forceinline__ void lds_frag(Frag<F, NT>& f, uint32_t st, int lane, uint32_t soff) {
+  using T = Tiling<F, NT>;
+  using SS = SmemStage<F, NT>;
+#pragma unroll
+  for (int i = 0; i < T::kLoads; ++i) {
+    const uint4 v = lds128(st + (i * 32 + lane) * 16);
+    f.w[4 * i + 0] = v.x;
+    f.w[4 * i + 1] = v.y;
+    f.w[4 * i + 2] = v.z;
+    f.w[4 * i + 3] = v.w;
+  }
+  if constexpr (T::kTM == 2) {
+    const uint2 v = lds64(st + SS::kWBytes + soff);
+    f.s[0] = v.x;
+    f.s[1] = v.y;
+  } else {
+    f.s[0] = lds32(st + SS::kWBytes + soff);
+  }
+}
+
+// One step of the shared-memory ring (both schedules): wait for the step in stage `use`, read
+// it, refill the stage read one step earlier (`fill`) with the step ST - 1 ahead when `refill`
+// (warp-uniform), commit (always: one group per step), advance both stages, compute.
+template <int F, bool BF16, int NT, int ST>
+__device__ __forceinline__ void smem_step(float (&acc)[Tiling<F, NT>::kTM][NT][4], const uint32_t (&rows)[NT], int u,
+                                          int lane, uint32_t& use, uint32_t& fill, uint32_t ring, uint32_t ring_end,
+                                          uint32_t soff, bool refill, const uint4*& wnext, const uint32_t*& sblk) {
+  using SS = SmemStage<F, NT>;
+  cp_async_wait<ST - 2>();
+  __syncwarp();
+  Frag<F, NT> f;
+  lds_frag<F, NT>(f, use, lane, soff);
+  if (refill) {
+    issue_stage<F, NT>(fill, wnext, sblk, lane);
+    wnext += Strides<F>::kW;
+    sblk += Strides<F>::kS;
+  }
+  cp_async_commit();
+  use = use + SS::kBytes == ring_end ? ring : use + SS::kBytes;
+  fill = fill + SS::kBytes == ring_end ? ring : fill + SS::kBytes;
+  compute_step<F, BF16, NT>(f, acc, rows, u, lane);
+}
+
+// Activation chunk staged through registers (see above): segment r of this thread is 16-byte
+// segment tid + 256 r of the chunk's [mb rows][48 segments].
+template <int NT>
+struct ActRegs {
+  static constexpr int kSegs = kChunkK / 8;
+  static constexpr int kN = (8 * NT * kSegs + kThreads - 1) / kThreads;
+  uint4 v[kN];
+};
+
+// Split-K, chunk starting at K column kc, columns < kend real.
+template <int NT>
+__device__ __forceinline__ void act_fetch(ActRegs<NT>& a, const unsigned char* act, int K, int mb, int kc, int kend) {
+  constexpr int kSegs = ActRegs<NT>::kSegs;
+#pragma unroll
+  for (int r = 0; r < ActRegs<NT>::kN; ++r) {
+    const int idx = threadIdx.x + r * kThreads;
+    const int m = idx / kSegs;
+    const int k = kc + 8 * (idx - m * kSegs);
+    if (idx < mb * kSegs && k < kend)
+      a.v[r] = ldg_u128(reinterpret_cast<const uint4*>(act + (static_cast<size_t>(m) * K + k) * 2));
+  }
+}
+template <int NT>
+__device__ __forceinline__ void act_store(const ActRegs<NT>& a, uint32_t buf, int mb, int kc, int kend) {
+  constexpr int kSegs = ActRegs<NT>::kSegs;
+#pragma unroll
+  for (int r = 0; r < ActRegs<NT>::kN; ++r) {
+    const int idx = threadIdx.x + r * kThreads;
+    const int m = idx / kSegs;
+    const int seg = idx - m * kSegs;
+    if (idx < mb * kSegs && kc + 8 * seg < kend) sts128(buf + (m * kActStride + 8 * seg) * 2, a.v[r]);
+  }
+}
+
+// Split-K with the shared-memory ring. grid as gemv_body's (p.tiles_x = gridDim.x), block 256,
+// dynamic smem smem_bytes_ring<F, NT, ST>().
+template <int F, bool BF16, int NT, int ST>
+__device__ __forceinline__ void gemv_body_smem(const WoParams& p) {
+  static_assert(ST >= 2 && ST <= 16, "2..16 stages");
+  using T = Tiling<F, NT>;
+  using S = Strides<F>;
+  using SS = SmemStage<F, NT>;
+  constexpr int TM = T::kTM;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_last;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int tid = threadIdx.x;
+
+  const int m0 = blockIdx.z * kMBlock;
+  const int mb = min(kMBlock, p.M - m0);
+  const int st0 = blockIdx.y * p.steps_per_split;
+  const int nsteps = min(p.steps, st0 + p.steps_per_split) - st0;
+  const int tile16 = (blockIdx.x * kWarps + warp) * TM;
+  const bool active = tile16 < p.n_tiles16;   // warp-uniform
+
+  constexpr int kBufBytes = 8 * NT * kActStride * 2;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t zero_smem = smem_base + 2 * kBufBytes;
+  for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
+  const uint32_t ring = smem_base + 2 * kBufBytes + kZeroBytes + warp * (ST * SS::kBytes);   // after smem_bytes<NT>()
+  const uint32_t ring_end = ring + ST * SS::kBytes;
+
+  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  const int kend = (st0 + nsteps) * kStepK;
+
+  const int super = tile16 / T::kTilesPerSuper;
+  const int sub = tile16 % T::kTilesPerSuper;
+  const size_t sstep = static_cast<size_t>(super) * p.steps + st0;
+  const uint4* wnext = static_cast<const uint4*>(p.w) + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
+  const uint32_t* sblk = reinterpret_cast<const uint32_t*>(p.scales) + sstep * S::kS;
+  const uint32_t soff = stage_scale_offset<F, NT>(lane, sub);
+
+  float acc[TM][NT][4];
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+
+  // Prologue: steps 0 .. ST - 2 into stages 0 .. ST - 2, one group each.
+  if (active) {
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+      if (s < nsteps) {
+        issue_stage<F, NT>(ring + s * SS::kBytes, wnext, sblk, lane);
+        wnext += S::kW;
+        sblk += S::kS;
+      }
+      cp_async_commit();
+    }
+  }
+  ActRegs<NT> a;
+  act_fetch<NT>(a, act, p.K, mb, st0 * kStepK, kend);
+  act_store<NT>(a, smem_base, mb, st0 * kStepK, kend);
+  uint32_t use = ring;
+  uint32_t fill = ring + (ST - 1) * SS::kBytes;
+  const int iters = (nsteps + kRing - 1) / kRing;
+  const int mi = lane >> 3;
+  const int r8 = lane & 7;
+  for (int it = 0; it < iters; ++it) {
+    __syncthreads();   // chunk it is in its buffer; every warp is done with chunk it - 1's
+    const int kn = (st0 + kRing * (it + 1)) * kStepK;
+    if (it + 1 < iters) act_fetch<NT>(a, act, p.K, mb, kn, kend);
+    if (active) {
+      const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+      uint32_t rows[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int m = 8 * j + r8;
+        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
+      }
+#pragma unroll
+      for (int u = 0; u < kRing; ++u) {
+        const int st = kRing * it + u;
+        if (st < nsteps)
+          smem_step<F, BF16, NT, ST>(acc, rows, u, lane, use, fill, ring, ring_end, soff, st + ST - 1 < nsteps, wnext,
+                                     sblk);
+      }
+    }
+    if (it + 1 < iters) act_store<NT>(a, smem_base + ((it + 1) & 1) * kBufBytes, mb, kn, kend);
+  }
+  // The same epilogue as stream-K's tile flush: with done = nsteps the counter reaches p.steps
+  // when the last split arrives (splits = 1: a plain store, the fp32 sums in gemv_body's order).
+  store_or_reduce_tile<F, BF16, NT>(p, acc, blockIdx.x, nsteps, gridDim.y == 1, m0, mb, &s_last);
+}
+
+#define FP8LAB_WO_SMEM_KERNEL(NAME, FMT)                                                                  \
+  template <bool BF16, int NT, int ST>                                                                    \
+  __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_smem(const WoParams p) {          \
+    gemv_body_smem<FMT, BF16, NT, ST>(p);                                                                 \
+  }
+FP8LAB_WO_SMEM_KERNEL(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_SMEM_KERNEL(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_SMEM_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_SMEM_KERNEL(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_SMEM_KERNEL
+
+template <int F, bool BF16, int NT, int ST>
+struct KernelForSmem;
+#define FP8LAB_WO_SMEM_KFOR(NAME, FMT)                                          \
+  template <bool BF16, int NT, int ST>                                          \
+  struct KernelForSmem<FMT, BF16, NT, ST> {                                     \
+    static constexpr void (*fn)(const WoParams) = &NAME##_smem<BF16, NT, ST>;   \
+  };
+FP8LAB_WO_SMEM_KFOR(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_SMEM_KFOR(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_SMEM_KFOR(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_SMEM_KFOR(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_SMEM_KFOR
+
+// Stream-K, chunk `it` of the CTA (units 3 it .. 3 it + 2 from step cstep on, `valid` of them
+// this CTA's): load_chunk_sk's segments, through registers.
+template <int NT>
+__device__ __forceinline__ void act_fetch_sk(ActRegs<NT>& a, const unsigned char* act, int K, int steps, int mb,
+                                             int cstep, int valid) {
+  constexpr int kSegs = ActRegs<NT>::kSegs;
+  constexpr int kSegsPerStep = kStepK / 8;
+  const int s1 = cstep + 1 == steps ? 0 : cstep + 1;
+  const int s2 = s1 + 1 == steps ? 0 : s1 + 1;
+#pragma unroll
+  for (int r = 0; r < ActRegs<NT>::kN; ++r) {
+    const int idx = threadIdx.x + r * kThreads;
+    const int m = idx / kSegs;
+    const int seg = idx - m * kSegs;
+    const int slot = seg / kSegsPerStep;
+    const int sk = slot == 0 ? cstep : (slot == 1 ? s1 : s2);
+    const int k = sk * kStepK + 8 * (seg - slot * kSegsPerStep);
+    if (idx < mb * kSegs && slot < valid)
+      a.v[r] = ldg_u128(reinterpret_cast<const uint4*>(act + (static_cast<size_t>(m) * K + k) * 2));
+  }
+}
+template <int NT>
+__device__ __forceinline__ void act_store_sk(const ActRegs<NT>& a, uint32_t buf, int mb, int valid) {
+  constexpr int kSegs = ActRegs<NT>::kSegs;
+  constexpr int kSegsPerStep = kStepK / 8;
+#pragma unroll
+  for (int r = 0; r < ActRegs<NT>::kN; ++r) {
+    const int idx = threadIdx.x + r * kThreads;
+    const int m = idx / kSegs;
+    const int seg = idx - m * kSegs;
+    if (idx < mb * kSegs && seg / kSegsPerStep < valid) sts128(buf + (m * kActStride + 8 * seg) * 2, a.v[r]);
+  }
+}
+
+// Stream-K with the shared-memory ring: gemv_body_sk with the load cursor ST - 1 units ahead of
+// the compute instead of kRing (the stops where it enters the next tile move accordingly) and
+// smem_step in place of ring_step. A warp past N in the last tile stops copying (wlimit) and
+// computes on whatever its stages hold, never stored, as gemv_body_sk does.
+template <int F, bool BF16, int NT, int ST>
+__device__ __forceinline__ void gemv_body_sk_smem(const WoParams& p) {
+  static_assert(ST >= 2 && ST <= 16, "2..16 stages");
+  using T = Tiling<F, NT>;
+  using S = Strides<F>;
+  using SS = SmemStage<F, NT>;
+  constexpr int TM = T::kTM;
+  constexpr int L = ST - 1;   // load lookahead in units
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int s_last;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int tid = threadIdx.x;
+
+  const int m0 = blockIdx.z * kMBlock;
+  const int mb = min(kMBlock, p.M - m0);
+  const int steps = p.steps;
+  const int u0 = blockIdx.x * p.units_per_cta;
+  const int nunits = min(p.tiles_x * steps, u0 + p.units_per_cta) - u0;
+  if (nunits <= 0) return;   // CTA-uniform
+
+  constexpr int kBufBytes = 8 * NT * kActStride * 2;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t zero_smem = smem_base + 2 * kBufBytes;
+  for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
+  const uint32_t ring = smem_base + 2 * kBufBytes + kZeroBytes + warp * (ST * SS::kBytes);   // after smem_bytes<NT>()
+  const uint32_t ring_end = ring + ST * SS::kBytes;
+  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+
+  const int cx0 = u0 / steps;
+  const int cs0 = u0 - cx0 * steps;
+  int wlimit = nunits;
+  if (((p.tiles_x - 1) * kWarps + warp) * TM >= p.n_tiles16)
+    wlimit = max(0, min(nunits, (p.tiles_x - 1) * steps - u0));
+
+  const uint4* w0 = static_cast<const uint4*>(p.w);
+  const uint32_t* s0p = reinterpret_cast<const uint32_t*>(p.scales);
+  int lx = cx0;
+  int ls = cs0;
+  const uint4* wnext;
+  const uint32_t* sblk;
+  const int sub_w = ((cx0 * kWarps + warp) * TM) % T::kTilesPerSuper;   // the same for every tile
+  const uint32_t soff = stage_scale_offset<F, NT>(lane, sub_w);
+  auto seek = [&]() {
+    const int tile16 = (lx * kWarps + warp) * TM;
+    const int super = tile16 / T::kTilesPerSuper;
+    const int sub = tile16 % T::kTilesPerSuper;
+    const size_t sstep = static_cast<size_t>(super) * steps + ls;
+    wnext = w0 + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
+    sblk = s0p + sstep * S::kS;
+  };
+  seek();
+
+  float acc[TM][NT][4];
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+
+  // Prologue: units 0 .. L - 1 into stages 0 .. L - 1 (crossing tiles as needed), a group each.
+#pragma unroll
+  for (int u = 0; u < L; ++u) {
+    if (u < nunits) {
+      if (u < wlimit) issue_stage<F, NT>(ring + u * SS::kBytes, wnext, sblk, lane);
+      if (++ls == steps) {
+        ls = 0;
+        ++lx;
+        seek();
+      } else {
+        wnext += S::kW;
+        sblk += S::kS;
+      }
+    }
+    cp_async_commit();
+  }
+  ActRegs<NT> a;
+  int cstep = cs0;
+  auto fetch = [&](int it) {
+    act_fetch_sk<NT>(a, act, p.K, steps, mb, cstep, min(kRing, nunits - kRing * it));
+#pragma unroll
+    for (int u = 0; u < kRing; ++u) cstep = cstep + 1 == steps ? 0 : cstep + 1;
+  };
+  fetch(0);
+  act_store_sk<NT>(a, smem_base, mb, min(kRing, nunits));
+  const int nchunks = (nunits + kRing - 1) / kRing;
+  const int mi = lane >> 3;
+  const int r8 = lane & 7;
+  uint32_t use = ring;
+  uint32_t fill = ring + (ST - 1) * SS::kBytes;
+
+  // Units [a, b): the chunk handshake belongs to a chunk's first unit (barrier, fetch the next
+  // chunk) and last unit (store it), so a chunk split between two pieces does each once.
+  auto sk_range = [&](int ua, int ub) {
+    for (int it = ua / kRing; kRing * it < ub; ++it) {
+      const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+      uint32_t rows[NT];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int m = 8 * j + r8;
+        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
+      }
+#pragma unroll
+      for (int u = 0; u < kRing; ++u) {
+        const int i = kRing * it + u;
+        if (i >= ua && i < ub) {   // CTA-uniform
+          if (u == 0) {
+            __syncthreads();
+            if (it + 1 < nchunks) fetch(it + 1);
+          }
+          smem_step<F, BF16, NT, ST>(acc, rows, u, lane, use, fill, ring, ring_end, soff, i + L < wlimit, wnext, sblk);
+          if (u == kRing - 1 && it + 1 < nchunks)
+            act_store_sk<NT>(a, smem_base + ((it + 1) & 1) * kBufBytes, mb, min(kRing, nunits - kRing * (it + 1)));
+        }
+      }
+    }
+  };
+
+  int cx = cx0;
+  int cbeg = cs0;
+  int seg0 = 0;
+  int ce = min(nunits, steps - cs0);
+  int le = steps - cs0;
+  while (le <= L) le += steps;
+  for (int ua = 0; ua < nunits;) {   // CTA-uniform
+    const int ub = min(ce, le < nunits ? le - L : nunits);
+    sk_range(ua, ub);
+    ua = ub;
+    if (le < nunits && ua == le - L) {   // the next copy is the first step of tile lx + 1
+      ++lx;
+      ls = 0;
+      seek();
+      le += steps;
+    }
+    if (ua == ce) {
+      const int done = ce - seg0;
+      store_or_reduce_tile<F, BF16, NT>(p, acc, cx, done, cbeg == 0 && done == steps, m0, mb, &s_last);
+#pragma unroll
+      for (int t = 0; t < TM; ++t)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+      ++cx;
+      cbeg = 0;
+      seg0 = ce;
+      ce = min(nunits, ce + steps);
+    }
+  }
+}
+
+#define FP8LAB_WO_SMEM_SK_KERNEL(NAME, FMT)                                                               \
+  template <bool BF16, int NT, int ST>                                                                    \
+  __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_sk_smem(const WoParams p) {       \
+    gemv_body_sk_smem<FMT, BF16, NT, ST>(p);                                                              \
+  }
+FP8LAB_WO_SMEM_SK_KERNEL(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_SMEM_SK_KERNEL(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_SMEM_SK_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_SMEM_SK_KERNEL(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_SMEM_SK_KERNEL
+
+template <int F, bool BF16, int NT, int ST>
+struct KernelForSmemSk;
+#define FP8LAB_WO_SMEM_SK_KFOR(NAME, FMT)                                           \
+  template <bool BF16, int NT, int ST>                                              \
+  struct KernelForSmemSk<FMT, BF16, NT, ST> {                                       \
+    static constexpr void (*fn)(const WoParams) = &NAME##_sk_smem<BF16, NT, ST>;    \
+  };
+FP8LAB_WO_SMEM_SK_KFOR(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_SMEM_SK_KFOR(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_SMEM_SK_KFOR(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_SMEM_SK_KFOR(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_SMEM_SK_KFOR
+
+// Opt in to the ring's dynamic shared memory and to the largest carveout (two CTAs of up to
+// 113 KB; the weights bypass L1 anyway), once per instantiation; the occupancy query needs it.
+template <int F, bool BF16, int NT, int ST, bool SK>
+cudaError_t ensure_smem_attr_ring() {
+  static bool done = false;
+  if (done) return cudaSuccess;
+  constexpr int smem = smem_bytes_ring<F, NT, ST>();
+  void (*fn)(const WoParams) = SK ? KernelForSmemSk<F, BF16, NT, ST>::fn : KernelForSmem<F, BF16, NT, ST>::fn;
+  cudaError_t e = cudaSuccess;
+  if (smem > 48 * 1024) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  done = e == cudaSuccess;
+  return e;
+}
+
+// grid as launch_gemv's.
+template <int F, bool BF16, int NT, int ST>
+cudaError_t launch_gemv_smem(WoParams p, int splits, cudaStream_t stream) {
+  using T = Tiling<F, NT>;
+  const cudaError_t e = ensure_smem_attr_ring<F, BF16, NT, ST, false>();
+  if (e != cudaSuccess) return e;
+  const int tiles_per_cta = kWarps * T::kTM;
+  p.tiles_x = (p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta;   // the counters' row length
+  dim3 grid(p.tiles_x, splits, (p.M + kMBlock - 1) / kMBlock);
+  KernelForSmem<F, BF16, NT, ST>::fn<<<grid, kThreads, smem_bytes_ring<F, NT, ST>(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+// As launch_gemv_sk.
+template <int F, bool BF16, int NT, int ST>
+cudaError_t launch_gemv_sk_smem(WoParams p, int ctas, cudaStream_t stream) {
+  using T = Tiling<F, NT>;
+  const cudaError_t e = ensure_smem_attr_ring<F, BF16, NT, ST, true>();
+  if (e != cudaSuccess) return e;
+  if (ctas < 1) return cudaErrorInvalidValue;
+  const int tiles_per_cta = kWarps * T::kTM;
+  p.tiles_x = (p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta;
+  const long long units = static_cast<long long>(p.tiles_x) * p.steps;
+  const long long upc = (units + ctas - 1) / ctas;
+  p.units_per_cta = static_cast<int>(upc);
+  dim3 grid(static_cast<unsigned>((units + upc - 1) / upc), 1, (p.M + kMBlock - 1) / kMBlock);
+  KernelForSmemSk<F, BF16, NT, ST>::fn<<<grid, kThreads, smem_bytes_ring<F, NT, ST>(), stream>>>(p);
+  return cudaGetLastError();
+}
+
+// CTAs per SM of the ring kernel (-1 if the query fails, 0 if none fits).
+template <int F, bool BF16, int NT, int ST, bool SK>
+int occupancy_gemv_smem() {
+  if (ensure_smem_attr_ring<F, BF16, NT, ST, SK>() != cudaSuccess) return -1;
+  void (*fn)(const WoParams) = SK ? KernelForSmemSk<F, BF16, NT, ST>::fn : KernelForSmem<F, BF16, NT, ST>::fn;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kThreads, smem_bytes_ring<F, NT, ST>()) != cudaSuccess)
+    return -1;
+  return blocks;
+}
+
+// ------------------------------------------------------------------------------------------------
 // Dequant probe: words in, the dequant's 16-bit pairs out, nothing else. The GPU test runs every
 // code through it and compares with the emulator bit for bit; the SASS check compiles it against
 // a pass-through twin (DEQUANT = false) and counts the difference in the loop body, where the
