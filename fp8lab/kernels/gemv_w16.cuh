@@ -547,6 +547,59 @@ __device__ __forceinline__ void ring_step(Frag<F, NT>& f, float (&acc)[Tiling<F,
   }
 }
 
+// The epilogue's two halves, shared by the split-K and stream-K kernels. Thread (g, q) holds, per
+// tile t and n8 tile j: c0 (n = g, m = 2q), c1 (g, 2q + 1), c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
+// emit_tile: the CTA's sums for its warp's rows, scaled by out_factor, either stored (direct: the
+// CTA did the tile's whole K) or added to the fp32 workspace with red.add (a partial sum).
+template <bool BF16, int NT, int TM>
+__device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[TM][NT][4], int tile16, int g,
+                                          int q, bool active, int m0, int mb, bool direct) {
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
+        const int m = 8 * j + 2 * q + (e & 1);
+        if (active && n < p.N && m < mb) {
+          const float v = acc[t][j][e] * p.out_factor;
+          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
+          if (direct) {
+            store16<BF16>(p.out, idx, v);
+          } else {
+            atomicAdd(p.ws + idx, v);
+          }
+        }
+      }
+    }
+  }
+}
+
+// finalize_tile: run by the CTA whose contribution completed the tile (after the fences):
+// convert the workspace sums, write them, and zero the workspace for the next call.
+template <bool BF16, int NT, int TM>
+__device__ __forceinline__ void finalize_tile(const WoParams& p, int tile16, int g, int q, bool active, int m0,
+                                              int mb) {
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
+        const int m = 8 * j + 2 * q + (e & 1);
+        if (active && n < p.N && m < mb) {
+          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
+          const float v = __ldcg(p.ws + idx);
+          __stcg(p.ws + idx, 0.f);
+          store16<BF16>(p.out, idx, v);
+        }
+      }
+    }
+  }
+}
+
 // grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem smem_bytes<NT>().
 template <int F, bool BF16, int NT, int XA = 0>
 __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u) {
@@ -649,30 +702,10 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
     __syncthreads();
   }
 
-  // Epilogue. Thread (g, q) holds, per tile t and n8 tile j: c0 (n = g, m = 2q), c1 (g, 2q + 1),
-  // c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
+  // Epilogue (emit_tile / finalize_tile above).
   const int q = lane & 3;
   const bool split = gridDim.y > 1;
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const float v = acc[t][j][e] * p.out_factor;
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          if (split) {
-            atomicAdd(p.ws + idx, v);
-          } else {
-            store16<BF16>(p.out, idx, v);
-          }
-        }
-      }
-    }
-  }
+  emit_tile<BF16>(p, acc, tile16, g, q, active, m0, mb, !split);
   if (!split) return;
 
   // Split-K: the last CTA of this (x, z) tile converts the sums, writes them and zeroes the
@@ -687,23 +720,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          const float v = __ldcg(p.ws + idx);
-          __stcg(p.ws + idx, 0.f);
-          store16<BF16>(p.out, idx, v);
-        }
-      }
-    }
-  }
+  finalize_tile<BF16, NT, TM>(p, tile16, g, q, active, m0, mb);
   if (tid == 0) p.counters[blockIdx.z * gridDim.x + blockIdx.x] = 0;
 }
 
@@ -821,26 +838,7 @@ __device__ __forceinline__ void store_or_reduce_tile(const WoParams& p, float (&
   const int q = lane & 3;
   const int tile16 = (cx * kWarps + warp) * TM;
   const bool active = tile16 < p.n_tiles16;
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const float v = acc[t][j][e] * p.out_factor;
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          if (whole) {
-            store16<BF16>(p.out, idx, v);
-          } else {
-            atomicAdd(p.ws + idx, v);
-          }
-        }
-      }
-    }
-  }
+  emit_tile<BF16>(p, acc, tile16, g, q, active, m0, mb, whole);
   if (whole) return;   // CTA-uniform
   int* counter = p.counters + blockIdx.z * p.tiles_x + cx;
   __threadfence();
@@ -852,23 +850,7 @@ __device__ __forceinline__ void store_or_reduce_tile(const WoParams& p, float (&
   __syncthreads();
   if (!*s_last) return;
   __threadfence();
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          const float v = __ldcg(p.ws + idx);
-          __stcg(p.ws + idx, 0.f);
-          store16<BF16>(p.out, idx, v);
-        }
-      }
-    }
-  }
+  finalize_tile<BF16, NT, TM>(p, tile16, g, q, active, m0, mb);
   if (threadIdx.x == 0) *counter = 0;
 }
 
