@@ -23,7 +23,7 @@ needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool
 # --------------------------------------------------------------------------- configurations
 def test_wmma_config_list_matches_the_roles():
     cfgs = s1.wmma_configs()
-    assert len(cfgs) == len(s1.WMMA_ROLES) == 10
+    assert len(cfgs) == len(s1.WMMA_ROLES) == 12
     _, large = s1.wmma_config("large")
     assert (large.bm, large.bn, large.wm, large.wn, large.pad) == (128, 128, 64, 32, 8)
     assert s1.wmma_config("large_pad0")[1].pad == 0
@@ -43,6 +43,12 @@ def test_wmma_config_list_matches_the_roles():
     assert s1.ctas_per_sm(s1.wmma_config("large_n64_s2")[1]) == 2
     for role in s1.WMMA_LARGE_ROLES:
         assert role in ta.TILE_CHECK                                   # the tile study times every one
+    il = s1.wmma_config("large_il")[1]
+    assert (il.bm, il.bn, il.wm, il.wn, il.pad, il.stages, il.schedule) == (128, 128, 64, 32, 8, 3, 1)
+    assert il.name == "128x128x128_w64x32_pad8_il3" and il.smem_bytes == 208896
+    w32 = s1.wmma_config("large_il_w32")[1]
+    assert (w32.wm, w32.wn, w32.threads, w32.schedule) == (32, 32, 512, 1)
+    assert all(c.schedule == 0 for c in cfgs[:10])                     # the first ten ids keep their meaning
 
 
 def test_wmma_pipelined_config_rules():
@@ -53,9 +59,74 @@ def test_wmma_pipelined_config_rules():
         s1.WmmaConfig(128, 128, 64, 32, 8, stages=5).validate()
     with pytest.raises(ValueError, match="16-byte aligned rows"):
         s1.WmmaConfig(64, 64, 32, 32, 1, force_pad=True, stages=2).validate()
-    # the parser reads the stage field; a line without it is not a configuration
-    text = "#define FP8LAB_WMMA_CONFIGS(X) X(64, 64, 32, 32, 8, 0, 3) X(64, 64, 32, 32, 8, 0)\n#ifdef FP8LAB_WMMA_PAD_CHECK"
-    assert s1._configs_from_source(text) == (s1.WmmaConfig(64, 64, 32, 32, 8, stages=3),)
+    # the parser reads the stage and schedule fields; a line without them is not a configuration
+    text = ("#define FP8LAB_WMMA_CONFIGS(X) X(64, 64, 32, 32, 8, 0, 3, 1) X(64, 64, 32, 32, 8, 0, 3) "
+            "X(64, 64, 32, 32, 8, 0)\n#ifdef FP8LAB_WMMA_PAD_CHECK")
+    assert s1._configs_from_source(text) == (s1.WmmaConfig(64, 64, 32, 32, 8, stages=3, schedule=1),)
+
+
+def test_wmma_interleaved_config_rules():
+    s1.WmmaConfig(128, 128, 64, 32, 8, stages=3, schedule=1).validate()
+    s1.WmmaConfig(128, 128, 64, 32, 8, stages=4, schedule=1).validate()
+    with pytest.raises(ValueError, match="3 or 4 stages"):
+        s1.WmmaConfig(128, 128, 64, 32, 8, stages=2, schedule=1).validate()
+    with pytest.raises(ValueError, match="even warp count"):
+        s1.WmmaConfig(64, 32, 64, 32, 8, stages=3, schedule=1).validate()
+    with pytest.raises(ValueError, match="schedule must be"):
+        s1.WmmaConfig(128, 128, 64, 32, 8, stages=3, schedule=2).validate()
+    with pytest.raises(ValueError, match="16-byte aligned rows"):
+        s1.WmmaConfig(128, 128, 64, 32, 1, force_pad=True, stages=3, schedule=1).validate()
+
+
+def test_smem_wavefront_model():
+    # 32 consecutive 4-byte words: one wavefront; the same bank 32 times: 32
+    assert s1.smem_wavefronts([4 * i for i in range(32)], 4) == 1
+    assert s1.smem_wavefronts([128 * i for i in range(32)], 4) == 32
+    assert s1.smem_wavefronts([0] * 32, 4) == 1                        # one word, broadcast
+    # 16-byte accesses go 8 threads per phase: 32 contiguous 16 B pieces = 4 wavefronts
+    assert s1.smem_wavefronts([16 * i for i in range(32)], 16) == 4
+    assert s1.smem_wavefronts([256 * i for i in range(8)], 16) == 8    # +0 pad ldmatrix rows: 8-way
+    assert s1.smem_wavefronts([272 * i for i in range(8)], 16) == 1    # +8 pad: conflict-free
+    with pytest.raises(ValueError, match="aligned"):
+        s1.smem_wavefronts([2], 16)
+
+
+def test_w_store_mappings_cover_the_tile_and_only_the_new_one_is_conflict_free():
+    for role in ("large", "large_il", "large_il_w32", "medium"):
+        cfg = s1.wmma_config(role)[1]
+        # every thread's chunks (chunk i = tid + i * threads) cover the BN x 128 W tile exactly once
+        if cfg.schedule:
+            cells = [(s1._il_w_row(q), s1._il_w_col(q)) for q in range(cfg.bn * 8)]
+            step = cfg.threads // 32 // 2 * 8
+            for tid in range(cfg.threads):                           # the kernel's row step per chunk
+                for i in range(cfg.bn * 8 // cfg.threads):
+                    assert cells[tid + i * cfg.threads] == (cells[tid][0] + i * step, cells[tid][1])
+        else:
+            cells = [(q // 8, (q % 8) * 16) for q in range(cfg.bn * 8)]
+        assert sorted(cells) == [(r, c) for r in range(cfg.bn) for c in range(0, 128, 16)]
+        pats = s1.smem_access_patterns(cfg)
+        want = 4 if cfg.schedule else 8          # 32 x 16 B stores: 4 wavefronts at best; the old map: 2-way
+        assert s1.smem_wavefronts(pats["sts_w_lo"], 16) == want
+        assert s1.smem_wavefronts(pats["sts_w_hi"], 16) == want
+        assert s1.smem_wavefronts(pats["cp_async_a"], 16) == 4
+        assert s1.smem_wavefronts(pats["ldsm_rows"], 16) == 1
+        # a warp's global W loads stay whole 32-byte sectors: 8 rows x 64 contiguous codes per warp
+        rows = {}
+        for r, c in s1.w_store_chunks(cfg):
+            rows.setdefault(r, []).append(c)
+        assert all(sorted(v) == list(range(min(v), min(v) + 16 * len(v), 16)) and min(v) % 32 == 0
+                   for v in rows.values())
+
+
+def test_kblock_budget_counts():
+    b = s1.kblock_budget(s1.wmma_config("large")[1])
+    assert (b["hmma_per_warp"], b["ldsm_per_warp"], b["hmma_per_cta"]) == (128, 48, 1024)
+    assert b["smem_cycles_ldsm"] == 8 * 48 * 4 and b["smem_cycles_sts_w"] == 512 and b["smem_cycles_cp_async"] == 256
+    assert b["smem_cycles_per_hmma"] == pytest.approx(2.25)
+    il = s1.kblock_budget(s1.wmma_config("large_il")[1])
+    assert il["smem_cycles_sts_w"] == 256 and il["smem_cycles_per_hmma"] == pytest.approx(2.0)
+    assert s1.kblock_budget(s1.wmma_config("large_pad0")[1])["smem_cycles_ldsm"] == 8 * 48 * 4 * 8
+    assert s1.kblock_budget(s1.wmma_config("large_il_w32")[1])["ldsm_per_hmma"] == pytest.approx(0.5)
 
 
 def test_wmma_pad_rule_refuses_plus_one():
@@ -332,13 +403,61 @@ def test_wmma_kernel_compiles_to_ldmatrix_and_hmma():
 
     log, sass = _compile(s1.WMMA_SOURCE, "sm_90a")
     funcs = parse_ptxas_v(log)
-    wmma = {k: v for k, v in funcs.items() if "wmma_w8a16_kernel" in k or "wmma_w8a16_pipelined_kernel" in k}
+    wmma = {k: v for k, v in funcs.items()
+            if any(n in k for n in ("wmma_w8a16_kernel", "wmma_w8a16_pipelined_kernel", "wmma_w8a16_il_kernel"))}
     assert len(wmma) == 2 * len(s1.wmma_configs())                   # bf16 and fp32 outputs per config
-    assert sum("pipelined" in k for k in wmma) == 2 * sum(c.stages > 0 for c in s1.wmma_configs())
+    assert sum("pipelined" in k for k in wmma) == 2 * sum(c.stages > 0 and not c.schedule for c in s1.wmma_configs())
+    assert sum("il_kernel" in k for k in wmma) == 2 * sum(c.schedule == 1 for c in s1.wmma_configs())
     assert all(v["spill_store_bytes"] == 0 for v in wmma.values())
     assert "HMMA.16816.F32.BF16" in sass and "LDSM.16.M88.4" in sass  # tensor cores fed by ldmatrix
     assert "F2FP.F16.E4M3.UNPACK_B" in sass                          # exact e4m3 -> f16 in hardware
     assert "LDGSTS" in sass                                          # cp.async for the A tiles
+    # the interleaved kernels: per 128-K block (one pass of the main loop) the counts the
+    # shared-memory model (s1.kblock_budget) assumes, one barrier, and the register budget that
+    # sets the warps per SM (8 x 256 threads x <= 255; 16 warps need <= 128)
+    for role, regs in (("large_il", 255), ("large_il_w32", 128)):
+        cfg = s1.wmma_config(role)[1]
+        b = s1.kblock_budget(cfg)
+        key = f"Config{_mangled(cfg)}"
+        f = next(v for k, v in wmma.items() if "il_kernel" in k and key in k)
+        assert f["registers"] <= regs, (role, f["registers"])
+        loop = _main_loop_census(sass, "il_kernel", key)
+        assert loop["HMMA.16816.F32.BF16"] == b["hmma_per_warp"]
+        assert loop["LDSM.16.M88.4"] == b["ldsm_per_warp"]
+        assert loop["STS.128"] == 2 * cfg.bn * 8 // cfg.threads          # two 16-byte stores per W chunk
+        assert loop["LDGSTS.E.BYPASS.128"] == cfg.bm * 16 // cfg.threads
+        assert loop["BAR.SYNC.DEFER_BLOCKING"] == 1
+        assert loop["F2FP.F16.E4M3.UNPACK_B"] == b["f2fp_unpack_per_thread"]
+
+
+def _mangled(cfg):
+    """The Itanium-mangled template arguments of Config<...> (how the kernel's name spells them)."""
+    return "ILi{}ELi{}ELi{}ELi{}ELi{}ELb{}ELi{}ELi{}E".format(cfg.bm, cfg.bn, cfg.wm, cfg.wn, cfg.pad,
+                                                           int(cfg.force_pad), cfg.stages, cfg.schedule)
+
+
+def _main_loop_census(sass, *name_parts):
+    """Opcode counts of the backward-branch loop with the most HMMAs in the first function (bf16 or
+    fp32 output alike) whose name holds every name_part: the per-K-block body of a wmma kernel."""
+    import collections
+    import re
+
+    for f in re.split(r"\n\s+Function : ", sass)[1:]:
+        if not all(p in f.split("\n", 1)[0] for p in name_parts):
+            continue
+        ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", f)]
+        at = {a: i for i, (a, _) in enumerate(ins)}
+        best = None
+        for i, (a, t) in enumerate(ins):
+            m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", t)
+            if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+                body = ins[at[int(m.group(1), 16)]:i + 1]
+                n = sum("HMMA" in x for _, x in body)
+                if best is None or n > best[0]:
+                    best = (n, body)
+        assert best is not None, name_parts
+        return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] for _, t in best[1])
+    raise AssertionError(f"no function with {name_parts}")
 
 
 @needs_nvcc

@@ -39,7 +39,7 @@ def test_scalar_tiled_matches_float64(M, N, K, tile):
 
 @pytest.mark.parametrize("M,N,K", SHAPES)
 @pytest.mark.parametrize("config", ["decode", "small", "medium", "large", "large_n64", "large_pad0",
-                                    "large_s3", "large_s2", "large_n64_s2"])
+                                    "large_s3", "large_s2", "large_n64_s2", "large_il", "large_il_w32"])
 def test_wmma_w8a16_matches_float64(M, N, K, config):
     import torch
     from fp8lab.kernels import seed001 as s1
@@ -53,12 +53,15 @@ def test_wmma_w8a16_matches_float64(M, N, K, config):
             assert _err(out, ref) < tol, (config, kb_per_split, dtype, _err(out, ref))
 
 
-@pytest.mark.parametrize("M,N,K", [(83, 200, 1152), (130, 264, 384)])
+@pytest.mark.parametrize("M,N,K", [(83, 200, 1152), (130, 264, 384), (257, 392, 2048)])
 @pytest.mark.parametrize("pipelined,original", [("large_s3", "large"), ("large_s2", "large"),
-                                                ("large_n64_s2", "large_n64")])
+                                                ("large_n64_s2", "large_n64"), ("large_il", "large"),
+                                                ("large_il_w32", "medium")])
 def test_wmma_pipelined_is_bitwise_the_original(M, N, K, pipelined, original):
     """Same MMAs in the same order, same promotion: only the schedule differs, so fp32 outputs agree
-    bit for bit (also with K splits of 1 and 2 blocks, fewer blocks than stages)."""
+    bit for bit (also with K splits of 1 and 2 blocks, fewer blocks than stages). The interleaved
+    kernels are paired with the original kernel of the same warp tile (large_il_w32's 32x32 warps
+    are medium's; the CTA tile differs, each output element's HMMA chain does not)."""
     import torch
     from fp8lab.kernels import seed001 as s1
     d = _inputs(M, N, K, seed=5)

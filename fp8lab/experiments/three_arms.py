@@ -537,7 +537,8 @@ def step_table(step_df: pd.DataFrame, *, spec=None, ceilings: Optional[dict] = N
 
 
 # ----------------------------------------------------------------------------------------- WMMA tiles
-TILE_CHECK = ("large", "large_n64", "medium", "large_pad0", "large_s3", "large_s2", "large_n64_s2")
+TILE_CHECK = ("large", "large_n64", "medium", "large_pad0", "large_s3", "large_s2", "large_n64_s2", "large_il",
+              "large_il_w32")
 
 
 def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str] = TILE_CHECK, *,

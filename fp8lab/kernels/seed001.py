@@ -61,6 +61,8 @@ class WmmaConfig:
 
     stages 0: the original two-stage kernel; 2..4: the pipelined kernel with that many shared-memory
     stages (cp.async A, W converted into a stage STAGES - 1 blocks ahead, fragment double buffering).
+    schedule 1: the interleaved kernel (stages 3..4): W converted and stored one chunk per k-step
+    between the MMAs with a conflict-free store mapping, fragments prefetched across the barrier.
     """
 
     bm: int
@@ -70,11 +72,12 @@ class WmmaConfig:
     pad: int
     force_pad: bool = False
     stages: int = 0
+    schedule: int = 0
 
     @property
     def name(self) -> str:
         forced = "_forced" if self.force_pad else ""
-        pipe = f"_s{self.stages}" if self.stages else ""
+        pipe = (f"_il{self.stages}" if self.schedule else f"_s{self.stages}") if self.stages else ""
         return f"{self.bm}x{self.bn}x{BK}_w{self.wm}x{self.wn}_pad{self.pad}{forced}{pipe}"
 
     @property
@@ -120,6 +123,17 @@ class WmmaConfig:
             raise ValueError(f"BN={self.bn} must divide 128 so that a CTA tile sees one weight scale per K block")
         if self.stages and not (2 <= self.stages <= 4):
             raise ValueError(f"the pipelined kernel has 2 to 4 stages, got stages={self.stages}")
+        if self.schedule not in (0, 1):
+            raise ValueError(f"schedule must be 0 (original / pipelined) or 1 (interleaved), got {self.schedule!r}")
+        if self.schedule == 1:
+            if not 3 <= self.stages <= 4:
+                raise ValueError("the interleaved kernel prefetches the next block's fragments before the barrier: "
+                                 f"it needs 3 or 4 stages, got stages={self.stages}")
+            if self.warps % 2:
+                raise ValueError(f"the interleaved W store mapping needs an even warp count, got {self.warps}")
+            if self.bn * (BK // 16) > 8 * self.threads:
+                raise ValueError("the interleaved kernel stores one W chunk per k-step: BN * 8 / threads must be <= 8, "
+                                 f"got {self.bn * (BK // 16) / self.threads:g}")
         if self.stages and (self.pad % 8 or self.force_pad):
             raise ValueError("the pipelined kernel fills A with cp.async: it needs 16-byte aligned rows "
                              f"(pad % 8 == 0, not forced); got pad={self.pad}")
@@ -129,14 +143,15 @@ class WmmaConfig:
 
 
 _CONFIG_LINE = re.compile(r"X\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*([01])\s*,"
-                          r"\s*(\d+)\s*\)")
+                          r"\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
 @lru_cache(maxsize=None)
 def _configs_from_source(text: str) -> tuple[WmmaConfig, ...]:
     start = text.index("#define FP8LAB_WMMA_CONFIGS(X)")
     block = text[start:text.index("#ifdef FP8LAB_WMMA_PAD_CHECK", start)]
-    return tuple(WmmaConfig(*map(int, m.groups()[:5]), force_pad=m.group(6) == "1", stages=int(m.group(7)))
+    return tuple(WmmaConfig(*map(int, m.groups()[:5]), force_pad=m.group(6) == "1", stages=int(m.group(7)),
+                            schedule=int(m.group(8)))
                  for m in _CONFIG_LINE.finditer(block))
 
 
@@ -144,15 +159,15 @@ def wmma_configs() -> list[WmmaConfig]:
     """The configurations compiled into the extension, in config-id order."""
     cfgs = list(_configs_from_source(WMMA_SOURCE.read_text()))
     if not cfgs:
-        raise RuntimeError(f"no X(BM, BN, WM, WN, PAD, FORCE) lines found in {WMMA_SOURCE}")
+        raise RuntimeError(f"no X(BM, BN, WM, WN, PAD, FORCE, STAGES, SCHED) lines found in {WMMA_SOURCE}")
     return cfgs
 
 
 # Named roles of the configuration list (ids are positions in wmma_w8a16.cu's list).
 WMMA_ROLES = {"decode": 0, "small": 1, "medium": 2, "large": 3, "large_pad0": 4, "pad1_forced": 5, "large_n64": 6,
-              "large_s3": 7, "large_s2": 8, "large_n64_s2": 9}
-#: The prefill-sized configurations, original and pipelined (the tile study times all of them).
-WMMA_LARGE_ROLES = ("large", "large_n64", "large_s3", "large_s2", "large_n64_s2")
+              "large_s3": 7, "large_s2": 8, "large_n64_s2": 9, "large_il": 10, "large_il_w32": 11}
+#: The prefill-sized configurations, original, pipelined and interleaved (the tile study times all of them).
+WMMA_LARGE_ROLES = ("large", "large_n64", "large_s3", "large_s2", "large_n64_s2", "large_il", "large_il_w32")
 
 
 def wmma_config(config) -> tuple[int, WmmaConfig]:
@@ -209,6 +224,97 @@ def pick_wmma(M: int, N: int, K: int, *, sms: int = 132, smem_optin: int = 227 *
     splits = math.ceil(kblocks / kb_per_split)
     return {"config": cid, "config_name": cfg.name, "role": order[idx], "kb_per_split": kb_per_split,
             "splits": splits, "tiles": tiles, "target_ctas": target}
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared-memory model of one 128-wide K block (issue 6: where the wmma kernel's time goes)
+# ---------------------------------------------------------------------------------------------
+SMEM_BYTES_PER_CLK = 128        # shared-memory bandwidth per SM and clock (32 banks x 4 B)
+
+
+def smem_wavefronts(byte_addrs, access_bytes: int) -> int:
+    """Wavefronts (shared-memory cycles) one warp-wide access takes: a 4-, 8- or 16-byte access is
+    served 32, 16 or 8 threads (128 bytes) at a time; within that phase each bank delivers one
+    4-byte word per wavefront, so the phase takes max over banks of the distinct words it hits."""
+    if access_bytes not in (4, 8, 16):
+        raise ValueError(f"access_bytes must be 4, 8 or 16, got {access_bytes}")
+    addrs = [int(a) for a in byte_addrs]
+    if any(a % access_bytes for a in addrs):
+        raise ValueError(f"every address must be {access_bytes}-byte aligned")
+    per_phase = 128 // access_bytes
+    total = 0
+    for p0 in range(0, len(addrs), per_phase):
+        banks: dict[int, set] = {}
+        for a in addrs[p0:p0 + per_phase]:
+            for w in range(a // 4, (a + access_bytes) // 4):
+                banks.setdefault(w % 32, set()).add(w)
+        total += max(len(v) for v in banks.values())
+    return total
+
+
+def _il_w_row(q: int) -> int:       # wmma_w8a16.cu il_w_row
+    return 8 * ((q >> 5) >> 1) + 2 * ((q & 31) >> 3) + (q & 1)
+
+
+def _il_w_col(q: int) -> int:       # wmma_w8a16.cu il_w_col
+    return 64 * ((q >> 5) & 1) + 16 * ((q & 7) >> 1)
+
+
+def w_store_chunks(cfg: WmmaConfig) -> list[tuple[int, int]]:
+    """(row, first code) of the 16-code W chunk each thread of warp 0 converts first, in lane order:
+    the original mapping (8 consecutive chunks of one row per quarter-warp) or the interleaved
+    kernel's (2 rows x 4 chunks per quarter-warp)."""
+    if cfg.schedule == 1:
+        return [(_il_w_row(q), _il_w_col(q)) for q in range(32)]
+    return [(q // (BK // 16), (q % (BK // 16)) * 16) for q in range(32)]
+
+
+def smem_access_patterns(cfg: WmmaConfig) -> dict:
+    """Byte addresses (within a stage) of warp 0's shared-memory accesses, in lane / row order:
+    the two STS.128 of a converted W chunk, one cp.async (16 B) of A, and the eight 16-byte row
+    reads of one 8x8 matrix of an LDSM (stride: the padded row, 2 * (128 + pad) bytes)."""
+    row_b = 2 * cfg.lds
+    chunks = w_store_chunks(cfg)
+    return {
+        "sts_w_lo": [r * row_b + 2 * c for r, c in chunks],
+        "sts_w_hi": [r * row_b + 2 * c + 16 for r, c in chunks],
+        "cp_async_a": [(q // (BK // 8)) * row_b + (q % (BK // 8)) * 16 for q in range(32)],
+        "ldsm_rows": [r * row_b for r in range(8)],
+    }
+
+
+def kblock_budget(cfg: WmmaConfig, hmma_per_clk_sm: float = 0.602) -> dict:
+    """Per 128-wide K block: per warp and per CTA instruction counts and shared-memory cycles at
+    128 B/clock (bank conflicts included), next to the tensor-pipe cycles of the HMMAs.
+
+    hmma_per_clk_sm: HMMA.16816 issue rate per SM and clock; 0.602 = the 644.5 TFLOP/s the
+    register-only hmma_peak kernel reached on the H200 at 1980 MHz (4096 FLOP per HMMA.16816,
+    132 SMs). Counts assume the instructions the SASS shows (one LDSM.x4 per 16x16 fragment,
+    two HMMA.16816 per 16x16x16 wmma, two STS.128 per 16 converted codes, one cp.async per 16 B).
+    """
+    pats = smem_access_patterns(cfg)
+    wf = {k: smem_wavefronts(v, 16) for k, v in pats.items()}
+    ks = BK // 16
+    fm, fn = cfg.wm // 16, cfg.wn // 16
+    ldsm_warp = ks * (fm + fn)
+    hmma_warp = ks * fm * fn * 2
+    w_chunks = cfg.bn * (BK // 16)              # 16-code chunks per CTA per block
+    a_chunks = cfg.bm * (BK // 8)               # 16-byte cp.async pieces per CTA per block
+    warps = cfg.warps
+    # an 8x8 matrix of an LDSM: 8 rows of 16 B = one 128-byte phase; an LDSM.x4 = 4 matrices
+    ldsm_cyc = warps * ldsm_warp * 4 * wf["ldsm_rows"]
+    sts_cyc = (w_chunks // 32) * (wf["sts_w_lo"] + wf["sts_w_hi"])
+    cp_cyc = (a_chunks // 32) * wf["cp_async_a"]
+    hmma_cta = warps * hmma_warp
+    smem_cyc = ldsm_cyc + sts_cyc + cp_cyc
+    return {"config": cfg.name, "warps": warps, "hmma_per_warp": hmma_warp, "ldsm_per_warp": ldsm_warp,
+            "ldsm_bytes_per_warp": ldsm_warp * 512, "sts_w_bytes_per_cta": w_chunks * 32,
+            "cp_async_a_bytes_per_cta": a_chunks * 16, "f2fp_unpack_per_thread": w_chunks * 8 // cfg.threads,
+            "wavefronts_sts_w": wf["sts_w_lo"], "wavefronts_sts_w_ideal": 4, "wavefronts_cp_async": wf["cp_async_a"],
+            "wavefronts_ldsm_matrix": wf["ldsm_rows"], "smem_cycles_ldsm": ldsm_cyc, "smem_cycles_sts_w": sts_cyc,
+            "smem_cycles_cp_async": cp_cyc, "smem_cycles": smem_cyc, "hmma_per_cta": hmma_cta,
+            "hmma_cycles": hmma_cta / hmma_per_clk_sm, "smem_cycles_per_hmma": smem_cyc / hmma_cta,
+            "ldsm_per_hmma": ldsm_warp / hmma_warp}
 
 
 def tile_of_pid(pid: int, tiles_m: int, tiles_n: int, group_m: int = 8) -> tuple[int, int]:

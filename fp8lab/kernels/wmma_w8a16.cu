@@ -57,11 +57,13 @@ struct Params {
 
 // STAGES_ = 0: the original kernel (two stages, W loads guarded by `more`). STAGES_ >= 2: the
 // pipelined kernel (wmma_w8a16_pipelined_kernel below) with that many shared-memory stages.
-template <int BM_, int BN_, int WM_, int WN_, int PAD_, bool kForcePad_ = false, int STAGES_ = 0>
+// SCHED_ = 1: the interleaved kernel (wmma_w8a16_il_kernel below), STAGES_ in 3..4.
+template <int BM_, int BN_, int WM_, int WN_, int PAD_, bool kForcePad_ = false, int STAGES_ = 0, int SCHED_ = 0>
 struct Config {
   static constexpr int BM = BM_, BN = BN_, WM = WM_, WN = WN_, PAD = PAD_;
   static constexpr bool kForcePad = kForcePad_;
-  static constexpr int PIPE = STAGES_;                   // 0: original kernel
+  static constexpr int SCHED = SCHED_;                   // 1: interleaved kernel
+  static constexpr int PIPE = SCHED_ ? 0 : STAGES_;      // 0: original kernel (or the interleaved one)
   static constexpr int STAGES = STAGES_ == 0 ? 2 : STAGES_;
   static constexpr int LDS = BK + PAD;                   // smem row stride of A and W tiles (bf16)
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
@@ -85,6 +87,12 @@ struct Config {
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16x16 wmma fragments");
   static_assert(BK % BN == 0, "BN must divide 128 so that one CTA tile sees one weight scale per K block");
   static_assert(STAGES_ == 0 || (STAGES_ >= 2 && STAGES_ <= 4), "the pipelined kernel has 2 to 4 stages");
+  static_assert(SCHED_ == 0 || SCHED_ == 1, "SCHED is 0 (original / pipelined) or 1 (interleaved)");
+  static_assert(SCHED_ == 0 || (STAGES_ >= 3 && STAGES_ <= 4),
+                "the interleaved kernel prefetches the next block's fragments before the barrier: 3 or 4 stages");
+  static_assert(SCHED_ == 0 || (WARPS_M * WARPS_N) % 2 == 0,
+                "the interleaved W store mapping needs an even warp count (chunk i + 1 = chunk i + 32 * THREADS/32 rows)");
+  static_assert(SCHED_ == 0 || W_CHUNKS <= BK / 16, "the interleaved kernel stores one W chunk per k-step at most");
   static_assert(STAGES_ == 0 || (PAD % 8 == 0 && !kForcePad_),
                 "the pipelined kernel fills A with cp.async: 16-byte aligned rows (PAD % 8 == 0) only");
   static_assert((BM * (BK / 8)) % THREADS == 0 && (BN * (BK / 16)) % THREADS == 0,
@@ -482,6 +490,225 @@ wmma_w8a16_pipelined_kernel(const Params p) {
   }
 }
 
+// Interleaved variant (Config::SCHED == 1; issue 6, B3). Same arithmetic as wmma_w8a16_kernel (a
+// fresh fp32 fragment per 128-wide K block, the same k-step order, promoted with fmaf(scale, blk,
+// acc)), so fp32 outputs are bit-identical to the original kernel with the same warp tile. What the
+// SASS of the original showed (per 128-K block, per warp of the 128x128 / 64x32 tile: 128 HMMA, 48
+// LDSM.x4, 8 STS.128, 8 LDGSTS, ~180 conversion ALU ops and ~100 address ops) and what changes here:
+//  - the W tile is converted and stored in pieces *between* the k-steps, one 16-code chunk per k-step
+//    in the second half of the block, instead of in a phase after the MMAs in which every warp of the
+//    CTA (lockstepped by the barrier) leaves the tensor pipe idle;
+//  - conflict-free W stores: a quarter-warp (the 8 threads one 16-byte store phase serves) covers 2
+//    rows x 4 chunks of 16 codes, so its 8 16-byte stores land in 8 different 4-bank groups with the
+//    +8 pad (row stride 272 B = 17 x 16 B). The original mapping (8 consecutive 32-byte pieces of one
+//    row) puts two stores in each group: 2 wavefronts per STS.128 instead of 1. Global loads stay
+//    coalesced (each warp reads 8 rows x 64 contiguous bytes);
+//  - STAGES >= 3 and a fragment double buffer that runs across block boundaries: the k-step 0
+//    fragments of block kb + 1 are loaded during k-step 7 of block kb, *before* the barrier, so
+//    the barrier no longer precedes an LDSM round trip. Legal because block kb + 1 was stored during
+//    iteration kb + 2 - STAGES <= kb - 1 and published by that iteration's barrier, and the stage
+//    written in iteration kb (block kb + STAGES - 1) is the stage of block kb - 1, whose last reads
+//    were before the previous barrier;
+//  - shared-memory addresses are 32-bit values computed once per stage (base + compile-time
+//    offsets), so every LDSM takes [reg + immediate] instead of a fresh IMAD chain.
+// cp.async bookkeeping: one commit group per block. At the bottom of iteration kb the groups issued
+// in iterations <= kb cover blocks up to kb + STAGES - 1; block kb + 2 must have landed (its fragments
+// are read from iteration kb + 1's last k-step on), so at most STAGES - 3 groups may stay pending.
+__device__ __forceinline__ void ldsm_a(FragA& f, uint32_t addr, unsigned ldm) {
+  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr), "r"(ldm));
+}
+__device__ __forceinline__ void ldsm_b(FragB& f, uint32_t addr, unsigned ldm) {
+  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
+  asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr), "r"(ldm));
+}
+
+// Chunk q (16 e4m3 codes) of a BN x 128 W tile -> (row, first code). 32 consecutive chunks (one
+// warp) cover 8 rows x 64 codes; lanes 8p .. 8p + 7 (one 16-byte store phase) cover rows 2p, 2p + 1
+// and codes 0..63 of one half. fp8lab/kernels/seed001.py (w_store_chunks_il) mirrors this formula
+// for the bank-conflict check.
+__device__ __forceinline__ int il_w_row(int q) { return 8 * ((q >> 5) >> 1) + 2 * ((q & 31) >> 3) + (q & 1); }
+__device__ __forceinline__ int il_w_col(int q) { return 64 * ((q >> 5) & 1) + 16 * ((q & 7) >> 1); }
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::THREADS)
+wmma_w8a16_il_kernel(const Params p) {
+  static_assert(Cfg::SCHED == 1 && Cfg::kWideSmem, "interleaved configs only");
+  constexpr int S = Cfg::STAGES;
+  constexpr int KS = BK / 16;
+  constexpr int WC = Cfg::W_CHUNKS;
+  constexpr int W_FIRST_KS = KS - WC;                     // k-steps that carry one W chunk each
+  constexpr uint32_t LDS_B = Cfg::LDS * 2;                // row stride, bytes
+  constexpr uint32_t A_STAGE_B = Cfg::A_STAGE * 2, W_STAGE_B = Cfg::W_STAGE * 2;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [S][BM][LDS]
+  bf16* const Ws0 = As0 + S * Cfg::A_STAGE;                // [S][BN][LDS]
+
+  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
+  const int pid = blockIdx.x;
+  const int width = kGroupM * tiles_n;
+  const int first_m = (pid / width) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int pid_m = first_m + (pid % width) % group_rows;
+  const int pid_n = (pid % width) / group_rows;
+  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
+
+  const int KB = p.K / BK;
+  const int kb_begin = blockIdx.y * p.kb_per_split;
+  const int kb_end = min(KB, kb_begin + p.kb_per_split);
+  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+  // This warp's fragment origin in stage 0 (bytes, shared window).
+  const uint32_t a_frag0 = smem_addr(As0) + static_cast<uint32_t>(wm * Cfg::WM) * LDS_B;
+  const uint32_t w_frag0 = smem_addr(Ws0) + static_cast<uint32_t>(wn * Cfg::WN) * LDS_B;
+
+  // This thread's W chunks: chunk i = chunk 0 + i * THREADS / 32 warps = + 16 * i * THREADS / 256
+  // rows, same column (THREADS / 32 is even), so one row/column pair per thread serves all chunks.
+  const int w_row = il_w_row(tid), w_col = il_w_col(tid);
+  constexpr int W_ROW_STEP = Cfg::THREADS / 32 / 2 * 8;   // rows between chunk i and i + 1
+  const uint8_t* w_src = p.w + static_cast<size_t>(n0 + w_row) * p.K + w_col;
+  bf16* const w_dst0 = Ws0 + w_row * Cfg::LDS + w_col;
+  uint4 wreg[WC];
+
+  auto issue_a = [&](int stage, int kb) {
+    bf16* As = As0 + stage * Cfg::A_STAGE;
+#pragma unroll
+    for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
+      const int chunk = tid + i * Cfg::THREADS;
+      const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
+      const int gm = m0 + row;
+      const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
+      cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+    }
+  };
+  auto load_w = [&](int kb) {
+#pragma unroll
+    for (int i = 0; i < WC; ++i) {
+      const bool in = n0 + w_row + i * W_ROW_STEP < p.N;
+      wreg[i] = in ? __ldg(reinterpret_cast<const uint4*>(w_src + static_cast<size_t>(i * W_ROW_STEP) * p.K + kb * BK))
+                   : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto store_w = [&](int i, int stage) {
+    const uint32_t q[4] = {wreg[i].x, wreg[i].y, wreg[i].z, wreg[i].w};
+    uint32_t b[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      b[2 * j] = e4m3x2_to_bf16x2(q[j] & 0xFFFFu);
+      b[2 * j + 1] = e4m3x2_to_bf16x2(q[j] >> 16);
+    }
+    bf16* dst = w_dst0 + stage * Cfg::W_STAGE + i * W_ROW_STEP * Cfg::LDS;
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(b[0], b[1], b[2], b[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(b[4], b[5], b[6], b[7]);
+  };
+
+  FragC acc[Cfg::FM][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+  // Prologue: blocks kb_begin .. kb_begin + S - 2 into stages 0 .. S - 2 (clamped past the end).
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    const int kb = min(kb_begin + st, kb_end - 1);
+    issue_a(st, kb);
+    cp_async_commit();
+    load_w(kb);
+#pragma unroll
+    for (int i = 0; i < WC; ++i) store_w(i, st);
+  }
+  cp_async_wait_pending<0>();
+  __syncthreads();
+
+  FragA fa[2][Cfg::FM];
+  FragB fb[2][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i) ldsm_a(fa[0][i], a_frag0 + i * 16 * LDS_B, Cfg::LDS);
+#pragma unroll
+  for (int j = 0; j < Cfg::FN; ++j) ldsm_b(fb[0][j], w_frag0 + j * 16 * LDS_B, Cfg::LDS);
+
+  int cur = 0;           // stage of block kb
+  int pre = S - 1;       // stage of block kb + S - 1 (block kb - 1's, free since the last barrier)
+  for (int kb = kb_begin; kb < kb_end; ++kb) {
+    const int nxt = cur + 1 == S ? 0 : cur + 1;
+    const int kload = min(kb + S - 1, kb_end - 1);
+    issue_a(pre, kload);
+    cp_async_commit();
+    load_w(kload);
+    const float scale = __ldg(w_scale_row + kb);
+    const uint32_t a_cur = a_frag0 + cur * A_STAGE_B, w_cur = w_frag0 + cur * W_STAGE_B;
+    const uint32_t a_nxt = a_frag0 + nxt * A_STAGE_B, w_nxt = w_frag0 + nxt * W_STAGE_B;
+
+    FragC blk[Cfg::FM][Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const int b = ks & 1;
+      // Fragments of the next k-step: this block's, or k-step 0 of block kb + 1 (KS is even, so they
+      // land in buffer 0, where the next iteration starts).
+      const uint32_t a_src = ks + 1 < KS ? a_cur + (ks + 1) * 32 : a_nxt;
+      const uint32_t w_src_s = ks + 1 < KS ? w_cur + (ks + 1) * 32 : w_nxt;
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i) ldsm_a(fa[b ^ 1][i], a_src + i * 16 * LDS_B, Cfg::LDS);
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) ldsm_b(fb[b ^ 1][j], w_src_s + j * 16 * LDS_B, Cfg::LDS);
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[b][i], fb[b][j], blk[i][j]);
+      if (ks >= W_FIRST_KS) store_w(ks - W_FIRST_KS, pre);
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+        for (int e = 0; e < blk[i][j].num_elements; ++e)
+          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+
+    cp_async_wait_pending<S - 3>();
+    __syncthreads();
+    cur = nxt;
+    pre = pre + 1 == S ? 0 : pre + 1;
+  }
+  // Clamped loads of the last iterations may still be in flight into smem the epilogue overwrites.
+  cp_async_wait_pending<0>();
+  __syncthreads();
+
+  float* Cs = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
+                              Cfg::LDC, wmma::mem_row_major);
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
+    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
+    const int gm = m0 + r, gn = n0 + cc;
+    if (gm >= p.M || gn >= p.N) continue;
+    const float v = Cs[r * Cfg::LDC + cc];
+    const size_t o = static_cast<size_t>(gm) * p.N + gn;
+    if (split) {
+      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
+    } else {
+      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
+    }
+  }
+}
+
 // Sum of the K splits in a fixed order (deterministic), then the output conversion.
 // partial: (splits, M*N) fp32; c: (M*N) OutT.
 template <typename OutT>
@@ -502,7 +729,8 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
   if (splits > 1 && p.partial == nullptr) return cudaErrorInvalidValue;
   if (splits > 65535) return cudaErrorInvalidConfiguration;
   auto kernel = [] {
-    if constexpr (Cfg::PIPE > 0) return wmma_w8a16_pipelined_kernel<Cfg, OutT>;
+    if constexpr (Cfg::SCHED == 1) return wmma_w8a16_il_kernel<Cfg, OutT>;
+    else if constexpr (Cfg::PIPE > 0) return wmma_w8a16_pipelined_kernel<Cfg, OutT>;
     else return wmma_w8a16_kernel<Cfg, OutT>;
   }();
   if (Cfg::SMEM > 48 * 1024) {
@@ -531,20 +759,23 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
 }  // namespace wmma_w8a16
 }  // namespace fp8lab
 
-// THE list of configurations, X(BM, BN, WM, WN, PAD, FORCE_PAD, STAGES); the index of a line is its
-// id. STAGES 0: the original two-stage kernel; >= 2: the pipelined kernel with that many stages.
+// THE list of configurations, X(BM, BN, WM, WN, PAD, FORCE_PAD, STAGES, SCHED); the index of a line is
+// its id. SCHED 0: STAGES 0 is the original two-stage kernel, >= 2 the pipelined kernel with that many
+// stages; SCHED 1: the interleaved kernel with STAGES (3 or 4) stages.
 // fp8lab/kernels/seed001.py parses this list, so Python and C++ cannot drift.
-#define FP8LAB_WMMA_CONFIGS(X)                                                                     \
-  X(16, 64, 16, 16, 8, 0, 0)   /* 0 decode: M <= 16; split-K fills the SMs   4 warps,  44 KB smem */ \
-  X(32, 64, 32, 16, 8, 0, 0)   /* 1 small:  M <= 32                          4 warps,  52 KB */      \
-  X(64, 128, 32, 32, 8, 0, 0)  /* 2 medium: M <= 128                         8 warps, 104 KB */      \
-  X(128, 128, 64, 32, 8, 0, 0) /* 3 large:  prefill                          8 warps, 139 KB */      \
-  X(128, 128, 64, 32, 0, 0, 0) /* 4 large without the pad: bank-conflicted LDSM control       */     \
-  X(64, 64, 32, 32, 1, 1, 0)   /* 5 +1 pad forced past the static_assert: B9 experiment only  */     \
-  X(128, 64, 64, 32, 8, 0, 0)  /* 6 large_n64: 4 warps of 64x32, two CTAs per SM               */     \
-  X(128, 128, 64, 32, 8, 0, 3) /* 7 large_s3: pipelined, 3 stages            8 warps, 209 KB */      \
-  X(128, 128, 64, 32, 8, 0, 2) /* 8 large_s2: pipelined, 2 stages            8 warps, 139 KB */      \
-  X(128, 64, 64, 32, 8, 0, 2)  /* 9 large_n64_s2: pipelined, 2 stages, 4 warps, 104 KB, 2 CTAs/SM */
+#define FP8LAB_WMMA_CONFIGS(X)                                                                        \
+  X(16, 64, 16, 16, 8, 0, 0, 0)   /* 0 decode: M <= 16; split-K fills the SMs   4 warps,  44 KB smem */ \
+  X(32, 64, 32, 16, 8, 0, 0, 0)   /* 1 small:  M <= 32                          4 warps,  52 KB */      \
+  X(64, 128, 32, 32, 8, 0, 0, 0)  /* 2 medium: M <= 128                         8 warps, 104 KB */      \
+  X(128, 128, 64, 32, 8, 0, 0, 0) /* 3 large:  prefill                          8 warps, 139 KB */      \
+  X(128, 128, 64, 32, 0, 0, 0, 0) /* 4 large without the pad: bank-conflicted LDSM control       */     \
+  X(64, 64, 32, 32, 1, 1, 0, 0)   /* 5 +1 pad forced past the static_assert: B9 experiment only  */     \
+  X(128, 64, 64, 32, 8, 0, 0, 0)  /* 6 large_n64: 4 warps of 64x32, two CTAs per SM               */     \
+  X(128, 128, 64, 32, 8, 0, 3, 0) /* 7 large_s3: pipelined, 3 stages            8 warps, 209 KB */      \
+  X(128, 128, 64, 32, 8, 0, 2, 0) /* 8 large_s2: pipelined, 2 stages            8 warps, 139 KB */      \
+  X(128, 64, 64, 32, 8, 0, 2, 0)  /* 9 large_n64_s2: pipelined, 2 stages, 4 warps, 104 KB, 2 CTAs/SM */ \
+  X(128, 128, 64, 32, 8, 0, 3, 1) /* 10 large_il: interleaved, 3 stages         8 warps, 209 KB */      \
+  X(128, 128, 32, 32, 8, 0, 3, 1) /* 11 large_il_w32: interleaved, 16 warps of 32x32, 209 KB */
 
 #ifdef FP8LAB_WMMA_PAD_CHECK
 #ifdef FP8LAB_WMMA_FORCE_PAD
@@ -559,9 +790,10 @@ template __global__ void fp8lab::wmma_w8a16::wmma_w8a16_kernel<
 #else
 namespace {
 using LaunchFn = cudaError_t (*)(const fp8lab::wmma_w8a16::Params&, cudaStream_t);
-#define FP8LAB_WMMA_ROW(BM, BN, WM, WN, PAD, FORCE, STAGES)                                                  \
-  {&fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES>, __nv_bfloat16>, \
-   &fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES>, float>},
+#define FP8LAB_WMMA_ROW(BM, BN, WM, WN, PAD, FORCE, STAGES, SCHED)                                     \
+  {&fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES, SCHED>,   \
+                               __nv_bfloat16>,                                                         \
+   &fp8lab::wmma_w8a16::launch<fp8lab::wmma_w8a16::Config<BM, BN, WM, WN, PAD, FORCE, STAGES, SCHED>, float>},
 const LaunchFn kWmmaTable[][2] = {FP8LAB_WMMA_CONFIGS(FP8LAB_WMMA_ROW)};
 #undef FP8LAB_WMMA_ROW
 constexpr int kWmmaConfigs = sizeof(kWmmaTable) / sizeof(kWmmaTable[0]);

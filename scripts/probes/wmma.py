@@ -1,15 +1,18 @@
-"""Probe (issue 6, item 2): every wmma_w8a16 configuration, original and pipelined, on one GPU.
+"""Probe (issue 6, item 2): every wmma_w8a16 configuration, original, pipelined and interleaved, on one GPU.
 
     python scripts/probes/wmma.py [--rep-ms 25] [--out DIR]
 
 1. Correctness first (asserts): every configuration except the forced +1 pad at odd shapes
    (M = 1, 7, 83; N not a multiple of 128) against float64, poisoned (NaN) outputs, bf16 and fp32
-   outputs, whole K and split K; every pipelined configuration bit-identical (fp32 output) to the
-   original kernel with the same tile (same MMAs, same order, same promotion).
+   outputs, whole K and split K; every pipelined and interleaved configuration bit-identical (fp32
+   output) to the original kernel with the same warp tile (same MMAs, same order, same promotion).
 2. Timing (CUDA events, fp8lab.bench): the prefill configurations and medium at deepseek-v3
    dense_gate_up (N 36864, K 7168), M = 4096 and M = 512, next to cuBLAS BF16 on the dequantised
    weights in the same run. Prints TFLOP/s and the fraction of 641 TFLOP/s (the mma.sync BF16 peak
-   measured with hmma_peak on the H200) and of cuBLAS; writes probe_wmma.csv into --out (or $OUT).
+   measured with hmma_peak on the H200) and of cuBLAS, and next to each configuration the cycles per
+   HMMA.16816 per SM (at the SM clock NVML reports) against the shared-memory model
+   (seed001.kblock_budget: LDSM + W stores + cp.async cycles at 128 B/clock, bank conflicts included);
+   writes probe_wmma.csv into --out (or $OUT).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pandas as pd
 MMA_SYNC_PEAK = 641e12     # HMMA.16816 BF16, register-only kernel (fp8lab/kernels/hmma_peak.cu), H200
 CHECK_SHAPES = [(1, 200, 128), (7, 576, 384), (83, 136, 1152), (83, 264, 1152)]
 TIME_MS = (4096, 512)
-TIME_ROLES = ("large", "large_n64", "large_s3", "large_s2", "large_n64_s2", "medium")
+TIME_ROLES = ("large", "large_n64", "large_s3", "large_s2", "large_n64_s2", "medium", "large_il", "large_il_w32")
 
 
 def log(msg):
@@ -50,14 +53,30 @@ def check_all(s1, torch) -> int:
         for cid, cfg in cfgs:
             if not cfg.stages:
                 continue
-            twin = next(i for i, c in cfgs if c.stages == 0 and (c.bm, c.bn, c.wm, c.wn, c.pad) ==
-                        (cfg.bm, cfg.bn, cfg.wm, cfg.wn, cfg.pad))
+            # the original kernel with the same warp tile (same CTA tile when there is one)
+            twins = [(i, c) for i, c in cfgs if c.stages == 0 and (c.wm, c.wn, c.pad) == (cfg.wm, cfg.wn, cfg.pad)]
+            twin = min(twins, key=lambda ic: (ic[1].bm, ic[1].bn) != (cfg.bm, cfg.bn))[0]
             o = [torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda") for _ in range(2)]
             s1.wmma_w8a16(d["a"], d["w"], d["w_scale"], config=cid, out=o[0])
             s1.wmma_w8a16(d["a"], d["w"], d["w_scale"], config=twin, out=o[1])
             assert torch.equal(o[0], o[1]), (cfg.name, "differs from the original kernel", M, N, K)
             n += 1
     return n
+
+
+def _sms(torch) -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _sm_mhz() -> float:
+    """Current SM clock from NVML (0 when NVML is unavailable)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - the clock column is informative only
+        return 0.0
 
 
 def time_all(s1, torch, bench, rep_ms: float) -> pd.DataFrame:
@@ -87,8 +106,14 @@ def time_all(s1, torch, bench, rep_ms: float) -> pd.DataFrame:
             torch.cuda.synchronize()
             tm = bench.bench(fn, method="events", warmup_ms=10, rep_ms=rep_ms)
             r = flops / tm.p50_s
+            mhz = _sm_mhz()
+            b = s1.kblock_budget(cfg)
+            # HMMA.16816 = 4096 FLOP; cycles per HMMA per SM at the clock NVML reports right after
+            cyc = mhz * 1e6 / (r / 4096 / _sms(torch)) if mhz else float("nan")
             rows.append(dict(M=M, N=N, K=K, config=f"{role} {cfg.name}", splits=plan["splits"], p50_us=tm.p50_s * 1e6,
-                             tflops=r / 1e12, frac_mma_sync=r / MMA_SYNC_PEAK, frac_cublas=r / cublas))
+                             tflops=r / 1e12, frac_mma_sync=r / MMA_SYNC_PEAK, frac_cublas=r / cublas, sm_mhz=mhz,
+                             cyc_per_hmma=cyc, model_smem_cyc=b["smem_cycles_per_hmma"],
+                             model_serial_cyc=b["smem_cycles_per_hmma"] + b["hmma_cycles"] / b["hmma_per_cta"]))
         del d
         torch.cuda.empty_cache()
     return pd.DataFrame(rows)
