@@ -150,7 +150,7 @@ def test_wmma_pad_rule_refuses_plus_one():
                                    (32, 1536, 7168), (128, 7168, 16384), (256, 1536, 7168), (4096, 36864, 7168)])
 def test_pick_wmma_rule(M, N, K):
     p = s1.pick_wmma(M, N, K)
-    role = "decode" if M <= 16 else "small" if M <= 32 else "medium" if M <= 128 else "large"
+    role = "decode" if M <= 16 else "small" if M <= 32 else "medium" if M <= 128 else "large_il"
     assert p["role"] == role
     kb = K // 128
     # every split holds at least one K block and together they cover K exactly once
@@ -165,7 +165,9 @@ def test_pick_wmma_rule(M, N, K):
 
 def test_pick_wmma_falls_back_to_a_tile_that_fits():
     p = s1.pick_wmma(4096, 4096, 4096, smem_optin=99 * 1024, smem_per_sm=100 * 1024)
-    assert p["role"] == "small"            # large (139 KB) and medium (104 KB) do not fit 99 KB
+    assert p["role"] == "small"            # large_il (209 KB), large (139 KB), medium (104 KB) do not fit 99 KB
+    p = s1.pick_wmma(4096, 4096, 4096, smem_optin=200 * 1024, smem_per_sm=228 * 1024)
+    assert p["role"] == "large"            # large_il (209 KB) does not fit 200 KB: one step down
     with pytest.raises(ValueError, match="multiple of 128"):
         s1.pick_wmma(4, 4096, 200)
 

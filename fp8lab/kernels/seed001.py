@@ -200,14 +200,16 @@ def pick_wmma(M: int, N: int, K: int, *, sms: int = 132, smem_optin: int = 227 *
               smem_per_sm: int = 228 * 1024) -> dict:
     """The documented rule for choosing a configuration and a K split.
 
-    Tile by M (decode M <= 16, small <= 32, medium <= 128, large above); drop to the next smaller
-    tile when the device cannot give the shared memory. When the tiles alone cannot fill the GPU
+    Tile by M (decode M <= 16, small <= 32, medium <= 128, large_il above: the interleaved kernel,
+    the fastest prefill tile on the H200, 264 vs 235 TFLOP/s for 'large' at M = 4096, probe of
+    2026-11-29 session 3); drop to the next smaller tile (large_il -> large -> medium ...) when the
+    device cannot give the shared memory. When the tiles alone cannot fill the GPU
     (fewer than SMs x resident CTAs), split K into at most K/128 pieces so that they do; the
     pieces are summed in fp32 by a second kernel, in a fixed order.
     """
     _check_mnk(M, N, K)
-    order = ["decode", "small", "medium", "large"]
-    role = "decode" if M <= 16 else "small" if M <= 32 else "medium" if M <= 128 else "large"
+    order = ["decode", "small", "medium", "large", "large_il"]
+    role = "decode" if M <= 16 else "small" if M <= 32 else "medium" if M <= 128 else "large_il"
     idx = order.index(role)
     while idx > 0 and wmma_config(order[idx])[1].smem_bytes > smem_optin:
         idx -= 1
