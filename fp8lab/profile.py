@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-__all__ = ["DEFAULT_SECTIONS", "DEFAULT_METRICS", "ncu_command", "profile", "read_report",
+__all__ = ["DEFAULT_SECTIONS", "DEFAULT_METRICS", "STALL_REASONS", "STALL_METRICS", "stall_metric", "ncu_command", "profile", "read_report",
            "read_opcodes", "load_report", "make_fixture", "FIXTURE_NVTX_RANGE"]
 
 #: sections: throughput summary, launch config, per-opcode instruction counts.
@@ -79,6 +79,25 @@ _COLUMNS = {
     "block_size": ("launch__block_size",),
     "device": ("device__attribute_display_name",),
 }
+#: warp stall reasons, as ncu names them in
+#: smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio: warps waiting for that
+#: reason per issued instruction (their sum is ncu's "warp cycles per issued instruction").
+#: read_report puts each in a column stall_<reason> (NaN where the report lacks it); ask for
+#: them with metrics=DEFAULT_METRICS + STALL_METRICS.
+STALL_REASONS = ("long_scoreboard", "barrier", "wait", "short_scoreboard", "math_pipe_throttle",
+                 "mio_throttle", "lg_throttle", "tex_throttle", "not_selected", "selected",
+                 "no_instruction", "branch_resolving", "dispatch_stall", "membar", "imc_miss", "drain",
+                 "misc", "sleeping", "gmma")
+
+
+def stall_metric(reason: str) -> str:
+    """ncu's metric name of one warp stall reason (see STALL_REASONS)."""
+    if reason not in STALL_REASONS:
+        raise ValueError(f"unknown stall reason {reason!r}; known: {STALL_REASONS}")
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
+STALL_METRICS = tuple(stall_metric(r) for r in STALL_REASONS)
 _LOCAL_SECTORS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
                   "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")
 _SECTOR_BYTES = 32
@@ -281,6 +300,9 @@ def read_report(path: Union[str, Path]):
         else:
             row["local_bytes"] = float(sum(secs)) * _SECTOR_BYTES
         row["dram_bytes"] = row["dram_read_bytes"] + row["dram_write_bytes"]
+        for r in STALL_REASONS:            # optional: not counted as missing
+            v = _value(a, (stall_metric(r),))
+            row[f"stall_{r}"] = math.nan if v is None else _num(v)
         row["missing"] = ",".join(missing)
         rows.append(row)
     return pd.DataFrame(rows)

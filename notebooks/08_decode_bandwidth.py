@@ -50,7 +50,7 @@ formats = ["fp8", "int8", "nvfp4", "int4"]
 act = "bf16"  # activation / mma dtype: "bf16" or "fp16"
 rep_ms = 40  # timing budget per (shape, arm, M), milliseconds of graph replays
 ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
-ncu_shapes = ["qwen3-8b:gate_up"]  # shapes to profile (each costs ~30-60 s)
+ncu_shapes = ["qwen3-8b:gate_up", "llama3-70b:down_proj"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
 schedules = ["splitk", "streamk"]  # launch schedules timed for the weight-only kernels; plots use the faster
 seed = 0
@@ -313,7 +313,7 @@ def draw_ncu(s, static_df, info, act_of):
     a2.set_ylabel("thread instructions per weight element")
     a2.legend(fontsize=8)
     a2.set_title("executed instr. per element (black: static SASS)")
-    plotting.save(fig, info, "decode_ncu")
+    plotting.save(fig, info, "decode_ncu_" + s["shape"].iloc[0].replace(":", "_").replace("-", "_").replace(".", "_"))
     plt.show()
 
 
@@ -329,6 +329,56 @@ for dev in results.devices_with(NB, "ncu_summary"):
         draw_ncu(g.reset_index(drop=True), st, info_for(dev, s), act_of)
     display(s[["shape", "arm", "dram_pct", "issue_active_pct", "inst_per_element", "dequant_inst_per_element",
                "issue_predicted_pct", "sm_clock_hz"]].round(2))
+
+# %% [markdown]
+# ### Where the warps wait
+#
+# ncu's warp stall reasons for the same launches: warps waiting for each reason per issued
+# instruction, as a share of all warp cycles (their sum is ncu's "warp cycles per issued
+# instruction", printed at the right of each bar). `long_scoreboard` is a wait for a global
+# load (here the weight stream), `barrier` the CTA barrier of the activation chunk,
+# `selected` the cycle of the issue itself, `math_pipe_throttle` a busy tensor / ALU pipe. A
+# kernel limited by memory latency shows mostly long_scoreboard with few eligible warps; one
+# limited by instruction issue shows selected / not_selected / math_pipe_throttle.
+
+# %%
+STALL_COLOURS = {"long_scoreboard": "#0072B2", "barrier": "#E69F00", "wait": "#009E73", "selected": "#CC79A7",
+                 "not_selected": "#F0E442", "math_pipe_throttle": "#D55E00", "short_scoreboard": "#56B4E9"}
+
+
+def draw_stalls(st, info, shape):
+    share_cols = [c for c in st.columns if c.startswith("share_")]
+    named = [c for c in share_cols if c[len("share_"):] in STALL_COLOURS]
+    fig, ax = plt.subplots(figsize=(9, 0.55 * len(st) + 1.6))
+    y = np.arange(len(st))
+    left = np.zeros(len(st))
+    for c in named:
+        v = st[c].fillna(0).to_numpy()
+        ax.barh(y, v, left=left, color=STALL_COLOURS[c[len("share_"):]], label=c[len("share_"):])
+        left += v
+    ax.barh(y, 1 - left, left=left, color="#BBBBBB", label="other reasons")
+    for yi, tot in zip(y, st["cycles_per_issue"]):
+        ax.text(1.01, yi, f"{tot:.1f} cyc/issue", va="center", fontsize=8)
+    ax.set_yticks(y, [ARM_LABEL.get(a, a) for a in st["arm"]], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.18)
+    ax.set_xlabel("share of warp cycles (ncu stall reasons, M = 1)")
+    ax.set_title(f"Where the warps wait: {shape}")
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
+    plotting.save(fig, info, "decode_stalls_" + shape.replace(":", "_").replace("-", "_").replace(".", "_"))
+    plt.show()
+
+
+for dev, s in ncu_by_dev.items():
+    stalls = dx.stall_table(s)
+    if stalls.empty:
+        print(f"{dev}: this profile has no stall metrics (collected before notebook 08 asked for them)")
+        continue
+    for sn, g in stalls.groupby("shape", sort=False):
+        draw_stalls(g.reset_index(drop=True), info_for(dev, s), sn)
+        for _, r in g.iterrows():
+            print(f"{dev} {sn} {ARM_LABEL.get(r['arm'], r['arm'])}: {r['cycles_per_issue']:.1f} warp cycles per issued "
+                  f"instruction; {r['top']}")
 
 # %% [markdown]
 # ## C8: the issue-slot model against ncu, and what it predicts at full bandwidth

@@ -161,6 +161,8 @@ def _fake_report():
         "sass__thread_inst_executed_true_per_opcode": FakeMetric(
             3.8e8, [("LOP3", 1.28e8), ("HMMA", 3.2e7), ("LDG", 2.2e8)]),
     }
+    full[profile.stall_metric("long_scoreboard")] = FakeMetric(5.2)
+    full[profile.stall_metric("barrier")] = FakeMetric(2.0)
     sparse = {"gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": FakeMetric(12.0),
               "launch__registers_per_thread": FakeMetric(32)}
     return FakeContext([FakeRange([FakeAction("gemv_w4a16_nvfp4", full)]),
@@ -181,6 +183,17 @@ def test_read_report_from_a_fake_context(monkeypatch):
     o = df.iloc[1]
     assert o["dram_pct"] == 12.0                            # the SpeedOfLight fallback
     assert math.isnan(o["local_bytes"]) and "local_bytes" in o["missing"]
+    # stall reasons: read where present, NaN where not, never listed as missing
+    assert r["stall_long_scoreboard"] == 5.2 and r["stall_barrier"] == 2.0 and math.isnan(r["stall_wait"])
+    assert math.isnan(o["stall_long_scoreboard"]) and "stall" not in o["missing"]
+
+
+def test_stall_metric_names():
+    assert profile.stall_metric("long_scoreboard") == \
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"
+    assert len(set(profile.STALL_METRICS)) == len(profile.STALL_REASONS)
+    with pytest.raises(ValueError, match="unknown stall reason"):
+        profile.stall_metric("coffee_break")
 
 
 def test_read_opcodes_from_a_fake_context(monkeypatch):

@@ -364,6 +364,18 @@ def test_ncu_tables_groups_kernels_by_arm():
     assert fp["dequant_inst_per_element"] == pytest.approx(4800 / (4096 * 4096))
     assert cb["inst_per_element"] == pytest.approx(7 * 32 / (4096 * 4096))   # warp x 32 where no thread count
     assert dx.arm_of_kernel("gemv2T_kernel_val<int, int, __nv_bfloat16>") == dx.CUBLAS
+    assert dx.stall_table(s).empty                   # no stall metrics in this profile
+    # with stall metrics: duration-weighted per arm, shares of their sum, the largest named first
+    k2 = k.assign(stall_long_scoreboard=[5.0, 1.0, 3.0], stall_barrier=[2.0, 0.0, 0.0],
+                  stall_selected=[1.0, 1.0, 1.0])
+    s2, _ = dx.ncu_tables(k2, o, sn)
+    fp2 = s2[s2["arm"] == wo.ARMS["fp8"]].iloc[0]
+    assert fp2["stall_long_scoreboard"] == 5.0
+    assert s2[s2["arm"] == dx.CUBLAS].iloc[0]["stall_long_scoreboard"] == pytest.approx((1.0 * 8 + 3.0 * 2) / 10)
+    st = dx.stall_table(s2, top=2).set_index("arm")
+    assert st.loc[wo.ARMS["fp8"], "cycles_per_issue"] == pytest.approx(8.0)
+    assert st.loc[wo.ARMS["fp8"], "share_long_scoreboard"] == pytest.approx(5 / 8)
+    assert st.loc[wo.ARMS["fp8"], "top"] == "long_scoreboard 62%, barrier 25%"
 
 
 # --------------------------------------------------------------------------- prefill experiment logic

@@ -328,6 +328,7 @@ def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FO
     env = dict(os.environ)
     env[NCU_ENV] = json.dumps(dict(N=sh.N, K=sh.K, act=act, formats=list(formats), cublas=cublas, seed=seed))
     return profile.profile("fp8lab.experiments.decode:ncu_workload", out, timeout=timeout, env=env,
+                           metrics=profile.DEFAULT_METRICS + profile.STALL_METRICS,
                            extra=["--profile-from-start", "off"])
 
 
@@ -378,6 +379,8 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
             inst_per_element=float(og["thread_inst"].sum()) / elems,
             warp_inst_per_element=float(og["warp_inst"].sum()) / elems,
             dequant_inst_per_element=float(og.loc[og["dequant_class"], "thread_inst"].sum()) / elems,
+            **{c: float((g[c] * w).sum() / wsum) if g[c].notna().all() else math.nan
+               for c in k.columns if c.startswith("stall_")},
         ))
     summary = pd.DataFrame(rows)
     o = o.assign(shape=shape_name, per_element=o["thread_inst"] / elems)
@@ -385,6 +388,26 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
         warp_inst=("warp_inst", "sum"), thread_inst=("thread_inst", "sum"), per_element=("per_element", "sum"),
         dequant_class=("dequant_class", "first"))
     return summary, per_op
+
+
+def stall_table(summary: pd.DataFrame, top: int = 4) -> pd.DataFrame:
+    """Where the warps of each profiled kernel wait (ncu's stall reasons, per issued instruction):
+    one row per (shape, arm) with the total warp cycles per issued instruction, the share of each
+    reason in it and the ``top`` largest reasons named. Empty when the profile has no stall
+    metrics (reports collected before they were asked for)."""
+    cols = [c for c in summary.columns if c.startswith("stall_")]
+    if not cols or summary[cols].isna().all(axis=None):
+        return pd.DataFrame()
+    s = summary.dropna(subset=cols)
+    total = s[cols].sum(axis=1)
+    shares = s[cols].div(total.where(total > 0), axis=0)
+    out = s[["shape", "arm"]].copy()
+    out["cycles_per_issue"] = total
+    for c in cols:
+        out[c.replace("stall_", "share_")] = shares[c]
+    out["top"] = [", ".join(f"{c[len('stall_'):]} {v:.0%}" for c, v in row.nlargest(top).items())
+                  for _, row in shares.iterrows()]
+    return out.reset_index(drop=True)
 
 
 def c8_model(summary: pd.DataFrame, sms: int, *, schedulers_per_sm: int = 4) -> pd.DataFrame:
