@@ -53,7 +53,6 @@ ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up", "llama3-70b:down_proj"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
 schedules = ["splitk", "streamk"]  # launch schedules timed for the weight-only kernels; plots use the faster
-prefetches = [0, 4, 8]  # L2 prefetch distances (128-K steps) timed at M <= 16 (0: none); plots use the fastest
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
@@ -73,7 +72,7 @@ from fp8lab.tools import have_tool
 NB = "08_decode_bandwidth"
 run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
                                         rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
-                                        schedules=list(schedules), prefetches=list(prefetches), seed=seed),
+                                        schedules=list(schedules), seed=seed),
                         device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
@@ -144,15 +143,12 @@ if run.mode == "measure":
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     with clocks.ClockSampler(uuid=uuid, interval_s=0.02) as sampler:
         copy = dx.measure_copy(sampler=sampler)
-        variants = [(sch, pf) for sch in schedules for pf in prefetches]
         sweep = pd.concat([dx.measure_decode(shape_names, Ms, formats, act=act, rep_ms=rep_ms, seed=seed,
                                              copy=copy, sampler=sampler, splits=splits, schedule=sch,
-                                             prefetch=pf, cublas=(i == 0))
-                           for i, (sch, pf) in enumerate(variants)], ignore_index=True)
+                                             cublas=(i == 0))
+                           for i, sch in enumerate(schedules)], ignore_index=True)
     clock_summary = sampler.summary()
-    n_pf_ms = sum(1 for m in Ms if m <= wo.PREFETCH_MAX_M)
-    assert len(sweep) == len(shape_names) * (len(Ms) + len(formats) * sum(
-        len(Ms) if pf == 0 else n_pf_ms for _, pf in variants))
+    assert len(sweep) == len(shape_names) * len(Ms) * (len(formats) * len(schedules) + 1)
     assert (sweep["check_relerr"] < 1e-2).all()
     assert (sweep["bw_p20"] <= sweep["bw_p50"]).all() and (sweep["bw_p50"] <= sweep["bw_p80"]).all()
     # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
@@ -164,7 +160,7 @@ if run.mode == "measure":
 
         summaries, opcodes = [], []
         for sn in ncu_shapes:
-            launch = dx.launch_of_best(sweep, sn)   # profile what the figures show: the fastest variant
+            launch = dx.launch_of_best(sweep, sn)   # profile what the figures show: the faster schedule
             rep = dx.profile_decode(sn, cache_dir("ncu") / f"decode_{sn.replace(':', '_')}",
                                     formats=formats, act=act, seed=seed, launch=launch)
             s, o = dx.ncu_tables(profile.read_report(rep), profile.read_opcodes(rep), sn)
@@ -182,7 +178,7 @@ if run.mode == "measure":
         run.write_table("ncu_summary", ncu_summary, meta={"clock_control": "none"})
         run.write_table("ncu_opcodes", pd.concat(opcodes, ignore_index=True))
     display(sweep[["shape", "arm", "schedule", "M", "time_p50_s", "bw_p50", "fraction_of_copy",
-                   "fraction_of_same_copy", "splits", "prefetch", "sm_mhz_median"]].round(3))
+                   "fraction_of_same_copy", "splits", "sm_mhz_median"]].round(3))
 
 # %% [markdown]
 # ## Effective bandwidth against the copy ceiling
@@ -259,11 +255,6 @@ for dev in devs:
         display(Markdown(f"**{dev}**, M = 1: split-K vs stream-K (fraction of the copy bandwidth; "
                          "the figures and verdicts take the faster per point)"))
         display(st.round(3))
-    pt = dx.prefetch_table(full)
-    if not pt.empty:
-        display(Markdown(f"**{dev}**, M = 1: L2 prefetch distance (steps past the register ring's loads; "
-                         "fraction of the copy bandwidth, each at its faster schedule)"))
-        display(pt.round(3))
     df = dx.best_schedule(full)
     tables[dev] = df
     info = info_for(dev, df)

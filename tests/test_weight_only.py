@@ -587,49 +587,18 @@ def test_smem_sass_cp_async_ring_no_weight_barriers():
         assert regs["ldg128"] == loads * 6 and regs["lds128"] == 0
 
 
-def test_check_prefetch_rules():
-    chk = wo._check_prefetch
-    assert chk(None, "regs", None, 1) == wo.DEFAULT_PREFETCH
-    assert chk(None, "regs", None, 17) == 0 and chk(None, "smem", None, 1) == 0 and chk(None, "regs", 0, 1) == 0
-    assert chk(0, "smem", None, 1) == 0 and chk(7, "regs", None, 16) == 7
-    for bad in (-1, wo.PREFETCH_MAX + 1, 1.5, True, "4"):
-        with pytest.raises(ValueError, match="prefetch must be an integer"):
-            chk(bad, "regs", None, 1)
-    with pytest.raises(ValueError, match="loader='regs' only"):
-        chk(2, "smem", None, 1)
-    with pytest.raises(ValueError, match="EXTRA_ALU"):
-        chk(2, "regs", 0, 1)
-    with pytest.raises(ValueError, match="M <= 16"):
-        chk(2, "regs", None, 17)
-
-
-def test_prefetch_table_schedule_table_and_launch_of_best():
-    """Variants (schedule x prefetch) of one point: best_schedule keeps the fastest,
-    schedule_table compares schedules each at its best distance, prefetch_table distances each
-    at its best schedule, launch_of_best hands ncu the fastest launch."""
+def test_launch_of_best_hands_ncu_the_faster_schedule():
     import pandas as pd
 
     from fp8lab.experiments import decode as dx
 
-    t = {("splitk", 0): 10e-6, ("splitk", 4): 8e-6, ("streamk", 0): 9e-6, ("streamk", 4): 8.5e-6}
-    rows = [dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=1, schedule=sch, prefetch=pf, time_p50_s=v,
-                 fraction_of_copy=1e-6 / v) for (sch, pf), v in t.items()]
-    rows.append(dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=64, schedule="splitk", prefetch=0,
-                     time_p50_s=30e-6, fraction_of_copy=0.3))          # M > 16: prefetch 0 only
-    rows.append(dict(shape="s", arm=dx.CUBLAS, fmt="bf16", M=1, schedule="", prefetch=float("nan"),
-                     time_p50_s=20e-6, fraction_of_copy=0.95))
+    rows = [dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=1, schedule="splitk", time_p50_s=10e-6),
+            dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=1, schedule="streamk", time_p50_s=8e-6),
+            dict(shape="s", arm=wo.ARMS["int4"], fmt="int4", M=1, schedule="splitk", time_p50_s=5e-6),
+            dict(shape="s", arm=wo.ARMS["int4"], fmt="int4", M=1, schedule="streamk", time_p50_s=6e-6),
+            dict(shape="s", arm=dx.CUBLAS, fmt="bf16", M=1, schedule="", time_p50_s=20e-6)]
     df = pd.DataFrame(rows)
-    b = dx.best_schedule(df).set_index(["arm", "M"])
-    assert b.loc[(wo.ARMS["fp8"], 1), "schedule"] == "splitk" and b.loc[(wo.ARMS["fp8"], 1), "prefetch"] == 4
-    assert b.loc[(wo.ARMS["fp8"], 64), "time_p50_s"] == 30e-6
-    st = dx.schedule_table(df)
-    assert st.loc[("s", "fp8"), "streamk_speedup"] == pytest.approx(8e-6 / 8.5e-6)   # best distance each
-    pt = dx.prefetch_table(df)
-    assert pt.loc[("s", "fp8"), "best_prefetch"] == 4
-    assert pt.loc[("s", "fp8"), "speedup_vs_none"] == pytest.approx(9 / 8)          # vs the faster pf-0 schedule
-    assert pt.loc[("s", "fp8"), "prefetch 0"] == pytest.approx(1e-6 / 9e-6)
-    assert dx.prefetch_table(df[df["prefetch"] != 4]).empty                       # one distance
-    assert dx.prefetch_table(df.drop(columns="prefetch")).empty                   # tables from before
-    assert dx.launch_of_best(df, "s") == {"fp8": {"schedule": "splitk", "prefetch": 4}}
-    assert dx.launch_of_best(df.drop(columns="prefetch"), "s")["fp8"]["schedule"] in wo.SCHEDULES
+    assert dx.launch_of_best(df, "s") == {"fp8": {"schedule": "streamk"}, "int4": {"schedule": "splitk"}}
     assert dx.launch_of_best(df, "other") == {}
+    assert dx.launch_of_best(df.drop(columns="schedule"), "s") == {"fp8": {}, "int4": {}}
+

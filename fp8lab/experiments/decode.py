@@ -49,7 +49,7 @@ COLUMNS = ["shape", "N", "K", "M", "arm", "fmt", "act", "weight_bytes", "scale_b
            "bw_p80", "tflops_p50", "copy_Bps", "fraction_of_copy", "spec_Bps", "fraction_of_spec",
            "splits", "grid", "ctas_per_sm", "check_relerr", "rotation_sets", "timing_method",
            "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max",
-           "schedule", "same_copy_Bps", "fraction_of_same_copy", "prefetch"]
+           "schedule", "same_copy_Bps", "fraction_of_same_copy"]
 
 
 def _shape(name: str) -> shapes.Shape:
@@ -147,17 +147,14 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                    formats: Sequence[str] = wo.FORMATS, *, act: str = "bf16", cublas: bool = True,
                    rep_ms: float = 40, seed: int = 0, check_m: int = 4, copy: Optional[dict] = None,
                    sampler=None, splits: Optional[int] = None, schedule: Optional[str] = None,
-                   same_copy: bool = True, prefetch: Optional[int] = None) -> pd.DataFrame:
+                   same_copy: bool = True) -> pd.DataFrame:
     """Time every arm at every (shape, M); one row per (shape, arm, M) (see COLUMNS).
 
     ``copy``: a :func:`measure_copy` result (measured here when None). ``splits`` pins the
     split-K factor of the weight-only kernels (None: chosen per shape and M). ``schedule``:
     the weight-only kernels' launch schedule (None: ``wo.DEFAULT_SCHEDULE``; ``"streamk"``
     ignores ``splits``). ``same_copy``: also time :func:`same_size_copy` per stream size
-    (``same_copy_Bps``, ``fraction_of_same_copy``). ``prefetch``: the weight-only kernels' L2
-    prefetch distance (None: ``wo.DEFAULT_PREFETCH``); a distance > 0 is built for M <= 16
-    only, so larger M get no weight-only rows in such a call (the ``prefetch`` column holds the
-    distance each row ran with)."""
+    (``same_copy_Bps``, ``fraction_of_same_copy``)."""
     import torch
 
     for f in formats:
@@ -176,8 +173,6 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     schedule = wo.DEFAULT_SCHEDULE if schedule is None else schedule
     if schedule not in wo.SCHEDULES:
         raise ValueError(f"schedule must be one of {wo.SCHEDULES}, got {schedule!r}")
-    if prefetch is not None:
-        wo._check_prefetch(prefetch, "regs", None, 1)
     rows = []
     same: dict = {}
 
@@ -204,26 +199,22 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
             wo.workspace(torch.device("cuda"), max(Ms) * N,
                          max(wo.grid_x(fmt, N, m) * -(-m // wo.M_BLOCK) for m in Ms))
             for M in Ms:
-                if prefetch and M > wo.PREFETCH_MAX_M:
-                    continue
-                pf = wo._check_prefetch(prefetch, "regs", None, M)
                 x = torch.randn(M, K, device="cuda").to(tdt)
                 cfg = wo.launch_config(sets[0], M)
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
                 if schedule == "streamk":
                     s = np.nan
                     grid = str(tuple(cfg["streamk_grid"]))
-                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o, schedule="streamk", prefetch=pf),
+                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o, schedule="streamk"),
                                         list(zip(sets, outs)))
                 else:
                     s = splits or cfg["splits"]
                     grid = str(tuple(cfg["grid"][:1]) + (s, cfg["grid"][2]))
-                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o, schedule="splitk",
-                                                                  prefetch=pf),
+                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o, schedule="splitk"),
                                         list(zip(sets, outs)))
                 rows.append(_row(name, N, K, M, wo.ARMS[fmt], fmt, act, b, timing, clk, copy_Bps, spec,
                                  splits=s, grid=grid, ctas=cfg["ctas_per_sm"], err=err,
-                                 schedule=schedule, same_Bps=same_Bps(b["stream_bytes"]), prefetch=pf))
+                                 schedule=schedule, same_Bps=same_Bps(b["stream_bytes"])))
                 del outs
             del sets
             torch.cuda.empty_cache()
@@ -246,10 +237,9 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
 
 
 def best_schedule(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (shape, arm, M): where a weight-only arm was timed in several launch
-    variants (schedule split-K / stream-K, L2 prefetch distance), its fastest row by p50 time,
-    as a user would launch it. Tables without a ``schedule`` column (or with one variant per
-    point) come back unchanged."""
+    """One row per (shape, arm, M): where a weight-only arm was timed under several launch
+    schedules (split-K, stream-K), its fastest row by p50 time, as a user would launch it.
+    Tables without a ``schedule`` column (or with one schedule) come back unchanged."""
     if "schedule" not in df or df.empty:
         return df
     key = ["shape", "arm", "M"]
@@ -269,8 +259,6 @@ def schedule_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
     d = df[(df["M"] == M) & (df["arm"] != CUBLAS) & df["schedule"].isin(wo.SCHEDULES)]
     if d["schedule"].nunique() < 2:
         return pd.DataFrame()
-    # each schedule at its fastest prefetch distance (where several were timed)
-    d = d.loc[d.groupby(["shape", "fmt", "schedule"])["time_p50_s"].idxmin()]
     t = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="fraction_of_copy")
     tm = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="time_p50_s")
     t["streamk_speedup"] = tm["splitk"] / tm["streamk"]
@@ -278,27 +266,8 @@ def schedule_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
     return t
 
 
-def prefetch_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
-    """The L2 prefetch distance against none per (shape, fmt) at M: fraction of the copy
-    bandwidth at each distance (each at its faster schedule), the best distance and its speed
-    over prefetch = 0 (empty if one distance was timed, or a table from before the column)."""
-    if "prefetch" not in df:
-        return pd.DataFrame()
-    d = df[(df["M"] == M) & (df["arm"] != CUBLAS)].dropna(subset=["prefetch"])
-    if d["prefetch"].nunique() < 2 or 0 not in set(d["prefetch"].astype(int)):
-        return pd.DataFrame()
-    d = d.assign(prefetch=d["prefetch"].astype(int))
-    d = d.loc[d.groupby(["shape", "fmt", "prefetch"])["time_p50_s"].idxmin()]
-    t = d.pivot_table(index=["shape", "fmt"], columns="prefetch", values="fraction_of_copy")
-    tm = d.pivot_table(index=["shape", "fmt"], columns="prefetch", values="time_p50_s")
-    t.columns = [f"prefetch {c}" for c in t.columns]
-    t["best_prefetch"] = tm.idxmin(axis=1)
-    t["speedup_vs_none"] = tm[0] / tm.min(axis=1)
-    return t
-
-
 def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err,
-         schedule="", same_Bps=math.nan, prefetch=math.nan):
+         schedule="", same_Bps=math.nan):
     r = timing.rate(b["stream_bytes"])
     flop = 2.0 * M * N * K
     spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
@@ -312,7 +281,7 @@ def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits
                 n_samples=timing.n, sm_mhz_median=clk.get("sm_mhz_median", math.nan),
                 sm_mhz_min=clk.get("sm_mhz_min", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
                 power_w_max=clk.get("power_w_max", math.nan), schedule=schedule, same_copy_Bps=same_Bps,
-                fraction_of_same_copy=r["p50"] / same_Bps, prefetch=prefetch)
+                fraction_of_same_copy=r["p50"] / same_Bps)
 
 
 # --------------------------------------------------------------------------------------
@@ -352,18 +321,12 @@ def ncu_workload() -> None:
 
 
 def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:
-    """{fmt: gemv_w16 keyword arguments} of the fastest timed variant per format at (shape, M)
-    (schedule, and prefetch where the table has it), for :func:`profile_decode`: ncu then
-    profiles the launches the figures show."""
+    """{fmt: gemv_w16 keyword arguments} of the fastest timed launch schedule per format at
+    (shape, M), for :func:`profile_decode`: ncu then profiles the launches the figures show."""
     d = best_schedule(df)
     d = d[(d["shape"] == shape_name) & (d["M"] == M) & (d["arm"] != CUBLAS)]
-    out = {}
-    for _, r in d.iterrows():
-        kw = {"schedule": r["schedule"]} if r.get("schedule") in wo.SCHEDULES else {}
-        if "prefetch" in r and pd.notna(r["prefetch"]):
-            kw["prefetch"] = int(r["prefetch"])
-        out[r["fmt"]] = kw
-    return out
+    return {r["fmt"]: ({"schedule": r["schedule"]} if r.get("schedule") in wo.SCHEDULES else {})
+            for _, r in d.iterrows()}
 
 
 def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FORMATS, act: str = "bf16",

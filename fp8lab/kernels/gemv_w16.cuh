@@ -322,9 +322,6 @@ __device__ __forceinline__ uint4 ldg_u128(const uint4* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 __device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
 }
@@ -445,28 +442,6 @@ __device__ __forceinline__ void load_frag(Frag<F, NT>& f, const uint4* wp, const
     f.s[1] = v.y;
   } else {
     f.s[0] = ldg_u32(sp);
-  }
-}
-
-// L2 prefetch of the step `ahead` steps past the load cursor (wnext / snext: this lane's /
-// thread's pointers at the cursor, as load_frag takes them). Lanes 0, 8, 16, 24 each touch one
-// 128-byte line of every 512-byte warp load (8 lanes x 16 B), lane 0 also the line(s) of the
-// step's scales: kLoads + 1 (nvfp4: + 2) predicated instructions per step and warp. A prefetch
-// holds no register and needs no completion, so the DRAM requests in flight are no longer
-// bounded by the register ring; the ring's own loads then hit L2.
-template <int F, int NT>
-__device__ __forceinline__ void prefetch_step(const uint4* wnext, const uint32_t* snext, int lane, int ahead) {
-  using T = Tiling<F, NT>;
-  if ((lane & 7) == 0) {
-    const uint4* wp = wnext + ahead * Strides<F>::kW;
-#pragma unroll
-    for (int i = 0; i < T::kLoads; ++i) prefetch_l2(wp + i * 32);
-  }
-  if (lane == 0) {
-    const uint32_t* sp = snext + ahead * Strides<F>::kS;
-    constexpr int kLines = (Strides<F>::kS * 4 + 127) / 128;
-#pragma unroll
-    for (int i = 0; i < kLines; ++i) prefetch_l2(sp + i * 32);
   }
 }
 
@@ -690,7 +665,6 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   // Register ring: buffer u holds step kRing * it + u; it is refilled with step + kRing right after
   // it is consumed, so the two other steps stay in flight meanwhile.
   Frag<F, NT> f[kRing];
-  const int pf = NT <= 2 ? p.prefetch : 0;   // built for the decode tiles (M <= 16) only
   if (active) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) {
@@ -700,8 +674,6 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
         snext += S::kS;
       }
     }
-    // steps kRing .. kRing + pf - 1: the main loop prefetches kRing + pf onwards
-    for (int a = 0; a < pf && kRing + a < nsteps; ++a) prefetch_step<F, NT>(wnext, snext, lane, a);
   }
   load_chunk(0);
   cp_async_commit();
@@ -724,10 +696,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 #pragma unroll
       for (int u = 0; u < kRing; ++u) {
         const int st = kRing * it + u;
-        if (st < nsteps) {
-          if (pf > 0 && st + kRing + pf < nsteps) prefetch_step<F, NT>(wnext, snext, lane, pf);
-          ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
-        }
+        if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
       }
     }
     __syncthreads();
@@ -1008,11 +977,6 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
       }
     }
   }
-  // End (CTA-relative unit) of the load cursor's tile: the first one past the prologue's units.
-  int le = steps - cs0;
-  while (le <= kRing) le += steps;
-  const int pf = NT <= 2 ? p.prefetch : 0;   // built for the decode tiles (M <= 16) only
-  for (int a = 0; a < pf && kRing + a < min(le, wlimit); ++a) prefetch_step<F, NT>(wnext, snext, lane, a);
   int cstep = cs0;                           // step of the next chunk's first unit
   auto chunk = [&](int it) {
     load_chunk_sk<NT>(p, act, smem_base + (it & 1) * kBufBytes, mb, cstep, min(kRing, nunits - kRing * it));
@@ -1049,8 +1013,6 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
             cp_async_wait<1>();
             __syncthreads();
           }
-          // the load cursor (unit i + kRing) stays in its tile until le: prefetch no further
-          if (pf > 0 && i + kRing + pf < min(le, wlimit)) prefetch_step<F, NT>(wnext, snext, lane, pf);
           ring_step<F, BF16, NT>(f[u], acc, rows, u, lane, i, wlimit, wnext, snext);
         }
       }
@@ -1063,6 +1025,8 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   int cbeg = cs0;                            // first step of tile cx in this CTA
   int seg0 = 0;                              // first unit of tile cx in this CTA
   int ce = min(nunits, steps - cs0);
+  int le = steps - cs0;
+  while (le <= kRing) le += steps;
   for (int a = 0; a < nunits;) {             // CTA-uniform
     const int b = min(ce, le < nunits ? le - kRing : nunits);
     sk_range(a, b);

@@ -32,7 +32,7 @@ namespace {
 // per warp (loader "smem", M <= 16 per block).
 torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
                        torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                       int64_t splits, int64_t steps_per_split, int64_t stages, int64_t prefetch) {
+                       int64_t splits, int64_t steps_per_split, int64_t stages) {
   TORCH_CHECK(act.is_cuda() && w.is_cuda() && scales.is_cuda() && out.is_cuda() && ws.is_cuda() && counters.is_cuda(),
               "all tensors must be on a CUDA device");
   TORCH_CHECK(act.scalar_type() == at::ScalarType::BFloat16 || act.scalar_type() == at::ScalarType::Half,
@@ -49,8 +49,6 @@ torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales,
   TORCH_CHECK(M >= 1 && M < (1LL << 31) && N < (1LL << 31) && K < (1LL << 31), "sizes must fit in int32");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(act.data_ptr()) % 16 == 0,
               "w and act must be 16-byte aligned");
-  TORCH_CHECK(prefetch >= 0 && prefetch <= 64, "prefetch must be in [0, 64] steps");
-  TORCH_CHECK(stages == 0 || prefetch == 0, "prefetch applies to the register-ring kernels only");
 
   const c10::cuda::CUDAGuard guard(act.device());
   fp8lab::wo::WoParams p{};
@@ -67,7 +65,6 @@ torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales,
   p.n_tiles16 = static_cast<int>(n_tiles16);
   p.steps = static_cast<int>(K / 128);
   p.steps_per_split = static_cast<int>(steps_per_split);
-  p.prefetch = static_cast<int>(prefetch);
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
   // splits < 0: the stream-K schedule with -splits persistent CTAs per M block
   const cudaError_t err =
@@ -83,17 +80,8 @@ torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales,
 
 torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
                    torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                   int64_t splits, int64_t steps_per_split, int64_t prefetch) {
-  return gemv_any(act, w, scales, out, ws, counters, fmt, out_factor, N, n_tiles16, splits, steps_per_split, 0,
-                  prefetch);
-}
-
-torch::Tensor gemv_smem(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-                        torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                        int64_t splits, int64_t steps_per_split, int64_t stages) {
-  TORCH_CHECK(stages != 0, "gemv_smem needs a stage count (4, 5, 6, 8)");
-  return gemv_any(act, w, scales, out, ws, counters, fmt, out_factor, N, n_tiles16, splits, steps_per_split, stages,
-                  0);
+                   int64_t splits, int64_t steps_per_split) {
+  return gemv_any(act, w, scales, out, ws, counters, fmt, out_factor, N, n_tiles16, splits, steps_per_split, 0);
 }
 
 int64_t occupancy_smem(int64_t fmt, bool bf16, int64_t nt, int64_t stages, bool sk) {
@@ -123,9 +111,8 @@ torch::Tensor probe(torch::Tensor words, int64_t fmt, bool bf16) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv", &gemv, "weight-only (A16) GEMM for decode, Marlin-style dequant in registers (prefetch: L2 "
-                      "prefetch distance in steps, 0 = none)");
-  m.def("gemv_smem", &gemv_smem, "the same GEMM with the shared-memory weight ring (stages per warp: 4, 5, 6, 8)");
+  m.def("gemv", &gemv, "weight-only (A16) GEMM for decode, Marlin-style dequant in registers");
+  m.def("gemv_smem", &gemv_any, "the same GEMM with the shared-memory weight ring (stages per warp: 4, 5, 6, 8)");
   m.def("occupancy_smem", &occupancy_smem, "CTAs per SM of one shared-memory-ring kernel (fmt, bf16, NT, stages, stream-K)");
   m.def("occupancy", &occupancy, "CTAs per SM of one (format, bf16, NT) kernel");
   m.def("probe", &probe, "run the in-register dequant alone on packed words");

@@ -26,11 +26,6 @@ struct WoParams {
   // [blockIdx.x * units_per_cta, +units_per_cta) in tile-major order.
   int tiles_x;              // CTA tiles along N: ceil(n_tiles16 / (8 warps * TM))
   int units_per_cta;        // >= 1
-  // Register-ring kernels (split-K and stream-K): L2 prefetch distance in steps past the load
-  // cursor (0: none). The weight and scale lines of step s + kRing + prefetch are prefetched
-  // into L2 when step s is computed, so DRAM requests run ahead of the register ring without
-  // holding registers. The shared-memory-ring and EXTRA_ALU host paths leave it 0.
-  int prefetch;
 };
 
 }  // namespace wo

@@ -208,31 +208,6 @@ def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
             "grid": (gx, 1, -(-M // M_BLOCK)), "whole_tiles": upc % steps == 0}
 
 
-#: L2 prefetch distance of the register-ring kernels (issue 7), in 128-K steps past the ring's
-#: load cursor: each warp prefetches its weight and scale lines of step s + 3 + prefetch into L2
-#: while it computes step s (0: no prefetch, the session-2 kernel). Raises the DRAM requests in
-#: flight without registers; the ring's loads then wait for L2, not DRAM.
-PREFETCH_MAX = 64
-DEFAULT_PREFETCH = 0
-
-
-PREFETCH_MAX_M = 16   # NT <= 2: the kernels of larger M (more accumulators) leave it out
-
-
-def _check_prefetch(prefetch, loader, extra_alu, M) -> int:
-    if prefetch is None:
-        return DEFAULT_PREFETCH if loader == "regs" and extra_alu is None and M <= PREFETCH_MAX_M else 0
-    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)) or not 0 <= prefetch <= PREFETCH_MAX:
-        raise ValueError(f"prefetch must be an integer in [0, {PREFETCH_MAX}] (steps), got {prefetch!r}")
-    if prefetch and loader != "regs":
-        raise ValueError("prefetch applies to loader='regs' only (the shared-memory ring keeps its own stages)")
-    if prefetch and extra_alu is not None:
-        raise ValueError("prefetch does not apply to the EXTRA_ALU kernels (notebook 10 keeps their loads as they were)")
-    if prefetch and M > PREFETCH_MAX_M:
-        raise ValueError(f"prefetch is built for M <= {PREFETCH_MAX_M} (the decode tiles), got M = {M}")
-    return int(prefetch)
-
-
 #: how the weights reach the registers (issue 7): ``regs`` (the register ring: 16-byte
 #: ld.global.nc straight into three one-step buffers) or ``smem`` (a per-warp ring of ``stages``
 #: shared-memory stages filled with cp.async.cg, read back with LDS.128; same dequant and mma
@@ -910,7 +885,7 @@ def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
 
 def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None,
              schedule: str | None = None, ctas: int | None = None, loader: str | None = None,
-             stages: int | None = None, prefetch: int | None = None):
+             stages: int | None = None):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
@@ -929,17 +904,12 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
 
     ``loader``: None (:data:`DEFAULT_LOADER`), ``"regs"`` or ``"smem"``: the weights through a
     per-warp ring of ``stages`` (:data:`SMEM_STAGES`; None: :func:`default_stages`) shared-memory
-    stages, in either schedule; M <= 16 only; bit-identical to ``regs`` at the same split.
-
-    ``prefetch``: None (:data:`DEFAULT_PREFETCH` for the register ring) or the L2 prefetch
-    distance in steps (0..:data:`PREFETCH_MAX`, ``regs`` loader only): a hint, so the result is
-    bit-identical for every value."""
+    stages, in either schedule; M <= 16 only; bit-identical to ``regs`` at the same split."""
     import torch
 
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
     loader, stages = _check_loader(loader, stages, M, extra_alu)
-    prefetch = _check_prefetch(prefetch, loader, extra_alu, M)
     if loader == "smem" and stages is None:
         stages = default_stages(pw.fmt, M)
     lkw = dict(loader=loader, stages=stages)
@@ -961,7 +931,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
             return load_extension().gemv_smem(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt],
                                               float(pw.out_factor), pw.N, pw.n_tiles16, -int(ctas), pw.steps, stages)
         return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, prefetch)
+                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps)
     if ctas is not None:
         raise ValueError("ctas applies to schedule='streamk' only")
     if extra_alu is not None:
@@ -982,7 +952,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         return load_extension().gemv_smem(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
                                           pw.N, pw.n_tiles16, splits, sps, stages)
     return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                 pw.N, pw.n_tiles16, splits, sps, prefetch)
+                                 pw.N, pw.n_tiles16, splits, sps)
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:

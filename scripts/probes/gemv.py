@@ -3,7 +3,6 @@ register ring (regs) and the shared-memory ring (smem, --stages per warp), each 
 stream-K.
 
     python scripts/probes/gemv.py [--rep-ms 15] [--out DIR] [--loaders regs,smem] [--stages 4,5,6,8]
-                                  [--prefetch 0,2,4,8]
 
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
    default CTAs, stream-K with one CTA per SM) at odd shapes against float64, poisoned
@@ -27,19 +26,15 @@ import numpy as np
 import pandas as pd
 
 
-def _variants(cfg, wo=None, pw=None, M=None, loaders=("regs",), stages=(), prefetches=(0,)):
-    """(name, gemv_w16 kwargs, launch config) per loader x schedule (x L2 prefetch distance for
-    the register ring at M <= 16); smem variants only where the ring is built (M <= 16)."""
+def _variants(cfg, wo=None, pw=None, M=None, loaders=("regs",), stages=()):
+    """(name, gemv_w16 kwargs, launch config) per loader x schedule; smem variants only where the
+    ring is built (M <= 16)."""
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
     out = []
     if "regs" in loaders:
-        out += [("splitk", dict(schedule="splitk", prefetch=0), cfg),
-                ("streamk", dict(schedule="streamk", ctas=sms * occ, prefetch=0), cfg),
-                ("streamk_1pm", dict(schedule="streamk", ctas=sms, prefetch=0), cfg)]
-        for pf in prefetches:
-            if pf and wo is not None and M <= wo.PREFETCH_MAX_M:
-                out += [(f"splitk_pf{pf}", dict(schedule="splitk", prefetch=pf), cfg),
-                        (f"streamk_pf{pf}", dict(schedule="streamk", ctas=sms * occ, prefetch=pf), cfg)]
+        out += [("splitk", dict(schedule="splitk"), cfg),
+                ("streamk", dict(schedule="streamk", ctas=sms * occ), cfg),
+                ("streamk_1pm", dict(schedule="streamk", ctas=sms), cfg)]
     if "smem" in loaders and wo is not None and M <= wo.SMEM_MAX_M:
         for st in stages:
             c = wo.launch_config(pw, M, loader="smem", stages=st)
@@ -98,7 +93,6 @@ def main(argv=None):
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--loaders", default="regs,smem")
     ap.add_argument("--stages", default=",".join(str(v) for v in (4, 5, 6, 8)))
-    ap.add_argument("--prefetch", default="0", help="L2 prefetch distances of the register ring, e.g. 0,2,4,8")
     args = ap.parse_args(argv)
 
     import torch
@@ -139,7 +133,7 @@ def main(argv=None):
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 cfg = wo.launch_config(pw, M)
-                variants = _variants(cfg, wo, pw, M, loaders, stages, [int(v) for v in args.prefetch.split(",")])
+                variants = _variants(cfg, wo, pw, M, loaders, stages)
                 outs = {}
                 for vname, kw, _ in variants:
                     o = wo.gemv_w16(x, pw, **kw)
