@@ -184,13 +184,49 @@ MMA_COLS = ["HMMA", "HGMMA", "QMMA", "QGMMA", "IMMA", "IGMMA", "F2FP.FP8", "F2FP
 fams = cen_d.pivot_table(index="row", columns="family", values="count", aggfunc="sum", fill_value=0)
 mma_counts = fams.reindex(index=order, columns=MMA_COLS, fill_value=0)
 mma_counts = mma_counts.loc[:, (mma_counts > 0).any()]
+
+# The post-sized view: one row per kernel family (arm), activation class and architecture; a cell
+# says how many of the family's kernels contain that instruction at all ("k/n"), coloured by k/n.
+kern_d["group"] = kern_d["arm"] + "  [" + kern_d["act"] + "]  ·  " + kern_d["arch"]
+keys = ["binary", "arch", "kernel"]
+per_kernel = cen_d.pivot_table(index=keys, columns="family", values="count", aggfunc="sum", fill_value=0)
+per_kernel = per_kernel.reindex(columns=mma_counts.columns, fill_value=0)
+per_kernel = per_kernel.reindex(pd.MultiIndex.from_frame(kern_d[keys]), fill_value=0)   # kernels with none too
+present = (per_kernel > 0).groupby(kern_d["group"].to_numpy()).sum()
+n_kern = kern_d.groupby("group").size()
+g_order = kern_d.sort_values(["arm", "act", "arch"])["group"].drop_duplicates().tolist()
+present = present.reindex(index=g_order, fill_value=0)
+frac = present.div(n_kern.reindex(g_order), axis=0)
+fig, ax = plt.subplots(figsize=(6.5 + 0.8 * present.shape[1], 0.34 * len(g_order) + 2.2))
+cmap = plt.get_cmap("viridis").copy()
+cmap.set_bad("#eeeeee")
+im = ax.imshow(np.ma.masked_equal(frac.to_numpy(dtype=float), 0), aspect="auto", cmap=cmap, vmin=0, vmax=1)
+for (i, j), k in np.ndenumerate(present.to_numpy()):
+    if k:
+        ax.text(j, i, f"{int(k)}/{int(n_kern[g_order[i]])}", ha="center", va="center", fontsize=7,
+                color="white" if frac.iat[i, j] < 0.55 else "black")
+ax.set_xticks(range(present.shape[1]), present.columns, rotation=45, ha="right")
+ax.set_yticks(range(len(g_order)), g_order)
+ax.grid(False)
+ax.set_title("Which kernels contain tensor-core MMAs and FP8 conversions")
+fig.colorbar(im, ax=ax, pad=0.01).set_label("share of the family's kernels (k/n in the cell)")
+ax.set_xlabel("SASS family: HMMA/HGMMA 16-bit operands, QMMA/QGMMA FP8,\n"
+              "F2FP.FP8 FP8 conversion, F2FP.BF16 fp32 -> bf16 output pack; blank: none")
+fig.tight_layout()
+plotting.save(fig, run, "mma_census")
+plt.show()
+
+# %% [markdown]
+# The same census per kernel (every build, static instruction counts): long, for reference.
+
+# %%
 fig, ax = plt.subplots(figsize=(6.5 + 0.8 * mma_counts.shape[1], 0.32 * len(order) + 1.8))
 heatmap(ax, mma_counts, "Tensor-core instructions and FP8 conversions per kernel",
         "static instructions in the kernel (count)")
 ax.set_xlabel("SASS family: HMMA/HGMMA 16-bit operands, QMMA/QGMMA FP8,\n"
               "F2FP.FP8 FP8 conversion, F2FP.BF16 fp32 -> bf16 output pack")
 fig.tight_layout()  # keep tick labels inside the figure, above the provenance footnote
-plotting.save(fig, run, "mma_census")
+plotting.save(fig, run, "mma_census_per_kernel")
 plt.show()
 
 # %%
