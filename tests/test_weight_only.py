@@ -528,65 +528,6 @@ def test_best_schedule_and_schedule_table():
     assert t.loc[("s", "fp8"), "streamk_speedup"] == pytest.approx(10 / 8)
     assert t.loc[("s", "int4"), "faster"] == "splitk"
     assert dx.schedule_table(single).empty
-
-
-# --------------------------------------------------------------------------- smem loader (issue 7)
-def test_smem_budget_and_options():
-    # stage = the warp's 2 KB of weights + the tile's scale block of one 128-K step
-    assert [wo.smem_stage_bytes(f, 1) for f in wo.FORMATS] == [2080, 2080, 2304, 2112]
-    assert wo.smem_stage_bytes("int4", 2) == 1024 + 64 and wo.smem_stage_bytes("nvfp4", 2) == 1024 + 256
-    assert wo.smem_ring_bytes("fp8", 1, 6) == wo.smem_bytes(1) + 6 * 8 * 2080 == 113216
-    # sm_90: 228 KB per SM, 1 KB reserved per CTA -> two CTAs take <= 115712 B each
-    assert wo.smem_ctas_per_sm(115712 - 16) == 2 and wo.smem_ctas_per_sm(115712 - 15) == 1
-    assert wo.smem_ctas_per_sm(227 * 1024 + 1) == 0
-    assert wo.smem_ctas_per_sm(wo.smem_ring_bytes("nvfp4", 1, 5)) == 2
-    assert wo.smem_ctas_per_sm(wo.smem_ring_bytes("nvfp4", 1, 6)) == 1
-    assert {f: wo.default_stages(f, 1) for f in wo.FORMATS} == {"fp8": 6, "int8": 6, "nvfp4": 5, "int4": 6}
-    for f in wo.FORMATS:
-        for m in (1, 16):
-            s = wo.default_stages(f, m)
-            assert wo.smem_ctas_per_sm(wo.smem_ring_bytes(f, wo.n_tiles(m), s)) >= 2
-    assert wo._check_loader(None, None, 1, None) == ("regs", None)
-    assert wo._check_loader("smem", 8, 16, None) == ("smem", 8)
-    with pytest.raises(ValueError, match="loader must be one of"):
-        wo._check_loader("tma", None, 1, None)
-    with pytest.raises(ValueError, match="stages applies to loader='smem'"):
-        wo._check_loader("regs", 4, 1, None)
-    with pytest.raises(ValueError, match="stages must be one of"):
-        wo._check_loader("smem", 7, 1, None)
-    with pytest.raises(ValueError, match="stages must be one of"):
-        wo._check_loader("smem", True, 1, None)
-    with pytest.raises(ValueError, match="M <= 16"):
-        wo._check_loader("smem", None, 17, None)
-    with pytest.raises(ValueError, match="extra_alu"):
-        wo._check_loader("smem", None, 1, 2)
-    with pytest.raises(ValueError, match="nt must be"):
-        wo.smem_stage_bytes("fp8", 3)
-
-
-@needs_nvcc
-def test_smem_sass_cp_async_ring_no_weight_barriers():
-    stages = 6
-    d = wo.gemv_smem_sass("sm_90", nt=1, stages=stages)
-    for (fmt, act), g in d.groupby(["fmt", "act"]):
-        k = g.set_index("kernel")
-        regs, sm, sk = k.loc["regs_splitk"], k.loc["smem_splitk"], k.loc["smem_streamk"]
-        loads = 4                                          # 16-byte words per lane per step (TM = 2 for 4-bit)
-        for r in (sm, sk):
-            # per step: 4 weight copies + 1 (predicated) scale copy; prologue ST - 1 steps + the loop's 3
-            assert r["ldgsts"] == (loads + 1) * (stages - 1 + 3), (fmt, act, r["ldgsts"])
-            assert r["lds128"] == loads * 3                   # the step's words read back, 3 steps per loop
-            assert r["depbar"] == (stages - 2,) * 3           # cp.async.wait_group ST - 2 per step
-            assert r["hmma"] == regs["hmma"]                  # the same mma work
-            # 16-byte global loads: only the staged activations (2 per thread at NT = 1, chunk 0 and the loop)
-            assert r["ldg128"] == 2 * 2
-            # CTA barriers: one per 3-step chunk (activations) + the tile flush's two; the register
-            # kernel has two per chunk
-            assert r["bar_sync"] == regs["bar_sync"] - 1
-        # the register ring: weights by LDG.128 (4 per step: 3 prologue + 3 loop steps), cp.async for activations only
-        assert regs["ldg128"] == loads * 6 and regs["lds128"] == 0
-
-
 def test_launch_of_best_hands_ncu_the_faster_schedule():
     import pandas as pd
 

@@ -16,9 +16,6 @@ cudaError_t fp8lab_gemv_w16_launch(int fmt, bool bf16, const fp8lab::wo::WoParam
 int fp8lab_gemv_w16_occupancy(int fmt, bool bf16, int nt);
 cudaError_t fp8lab_gemv_w16_launch_sk(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int ctas,
                                       cudaStream_t stream);
-cudaError_t fp8lab_gemv_w16_launch_smem(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int splits, int stages,
-                                        cudaStream_t stream);
-int fp8lab_gemv_w16_occupancy_smem(int fmt, bool bf16, int nt, int stages, bool sk);
 cudaError_t fp8lab_gemv_w16_probe(int fmt, bool bf16, const uint32_t* words, uint32_t* out, int n,
                                   cudaStream_t stream);
 
@@ -28,11 +25,9 @@ namespace {
 // scales int32; out: [M, N] same dtype as act; ws: [>= M*N] float32 zeros; counters: [>= ctas] int32
 // zeros. splits > 0: the split-K grid (gemv_body); splits < 0: the stream-K grid (gemv_body_sk) of
 // -splits persistent CTAs per M block (steps_per_split unused). Returns out.
-// stages == 0: the register-ring kernels; 4, 5, 6, 8: the shared-memory ring of that many stages
-// per warp (loader "smem", M <= 16 per block).
-torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-                       torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                       int64_t splits, int64_t steps_per_split, int64_t stages) {
+torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
+                   torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
+                   int64_t splits, int64_t steps_per_split) {
   TORCH_CHECK(act.is_cuda() && w.is_cuda() && scales.is_cuda() && out.is_cuda() && ws.is_cuda() && counters.is_cuda(),
               "all tensors must be on a CUDA device");
   TORCH_CHECK(act.scalar_type() == at::ScalarType::BFloat16 || act.scalar_type() == at::ScalarType::Half,
@@ -68,24 +63,12 @@ torch::Tensor gemv_any(torch::Tensor act, torch::Tensor w, torch::Tensor scales,
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
   // splits < 0: the stream-K schedule with -splits persistent CTAs per M block
   const cudaError_t err =
-      stages != 0 ? fp8lab_gemv_w16_launch_smem(static_cast<int>(fmt), bf16, p, static_cast<int>(splits),
-                                                static_cast<int>(stages), at::cuda::getCurrentCUDAStream().stream())
-      : splits < 0 ? fp8lab_gemv_w16_launch_sk(static_cast<int>(fmt), bf16, p, static_cast<int>(-splits),
+      splits < 0 ? fp8lab_gemv_w16_launch_sk(static_cast<int>(fmt), bf16, p, static_cast<int>(-splits),
                                              at::cuda::getCurrentCUDAStream().stream())
                  : fp8lab_gemv_w16_launch(static_cast<int>(fmt), bf16, p, static_cast<int>(splits),
                                           at::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(err == cudaSuccess, "gemv_w16 launch failed: ", cudaGetErrorString(err));
   return out;
-}
-
-torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-                   torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                   int64_t splits, int64_t steps_per_split) {
-  return gemv_any(act, w, scales, out, ws, counters, fmt, out_factor, N, n_tiles16, splits, steps_per_split, 0);
-}
-
-int64_t occupancy_smem(int64_t fmt, bool bf16, int64_t nt, int64_t stages, bool sk) {
-  return fp8lab_gemv_w16_occupancy_smem(static_cast<int>(fmt), bf16, static_cast<int>(nt), static_cast<int>(stages), sk);
 }
 
 int64_t occupancy(int64_t fmt, bool bf16, int64_t nt) {
@@ -112,8 +95,6 @@ torch::Tensor probe(torch::Tensor words, int64_t fmt, bool bf16) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv", &gemv, "weight-only (A16) GEMM for decode, Marlin-style dequant in registers");
-  m.def("gemv_smem", &gemv_any, "the same GEMM with the shared-memory weight ring (stages per warp: 4, 5, 6, 8)");
-  m.def("occupancy_smem", &occupancy_smem, "CTAs per SM of one shared-memory-ring kernel (fmt, bf16, NT, stages, stream-K)");
   m.def("occupancy", &occupancy, "CTAs per SM of one (format, bf16, NT) kernel");
   m.def("probe", &probe, "run the in-register dequant alone on packed words");
 }

@@ -52,8 +52,7 @@ HEADER = KERNEL_DIR / "gemv_w16.cuh"
 PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
 STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
 CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
-EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu",
-               KERNEL_DIR / "gemv_w16_smem_ext.cu")
+EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu")
 SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE)
 
 FORMATS = ("fp8", "int8", "nvfp4", "int4")
@@ -206,79 +205,6 @@ def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
     gx = -(-units // upc)
     return {"tiles_x": tx, "steps": steps, "units": units, "units_per_cta": upc,
             "grid": (gx, 1, -(-M // M_BLOCK)), "whole_tiles": upc % steps == 0}
-
-
-#: how the weights reach the registers (issue 7): ``regs`` (the register ring: 16-byte
-#: ld.global.nc straight into three one-step buffers) or ``smem`` (a per-warp ring of ``stages``
-#: shared-memory stages filled with cp.async.cg, read back with LDS.128; same dequant and mma
-#: code after the read, so bit-identical to ``regs`` at the same split). ``smem`` is built for
-#: M <= 16 per 64-token block (NT = 1, 2) and the stage counts in :data:`SMEM_STAGES`.
-LOADERS = ("regs", "smem")
-DEFAULT_LOADER = "regs"
-SMEM_STAGES = (4, 5, 6, 8)
-SMEM_MAX_M = 16
-#: sm_90 shared memory: 228 KB per SM, 227 KB at most per CTA, 1 KB reserved per CTA by the system
-SMEM_PER_SM = 228 * 1024
-SMEM_MAX_PER_CTA = 227 * 1024
-SMEM_RESERVED_PER_CTA = 1024
-
-
-def smem_stage_bytes(fmt: str, nt: int) -> int:
-    """One warp's stage of the shared-memory ring (SmemStage<F, NT>): the warp's weight words of
-    one 128-K step (2 KB; 1 KB for 4-bit at NT >= 2, one 16-row tile per warp) plus the
-    (super-)tile's scale block of the step (32 B fp8 / int8, 64 B int4, 256 B nvfp4)."""
-    _check_fmt(fmt)
-    if nt not in (1, 2, 4, 8):
-        raise ValueError(f"nt must be 1, 2, 4 or 8, got {nt!r}")
-    tm = tiles_per_warp(fmt, nt)
-    words = tm * (16 if BITS[fmt] == 8 else 8)
-    s_words = 64 if fmt == "nvfp4" else (8 if BITS[fmt] == 8 else 16)
-    return words // 4 * 32 * 16 + 4 * s_words
-
-
-def smem_ring_bytes(fmt: str, nt: int, stages: int) -> int:
-    """Dynamic shared memory of a ``smem``-loader CTA (smem_bytes_ring<F, NT, ST>): the
-    activation buffers of :func:`smem_bytes` plus ``stages`` x 8 warps x one stage."""
-    if isinstance(stages, bool) or not isinstance(stages, (int, np.integer)) or int(stages) not in SMEM_STAGES:
-        raise ValueError(f"stages must be one of {SMEM_STAGES} (the instantiated ring depths), got {stages!r}")
-    return smem_bytes(nt) + int(stages) * WARPS * smem_stage_bytes(fmt, nt)
-
-
-def smem_ctas_per_sm(cta_bytes: int, *, static_bytes: int = 16, per_sm: int = SMEM_PER_SM,
-                     max_per_cta: int = SMEM_MAX_PER_CTA, reserved: int = SMEM_RESERVED_PER_CTA) -> int:
-    """CTAs per SM that shared memory alone allows (the sm_90 budget: 228 KB per SM with 1 KB
-    reserved per CTA, at most 227 KB per CTA); 0 when one CTA does not fit."""
-    need = _pos_int("cta_bytes", cta_bytes) + static_bytes
-    if need > max_per_cta:
-        return 0
-    return per_sm // (need + reserved)
-
-
-def default_stages(fmt: str, M: int) -> int:
-    """The deepest ring in :data:`SMEM_STAGES` that still fits two CTAs per SM at this M (the
-    register cap of __launch_bounds__(256, 2) keeps two); the shallowest if none does."""
-    nt = n_tiles(M)
-    fits = [s for s in SMEM_STAGES if smem_ctas_per_sm(smem_ring_bytes(fmt, nt, s)) >= 2]
-    return max(fits) if fits else min(SMEM_STAGES)
-
-
-def _check_loader(loader, stages, M: int, extra_alu) -> tuple[str, int | None]:
-    loader = DEFAULT_LOADER if loader is None else loader
-    if loader not in LOADERS:
-        raise ValueError(f"loader must be one of {LOADERS}, got {loader!r}")
-    if loader == "regs":
-        if stages is not None:
-            raise ValueError("stages applies to loader='smem' only")
-        return loader, None
-    if extra_alu is not None:
-        raise ValueError("extra_alu is built for loader='regs' only")
-    if min(M, M_BLOCK) > SMEM_MAX_M:
-        raise ValueError(f"loader='smem' is built for M <= {SMEM_MAX_M} per 64-token block (the decode tiles "
-                         f"NT = 1, 2), got M = {M}")
-    if stages is not None:
-        smem_ring_bytes("fp8", 1, stages)          # validates
-        stages = int(stages)
-    return loader, stages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -796,43 +722,22 @@ def _occupancy(fmt: str, bf16: bool, nt: int, device_index: int) -> int:
     return n
 
 
-@lru_cache(maxsize=None)
-def _occupancy_smem(fmt: str, bf16: bool, nt: int, stages: int, sk: bool, device_index: int) -> int:
-    n = int(load_extension().occupancy_smem(FORMAT_ID[fmt], bf16, nt, stages, sk))
-    if n < 1:
-        raise RuntimeError(f"occupancy query failed for {fmt} loader=smem nt={nt} stages={stages} "
-                           f"({smem_ring_bytes(fmt, nt, stages)} B of shared memory per CTA): {n}")
-    return n
-
-
-def launch_config(pw: PackedWeight, M: int, device=None, *, loader: str | None = None,
-                  stages: int | None = None) -> dict:
-    """What :func:`gemv_w16` launches for this weight and M on the current device (with
-    ``loader='smem'``: the ring's stages, shared memory per CTA and its own occupancy, which
-    sets the split count and the stream-K CTAs)."""
+def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
+    """What :func:`gemv_w16` launches for this weight and M on the current device."""
     import torch
 
-    loader, stages = _check_loader(loader, stages, M, None)
     dev = torch.device("cuda") if device is None else torch.device(device)
     idx = dev.index if dev.index is not None else torch.cuda.current_device()
     sms = torch.cuda.get_device_properties(idx).multi_processor_count
     nt = n_tiles(M)
-    bf = pw.act == "bf16"
-    if loader == "smem":
-        stages = default_stages(pw.fmt, M) if stages is None else stages
-        occ = _occupancy_smem(pw.fmt, bf, nt, stages, False, idx)
-        occ_sk = _occupancy_smem(pw.fmt, bf, nt, stages, True, idx)
-    else:
-        occ = occ_sk = _occupancy(pw.fmt, bf, nt, idx)
+    occ = _occupancy(pw.fmt, pw.act == "bf16", nt, idx)
     splits = choose_splits(pw.fmt, M, pw.N, pw.K, sms=sms, ctas_per_sm=occ)
     z = -(-M // M_BLOCK)
-    sk = streamk_plan(pw.fmt, M, pw.N, pw.K, max(1, sms * occ_sk // z))
+    sk = streamk_plan(pw.fmt, M, pw.N, pw.K, max(1, sms * occ // z))
     return {"nt": nt, "tm": tiles_per_warp(pw.fmt, nt), "ctas_per_sm": occ, "sms": sms,
             "grid": (grid_x(pw.fmt, pw.N, M), splits, z), "splits": splits,
-            "streamk_ctas": max(1, sms * occ_sk // z), "streamk_grid": sk["grid"],
-            "streamk_units_per_cta": sk["units_per_cta"], "loader": loader, "stages": stages,
-            "streamk_ctas_per_sm": occ_sk,
-            "smem_bytes": smem_ring_bytes(pw.fmt, nt, stages) if loader == "smem" else smem_bytes(nt)}
+            "streamk_ctas": max(1, sms * occ // z), "streamk_grid": sk["grid"],
+            "streamk_units_per_cta": sk["units_per_cta"]}
 
 
 def _validate(act, pw: PackedWeight, out, splits, torch):
@@ -884,8 +789,7 @@ def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
 
 
 def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None,
-             schedule: str | None = None, ctas: int | None = None, loader: str | None = None,
-             stages: int | None = None):
+             schedule: str | None = None, ctas: int | None = None):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
@@ -900,19 +804,11 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     ``schedule``: None (:data:`DEFAULT_SCHEDULE`), ``"splitk"`` or ``"streamk"``: persistent
     CTAs (``ctas`` per 64-token block; None: SMs x CTAs per SM) each walking a contiguous range
     of the (CTA tile along N, 128-K step) units, partial tiles reduced through the same fp32
-    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only.
-
-    ``loader``: None (:data:`DEFAULT_LOADER`), ``"regs"`` or ``"smem"``: the weights through a
-    per-warp ring of ``stages`` (:data:`SMEM_STAGES`; None: :func:`default_stages`) shared-memory
-    stages, in either schedule; M <= 16 only; bit-identical to ``regs`` at the same split."""
+    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only."""
     import torch
 
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
-    loader, stages = _check_loader(loader, stages, M, extra_alu)
-    if loader == "smem" and stages is None:
-        stages = default_stages(pw.fmt, M)
-    lkw = dict(loader=loader, stages=stages)
     schedule = DEFAULT_SCHEDULE if schedule is None else schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -920,16 +816,13 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         if splits is not None or extra_alu is not None:
             raise ValueError("schedule='streamk' takes neither splits nor extra_alu (split-K only)")
         if ctas is None:
-            ctas = launch_config(pw, M, act.device, **lkw)["streamk_ctas"]
+            ctas = launch_config(pw, M, act.device)["streamk_ctas"]
         elif isinstance(ctas, bool) or not isinstance(ctas, (int, np.integer)) or not 1 <= ctas < 2**31:
             raise ValueError(f"ctas must be a positive integer (persistent CTAs per M block), got {ctas!r}")
         if out is None:
             out = torch.empty((M, pw.N), dtype=act.dtype, device=act.device)
         plan = streamk_plan(pw.fmt, M, pw.N, pw.K, int(ctas))
         ws, cnt = workspace(act.device, M * pw.N, plan["tiles_x"] * plan["grid"][2])
-        if loader == "smem":
-            return load_extension().gemv_smem(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt],
-                                              float(pw.out_factor), pw.N, pw.n_tiles16, -int(ctas), pw.steps, stages)
         return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
                                      pw.N, pw.n_tiles16, -int(ctas), pw.steps)
     if ctas is not None:
@@ -937,7 +830,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     if extra_alu is not None:
         extra_alu = _check_extra_alu(extra_alu, pw, M)
     if splits is None:
-        splits = launch_config(pw, M, act.device, **lkw)["splits"]
+        splits = launch_config(pw, M, act.device)["splits"]
     sps = -(-pw.steps // splits)
     splits = -(-pw.steps // sps)
     if out is None:
@@ -948,9 +841,6 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         # salt 0: the chain is the identity, but only the host knows that
         return load_xalu_extension().gemv_xalu(act, pw.w, pw.s, out, ws, cnt, float(pw.out_factor), pw.N,
                                                pw.n_tiles16, splits, sps, extra_alu, 0)
-    if loader == "smem":
-        return load_extension().gemv_smem(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                          pw.N, pw.n_tiles16, splits, sps, stages)
     return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
                                  pw.N, pw.n_tiles16, splits, sps)
 
@@ -1273,54 +1163,3 @@ def dequantize_torch(fmt: str, codes, scales, global_scale: float = 1.0, dtype=N
     else:
         W *= torch.from_numpy(np.asarray(scales, np.float64)).to(dev, dtype).repeat_interleave(128, dim=1)
     return W
-
-
-def gemv_smem_sass(arch: str = "sm_90", nt: int = 1, stages: int = 6):
-    """Static SASS of the shared-memory-ring kernels (split-K ``*_smem`` and stream-K
-    ``*_sk_smem``) beside the register-ring split-K kernel of the same format, act dtype and
-    tile. One row per (fmt, act, kernel): ``ldgsts`` (LDGSTS, the weight / scale copies),
-    ``lds128`` (LDS.128), ``ldg128`` (16-byte LDG: register-ring weights, staged activations), ``hmma``, ``bar_sync``
-    (BAR.SYNC: CTA-wide barriers), ``depbar`` (the wait_group immediates, DEPBAR.LE SB0, n) and
-    ``warpsync`` (WARPSYNC / BRA.DIV of __syncwarp), ``instructions``."""
-    import re
-
-    import pandas as pd
-
-    from .. import sass
-
-    smem_ring_bytes("fp8", 1, stages)
-    if nt not in (1, 2):
-        raise ValueError(f"the smem loader is built for nt 1 or 2, got {nt!r}")
-    cubin = _compile(STANDALONE_SOURCE, arch, (f"FP8LAB_WO_NT={nt}", f"FP8LAB_WO_SMEM={stages}"))
-    lines: dict[str, list[str]] = {}
-    cur = None
-    for line in sass.disassemble(cubin, arch=arch):
-        s = line.strip()
-        if s.startswith("Function :"):
-            cur = s.split(":", 1)[1].strip()
-            lines[cur] = []
-        elif cur is not None and sass.parse_instruction(line) is not None:
-            lines[cur].append(s)
-    dep = re.compile(r"DEPBAR\.LE\s+SB0,\s*0x([0-9a-f]+)")
-    rows = []
-    for fmt in FORMATS:
-        for act in ACT_DTYPES:
-            bf = "1" if act == "bf16" else "0"
-            for kind, tag in (("regs_splitk", f"{ARMS[fmt]}ILb{bf}ELi{nt}EE"),
-                              ("smem_splitk", f"{ARMS[fmt]}_smemILb{bf}ELi{nt}ELi{stages}EE"),
-                              ("smem_streamk", f"{ARMS[fmt]}_sk_smemILb{bf}ELi{nt}ELi{stages}EE")):
-                names = [k for k in lines if tag in k]
-                if len(names) != 1:
-                    raise RuntimeError(f"kernel {tag} not found in {cubin.name}")
-                ls = lines[names[0]]
-                ops = [sass.parse_instruction(x) for x in ls]
-                rows.append(dict(fmt=fmt, act=act, kernel=kind, arch=arch, nt=nt, stages=stages,
-                                 ldgsts=sum(o.startswith("LDGSTS") for o in ops),
-                                 lds128=sum(o == "LDS.128" for o in ops),
-                                 ldg128=sum(o.startswith("LDG.") and ".128" in o for o in ops),
-                                 hmma=sum(o.startswith("HMMA") for o in ops),
-                                 bar_sync=sum(o.startswith("BAR.SYNC") for o in ops),
-                                 depbar=tuple(int(m.group(1), 16) for x in ls for m in [dep.search(x)] if m),
-                                 warpsync=sum(o.startswith(("WARPSYNC", "BRA.DIV")) for o in ops),
-                                 instructions=len(ops)))
-    return pd.DataFrame(rows)

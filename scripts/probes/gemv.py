@@ -1,8 +1,6 @@
-"""Probe (issue 7): loader x schedule of the weight-only decode kernels on one GPU: the
-register ring (regs) and the shared-memory ring (smem, --stages per warp), each with split-K and
-stream-K.
+"""Probe (issue 7): split-K vs stream-K schedules of the weight-only decode kernels on one GPU.
 
-    python scripts/probes/gemv.py [--rep-ms 15] [--out DIR] [--loaders regs,smem] [--stages 4,5,6,8]
+    python scripts/probes/gemv.py [--rep-ms 15] [--out DIR]
 
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
    default CTAs, stream-K with one CTA per SM) at odd shapes against float64, poisoned
@@ -26,21 +24,11 @@ import numpy as np
 import pandas as pd
 
 
-def _variants(cfg, wo=None, pw=None, M=None, loaders=("regs",), stages=()):
-    """(name, gemv_w16 kwargs, launch config) per loader x schedule; smem variants only where the
-    ring is built (M <= 16)."""
+def _variants(cfg):
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
-    out = []
-    if "regs" in loaders:
-        out += [("splitk", dict(schedule="splitk"), cfg),
-                ("streamk", dict(schedule="streamk", ctas=sms * occ), cfg),
-                ("streamk_1pm", dict(schedule="streamk", ctas=sms), cfg)]
-    if "smem" in loaders and wo is not None and M <= wo.SMEM_MAX_M:
-        for st in stages:
-            c = wo.launch_config(pw, M, loader="smem", stages=st)
-            out += [(f"smem{st}_splitk", dict(schedule="splitk", loader="smem", stages=st), c),
-                    (f"smem{st}_streamk", dict(schedule="streamk", ctas=c["streamk_ctas"], loader="smem", stages=st), c)]
-    return out
+    return [("splitk", dict(schedule="splitk")),
+            ("streamk", dict(schedule="streamk", ctas=sms * occ)),
+            ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
 
 
 def check_correctness(wo, torch):
@@ -53,15 +41,9 @@ def check_correctness(wo, torch):
             pw = wo.pack_weights(fmt, d["codes"], d["scales"], global_scale=d["global_scale"]).to("cuda")
             ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
             x = torch.from_numpy(d["act"].astype(np.float32)).to(torch.bfloat16).cuda()
-            arms = [("splitk", {}), ("streamk", dict(schedule="streamk")),
-                    ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
-                    ("streamk_5", dict(schedule="streamk", ctas=5))]
-            if M <= wo.SMEM_MAX_M:
-                for st in wo.SMEM_STAGES:
-                    arms += [(f"smem{st}", dict(loader="smem", stages=st)),
-                             (f"smem{st}_streamk", dict(loader="smem", stages=st, schedule="streamk")),
-                             (f"smem{st}_streamk_5", dict(loader="smem", stages=st, schedule="streamk", ctas=5))]
-            for name, kw in arms:
+            for name, kw in [("splitk", {}), ("streamk", dict(schedule="streamk")),
+                             ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
+                             ("streamk_5", dict(schedule="streamk", ctas=5))]:
                 for rep in range(2):
                     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                     wo.gemv_w16(x, pw, out=out, **kw)
@@ -77,11 +59,6 @@ def check_correctness(wo, torch):
             b = wo.gemv_w16(x, pw, schedule="streamk", ctas=wo.grid_x(fmt, N, M))
             assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (fmt, M, N, K, "whole tiles not bitwise")
             n += 1
-            if M <= wo.SMEM_MAX_M:
-                for st in wo.SMEM_STAGES:
-                    c = wo.gemv_w16(x, pw, splits=1, loader="smem", stages=st)
-                    assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (fmt, M, N, K, st, "smem not bitwise")
-                    n += 1
     return n
 
 
@@ -91,8 +68,6 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--shapes", default="qwen3-8b:gate_up,qwen3-8b:down_proj,llama3-70b:down_proj")
     ap.add_argument("--ms", default="1,16")
-    ap.add_argument("--loaders", default="regs,smem")
-    ap.add_argument("--stages", default=",".join(str(v) for v in (4, 5, 6, 8)))
     args = ap.parse_args(argv)
 
     import torch
@@ -112,8 +87,6 @@ def main(argv=None):
     big = decode.measure_copy(copy_gib=2.0)["rate_p50"]
     print(f"2 GiB copy: {big / 1e12:.3f} TB/s", flush=True)
     Ms = [int(m) for m in args.ms.split(",")]
-    loaders = tuple(args.loaders.split(","))
-    stages = [int(v) for v in args.stages.split(",")] if "smem" in loaders else []
     rows = []
     same: dict = {}
     for name in args.shapes.split(","):
@@ -133,28 +106,25 @@ def main(argv=None):
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 cfg = wo.launch_config(pw, M)
-                variants = _variants(cfg, wo, pw, M, loaders, stages)
                 outs = {}
-                for vname, kw, _ in variants:
+                for vname, kw in _variants(cfg):
                     o = wo.gemv_w16(x, pw, **kw)
                     outs[vname] = o.float()
-                base = next(iter(outs.values()))
+                base = outs["splitk"]
                 for vname, o in outs.items():      # same GEMM, fp32 sums in another order
                     d = float((o - base).abs().max())
                     assert d <= 2 ** -6 * float(base.abs().max()) + 1e-30, (name, fmt, M, vname, d)
-                for vname, kw, vcfg in variants:
+                for vname, kw in _variants(cfg):
                     oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
                     fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
                     t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                     bw = stream / t.p50_s
-                    if kw.get("schedule") == "splitk":
-                        launch = (f"splits={vcfg['splits']} grid={vcfg['grid']} ctas/SM={vcfg['ctas_per_sm']} "
-                                  f"smem={vcfg['smem_bytes']}")
+                    if vname == "splitk":
+                        launch = f"splits={cfg['splits']} grid={cfg['grid']}"
                     else:
                         plan = wo.streamk_plan(fmt, M, N, K, kw["ctas"])
                         launch = f"ctas={kw['ctas']} grid={plan['grid']} upc={plan['units_per_cta']}"
-                    rows.append(dict(shape=name, fmt=fmt, M=M, variant=vname, loader=kw.get("loader", "regs"),
-                                     stages=kw.get("stages", 0), schedule=kw["schedule"], MB=stream / 2**20,
+                    rows.append(dict(shape=name, fmt=fmt, M=M, variant=vname, MB=stream / 2**20,
                                      time_us=t.p50_s * 1e6, TBps=bw / 1e12, frac_big=bw / big,
                                      frac_same=bw / same[stream], same_TBps=same[stream] / 1e12, launch=launch))
                     print(f"{name:22s} {fmt:5s} M={M:<3d} {vname:12s} {t.p50_s * 1e6:8.2f} us "
@@ -167,7 +137,7 @@ def main(argv=None):
     print(df.drop(columns=["launch"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     piv = df.pivot_table(index=["shape", "M", "fmt"], columns="variant", values="frac_big")
     piv["best"] = piv.idxmax(axis=1)
-    piv["gain_vs_splitk"] = piv.drop(columns="best").max(axis=1) / piv["splitk"]
+    piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
     par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")

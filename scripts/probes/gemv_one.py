@@ -1,7 +1,7 @@
 """Probe (issue 7): one weight-only decode kernel launched a few times, for a profiler to attach to.
 
     python scripts/probes/gemv_one.py --shape llama3-70b:down_proj --fmt nvfp4 --M 1 \
-        [--schedule splitk|streamk] [--loader regs|smem] [--stages 4] [--iters 6]
+        [--schedule splitk|streamk] [--iters 6]
 
 Run it under ncu with --launch-skip 3 --launch-count 1 so the profiled launch is a warm one, e.g.
     ncu --clock-control none --kernel-name regex:gemv --launch-skip 3 --launch-count 1 \
@@ -20,8 +20,6 @@ def main(argv=None) -> int:
     ap.add_argument("--fmt", default="fp8")
     ap.add_argument("--M", type=int, default=1)
     ap.add_argument("--schedule", default="splitk", choices=("splitk", "streamk"))
-    ap.add_argument("--loader", default="regs", choices=("regs", "smem"))
-    ap.add_argument("--stages", type=int, default=None)
     ap.add_argument("--iters", type=int, default=6)
     args = ap.parse_args(argv)
 
@@ -35,8 +33,6 @@ def main(argv=None) -> int:
     pw = pw_host.to("cuda")
     x = torch.randn(args.M, sh.K, device="cuda").to(torch.bfloat16)
     kw = dict(schedule=args.schedule)
-    if args.loader == "smem":
-        kw.update(loader="smem", stages=args.stages)
     out = None
     for _ in range(args.iters):
         out = wo.gemv_w16(x, pw, **kw)
