@@ -469,6 +469,19 @@ for dev, df in tables.items():
             text += (f" NVFP4 executes {nv['inst_per_element'].iloc[0]:.2f} instructions per element "
                      f"({nv['dequant_inst_per_element'].iloc[0]:.2f} of them dequant) and keeps "
                      f"{nv['issue_active_pct'].iloc[0]:.0f}% of the issue slots busy at M = 1.")
+        stl = dx.stall_table(s)
+        if not stl.empty and {"share_long_scoreboard", "share_barrier"} <= set(stl.columns):
+            w, c = stl[stl["arm"] != dx.CUBLAS], stl[stl["arm"] == dx.CUBLAS]
+            text += (f" Where their warps wait (ncu): {w['share_long_scoreboard'].min():.0%}-"
+                     f"{w['share_long_scoreboard'].max():.0%} of warp cycles on a load (long_scoreboard), "
+                     f"{w['share_barrier'].min():.0%}-{w['share_barrier'].max():.0%} at the activation "
+                     f"barrier, {w['cycles_per_issue'].min():.1f}-{w['cycles_per_issue'].max():.1f} warp cycles "
+                     "per issued instruction")
+            if len(c):
+                text += (f"; cuBLAS BF16 {c['share_long_scoreboard'].min():.0%}-{c['share_long_scoreboard'].max():.0%} "
+                         f"on loads at {c['cycles_per_issue'].min():.0f}-{c['cycles_per_issue'].max():.0f} cycles per "
+                         "instruction (few instructions, many bytes in flight each)")
+            text += "."
     if clk.get("sm_mhz_median"):
         text += f" SM clock median {clk['sm_mhz_median']:.0f} MHz during the sweep."
     display(Markdown(text))
