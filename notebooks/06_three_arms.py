@@ -241,8 +241,9 @@ if not devs:
 #
 # Left: the scalar kernel's rate as a fraction of the FP32 FMA rate measured in the same run
 # (the seed's structural ceiling at 1/4, its measured 6.8%). Right: the WMMA kernel as a fraction
-# of the BF16 datasheet peak and of cuBLAS BF16 at 8192³ measured in the same run (the seed's
-# expected 50-70% band shaded).
+# of the BF16 datasheet peak (solid), of cuBLAS BF16 at 8192³ (dotted) and of the mma.sync
+# (HMMA) peak (dash-dot: the most any wmma kernel can issue), the last two measured in the same
+# run; the seed's expected 50-70% band shaded. One colour per site.
 
 # %%
 ceiling_rate = ta.ceiling_rate
@@ -250,17 +251,22 @@ ceiling_rate = ta.ceiling_rate
 for dev, d in data.items():
     sweep, ceil = d["sweep"], d["ceil"]
     fp32, bf16 = ceiling_rate(ceil, "fp32_fma"), ceiling_rate(ceil, "bf16_tensor")
+    mma = ceiling_rate(ceil, "bf16_mma_sync")
     g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured")]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for site in dict.fromkeys(g["site"]):
+    for i, site in enumerate(dict.fromkeys(g["site"])):
+        col = f"C{i}"
         s = g[(g["site"] == site) & (g["arm"] == "scalar_tiled")].sort_values("M")
         if fp32 and len(s):
-            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, "o-", label=site, ms=4)
+            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, "o-", color=col, label=site, ms=4)
         w = g[(g["site"] == site) & (g["arm"] == "wmma_w8a16")].sort_values("M")
         if len(w):
-            a2.plot(w["M"], w["tflops_p50"] * 1e12 / ta.SEED["bf16_peak"], "s-", label=f"{site} / datasheet", ms=4)
+            a2.plot(w["M"], w["tflops_p50"] * 1e12 / ta.SEED["bf16_peak"], "s-", color=col,
+                    label=f"{site} / datasheet", ms=4)
             if bf16:
-                a2.plot(w["M"], w["tflops_p50"] * 1e12 / bf16, "s:", label=f"{site} / cuBLAS measured", ms=3)
+                a2.plot(w["M"], w["tflops_p50"] * 1e12 / bf16, "s:", color=col, label=f"{site} / cuBLAS measured", ms=3)
+            if mma:
+                a2.plot(w["M"], w["tflops_p50"] * 1e12 / mma, "^-.", color=col, label=f"{site} / mma.sync peak", ms=3)
     a1.axhline(ta.SEED["scalar_ceiling"], color="#D55E00", ls="--", lw=1, label="seed: structural ceiling 1/4")
     a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1, label="seed: measured 6.8%")
     a1.set_title("scalar_tiled / FP32 FMA rate" + ("" if fp32 else " (no FP32 ceiling)"))
