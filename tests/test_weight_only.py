@@ -340,6 +340,12 @@ def test_c5_c8_verdicts_and_model():
     off = m.assign(issue_active_pct=m["issue_predicted_pct"] * 2)
     assert dx.c8_verdict(dx.c8_model(off, 132)).verdict == "differs"
     assert dx.c8_verdict(None).verdict == "not-run"
+    # two profiled shapes: the figure names each shape once, its formats after it
+    import pandas as pd
+    two = pd.concat([m, m.assign(shape="other:shape")], ignore_index=True)
+    fig = dx.c8_verdict(two).our_figure
+    assert fig.count("other:shape: ") == 1 and fig.count(f"{m['shape'].iloc[0]}: ") == 1, fig
+    assert "shape" not in dx.c8_verdict(m).our_figure.split("predicted")[0]     # one shape: no label
 
 
 def test_ncu_tables_groups_kernels_by_arm():

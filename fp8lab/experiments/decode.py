@@ -564,8 +564,10 @@ def c8_verdict(model: Optional[pd.DataFrame]):
     if model is None or model.empty:
         return _v("C8", "not-run", "no ncu profile", "the measured side needs ncu (measure mode)")
     m = model[model["arm"] != CUBLAS]
-    fig = "; ".join(f"{r['fmt']} predicted {r['issue_predicted_pct']:.1f}% vs ncu {r['issue_active_pct']:.1f}%"
-                    for _, r in m.iterrows())
+    by_shape = m.groupby("shape", sort=False) if "shape" in m and m["shape"].nunique() > 1 else [(None, m)]
+    fig = " | ".join((f"{shape}: " if shape else "") + "; ".join(
+        f"{r['fmt']} predicted {r['issue_predicted_pct']:.1f}% vs ncu {r['issue_active_pct']:.1f}%"
+        for _, r in g.iterrows()) for shape, g in by_shape)
     worst = m["issue_model_error"].abs().max()
     if worst <= 0.15:
         return _v("C8", "holds", fig)
