@@ -8,34 +8,13 @@ pytestmark = pytest.mark.gpu
 
 
 def _special(M, K, seed):
-    import torch
-    from fp8lab.experiments.quantisers import make_input
-    x = make_input(M, K, seed=seed).float()
-    flat = x.view(M * K // 128, 128)
-    specials = [lambda g: g.zero_(), lambda g: g.fill_(-0.0), lambda g: g.__setitem__(5, float("nan")),
-                lambda g: g.__setitem__(7, float("inf")), lambda g: g.__setitem__(3, float("-inf")),
-                lambda g: g.copy_(torch.linspace(-3e38, 3e38, 128)), lambda g: g.mul_(1e-37),
-                lambda g: g.mul_(1e-39), lambda g: g.mul_(2.0 ** -70), lambda g: g.mul_(2.0 ** -75)]
-    for i, f in enumerate(specials):
-        if i < flat.shape[0]:
-            f(flat[i])
-    return x.to(torch.bfloat16)
+    from fp8lab.experiments.quantisers import special_input
+    return special_input(M, K, seed=seed)
 
 
 def _wide(M, K, seed):
-    """Group maxima over 2^-130 .. 2^120 (both sides of the fast path's 2^-80 scale edge), elements
-    up to 2^40 below their group's, bf16 subnormals, zeros and -0."""
-    import torch
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    kb = K // 128
-    mant = torch.rand(M, kb, 128, generator=g, device="cuda") + 1.0
-    e = torch.randint(-130, 120, (M, kb, 1), generator=g, device="cuda").float()
-    e = e - torch.randint(0, 40, (M, kb, 128), generator=g, device="cuda").float()
-    sign = torch.where(torch.rand(M, kb, 128, generator=g, device="cuda") < 0.5, -1.0, 1.0)
-    x = sign * mant * torch.exp2(e.clamp(-133, 126))
-    x[torch.rand(M, kb, 128, generator=g, device="cuda") < 0.02] = 0.0
-    x[torch.rand(M, kb, 128, generator=g, device="cuda") < 0.02] = -0.0
-    return x.view(M, K).to(torch.bfloat16)
+    from fp8lab.experiments.quantisers import wide_input
+    return wide_input(M, K, seed=seed)
 
 
 @pytest.mark.parametrize("gpw", [2, 4, 8])

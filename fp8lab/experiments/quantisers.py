@@ -71,6 +71,42 @@ def make_input(M: int, K: int, seed: int = 0, device="cuda"):
     return x.view(M, K).to(torch.bfloat16).contiguous()
 
 
+def special_input(M: int, K: int, seed: int = 0):
+    """:func:`make_input` with special groups first (one each, as far as there are groups): all
+    zero, all -0, a NaN, +Inf, -Inf, a ramp to near the bf16 maximum, and groups scaled to a
+    subnormal fp32 scale (1e-37, 1e-39, 2^-70, 2^-75). For the bit-exact checks (GPU)."""
+    import torch
+
+    x = make_input(M, K, seed=seed).float()
+    flat = x.view(M * K // qa.GROUP, qa.GROUP)
+    specials = [lambda g: g.zero_(), lambda g: g.fill_(-0.0), lambda g: g.__setitem__(5, float("nan")),
+                lambda g: g.__setitem__(7, float("inf")), lambda g: g.__setitem__(3, float("-inf")),
+                lambda g: g.copy_(torch.linspace(-3e38, 3e38, qa.GROUP)), lambda g: g.mul_(1e-37),
+                lambda g: g.mul_(1e-39), lambda g: g.mul_(2.0 ** -70), lambda g: g.mul_(2.0 ** -75)]
+    for i, f in enumerate(specials):
+        if i < flat.shape[0]:
+            f(flat[i])
+    return x.to(torch.bfloat16)
+
+
+def wide_input(M: int, K: int, seed: int = 0):
+    """x (M, K) bf16 with group maxima over 2^-130 .. 2^120 (both sides of the fast division path's
+    2^-80 scale edge), elements up to 2^40 below their group's, bf16 subnormals, zeros and -0.
+    For the bit-exact checks (GPU)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kb = K // qa.GROUP
+    mant = torch.rand(M, kb, qa.GROUP, generator=g, device="cuda") + 1.0
+    e = torch.randint(-130, 120, (M, kb, 1), generator=g, device="cuda").float()
+    e = e - torch.randint(0, 40, (M, kb, qa.GROUP), generator=g, device="cuda").float()
+    sign = torch.where(torch.rand(M, kb, qa.GROUP, generator=g, device="cuda") < 0.5, -1.0, 1.0)
+    x = sign * mant * torch.exp2(e.clamp(-133, 126))
+    x[torch.rand(M, kb, qa.GROUP, generator=g, device="cuda") < 0.02] = 0.0
+    x[torch.rand(M, kb, qa.GROUP, generator=g, device="cuda") < 0.02] = -0.0
+    return x.view(M, K).to(torch.bfloat16)
+
+
 def _n_sets(nbytes: int, l2: int) -> tuple[int, bool]:
     """(input copies to rotate over, L2-resident?)."""
     need = math.floor(2 * l2 / nbytes) + 1

@@ -33,32 +33,7 @@ CASES = {**{f"grid g{g}": dict(groups_per_warp=g, persistent=False) for g in qa.
          "auto": dict(groups_per_warp="auto", persistent=None)}
 
 
-def special_input(M, K, seed):
-    x = qx.make_input(M, K, seed=seed).float()
-    flat = x.view(M * K // 128, 128)
-    specials = [lambda g: g.zero_(), lambda g: g.fill_(-0.0), lambda g: g.__setitem__(5, float("nan")),
-                lambda g: g.__setitem__(7, float("inf")), lambda g: g.__setitem__(3, float("-inf")),
-                lambda g: g.copy_(torch.linspace(-3e38, 3e38, 128)), lambda g: g.mul_(1e-37),
-                lambda g: g.mul_(1e-39), lambda g: g.mul_(2.0 ** -70), lambda g: g.mul_(2.0 ** -75)]
-    for i, f in enumerate(specials):
-        if i < flat.shape[0]:
-            f(flat[i])
-    return x.to(torch.bfloat16)
-
-
-def wide_input(M, K, seed):
-    """Every group: random signs, exponents spread over the whole bf16 range (scale edges of the
-    fast division path at 2^-80 and far above), with some exact zeros and -0."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    kb = K // 128
-    mant = torch.rand(M, kb, 128, generator=g, device="cuda") + 1.0
-    e_grp = torch.randint(-130, 120, (M, kb, 1), generator=g, device="cuda").float()
-    e_el = e_grp - torch.randint(0, 40, (M, kb, 128), generator=g, device="cuda").float()
-    sign = torch.where(torch.rand(M, kb, 128, generator=g, device="cuda") < 0.5, -1.0, 1.0)
-    x = sign * mant * torch.exp2(e_el.clamp(-133, 127))
-    x[torch.rand(M, kb, 128, generator=g, device="cuda") < 0.02] = 0.0
-    x[torch.rand(M, kb, 128, generator=g, device="cuda") < 0.02] = -0.0
-    return x.view(M, K).to(torch.bfloat16)
+special_input, wide_input = qx.special_input, qx.wide_input   # the GPU test's inputs
 
 
 def check(x, ref, kw, layout):
