@@ -22,30 +22,26 @@ def _cmd_list(a) -> int:
     return 0
 
 
+def _check_or_update(current: bool, check: bool, what: str, command: str) -> int:
+    """Shared tail of the generated-file commands: with --check, 1 and a hint if stale."""
+    if check:
+        if not current:
+            print(f"{what} is stale: run `python -m fp8lab {command}`", file=sys.stderr)
+            return 1
+        print(f"{what} is current")
+        return 0
+    print(f"{what} " + ("already current" if current else "regenerated"))
+    return 0
+
+
 def _cmd_claims(a) -> int:
     from . import claims
-    current = claims.update_readme(check=a.check)
-    if a.check:
-        if not current:
-            print("README ledger is stale: run `python -m fp8lab claims`", file=sys.stderr)
-            return 1
-        print("README ledger is current")
-        return 0
-    print("README ledger " + ("already current" if current else "regenerated"))
-    return 0
+    return _check_or_update(claims.update_readme(check=a.check), a.check, "README ledger", "claims")
 
 
 def _cmd_gallery(a) -> int:
     from . import gallery
-    current = gallery.update(check=a.check)
-    if a.check:
-        if not current:
-            print("figures/README.md is stale: run `python -m fp8lab gallery`", file=sys.stderr)
-            return 1
-        print("figures/README.md is current")
-        return 0
-    print("figures/README.md " + ("already current" if current else "regenerated"))
-    return 0
+    return _check_or_update(gallery.update(check=a.check), a.check, "figures/README.md", "gallery")
 
 
 def _cmd_env(a) -> int:

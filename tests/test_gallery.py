@@ -100,3 +100,19 @@ def test_committed_gallery_is_current(monkeypatch):
     assert gallery.update(check=True), "figures/README.md is stale: run `python -m fp8lab gallery`"
     for target in re.findall(r"!\[[^]]*\]\(([^)]+)\)", path.read_text()):
         assert (path.parent / target).is_file(), f"figures/README.md links a missing {target}"
+
+
+def test_cli_check_exit_codes(monkeypatch, capsys):
+    """`claims --check` / `gallery --check`: 0 when current, 1 with the command to run when stale;
+    without --check the file is (re)written and the command exits 0."""
+    from fp8lab import claims, cli, gallery
+    for mod, fn, cmd, what in ((claims, "update_readme", "claims", "README ledger"),
+                               (gallery, "update", "gallery", "figures/README.md")):
+        for current, check, rc, msg in ((True, True, 0, f"{what} is current"),
+                                        (False, True, 1, f"{what} is stale: run `python -m fp8lab {cmd}`"),
+                                        (False, False, 0, f"{what} regenerated"),
+                                        (True, False, 0, f"{what} already current")):
+            monkeypatch.setattr(mod, fn, lambda check, current=current: current)
+            assert cli.main([cmd] + (["--check"] if check else [])) == rc, (cmd, current, check)
+            out = capsys.readouterr()
+            assert msg in out.out + out.err, (cmd, current, check, out)
