@@ -29,7 +29,7 @@ import numpy as np
 
 from . import plotting, results
 from .gallery import CROSS_DEVICE   # figures/cross-device/: the folder of figures spanning devices
-from .paths import figures_dir
+from .paths import output_figures_dir
 from .results import _check_name
 
 plt = plotting.plt                  # pyplot with the backend plotting chose (Agg when headless)
@@ -141,8 +141,10 @@ def footnote(notebook: str, metas: dict, run: Optional[results.Run] = None,
     return "\n".join(lines + [tail])
 
 
-def figure_folder(notebook: str) -> Path:
-    return figures_dir() / CROSS_DEVICE / notebook
+def figure_folder(notebook: str, redrawn: bool = False) -> Path:
+    """figures/cross-device/<notebook>/ when this run measured one of the devices drawn; a
+    figure made only of committed data goes where redraws go (``paths.output_figures_dir``)."""
+    return output_figures_dir(redrawn) / CROSS_DEVICE / notebook
 
 
 def save(fig, notebook: str, name: str, metas: dict, run: Optional[results.Run] = None,
@@ -153,7 +155,8 @@ def save(fig, notebook: str, name: str, metas: dict, run: Optional[results.Run] 
     if len(metas) < 2:
         raise ValueError(f"a cross-device figure needs two or more devices, got {list(metas)}: "
                          "with one device the notebook's own figure is the figure")
-    folder = figure_folder(notebook)
+    measured_here = run is not None and run.writes and run.device in metas
+    folder = figure_folder(notebook, redrawn=not measured_here)
     paths = plotting.save_in(fig, folder, name, footnote(notebook, metas, run, extra))
     side = {"notebook": notebook, "figure": name, "devices": [
         {"device": d, "device_name": m.get("device_name", d), "date": str(m.get("time", ""))[:10],

@@ -36,6 +36,22 @@ def figures_dir() -> Path:
     return Path(os.environ.get("FP8LAB_FIGURES_DIR") or repo_root() / "figures")
 
 
+#: where a figure redrawn from committed data goes when nobody named a figures folder
+#: (a notebook opened in JupyterLab or run with nbconvert / papermill by hand): the
+#: committed figures under figures/ are the measured ones and change only in a measure run.
+SCRATCH_FIGURES = ("runs", "scratch", "figures")
+
+
+def output_figures_dir(redrawn: bool) -> Path:
+    """The folder a figure is saved under: $FP8LAB_FIGURES_DIR when set (the runner sets it
+    to the run folder for every redraw and for a smoke run); else figures/ for a figure
+    measured or computed in this run, and runs/scratch/figures/ for one redrawn from
+    committed data."""
+    if os.environ.get("FP8LAB_FIGURES_DIR") or not redrawn:
+        return figures_dir()
+    return repo_root().joinpath(*SCRATCH_FIGURES)
+
+
 def notebooks_dir() -> Path:
     return repo_root() / "notebooks"
 

@@ -18,7 +18,7 @@ if not os.environ.get("MPLBACKEND") and "ipykernel" not in str(matplotlib.get_ba
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .paths import figures_dir  # noqa: E402
+from .paths import output_figures_dir  # noqa: E402
 from .results import FigureInfo, Run, _atomic_write_bytes, _check_name  # noqa: E402
 
 # One colour per arm, the same in every figure (Okabe-Ito, colour-blind safe).
@@ -89,7 +89,9 @@ def _info(target) -> FigureInfo:
 
 
 def figure_dir(info: FigureInfo) -> Path:
-    return figures_dir() / info.device / info.notebook
+    """figures/<device>/<notebook>/, or the scratch folder for a redrawn figure
+    (``paths.output_figures_dir``): a redraw never overwrites a committed measured figure."""
+    return output_figures_dir(info.mode == "redrawn") / info.device / info.notebook
 
 
 def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[Path]:

@@ -45,3 +45,42 @@ def test_save_rejects_bad_target(sandbox):
     with pytest.raises(ValueError, match="plain name"):
         plotting.save(fig, results.start_run("01_formats", device="cpu"), "../x")
     plt.close(fig)
+
+
+def test_a_redraw_by_hand_never_overwrites_committed_figures(tmp_path, monkeypatch):
+    """No FP8LAB_FIGURES_DIR (a notebook run in JupyterLab, or by papermill / nbconvert by
+    hand): a figure redrawn from committed data goes to runs/scratch/figures/, while a figure
+    measured or computed in this run goes to figures/."""
+    root = tmp_path / "repo"
+    for d in ("fp8lab", "notebooks", "figures", "data"):
+        (root / d).mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    monkeypatch.setenv("FP8LAB_ROOT", str(root))
+    monkeypatch.delenv("FP8LAB_FIGURES_DIR", raising=False)
+    monkeypatch.setenv("FP8LAB_DATA_DIR", str(root / "data"))
+    meta = {"notebook": "00_environment", "device": "h200", "device_name": "NVIDIA H200",
+            "time": "2026-11-29T10:00:00+00:00", "mode": "measure", "git": {"commit": None}}
+    fig, _ = plt.subplots()
+    svg, png = plotting.save(fig, results.FigureInfo.from_meta(meta, redrawn=True), "ceil")
+    assert svg.parent == root / "runs" / "scratch" / "figures" / "h200" / "00_environment"
+    assert not any((root / "figures").rglob("*.svg"))
+    svg2, _ = plotting.save(fig, results.start_run("01_formats", device="cpu"), "demo")
+    assert svg2.parent == root / "figures" / "cpu" / "01_formats"
+    plt.close(fig)
+
+
+def test_cross_device_figure_of_committed_data_only_goes_to_scratch(tmp_path, monkeypatch):
+    from fp8lab import overlay
+    root = tmp_path / "repo"
+    for d in ("fp8lab", "notebooks", "figures"):
+        (root / d).mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    monkeypatch.setenv("FP8LAB_ROOT", str(root))
+    monkeypatch.delenv("FP8LAB_FIGURES_DIR", raising=False)
+    metas = {d: {"notebook": "00_environment", "device": d, "device_name": d, "mode": "measure",
+                 "time": "2026-11-29T10:00:00+00:00", "git": {"commit": None}} for d in ("h200", "l4")}
+    fig, _ = plt.subplots()
+    svg, _ = overlay.save(fig, "00_environment", "ceilings_devices", metas, run=None)
+    assert svg.parent == root / "runs" / "scratch" / "figures" / "cross-device" / "00_environment"
+    assert not any((root / "figures").rglob("*"))
+    plt.close(fig)
