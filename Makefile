@@ -23,7 +23,7 @@ STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
 endif
 
-.PHONY: run test setup lab claims gallery sync wheelhouse clean-venv
+.PHONY: run test smoke test-gpu setup lab claims gallery sync wheelhouse clean-venv
 
 $(STAMP): pyproject.toml
 	$(MKENV)
@@ -42,6 +42,14 @@ run: setup
 ## The test suite (GPU tests skip without a GPU).
 test: setup
 	$(PY) -m pytest -q $(ARGS)
+
+## The GPU smoke: every notebook measures with its smallest sweep, into runs/ only.
+smoke: setup
+	$(PY) -m fp8lab run --smoke $(ARGS)
+
+## The GPU tests alone (they need an NVIDIA GPU; without one pytest selects none and says so).
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu $(ARGS)
 
 ## Open the notebooks in JupyterLab.
 lab: setup

@@ -11,7 +11,8 @@ def _cmd_run(a) -> int:
     from . import runner
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
                       timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
-                      gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster)
+                      gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster, smoke=a.smoke,
+                      host_lane=not a.no_host_lane)
 
 
 def _cmd_list(a) -> int:
@@ -62,6 +63,13 @@ def main(argv=None) -> int:
                    help="parameter for every selected notebook (NN:NAME for one notebook); "
                         "VALUE is YAML")
     r.add_argument("--mode", default="auto", choices=["auto", "measure", "replot"])
+    r.add_argument("--smoke", action="store_true",
+                   help="the GPU smoke: every notebook measures with its manifest smoke parameters "
+                        "(the smallest sweep touching every arm, check and figure), into the run "
+                        "folder only, never data/ or figures/")
+    r.add_argument("--no-host-lane", action="store_true",
+                   help="on one GPU, run host notebooks one after another with the GPU ones "
+                        "instead of beside them")
     r.add_argument("--out", help="run folder for executed copies (default runs/<time>-<mode>)")
     r.add_argument("--timeout", type=int, help="seconds per notebook (default: the manifest's)")
     r.add_argument("--kernel", default="python3")

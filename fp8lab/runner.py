@@ -59,6 +59,7 @@ class NotebookSpec:
     timeout: int
     path: Path
     after: tuple = ()    # names of notebooks (listed earlier) it waits for, when they run too
+    smoke: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)  # --smoke parameters
 
     @property
     def label(self) -> str:
@@ -86,10 +87,13 @@ def load_manifest(path: Path | None = None) -> list[NotebookSpec]:
             raise ValueError(f"{path}: duplicate notebook {nid} / {e['name']}")
         seen |= {nid, e["name"]}
         nb = path.parent / f"{e['name']}.ipynb"
+        smoke = e.get("smoke") or {}
+        if not isinstance(smoke, dict):
+            raise ValueError(f"{path}: {e['name']}: smoke must be a mapping of parameters, got {smoke!r}")
         specs.append(NotebookSpec(id=nid, name=e["name"], title=e["title"], kind=e["kind"],
                                   claims=tuple(e.get("claims", ())),
                                   timeout=int(e.get("timeout", 1800)), path=nb,
-                                  after=_parse_after(path, e, specs)))
+                                  after=_parse_after(path, e, specs), smoke=dict(smoke)))
     return specs
 
 
@@ -397,8 +401,19 @@ def notebook_params(spec: NotebookSpec, params: dict, mode: str) -> dict:
 
 
 def default_run_dir(mode: str) -> Path:
+    """A new folder ``runs/<time>-<mode>`` (``-2``, ``-3``... when a run started in the same
+    second already has it): two runs never share executed copies, logs or run.json."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return repo_root() / "runs" / f"{stamp}-{mode}"
+    base = repo_root() / "runs"
+    base.mkdir(parents=True, exist_ok=True)
+    for i in range(1, 1000):
+        path = base / (f"{stamp}-{mode}" + (f"-{i}" if i > 1 else ""))
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot make a new run folder under {base}")  # pragma: no cover
 
 
 def parse_gpus(gpus) -> list[str] | None:
@@ -441,7 +456,7 @@ def is_port_clash(o: Outcome) -> bool:
 def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
-        stagger_s: float = 2.0, cluster=None) -> int:
+        stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
@@ -449,7 +464,12 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     kernel ``i * stagger_s`` seconds after worker 0.
     ``cluster``: a Dask scheduler address (``tcp://host:8786``) or ``local[:N]``: each
     notebook is one Dask task on a worker's own checkout (see ``fp8lab.cluster``); each
-    worker chooses measure or replot for itself."""
+    worker chooses measure or replot for itself.
+    ``smoke``: every selected notebook in measure mode with its manifest ``smoke`` parameters
+    (the smallest sweep that still touches every arm, check and figure; ``params`` override
+    them), its tables and figures written into the run folder, never data/ or figures/.
+    ``host_lane``: on one GPU in measure mode, host notebooks (compile-time, census) run in a
+    second lane beside the GPU notebooks instead of before them."""
     if stagger_s < 0:
         raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
     if gpus is not None and cluster is not None:
@@ -465,16 +485,33 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         raise UsageError("manifest names notebooks that do not exist: "
                          + ", ".join(str(s.path) for s in missing))
     specs = dependency_order(specs)
+    if smoke:
+        if cluster is not None:
+            raise UsageError("--smoke runs on this machine's GPU; it does not go with --cluster")
+        if mode not in ("auto", "measure"):
+            raise UsageError(f"--smoke always measures; it does not go with --mode {mode}")
+        if not provenance.gpu_present():
+            raise UsageError("--smoke measures on a GPU and none is visible (make test runs the "
+                             "CPU checks; the smoke parameters are checked there too)")
+        params = smoke_pairs(specs) + list(params or [])
     per_nb = resolve_parameters(specs, params)
-    if cluster is None:
+    if smoke:
+        chosen, why = "measure", "--smoke: every notebook measures with its smoke parameters"
+    elif cluster is None:
         chosen, why = choose_mode(mode)
     else:
         if mode not in ("auto", "measure", "replot"):
             choose_mode(mode)                      # the same error as without --cluster
         chosen, why = mode, ("each worker measures when it has a GPU and redraws without"
                              if mode == "auto" else f"asked for with --mode {mode}")
-    run_dir = Path(run_dir or default_run_dir("cluster" if cluster is not None else chosen))
+    run_dir = Path(run_dir) if run_dir else default_run_dir(
+        "cluster" if cluster is not None else ("smoke" if smoke else chosen))
     run_dir.mkdir(parents=True, exist_ok=True)
+    if smoke:
+        # A smoke run's tables and figures are for checking the path, never results:
+        # they stay in the run folder (07 and the overlays read them back from there).
+        env = {**(env or {}), "FP8LAB_DATA_DIR": str(run_dir / "data"),
+               "FP8LAB_FIGURES_DIR": str(run_dir / "figures")}
     run_id = run_dir.name
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
     if chosen == "replot":
@@ -492,6 +529,16 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         outcomes = _cluster.run_on_cluster(specs, per_nb, target, mode=mode, run_dir=run_dir,
                                            run_id=run_id, timeout=timeout, kernel=kernel,
                                            env=env, progress=progress, echo=echo)
+    elif gpu_ids is None and host_lane and chosen == "measure" and \
+            len({s.kind for s in specs}) > 1:
+        echo("  two lanes: host notebooks run beside the GPU notebooks ("
+             + ", ".join(s.name for s in specs if s.kind == "host") + ")")
+        lanes = [Lane("gpu", lambda s: s.kind != "host", {}, run_dir),
+                 Lane("host", lambda s: s.kind == "host", {}, run_dir)]
+        outcomes = _run_lanes(specs, prepare, lanes, timeout=timeout, kernel=kernel,
+                              stagger_s=stagger_s, progress=progress, echo=echo)
+        for o in outcomes:
+            o.gpu = None
     elif gpu_ids is None:
         try:
             from tqdm.auto import tqdm
@@ -511,8 +558,10 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     else:
         echo(f"  {len(gpu_ids)} worker(s), one per GPU: " + ", ".join(gpu_ids)
              + f"; starts staggered by {stagger_s:g} s")
-        outcomes = _run_workers(specs, prepare, gpu_ids, run_dir, timeout=timeout,
-                                kernel=kernel, stagger_s=stagger_s, progress=progress, echo=echo)
+        lanes = [Lane(g, lambda s: True, {"CUDA_VISIBLE_DEVICES": g}, run_dir / f"gpu{g}")
+                 for g in gpu_ids]
+        outcomes = _run_lanes(specs, prepare, lanes, timeout=timeout, kernel=kernel,
+                              stagger_s=stagger_s, progress=progress, echo=echo)
     rows = []
     for o in outcomes:
         r = dataclasses.asdict(o) | {"output": str(o.output)}
@@ -522,7 +571,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         if cluster is None:
             r.pop("device"), r.pop("worker"), r.pop("mode")
         rows.append(r)
-    summary = {"run_id": run_id, "mode": chosen, "why": why,
+    summary = {"run_id": run_id, "mode": chosen, "why": why, **({"smoke": True} if smoke else {}),
                **({"gpus": gpu_ids} if gpu_ids is not None else {}),
                **({"cluster": str(cluster)} if cluster is not None else {}),
                "notebooks": rows}
@@ -534,12 +583,28 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     return 1 if failed else 0
 
 
-def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, stagger_s,
-                 progress, echo) -> list[Outcome]:
-    """One thread per GPU id taking notebooks in order from a shared list; outcomes in
-    manifest order. Any worker takes any notebook: host notebooks need no GPU, and GPU
-    notebooks see exactly one through CUDA_VISIBLE_DEVICES. A notebook whose ``after``
-    notebooks have not all finished is skipped over until they have."""
+def smoke_pairs(specs: list[NotebookSpec]) -> list[tuple[str, object]]:
+    """The manifest's smoke parameters as ``-p NN:NAME VALUE`` pairs."""
+    return [(f"{s.id}:{k}", v) for s in specs for k, v in s.smoke.items()]
+
+
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """One worker of a run: which notebooks it takes, the environment it adds, where its
+    executed copies go. ``--gpus``: one lane per GPU taking any notebook; one GPU in
+    measure mode: a GPU lane and a host lane."""
+    name: str
+    takes: object          # NotebookSpec -> bool
+    env: dict
+    out_dir: Path
+
+
+def _run_lanes(specs, prepare, lanes, *, timeout, kernel, stagger_s,
+               progress, echo) -> list[Outcome]:
+    """One thread per lane taking notebooks in order from a shared list; outcomes in
+    manifest order. A lane takes the first pending notebook it accepts whose ``after``
+    notebooks have all finished; GPU notebooks on a GPU lane see exactly one GPU through
+    CUDA_VISIBLE_DEVICES."""
     pending = list(specs)
     deps = {s.name: set(waits_for(s, specs)) for s in specs}
     done: dict[str, Outcome] = {}
@@ -554,32 +619,32 @@ def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, sta
         bar = None
     errors: list[BaseException] = []
 
-    def take():
-        """The next notebook whose dependencies have finished; None when none is left."""
+    def take(lane: Lane):
+        """The lane's next notebook whose dependencies have finished; None when none is left."""
         with changed:
             while not stop.is_set():
-                if not pending:
+                mine = [s for s in pending if lane.takes(s)]
+                if not mine:
                     return None
-                for s in pending:
+                for s in mine:
                     if deps[s.name] <= done.keys():
                         pending.remove(s)
                         return s
                 changed.wait(0.2)
             return None
 
-    def worker(i: int, gid: str) -> None:
+    def worker(i: int, lane: Lane) -> None:
         # Kernels started in the same instant race for the same free ports.
         if stop.wait(i * stagger_s):
             return
-        out_dir = run_dir / f"gpu{gid}"
         while not stop.is_set():
-            spec = take()
+            spec = take(lane)
             if spec is None:
                 return
             p, nb_env = prepare(spec)
-            nb_env = {**nb_env, "CUDA_VISIBLE_DEVICES": gid}
+            nb_env = {**nb_env, **lane.env}
             try:
-                o = execute_with_retries(spec, p, out_dir, timeout=timeout, kernel=kernel,
+                o = execute_with_retries(spec, p, lane.out_dir, timeout=timeout, kernel=kernel,
                                          env=nb_env, pause_s=stagger_s, stop=stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 with changed:
@@ -587,7 +652,7 @@ def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, sta
                     stop.set()
                     changed.notify_all()
                 return
-            o.gpu = gid
+            o.gpu = lane.name
             with changed:
                 done[spec.name] = o
                 changed.notify_all()
@@ -597,8 +662,8 @@ def _run_workers(specs, prepare, gpu_ids, run_dir: Path, *, timeout, kernel, sta
                 else:  # pragma: no cover
                     echo(o.line())
 
-    threads = [threading.Thread(target=worker, args=(i, g), name=f"fp8lab-gpu{g}", daemon=True)
-               for i, g in enumerate(gpu_ids)]
+    threads = [threading.Thread(target=worker, args=(i, lane), name=f"fp8lab-{lane.name}", daemon=True)
+               for i, lane in enumerate(lanes)]
     for t in threads:
         t.start()
     try:

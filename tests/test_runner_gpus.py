@@ -134,3 +134,76 @@ def test_cli_gpus(gpu_manifest, no_gpu, monkeypatch, capsys):
     from fp8lab import provenance
     monkeypatch.setattr(provenance, "gpu_count", lambda: 3)
     assert runner.parse_gpus("all") == ["0", "1", "2"]
+
+
+def test_every_smoke_parameter_is_declared_by_its_notebook():
+    """make smoke runs on a GPU only: its parameters are checked here, on CPU, against every
+    notebook's parameters cell (name and type), so a renamed parameter fails CI, not the GPU."""
+    specs = runner.load_manifest()
+    per_nb = runner.resolve_parameters(specs, runner.smoke_pairs(specs))
+    assert all(s.smoke is not None for s in specs)
+    gpu_nbs = [s for s in specs if s.kind == "gpu" and s.name != "07_roofline"]
+    assert all(per_nb[s.name] for s in gpu_nbs), "every measuring notebook has a smaller smoke sweep"
+
+
+def test_smoke_needs_a_gpu_and_no_replot(gpu_manifest, no_gpu):
+    manifest, tmp, _ = gpu_manifest
+    with pytest.raises(runner.UsageError, match="--smoke measures on a GPU"):
+        runner.run(manifest=manifest, run_dir=tmp / "run", progress=False, echo=lambda *_: None,
+                   smoke=True)
+    with pytest.raises(runner.UsageError, match="does not go with --mode replot"):
+        runner.run(manifest=manifest, run_dir=tmp / "run", progress=False, echo=lambda *_: None,
+                   smoke=True, mode="replot")
+
+
+def test_smoke_writes_into_the_run_folder_only(tmp_path, monkeypatch):
+    """--smoke: measure mode, the manifest's smoke parameters injected (a -p overrides one),
+    FP8LAB_DATA_DIR / FP8LAB_FIGURES_DIR pointing into the run folder."""
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    out = tmp_path / "seen.json"
+    nb = _nb("import json, os\n"
+             f"json.dump(dict(mode=mode, n=n, data=os.environ['FP8LAB_DATA_DIR'], "
+             f"figs=os.environ['FP8LAB_FIGURES_DIR']), open({str(out)!r}, 'w'))")
+    nbformat.write(nb, nbdir / "20_x.ipynb")
+    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
+        {"id": "20", "name": "20_x", "title": "x", "kind": "gpu", "timeout": 120, "smoke": {"n": 1}}]}))
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+                    echo=lambda *_: None, smoke=True)
+    assert rc == 0
+    seen = json.loads(out.read_text())
+    assert seen == {"mode": "measure", "n": 1, "data": str(tmp_path / "run" / "data"),
+                    "figs": str(tmp_path / "run" / "figures")}
+    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run2", progress=False,
+                    echo=lambda *_: None, smoke=True, params=[("n", "5")])
+    assert rc == 0 and json.loads(out.read_text())["n"] == 5
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["smoke"] is True
+
+
+def test_host_notebooks_run_beside_gpu_notebooks_on_one_gpu(gpu_manifest, monkeypatch):
+    """One GPU, measure mode: a host lane takes the host notebooks while the GPU lane runs
+    the GPU one; nothing is pinned, every notebook runs once, outcomes in manifest order."""
+    manifest, tmp, seen = gpu_manifest
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    lines = []
+    rc = runner.run(manifest=manifest, run_dir=tmp / "run", progress=False, echo=lines.append,
+                    mode="measure", stagger_s=0.1)
+    assert rc == 1
+    assert any("two lanes" in ln for ln in lines)
+    ran = {f.stem: f.read_text().split() for f in seen.glob("*.txt")}
+    assert sorted(ran) == ["20_rec", "21_rec", "22_rec"] and all(v == ["<unset>"] for v in ran.values())
+    summary = json.loads((tmp / "run" / "run.json").read_text())
+    assert [o["name"] for o in summary["notebooks"]] == ["20_rec", "21_rec", "22_rec", "29_fail"]
+    assert "gpu" not in summary["notebooks"][0]
+
+
+def test_run_folders_started_in_the_same_second_differ(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP8LAB_ROOT", str(tmp_path))
+    a, b = runner.default_run_dir("measure"), runner.default_run_dir("measure")
+    assert a != b and a.is_dir() and b.is_dir()
