@@ -179,6 +179,20 @@ def nvml_handle(torch_index: int = 0):
             return None
 
 
+def nvml_gpu_names() -> list[str]:
+    """Names of the GPUs NVML sees (no torch needed); [] without a driver."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    for i in range(gpu_count()):
+        try:
+            out.append(_str(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))))
+        except Exception:  # noqa: BLE001
+            out.append(None)
+    return out
+
+
 def nvml_snapshot(handle) -> dict:
     """Clocks and power as NVML reads them now (MHz, W). Read only."""
     nv = _nvml()

@@ -513,6 +513,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         env = {**(env or {}), "FP8LAB_DATA_DIR": str(run_dir / "data"),
                "FP8LAB_FIGURES_DIR": str(run_dir / "figures")}
     run_id = run_dir.name
+    started, t_start = provenance.utc_now(), time.time()
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
     if chosen == "replot":
         gpu_nbs = [s.name for s in specs if s.kind == "gpu"]
@@ -572,6 +573,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
             r.pop("device"), r.pop("worker"), r.pop("mode")
         rows.append(r)
     summary = {"run_id": run_id, "mode": chosen, "why": why, **({"smoke": True} if smoke else {}),
+               **run_record(started, t_start, time.time()),
                **({"gpus": gpu_ids} if gpu_ids is not None else {}),
                **({"cluster": str(cluster)} if cluster is not None else {}),
                "notebooks": rows}
@@ -597,6 +599,25 @@ class Lane:
     takes: object          # NotebookSpec -> bool
     env: dict
     out_dir: Path
+
+
+def run_record(started: str, t_start: float, t_end: float) -> dict:
+    """What a run's wall time depends on, for run.json: when, where (host cores, GPUs by
+    name), which commit, and the wall times. Under ``make run`` the Makefile passes the
+    epoch seconds at which make started, finished installing and finished prebuilding
+    (FP8LAB_MAKE_TIMES="t0 t_setup t_build"), so the record covers the install too."""
+    rec = {"started": started, "wall_s": round(t_end - t_start, 1),
+           "host": provenance.host_info(), "gpus": provenance.nvml_gpu_names(),
+           "git": {k: v for k, v in provenance.git_info().items() if k in ("commit", "dirty", "source")}}
+    raw = os.environ.get("FP8LAB_MAKE_TIMES", "").split()
+    try:
+        t0, t_setup, t_build = (float(x) for x in raw)
+    except ValueError:
+        return rec
+    if t0 <= t_setup <= t_build <= t_start:
+        rec["make"] = {"setup_s": round(t_setup - t0, 1), "build_s": round(t_build - t_setup, 1),
+                       "total_s": round(t_end - t0, 1)}
+    return rec
 
 
 def _run_lanes(specs, prepare, lanes, *, timeout, kernel, stagger_s,

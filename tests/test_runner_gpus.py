@@ -207,3 +207,16 @@ def test_run_folders_started_in_the_same_second_differ(tmp_path, monkeypatch):
     monkeypatch.setenv("FP8LAB_ROOT", str(tmp_path))
     a, b = runner.default_run_dir("measure"), runner.default_run_dir("measure")
     assert a != b and a.is_dir() and b.is_dir()
+
+
+def test_run_json_records_where_and_how_long(tmp_path, monkeypatch):
+    """run.json carries the wall times (make's install and prebuild too, when make passes
+    them), the host's cores and the commit: what a README timing line is generated from."""
+    import time as _time
+    t = _time.time()
+    monkeypatch.setenv("FP8LAB_MAKE_TIMES", f"{t - 30} {t - 20} {t - 5}")
+    rec = runner.run_record("2026-12-01T00:00:00+00:00", t, t + 100)
+    assert rec["wall_s"] == 100 and rec["make"] == {"setup_s": 10.0, "build_s": 15.0, "total_s": 130.0}
+    assert rec["host"]["cpu_count"] >= 1 and "commit" in rec["git"]
+    monkeypatch.setenv("FP8LAB_MAKE_TIMES", "garbage")
+    assert "make" not in runner.run_record("x", t, t + 1)
