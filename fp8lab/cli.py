@@ -45,6 +45,17 @@ def _cmd_gallery(a) -> int:
     return _check_or_update(gallery.update(check=a.check), a.check, "figures/README.md", "gallery")
 
 
+def _cmd_walltimes(a) -> int:
+    from . import walltimes
+    try:
+        path = walltimes.record(a.run_dir)
+    except walltimes.RecordError as exc:
+        print(f"fp8lab walltimes: {exc}", file=sys.stderr)
+        return 2
+    print(f"recorded {path}; `python -m fp8lab claims` puts it in the README")
+    return 0
+
+
 def _cmd_env(a) -> int:
     from . import provenance
     info = {"git": provenance.git_info(), "versions": provenance.versions(),
@@ -96,6 +107,11 @@ def main(argv=None) -> int:
     g.add_argument("--check", action="store_true", help="only check that it is current")
     g.set_defaults(fn=_cmd_gallery)
     sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
+    w = sub.add_parser("walltimes", help="record how long a `make run` took (README's wall-time line)")
+    wsub = w.add_subparsers(dest="what", required=True)
+    wr = wsub.add_parser("record", help="add a make-run folder's times to data/<device>/make_run/")
+    wr.add_argument("run_dir", help="the run folder (runs/<time>-measure) of a `make run`")
+    wr.set_defaults(fn=_cmd_walltimes)
     a = ap.parse_args(argv)
     from .runner import UsageError
     try:

@@ -605,9 +605,11 @@ def run_record(started: str, t_start: float, t_end: float) -> dict:
     """What a run's wall time depends on, for run.json: when, where (host cores, GPUs by
     name), which commit, and the wall times. Under ``make run`` the Makefile passes the
     epoch seconds at which make started, finished installing and finished prebuilding
-    (FP8LAB_MAKE_TIMES="t0 t_setup t_build"), so the record covers the install too."""
+    (FP8LAB_MAKE_TIMES="t0 t_setup t_build"), whether it installed anything
+    (FP8LAB_MAKE_FRESH_INSTALL=1) and the prebuild's JSON summary (FP8LAB_BUILD_SUMMARY), so
+    the record covers the install and the kernel builds too (``fp8lab.walltimes``)."""
     rec = {"started": started, "wall_s": round(t_end - t_start, 1),
-           "host": provenance.host_info(), "gpus": provenance.nvml_gpu_names(),
+           "host": provenance.host_info(), "gpu_names": provenance.nvml_gpu_names(),
            "git": {k: v for k, v in provenance.git_info().items() if k in ("commit", "dirty", "source")}}
     raw = os.environ.get("FP8LAB_MAKE_TIMES", "").split()
     try:
@@ -616,7 +618,14 @@ def run_record(started: str, t_start: float, t_end: float) -> dict:
         return rec
     if t0 <= t_setup <= t_build <= t_start:
         rec["make"] = {"setup_s": round(t_setup - t0, 1), "build_s": round(t_build - t_setup, 1),
-                       "total_s": round(t_end - t0, 1)}
+                       "total_s": round(t_end - t0, 1),
+                       "fresh_install": os.environ.get("FP8LAB_MAKE_FRESH_INSTALL") == "1"}
+        summary = os.environ.get("FP8LAB_BUILD_SUMMARY")
+        if summary and Path(summary).is_file():
+            try:
+                rec["make"]["build"] = json.loads(Path(summary).read_text())
+            except json.JSONDecodeError:
+                rec["make"]["build"] = {"error": f"{summary} is not JSON"}
     return rec
 
 
