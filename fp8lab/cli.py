@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|claims|gallery|env|list``."""
+"""Command line: ``python -m fp8lab run|claims|gallery|verify|env|list``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,15 @@ def _cmd_gallery(a) -> int:
     return _check_or_update(gallery.update(check=a.check), a.check, "figures/README.md", "gallery")
 
 
+def _cmd_verify(a) -> int:
+    from . import verify
+    try:
+        return verify.main(devices=a.device, notebooks=a.notebook, verbose=a.verbose)
+    except (verify.VerifyError, RuntimeError) as exc:   # RuntimeError: no checkout found
+        print(f"fp8lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _cmd_env(a) -> int:
     from . import provenance
     info = {"git": provenance.git_info(), "versions": provenance.versions(),
@@ -87,6 +96,15 @@ def main(argv=None) -> int:
     g = sub.add_parser("gallery", help="regenerate figures/README.md from figures/ and data/")
     g.add_argument("--check", action="store_true", help="only check that it is current")
     g.set_defaults(fn=_cmd_gallery)
+    v = sub.add_parser("verify", help="check every table in data/: CSV against its sidecar, "
+                       "the named commit in git, the recorded source hash against that "
+                       "commit's tree, a clean tree")
+    v.add_argument("--device", action="append", metavar="KEY",
+                   help="only this device's tables (repeatable), e.g. h200, cpu")
+    v.add_argument("--notebook", action="append", metavar="NB",
+                   help="only this notebook's tables (folder name or id, repeatable)")
+    v.add_argument("-v", "--verbose", action="store_true", help="one line per problem")
+    v.set_defaults(fn=_cmd_verify)
     sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
     a = ap.parse_args(argv)
     from .runner import UsageError
