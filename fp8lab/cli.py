@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|claims|gallery|env|list``."""
+"""Command line: ``python -m fp8lab run|claims|gallery|verify|env|list``."""
 
 from __future__ import annotations
 
@@ -56,6 +56,15 @@ def _cmd_walltimes(a) -> int:
     return 0
 
 
+def _cmd_verify(a) -> int:
+    from . import verify
+    try:
+        return verify.main(devices=a.device, notebooks=a.notebook, verbose=a.verbose)
+    except (verify.VerifyError, RuntimeError) as exc:   # RuntimeError: no checkout found
+        print(f"fp8lab: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def _cmd_env(a) -> int:
     from . import provenance
     info = {"git": provenance.git_info(), "versions": provenance.versions(),
@@ -106,6 +115,15 @@ def main(argv=None) -> int:
     g = sub.add_parser("gallery", help="regenerate figures/README.md from figures/ and data/")
     g.add_argument("--check", action="store_true", help="only check that it is current")
     g.set_defaults(fn=_cmd_gallery)
+    v = sub.add_parser("verify", help="check every table in data/: CSV against its sidecar, "
+                       "the named commit in git, the recorded source hash against that "
+                       "commit's tree, a clean tree")
+    v.add_argument("--device", action="append", metavar="KEY",
+                   help="only this device's tables (repeatable), e.g. h200, cpu")
+    v.add_argument("--notebook", action="append", metavar="NB",
+                   help="only this notebook's tables (folder name or id, repeatable)")
+    v.add_argument("-v", "--verbose", action="store_true", help="one line per problem")
+    v.set_defaults(fn=_cmd_verify)
     sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
     w = sub.add_parser("walltimes", help="record how long a `make run` took (README's wall-time line)")
     wsub = w.add_subparsers(dest="what", required=True)

@@ -1,4 +1,5 @@
-"""Provenance: what machine, which GPU and clocks, which versions, which commit.
+"""Provenance: what machine, which GPU and clocks, which versions, which commit, and a
+hash of the sources that ran.
 
 Every table fp8lab writes carries this in its ``.meta.json`` sidecar. Nothing here
 changes the machine; NVML is only read.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import hashlib
 import importlib.metadata as _md
 import os
 import platform
@@ -73,6 +75,169 @@ def _git_from_env() -> dict:
     dirty = os.environ.get("FP8LAB_GIT_DIRTY")
     return {"commit": commit, "dirty": None if dirty is None else dirty == "1",
             "untracked": None, "source": "FP8LAB_GIT_COMMIT" if commit else "no git checkout"}
+
+
+# ---------------------------------------------------------------- source hash
+
+# A commit id says which code ran only when the checkout had one; a copy without .git (how
+# GPU boxes get the code) can only say what FP8LAB_GIT_COMMIT claims. The hash of the
+# sources themselves is recorded beside it, so the claim can be checked against the commit's
+# tree in git (`python -m fp8lab verify`). The same rule picks the files whether they are
+# listed by git, found by walking a copy, or read from a commit, so the three agree on a
+# clean checkout.
+SOURCE_DIRS = ("fp8lab", "notebooks")
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".c", ".cpp", ".ipynb",
+                   ".yaml", ".yml", ".json", ".toml", ".txt")
+_SKIP_DIRS = ("__pycache__", ".ipynb_checkpoints", "build", "dist")
+SOURCE_RULE = (
+    "v1: files under fp8lab/ and notebooks/ ending " + " ".join(SOURCE_SUFFIXES) +
+    "; no path part starting with '.', named " + " ".join(_SKIP_DIRS) +
+    " or ending .egg-info; sha256 of the lines '<sha256 of the file>  <path>\\n' "
+    "sorted by path (sha256sum's format); a symlink counts as its target path")
+
+
+def _skipped(part: str) -> bool:
+    return not part or part.startswith(".") or part in _SKIP_DIRS or part.endswith(".egg-info")
+
+
+def is_source(relpath: str) -> bool:
+    """Whether a path (relative to the checkout, '/'-separated) is one of the hashed sources."""
+    parts = relpath.split("/")
+    if len(parts) < 2 or parts[0] not in SOURCE_DIRS or any(map(_skipped, parts)):
+        return False
+    return parts[-1].endswith(SOURCE_SUFFIXES)
+
+
+def _combine(digests: dict[str, str]) -> str:
+    lines = "".join(f"{digests[p]}  {p}\n" for p in sorted(digests))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str | None:
+    """sha256 of a file's bytes, of a symlink's target path (what git stores for a link), or
+    None for something that is not a file (a submodule's folder, a file deleted since it was
+    listed)."""
+    if os.path.islink(path):
+        return hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()
+    if not os.path.isfile(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _digests_of(root: str, relpaths) -> dict[str, str]:
+    out = {}
+    for rel in relpaths:
+        d = _file_digest(os.path.join(root, rel))
+        if d is not None:
+            out[rel] = d
+    return out
+
+
+def _result(digests: dict[str, str], method: str) -> dict:
+    return {"sha256": _combine(digests), "files": len(digests), "rule": SOURCE_RULE,
+            "method": method}
+
+
+def walk_sources(root) -> dict:
+    """Source hash of a folder found by walking it (a copy without .git)."""
+    root = str(root)
+    rels = []
+    for top in SOURCE_DIRS:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            # a symlinked folder is not walked into (git stores it as a link), it is a link
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            dirnames[:] = [d for d in dirnames if d not in links and not _skipped(d)]
+            rels += [f"{rel_dir}/{n}" for n in filenames + links if is_source(f"{rel_dir}/{n}")]
+    return _result(_digests_of(root, rels), "walk")
+
+
+def _git(root: str, *args, input=None, text=True):
+    return subprocess.run(["git", "-C", root, *args], capture_output=True, text=text,
+                          input=input, timeout=60)
+
+
+def git_worktree_sources(root) -> dict | None:
+    """Source hash of a git checkout's working files: tracked files and untracked ones git
+    does not ignore (an untracked module beside the tracked ones is code that can run), as
+    they are on disk now, so a dirty tree hashes differently. None when not a checkout."""
+    root = str(root)
+    try:
+        top = _git(root, "rev-parse", "--show-toplevel")
+        # a copy without .git unpacked inside some other checkout is not that checkout
+        if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != os.path.realpath(root):
+            return None
+        ls = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                  "--", *SOURCE_DIRS)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if ls.returncode != 0:
+        return None
+    rels = sorted({p for p in ls.stdout.split("\0") if p and is_source(p)})
+    return _result(_digests_of(root, rels), "git working tree")
+
+
+def commit_sources(commit: str, root=None) -> dict:
+    """Source hash of a commit's tree, read from git without checking it out. Raises
+    ValueError when git does not have the commit."""
+    root = str(root or repo_root())
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_./~^-]*", commit):
+        raise ValueError(f"not a commit name: {commit!r}")
+    ls = _git(root, "ls-tree", "-r", "-z", f"{commit}^{{tree}}", "--",
+              *SOURCE_DIRS, text=False)
+    if ls.returncode != 0:
+        raise ValueError(f"git has no commit {commit!r} in {root}: "
+                         f"{ls.stderr.decode(errors='replace').strip()}")
+    objs = {}
+    for entry in ls.stdout.split(b"\0"):
+        if not entry:
+            continue
+        head, path = entry.split(b"\t", 1)
+        _mode, kind, oid = head.split()
+        rel = path.decode()
+        if kind == b"blob" and is_source(rel):   # a submodule is a 'commit' entry: no bytes here
+            objs[rel] = oid.decode()
+    batch = _git(root, "cat-file", "--batch", input="".join(o + "\n" for o in objs.values())
+                 .encode(), text=False)
+    if batch.returncode != 0:
+        raise ValueError(f"git cat-file failed in {root}: "
+                         f"{batch.stderr.decode(errors='replace').strip()}")
+    out, pos, contents = batch.stdout, 0, {}
+    for oid in objs.values():
+        nl = out.index(b"\n", pos)
+        header = out[pos:nl].split()
+        if len(header) != 3 or header[0].decode() != oid:
+            raise ValueError(f"git cat-file answered {out[pos:nl]!r} for blob {oid}")
+        size = int(header[2])
+        contents[oid] = hashlib.sha256(out[nl + 1:nl + 1 + size]).hexdigest()
+        pos = nl + 1 + size + 1          # the content is followed by a newline
+    return _result({rel: contents[oid] for rel, oid in objs.items()}, "git commit")
+
+
+def compute_source_hash(root=None) -> dict:
+    """Source hash of the checkout as it is on disk: from git's file list when it is a
+    checkout, else by walking it. Never raises: a failure is recorded as the reason."""
+    root = str(root or repo_root())
+    try:
+        return git_worktree_sources(root) or walk_sources(root)
+    except OSError as exc:
+        return {"sha256": None, "files": 0, "rule": SOURCE_RULE,
+                "error": f"cannot hash the sources: {exc}"}
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash_cached(root: str) -> dict:
+    return compute_source_hash(root)
+
+
+def source_hash(root=None) -> dict:
+    """The checkout's source hash, computed once per process (a notebook's tables all come
+    from the code it imported when it started)."""
+    return dict(_source_hash_cached(str(root or repo_root())))
 
 
 # ---------------------------------------------------------------- versions
@@ -261,6 +426,7 @@ def collect(*, notebook: str, params: dict, device: str, mode: str, gpu: dict | 
         "time": utc_now(),
         "run_id": os.environ.get("FP8LAB_RUN_ID"),
         "git": git_info(),
+        "sources": source_hash(),
         "versions": versions(include_torch=gpu is not None),
         "host": host_info(),
     }

@@ -610,7 +610,8 @@ def run_record(started: str, t_start: float, t_end: float) -> dict:
     the record covers the install and the kernel builds too (``fp8lab.walltimes``)."""
     rec = {"started": started, "wall_s": round(t_end - t_start, 1),
            "host": provenance.host_info(), "gpu_names": provenance.nvml_gpu_names(),
-           "git": {k: v for k, v in provenance.git_info().items() if k in ("commit", "dirty", "source")}}
+           "git": {k: v for k, v in provenance.git_info().items() if k in ("commit", "dirty", "source")},
+           "sources": provenance.source_hash()}
     raw = os.environ.get("FP8LAB_MAKE_TIMES", "").split()
     try:
         t0, t_setup, t_build = (float(x) for x in raw)

@@ -89,6 +89,7 @@ def record(run_dir: Path) -> Path:
     df = df.sort_values("kind").reset_index(drop=True)[COLUMNS]
     meta = {"notebook": NOTEBOOK, "mode": "measure", "device": device, "device_name": gpus[0],
             "time": rj.get("started"), "run_id": rj.get("run_id"), "git": rj.get("git"),
+            "sources": rj.get("sources"),
             "host": rj.get("host"), "parameters": {}, "recorded_by": "python -m fp8lab walltimes record"}
     return results.write_table(device, NOTEBOOK, TABLE, df, meta)
 
