@@ -216,7 +216,9 @@ def test_run_json_records_where_and_how_long(tmp_path, monkeypatch):
     t = _time.time()
     monkeypatch.setenv("FP8LAB_MAKE_TIMES", f"{t - 30} {t - 20} {t - 5}")
     rec = runner.run_record("2026-12-01T00:00:00+00:00", t, t + 100)
-    assert rec["wall_s"] == 100 and rec["make"] == {"setup_s": 10.0, "build_s": 15.0, "total_s": 130.0}
+    assert rec["wall_s"] == 100 and rec["make"] == {"setup_s": 10.0, "build_s": 15.0, "total_s": 130.0,
+                                                  "fresh_install": False}
+    assert rec["sources"]["sha256"]
     assert rec["host"]["cpu_count"] >= 1 and "commit" in rec["git"]
     monkeypatch.setenv("FP8LAB_MAKE_TIMES", "garbage")
     assert "make" not in runner.run_record("x", t, t + 1)
