@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -70,7 +69,7 @@ COLUMNS = ["shape", "model", "site", "M", "N", "K", "arm", "variant", "path", "c
            "status", "time_p20_s", "time_p50_s", "time_p80_s", "tflops_p50", "tflops_p20", "tflops_p80",
            "weight_bytes", "weight_Bps_p50", "min_bytes", "relerr", "calc_diff", "max_err_norm", "nan_left",
            "poison", "n_samples", "timing_method", "rotation_sets", "sm_mhz_median", "sm_mhz_min",
-           "power_w_max", "clock_reasons"]
+           "power_w_max", "clock_reasons", "clock_source", "clock_note"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -454,34 +453,25 @@ def _bf16_candidate() -> Candidate:
 # ------------------------------------------------------------------------------------------
 # the sweep
 # ------------------------------------------------------------------------------------------
-def _clock_cols(sampler, t0, t1) -> dict:
-    if sampler is None:
-        return {}
-    clk = sampler.summary(t0, t1)
-    return dict(sm_mhz_median=clk.get("sm_mhz_median", math.nan), sm_mhz_min=clk.get("sm_mhz_min", math.nan),
-                power_w_max=clk.get("power_w_max", math.nan),
-                clock_reasons=";".join(f"{k}:{v:.2f}" for k, v in clk.get("reasons_fraction", {}).items()))
-
-
 def _row(shape, M, cand: Candidate, quant: str, status: str, **kw) -> dict:
     row = {c: math.nan for c in COLUMNS}
     row.update(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=cand.arm,
                variant=cand.variant, path=cand.path, config=cand.config, swizzle=cand.swizzle, quant=quant,
                status=status, weight_bytes=weight_bytes(cand.arm, shape.N, shape.K),
                min_bytes=min_bytes(cand.arm, M, shape.N, shape.K), poison="", timing_method="",
-               clock_reasons="")
+               clock_reasons="", clock_source="", clock_note="")
     row.update(kw)
     return row
 
 
 def _time(fn_rot, *, warmup_ms, rep_ms, graph_threshold_s, sampler, method="auto"):
-    from .. import bench
+    """(Timing, the row's clock columns): ``clocks.timed`` stamps the window on the sampler's
+    own clock, and a graph-replayed point shorter than its interval still gets the samples
+    bracketing it, or a note saying why none."""
+    from .. import bench, clocks
 
-    t0 = time.monotonic()
-    tm = bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                     graph_threshold_s=graph_threshold_s)
-    t1 = time.monotonic()
-    return tm, _clock_cols(sampler, t0, t1)
+    return clocks.timed(sampler, lambda: bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                                     graph_threshold_s=graph_threshold_s))
 
 
 def _warm_every_set(fn) -> None:
