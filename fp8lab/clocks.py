@@ -13,13 +13,20 @@ unlocked. Once locked, the reset is guaranteed three ways: the ``finally`` of th
 context manager, an ``atexit`` hook, and a SIGTERM handler (which resets, then
 hands over to the previous handler). Never use it on a shared machine.
 
+``timed`` / ``row_clocks`` give every timed row of every experiment its clock columns
+(``CLOCK_COLUMNS``), and ``clock_source`` / ``clock_note`` say where they came from: NVML
+samples taken while the row was timed ('sampled'); when the window was shorter than the
+sampler's interval, the samples just before and just after it ('bracketing samples'); or why
+there are none ('none': no sampler, NVML unavailable).
+
 NVML is imported lazily (``pynvml`` from nvidia-ml-py); both classes take an
-``nvml`` object, so tests inject a fake.
+``nvml`` object, so tests inject a fake (and the sampler a ``clock``).
 """
 
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import signal
 import statistics
@@ -27,10 +34,10 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 __all__ = ["ClockSampler", "ClockLock", "locked_clocks", "decode_reasons", "REASON_BITS",
-           "sample_once", "active_lock"]
+           "sample_once", "active_lock", "CLOCK_COLUMNS", "CLOCK_SOURCES", "row_clocks", "timed"]
 
 #: clock-event (formerly "throttle") reason bits, as nvml.h defines them
 REASON_BITS = {
@@ -76,7 +83,7 @@ def _reasons(nvml, handle) -> Optional[int]:
     return None
 
 
-def sample_once(nvml, handle) -> dict:
+def sample_once(nvml, handle, clock: Callable[[], float] = time.monotonic) -> dict:
     """One reading; fields NVML refuses on this card are None."""
     def get(f, *args, scale=1.0):
         try:
@@ -85,7 +92,7 @@ def sample_once(nvml, handle) -> dict:
             return None
 
     return {
-        "t": time.monotonic(),
+        "t": clock(),
         "sm_mhz": get("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1)),
         "mem_mhz": get("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2)),
         "power_w": get("nvmlDeviceGetPowerUsage", scale=1e-3),
@@ -106,13 +113,15 @@ class ClockSampler:
     """Poll NVML every ``interval_s`` on a daemon thread while a measurement runs.
 
     Use as a context manager, or ``start()`` / ``stop()``. ``summary()`` (or
-    ``summary(t0, t1)`` for a window in ``time.monotonic()`` seconds) returns a dict
-    fit for a meta sidecar. With no NVML (no driver, no pynvml) it records why and
-    ``summary()`` says ``available: False``: measuring still works.
+    ``summary(t0, t1)`` for a window in ``now()`` seconds) returns a dict fit for a meta
+    sidecar. With no NVML (no driver, no pynvml) it records why and ``summary()`` says
+    ``available: False``: measuring still works. ``clock`` (default ``time.monotonic``) is
+    the time base of ``now()`` and of every sample's ``t``; tests pass a fake one.
     """
 
     def __init__(self, device_index: int = 0, interval_s: float = 0.05, nvml=None,
-                 max_samples: int = 200_000, uuid: Optional[str] = None):
+                 max_samples: int = 200_000, uuid: Optional[str] = None,
+                 clock: Callable[[], float] = time.monotonic):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.device_index = int(device_index)
@@ -125,15 +134,18 @@ class ClockSampler:
         self.error: Optional[str] = None
         self.device_name: Optional[str] = None
         self.max_sm_mhz: Optional[float] = None
+        self._clock = clock
         self._nvml_arg = nvml
         self._nvml = None
         self._handle = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._started = False
         self._t_start = self._t_stop = None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> "ClockSampler":
+        self._started = True
         try:
             nvml = _load_nvml(self._nvml_arg)
             nvml.nvmlInit()
@@ -157,9 +169,9 @@ class ClockSampler:
             self.error = f"{type(e).__name__}: {e}"
             self._nvml = None
             return self
-        self._t_start = time.monotonic()
+        self._t_start = self._clock()
         self._stop.clear()
-        self.samples.append(sample_once(self._nvml, self._handle))
+        self.samples.append(sample_once(self._nvml, self._handle, self._clock))
         self._thread = threading.Thread(target=self._run, name="fp8lab-clock-sampler",
                                         daemon=True)
         self._thread.start()
@@ -170,10 +182,28 @@ class ClockSampler:
             if len(self.samples) >= self.max_samples:
                 break
             try:
-                self.samples.append(sample_once(self._nvml, self._handle))
+                self.samples.append(sample_once(self._nvml, self._handle, self._clock))
             except Exception as e:  # keep the measurement alive; say what happened
                 self.error = f"{type(e).__name__}: {e}"
                 break
+
+    @property
+    def running(self) -> bool:
+        """Started, NVML answered, not stopped yet."""
+        return self._thread is not None and self._nvml is not None
+
+    def sample_now(self) -> Optional[dict]:
+        """One extra reading taken on the caller's thread (the end of a timing window
+        shorter than the interval); None when not running or NVML refuses."""
+        if not self.running:
+            return None
+        try:
+            s = sample_once(self._nvml, self._handle, self._clock)
+        except Exception as e:  # noqa: BLE001 - a row without clocks, not a failed measurement
+            self.error = f"{type(e).__name__}: {e}"
+            return None
+        self.samples.append(s)
+        return s
 
     def stop(self) -> "ClockSampler":
         if self._thread is not None:
@@ -181,11 +211,11 @@ class ClockSampler:
             self._thread.join(timeout=5)
             self._thread = None
             try:
-                self.samples.append(sample_once(self._nvml, self._handle))
+                self.samples.append(sample_once(self._nvml, self._handle, self._clock))
             except Exception:
                 pass
         if self._nvml is not None:
-            self._t_stop = time.monotonic()
+            self._t_stop = self._clock()
             try:
                 self._nvml.nvmlShutdown()
             except Exception:
@@ -203,9 +233,27 @@ class ClockSampler:
     # -- results ------------------------------------------------------------------------
     def now(self) -> float:
         """A timestamp on the samples' clock, to mark the window of one arm."""
-        return time.monotonic()
+        return self._clock()
+
+    def _why_none(self) -> str:
+        if not self._started:
+            return "sampler never started"
+        if self.error and not self.samples:
+            return f"NVML unavailable ({self.error})"
+        if self.error:
+            return f"NVML stopped answering ({self.error})"
+        return "no NVML sample near the window"
 
     def summary(self, t0: Optional[float] = None, t1: Optional[float] = None) -> dict:
+        """Clocks, power, temperature and clock-event reasons over the samples in [t0, t1]
+        (everything when both are None).
+
+        A window shorter than the interval may hold no sample (a graph-replayed kernel of a
+        few us is timed in ~10 ms; the interval is 20 ms): then, if the sampler is running
+        and nothing was read after t1 yet, one reading is taken now, and the summary uses
+        the last sample before t0 and the first after t1. ``source`` says which:
+        'sampled', 'bracketing samples', 'nearest sample' (one side only) or 'none';
+        ``note`` says how far those samples lie from the window, or why there are none."""
         lock = active_lock()
         base = {"available": not self.error or bool(self.samples),
                 "device_index": self.device_index, "uuid": self.uuid,
@@ -215,9 +263,47 @@ class ClockSampler:
                 "lock_status": lock.status if lock else "not requested"}
         if self.error:
             base["error"] = self.error
-        rows = [s for s in self.samples
-                if (t0 is None or s["t"] >= t0) and (t1 is None or s["t"] <= t1)]
-        base["n_samples"] = len(rows)
+        windowed = t0 is not None or t1 is not None
+
+        def inside(s):
+            return (t0 is None or s["t"] >= t0) and (t1 is None or s["t"] <= t1)
+
+        # the main thread's end-of-window reading may land in the list after a reading the
+        # sampler thread started earlier: order by time, not by arrival
+        samples = sorted(self.samples, key=lambda s: s["t"])
+        rows = [s for s in samples if inside(s)]
+        span = f"the {(t1 - t0) * 1e3:.2f} ms window" if t0 is not None and t1 is not None else "the window"
+        forced = None
+        if windowed and not rows and self.running and (
+                t1 is None or not any(s["t"] > t1 for s in samples)):
+            # read now: the closest to the window's end there can be. It was taken after the
+            # timed work, so it brackets the window even if the clock has not moved since t1
+            forced = self.sample_now()
+            if forced is not None:
+                samples.append(forced)
+                if t1 is None:
+                    rows = [forced]
+        if rows:
+            source = "sampled"
+            note = f"{len(rows)} NVML samples in {span}" if windowed else f"{len(rows)} NVML samples"
+        elif windowed and samples:
+            before = [s for s in samples if t0 is not None and s["t"] < t0]
+            after = [s for s in samples if t1 is not None and s["t"] > t1] or ([forced] if forced else [])
+            before, after = (before[-1] if before else None), (after[0] if after else None)
+            rows = [s for s in (before, after) if s is not None]
+            parts = []
+            if before is not None:
+                parts.append(f"{(t0 - before['t']) * 1e3:.2f} ms before")
+            if after is not None:
+                parts.append(f"{(after['t'] - t1) * 1e3:.2f} ms after")
+            source = "bracketing samples" if before is not None and after is not None else "nearest sample"
+            note = (f"no NVML sample inside {span} (interval {self.interval_s * 1e3:.0f} ms); "
+                    f"{'the samples' if len(rows) > 1 else 'the sample'} {' and '.join(parts)} it")
+            if source == "nearest sample":
+                note += "; none on the other side" + (f" ({self.error})" if self.error else "")
+        else:
+            source, note = "none", self._why_none()
+        base.update(source=source, note=note, n_samples=len(rows))
         if not rows:
             base["available"] = False
             return base
@@ -228,6 +314,8 @@ class ClockSampler:
                 base[f"{key}_min"] = min(vals)
                 base[f"{key}_median"] = statistics.median(vals)
                 base[f"{key}_max"] = max(vals)
+        if "sm_mhz_median" not in base:
+            base["note"] += "; NVML gave no SM clock"
         counts: dict = {}
         n_reason = 0
         for r in rows:
@@ -241,6 +329,45 @@ class ClockSampler:
         base["reasons_fraction"] = {k: v / n_reason for k, v in sorted(counts.items())} if n_reason else {}
         base["throttled"] = any(k not in ("gpu_idle",) for k in counts)
         return base
+
+
+# ---------------------------------------------------------------------------------
+# the clock columns of one timed row (every experiment goes through these)
+# ---------------------------------------------------------------------------------
+#: what ``row_clocks`` returns; an experiment's table keeps those in its COLUMNS
+CLOCK_COLUMNS = ("sm_mhz_median", "sm_mhz_min", "sm_mhz_max", "mem_mhz_median", "power_w_max",
+                 "clock_reasons", "clock_source", "clock_note")
+#: the values of ``clock_source`` on a timed row
+CLOCK_SOURCES = ("sampled", "bracketing samples", "nearest sample", "none")
+
+_NUMERIC = ("sm_mhz_median", "sm_mhz_min", "sm_mhz_max", "mem_mhz_median", "power_w_max")
+
+
+def row_clocks(sampler: Optional[ClockSampler], t0: Optional[float], t1: Optional[float]) -> dict:
+    """The ``CLOCK_COLUMNS`` of a row timed between ``t0`` and ``t1`` (``sampler.now()``
+    stamps). Never silent: without a sampler the numbers are NaN and ``clock_source`` is
+    'none' with ``clock_note`` saying so."""
+    cols = {c: math.nan for c in _NUMERIC}
+    cols["clock_reasons"] = ""
+    if sampler is None:
+        cols.update(clock_source="none", clock_note="no sampler: timed without NVML sampling")
+        return cols
+    s = sampler.summary(t0, t1)
+    for c in _NUMERIC:
+        v = s.get(c)
+        cols[c] = float(v) if v is not None else math.nan
+    cols["clock_reasons"] = ";".join(f"{k}:{v:.2f}" for k, v in s.get("reasons_fraction", {}).items())
+    cols.update(clock_source=s["source"], clock_note=s["note"])
+    return cols
+
+
+def timed(sampler: Optional[ClockSampler], fn: Callable[[], object]) -> tuple:
+    """``(fn(), row_clocks(...))`` for the window around one call of ``fn`` (a bench call):
+    the one way a timed row gets its clocks."""
+    t0 = sampler.now() if sampler is not None else None
+    out = fn()
+    t1 = sampler.now() if sampler is not None else None
+    return out, row_clocks(sampler, t0, t1)
 
 
 # ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -387,3 +388,60 @@ def test_cutlass_candidates_follow_m():
         bw.cutlass_candidates(1, ["coop_256x256"])
     c = bw._cutlass_candidate("coop_128x128_streamk")
     assert c.arm == "cutlass_blockwise_sm90" and c.config == "coop_128x128_streamk" and c.takes_out
+
+
+# ------------------------------------------------------------------ which product each arm must equal
+def _np_opset(M=5, N=200, K=200, seed=0):
+    """Operands as numpy arrays (reference_for takes them as it takes torch tensors): small
+    integer codes and power-of-two scales, so every product is exact in float64."""
+    rng = np.random.default_rng(seed)
+    kb, nb = -(-K // 128), -(-N // 128)
+    a = rng.integers(-8, 9, (M, K)).astype(float)
+    b = rng.integers(-8, 9, (N, K)).astype(float)
+    sa = 2.0 ** rng.integers(-3, 4, (M, kb))
+    sb = 2.0 ** rng.integers(-3, 4, (nb, kb))
+    x, w = rng.standard_normal((M, K)), rng.standard_normal((N, K))
+    return bw.OpSet(x=x, x_pad=x, a=a, a_scale=sa, b=b, b_scale=sb, w_bf16=w)
+
+
+def test_every_arm_has_one_reference():
+    kinds = {a: bw.reference_kind(a) for a in bw.ARMS}
+    assert kinds == {"mma_blockwise": "blockwise", "triton_blockwise": "blockwise",
+                     "cutlass_blockwise_sm90": "blockwise", "cublaslt_blockwise": "blockwise",
+                     "cublas_bf16": "bf16", bw.PER_TENSOR: "codes"}
+    assert set(kinds.values()) == set(bw.REFERENCES)
+    with pytest.raises(ValueError, match="unknown arm"):
+        bw.reference_kind("cublas_fp8_rowwise")
+
+
+def test_reference_for_each_arm():
+    s = _np_opset()
+    rows = np.array([0, 2, 4])
+    # blockwise: every code times its own two scales, summed (written out, not via reference_rows)
+    want = np.zeros((len(rows), s.b.shape[0]))
+    for i, r in enumerate(rows):
+        for j in range(s.b.shape[0]):
+            want[i, j] = sum(s.a[r, k] * s.a_scale[r, k // 128] * s.b[j, k] * s.b_scale[j // 128, k // 128]
+                             for k in range(s.a.shape[1]))
+    for arm in ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise"):
+        np.testing.assert_array_equal(bw.reference_for(arm, s, rows), want)
+    # per-tensor: the codes with unit scales (what torch._scaled_mm with scale 1 computes); the
+    # scaled product is a different matrix, so checking this arm against it fails (issue 14)
+    codes = s.a[rows] @ s.b.T
+    np.testing.assert_array_equal(bw.reference_for(bw.PER_TENSOR, s, rows), codes)
+    assert not np.allclose(codes, want)
+    # bf16: the unquantised activations times the dequantised bf16 weights
+    np.testing.assert_array_equal(bw.reference_for("cublas_bf16", s, rows), s.x[rows] @ s.w_bf16.T)
+
+
+def test_reference_for_caches_per_kind_and_needs_bf16_weights():
+    s = _np_opset()
+    rows = np.arange(5)
+    cache = {}
+    r1 = bw.reference_for("mma_blockwise", s, rows, cache)
+    assert bw.reference_for("triton_blockwise", s, rows, cache) is r1          # same kind: built once
+    assert bw.reference_for(bw.PER_TENSOR, s, rows, cache) is not r1
+    assert len(cache) == 2
+    s.w_bf16 = None
+    with pytest.raises(ValueError, match="bf16_weights=True"):
+        bw.reference_for("cublas_bf16", s, rows)

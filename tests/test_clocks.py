@@ -1,6 +1,7 @@
 """The NVML sampler and the opt-in clock lock, against a fake NVML: the lock's reset
 path is never exercised on a real (shared) GPU."""
 
+import math
 import signal
 import time
 
@@ -258,3 +259,187 @@ def test_reason_bits_match_pynvml():
     assert pynvml.nvmlClocksEventReasonSwPowerCap == 0x4
     assert pynvml.nvmlClocksEventReasonHwThermalSlowdown == 0x40
     assert pynvml.nvmlClocksEventReasonGpuIdle == 0x1
+
+
+# ------------------------------------------------------------------ the clocks of one timed row
+class FakeClock:
+    """The sampler's time base, moved by hand: no sample lands anywhere by accident."""
+
+    def __init__(self, t=100.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+    def advance(self, dt):
+        self.t += dt
+
+
+def _quiet_sampler(nv=None, clock=None):
+    # a one-hour interval: the background thread takes no sample during a test, so the only
+    # readings are the one at start() and those the window logic asks for
+    clock = clock or FakeClock()
+    return clocks.ClockSampler(interval_s=3600, nvml=nv or FakeNVML(), clock=clock), clock
+
+
+def test_short_window_gets_the_bracketing_samples():
+    s, clock = _quiet_sampler()
+    with s:
+        clock.advance(0.015)                 # 15 ms after the start sample
+        t0 = s.now()
+        clock.advance(0.008)                 # an 8 ms graph-replay window: no sample inside
+        t1 = s.now()
+        clock.advance(0.0001)
+        c = clocks.row_clocks(s, t0, t1)
+    assert c["clock_source"] == "bracketing samples"
+    # the start reading (1950 MHz) and the one taken at the window's end (1980 MHz)
+    assert c["sm_mhz_median"] == pytest.approx(1965) and c["sm_mhz_min"] == 1950 and c["sm_mhz_max"] == 1980
+    assert c["power_w_max"] == pytest.approx(650) and c["mem_mhz_median"] == 3201
+    assert "sw_power_cap:0.50" in c["clock_reasons"]
+    assert "no NVML sample inside the 8.00 ms window" in c["clock_note"]
+    assert "15.00 ms before" in c["clock_note"] and "0.10 ms after" in c["clock_note"]
+    assert set(c) == set(clocks.CLOCK_COLUMNS)
+
+
+def test_window_with_a_sample_inside_is_sampled():
+    s, clock = _quiet_sampler()
+    with s:
+        clock.advance(0.01)
+        t0 = s.now()
+        clock.advance(0.01)
+        s.sample_now()                       # what the sampler thread does every interval
+        clock.advance(0.01)
+        c = clocks.row_clocks(s, t0, s.now())
+    assert c["clock_source"] == "sampled" and c["sm_mhz_median"] == 1980
+    assert c["clock_note"] == "1 NVML samples in the 20.00 ms window"
+    assert len(s.samples) == 3               # start, inside, stop: no extra end-of-window reading
+
+
+def test_a_later_summary_uses_the_samples_already_taken():
+    s, clock = _quiet_sampler()
+    with s:
+        clock.advance(0.005)
+        t0 = s.now()
+        clock.advance(0.002)
+        t1 = s.now()
+        clock.advance(0.003)
+    n = len(s.samples)                       # start and stop readings
+    c = clocks.row_clocks(s, t0, t1)         # after stop: the stop reading is the one after
+    assert c["clock_source"] == "bracketing samples" and len(s.samples) == n
+    assert "5.00 ms before and 3.00 ms after" in c["clock_note"]
+
+
+def test_window_after_the_sampler_stopped_has_the_nearest_sample_only():
+    s, clock = _quiet_sampler()
+    with s:
+        pass
+    clock.advance(1.0)
+    t0 = s.now()
+    clock.advance(0.001)
+    c = clocks.row_clocks(s, t0, s.now())
+    assert c["clock_source"] == "nearest sample" and c["sm_mhz_median"] > 0
+    assert "1000.00 ms before" in c["clock_note"] and "none on the other side" in c["clock_note"]
+
+
+def test_no_sampler_says_so():
+    c = clocks.row_clocks(None, None, None)
+    assert c["clock_source"] == "none" and c["clock_note"].startswith("no sampler")
+    assert math.isnan(c["sm_mhz_median"]) and c["clock_reasons"] == ""
+    assert set(c) == set(clocks.CLOCK_COLUMNS)
+
+
+def test_nvml_unavailable_says_why():
+    s, clock = _quiet_sampler(FakeNVML(fail_init=True))
+    s.start()
+    t0 = s.now()
+    clock.advance(0.01)
+    c = clocks.row_clocks(s, t0, s.now())
+    s.stop()
+    assert c["clock_source"] == "none" and math.isnan(c["sm_mhz_median"])
+    assert c["clock_note"].startswith("NVML unavailable") and "FakeNVMLError" in c["clock_note"]
+    never, _ = _quiet_sampler()
+    assert clocks.row_clocks(never, 0.0, 1.0)["clock_note"] == "sampler never started"
+
+
+def test_timed_brackets_one_call():
+    s, clock = _quiet_sampler()
+    with s:
+        clock.advance(0.02)
+        out, c = clocks.timed(s, lambda: clock.advance(0.004) or "timing")
+    assert out == "timing" and c["clock_source"] == "bracketing samples"
+    assert "4.00 ms window" in c["clock_note"]
+    out, c = clocks.timed(None, lambda: 7)
+    assert out == 7 and c["clock_source"] == "none"
+
+
+def test_samples_out_of_arrival_order_are_ordered_by_time():
+    # the end-of-window reading (main thread) may be appended before a reading the sampler
+    # thread began earlier
+    s, clock = _quiet_sampler()
+    with s:
+        clock.advance(0.01)
+        t0 = s.now()
+        clock.advance(0.01)
+        late = s.sample_now()
+        early = dict(late, t=t0 + 0.005, sm_mhz=1500)
+        s.samples.append(early)
+        clock.advance(0.01)
+        summ = s.summary(t0, s.now())
+    assert summ["source"] == "sampled" and summ["n_samples"] == 2
+    assert summ["duration_s"] == pytest.approx(0.005)
+
+
+# ------------------------------------------------------------------ every experiment goes through row_clocks
+def test_blockwise_rows_from_a_short_window_get_clocks(monkeypatch):
+    """The rows that decide A8 were graph-replayed for ~10 ms under a 20 ms sampler: NaN clocks
+    before; now the bracketing samples, and a note where there is no sampler."""
+    from fp8lab import bench
+    from fp8lab.experiments import blockwise as bw
+
+    s, clock = _quiet_sampler()
+
+    def fake_bench(fn, **kw):
+        clock.advance(0.009)
+        return "timing"
+    monkeypatch.setattr(bench, "bench", fake_bench)
+    with s:
+        clock.advance(0.02)
+        tm, clk = bw._time(lambda: None, warmup_ms=1, rep_ms=1, graph_threshold_s=0, sampler=s, method="graph")
+    assert tm == "timing" and clk["clock_source"] == "bracketing samples" and clk["sm_mhz_median"] > 0
+    _, clk = bw._time(lambda: None, warmup_ms=1, rep_ms=1, graph_threshold_s=0, sampler=None)
+    assert clk["clock_source"] == "none" and clk["clock_note"].startswith("no sampler")
+    row = bw._row(bw.resolve_shapes(["qwen3-8b:o_proj"])[0], 1, bw.Candidate("mma_blockwise", None), "none",
+                  "measured", **clk)
+    assert row["clock_source"] == "none" and {"clock_source", "clock_note"} <= set(bw.COLUMNS)
+
+
+def _experiment_modules():
+    import importlib
+    import pathlib
+
+    root = pathlib.Path(clocks.__file__).parent / "experiments"
+    return {p.stem: (p, importlib.import_module(f"fp8lab.experiments.{p.stem}"))
+            for p in sorted(root.glob("*.py")) if p.stem != "__init__"}
+
+
+def test_no_experiment_summarises_a_window_itself():
+    import re
+
+    for name, (path, mod) in _experiment_modules().items():
+        src = path.read_text()
+        # a windowed sampler.summary(t0, t1) outside fp8lab.clocks is a private copy of row_clocks
+        assert not re.search(r"\.summary\(\s*[^)\s]", src), f"{name}: use clocks.timed / clocks.row_clocks"
+        if "bench.bench(" in src:
+            assert "clocks.timed(" in src or re.search(r"\btimed\(sampler", src), \
+                f"{name} times rows without clocks.timed"
+
+
+def test_every_table_with_clocks_says_where_they_came_from():
+    seen = 0
+    for name, (_, mod) in _experiment_modules().items():
+        for attr in ("COLUMNS", "LOCKED_COLUMNS"):
+            cols = getattr(mod, attr, None)
+            if cols and "sm_mhz_median" in cols:
+                seen += 1
+                assert {"clock_source", "clock_note"} <= set(cols), f"{name}.{attr}"
+    assert seen >= 8

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -70,7 +69,7 @@ COLUMNS = ["shape", "model", "site", "M", "N", "K", "arm", "variant", "path", "c
            "status", "time_p20_s", "time_p50_s", "time_p80_s", "tflops_p50", "tflops_p20", "tflops_p80",
            "weight_bytes", "weight_Bps_p50", "min_bytes", "relerr", "calc_diff", "max_err_norm", "nan_left",
            "poison", "n_samples", "timing_method", "rotation_sets", "sm_mhz_median", "sm_mhz_min",
-           "power_w_max", "clock_reasons"]
+           "power_w_max", "clock_reasons", "clock_source", "clock_note"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -227,17 +226,75 @@ def check_rows(M: int, max_rows: int = 512, seed: int = 0) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(64), np.arange(M - 64, M), mid]))
 
 
+# The references below take torch tensors (the GPU path) or numpy arrays (the CPU tests of
+# which product each arm is checked against): only these three helpers tell them apart.
+def _is_torch(t) -> bool:
+    return hasattr(t, "double")
+
+
+def _f64(t):
+    return t.double() if _is_torch(t) else np.asarray(t, dtype=np.float64)
+
+
+def _rows64(t, rows):
+    """float64 rows ``rows`` of a 2-D tensor or array."""
+    if _is_torch(t):
+        import torch
+
+        return t[torch.as_tensor(rows, device=t.device, dtype=torch.long)].double()
+    return np.asarray(t, dtype=np.float64)[np.asarray(rows, dtype=np.int64)]
+
+
+def _repeat(t, n: int, axis: int):
+    return t.repeat_interleave(n, axis) if _is_torch(t) else np.repeat(t, n, axis)
+
+
 def reference_rows(a, a_scale, b, b_scale, rows):
     """float64 (len(rows), N) of the blockwise-scaled product, from dequantised operands
     (an e4m3 code times an fp32 scale is exact in float64)."""
-    import torch
-
     K = a.shape[1]
     N = b.shape[0]
-    r = torch.as_tensor(rows, device=a.device, dtype=torch.long)
-    A = a[r].double() * a_scale[r].double().repeat_interleave(128, 1)[:, :K]
-    B = b.double() * b_scale.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
-    return A @ B.t()
+    A = _rows64(a, rows) * _repeat(_rows64(a_scale, rows), 128, 1)[:, :K]
+    B = _f64(b) * _repeat(_repeat(_f64(b_scale), 128, 0)[:N], 128, 1)[:, :K]
+    return A @ B.T
+
+
+#: which float64 product each arm's output is checked against (``reference_for``); an arm not
+#: listed is checked against the blockwise-scaled one. cublas_fp8_tensorwise runs the e4m3 codes
+#: with unit scales (the FP8 GEMM without block scaling), so its output is the codes' product.
+REFERENCE_OF = {"cublas_bf16": "bf16", PER_TENSOR: "codes"}
+REFERENCES = {"blockwise": "(a * a_scale) @ (b * b_scale): e4m3 codes times their 1x128 / 128x128 scales",
+              "bf16": "x @ w_bf16: the bf16 activations times the dequantised bf16 weights",
+              "codes": "a @ b: the e4m3 codes with unit scales"}
+
+
+def reference_kind(arm: str) -> str:
+    """Which product (a key of REFERENCES) ``arm`` is checked against; ValueError for an
+    unknown arm. CPU."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; known: {list(ARMS)}")
+    return REFERENCE_OF.get(arm, "blockwise")
+
+
+def reference_for(arm: str, s: "OpSet", rows, cache: Optional[dict] = None):
+    """float64 (len(rows), N): what ``arm``'s output on operand set ``s`` must equal on rows
+    ``rows``; the one place run_point and the GPU tests take an arm's reference from. Takes
+    torch tensors or numpy arrays. ``cache`` (a dict, one per operand set and rows) keeps
+    each kind of reference once."""
+    kind = reference_kind(arm)
+    if cache is not None and kind in cache:
+        return cache[kind]
+    if kind == "bf16":
+        if s.w_bf16 is None:
+            raise ValueError("cublas_bf16 needs operands made with bf16_weights=True")
+        ref = _rows64(s.x, rows) @ _f64(s.w_bf16).T
+    elif kind == "codes":
+        ref = _rows64(s.a, rows) @ _f64(s.b).T
+    else:
+        ref = reference_rows(s.a, s.a_scale, s.b, s.b_scale, rows)
+    if cache is not None:
+        cache[kind] = ref
+    return ref
 
 
 def compare(out, ref_rows, rows) -> dict:
@@ -454,34 +511,25 @@ def _bf16_candidate() -> Candidate:
 # ------------------------------------------------------------------------------------------
 # the sweep
 # ------------------------------------------------------------------------------------------
-def _clock_cols(sampler, t0, t1) -> dict:
-    if sampler is None:
-        return {}
-    clk = sampler.summary(t0, t1)
-    return dict(sm_mhz_median=clk.get("sm_mhz_median", math.nan), sm_mhz_min=clk.get("sm_mhz_min", math.nan),
-                power_w_max=clk.get("power_w_max", math.nan),
-                clock_reasons=";".join(f"{k}:{v:.2f}" for k, v in clk.get("reasons_fraction", {}).items()))
-
-
 def _row(shape, M, cand: Candidate, quant: str, status: str, **kw) -> dict:
     row = {c: math.nan for c in COLUMNS}
     row.update(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=cand.arm,
                variant=cand.variant, path=cand.path, config=cand.config, swizzle=cand.swizzle, quant=quant,
                status=status, weight_bytes=weight_bytes(cand.arm, shape.N, shape.K),
                min_bytes=min_bytes(cand.arm, M, shape.N, shape.K), poison="", timing_method="",
-               clock_reasons="")
+               clock_reasons="", clock_source="", clock_note="")
     row.update(kw)
     return row
 
 
 def _time(fn_rot, *, warmup_ms, rep_ms, graph_threshold_s, sampler, method="auto"):
-    from .. import bench
+    """(Timing, the row's clock columns): ``clocks.timed`` stamps the window on the sampler's
+    own clock, and a graph-replayed point shorter than its interval still gets the samples
+    bracketing it, or a note saying why none."""
+    from .. import bench, clocks
 
-    t0 = time.monotonic()
-    tm = bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                     graph_threshold_s=graph_threshold_s)
-    t1 = time.monotonic()
-    return tm, _clock_cols(sampler, t0, t1)
+    return clocks.timed(sampler, lambda: bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                                     graph_threshold_s=graph_threshold_s))
 
 
 def _warm_every_set(fn) -> None:
@@ -552,26 +600,13 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     n_sets = min(max_sets, bench.n_rotation_sets(per_set, bench.device_l2_bytes(), max_sets=10**6))
     sets = [s0] + [s0.clone() for _ in range(n_sets - 1)]
     rows = check_rows(M, seed=seed)
-    ref = reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows)
-    ref16 = refpt = None
+    refs: dict = {}                      # one reference per kind (reference_for), built on first use
     flop = 2.0 * M * N * K
     method = "graph" if M <= graph_max_m else "auto"
     out_rows, timed = [], []
     for cand in candidates:
         try:
-            if cand.arm == "cublas_bf16":
-                if ref16 is None:
-                    r = torch.as_tensor(rows, device=s0.x.device)
-                    ref16 = s0.x[r].double() @ s0.w_bf16.double().t()
-                refc = ref16
-            elif cand.arm == PER_TENSOR:
-                if refpt is None:
-                    r = torch.as_tensor(rows, device=s0.a.device)
-                    refpt = s0.a[r].double() @ s0.b.double().t()
-                refc = refpt
-            else:
-                refc = ref
-            chk, poison = check_candidate(cand, s0, refc, rows)
+            chk, poison = check_candidate(cand, s0, reference_for(cand.arm, s0, rows, refs), rows)
             if cand.describe is not None:
                 cand.config = cand.describe()
         except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
@@ -647,7 +682,7 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
                                  **_timing_cols(tm, flop, weight_bytes(arm, N, K)), **clk))
             if log:
                 log(f"{shape.name} M={M} {arm} +{qname}: {tm.p50_s * 1e6:.1f} us")
-    del sets, s0, ref, ref16
+    del sets, s0, refs
     torch.cuda.empty_cache()
     return out_rows
 
@@ -844,7 +879,7 @@ def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzl
     cfg = mb.get_config(config) if config is not None else mma_candidates(M, 1, N=shape.N)[0]
     s0 = make_operands(M, shape.N, shape.K, seed=seed)
     rows_chk = check_rows(M)
-    ref = reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows_chk)
+    ref = reference_for("mma_blockwise", s0, rows_chk)
     flop = 2.0 * M * shape.N * shape.K
     cands = {s: _mma_candidate(cfg, variant, int(s)) for s in swizzles}
     rows = []

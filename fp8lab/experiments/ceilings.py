@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench, devices
-from ..clocks import ClockSampler
+from ..clocks import ClockSampler, timed
 
 __all__ = ["CEILINGS", "measure_ceilings", "ceilings_for_roofline", "COLUMNS"]
 
@@ -46,7 +46,7 @@ CEILINGS = {
 COLUMNS = ["ceiling", "arm", "status", "unit", "size", "flop", "bytes", "time_p20_s",
            "time_p50_s", "time_p80_s", "rate_p20", "rate_p50", "rate_p80", "spec", "fraction_of_spec",
            "check", "check_value", "n_samples", "timing_method", "l2_flushed", "sm_mhz_median",
-           "sm_mhz_min", "mem_mhz_median", "power_w_max", "clock_reasons"]
+           "sm_mhz_min", "mem_mhz_median", "power_w_max", "clock_reasons", "clock_source", "clock_note"]
 
 FP8_MAX = 448.0  # largest finite e4m3fn
 
@@ -240,8 +240,8 @@ def measure_ceilings(copy_gib: float = 2.0, gemm_size: int = 8192, *,
         for name in wanted:
             arm, unit, spec_kind = CEILINGS[name]
             row = {c: math.nan for c in COLUMNS}
-            row.update(ceiling=name, arm=arm, unit=unit, check="", clock_reasons="",
-                       timing_method="", size="")
+            row.update(ceiling=name, arm=arm, unit=unit, check="", clock_reasons="", clock_source="",
+                       clock_note="", timing_method="", size="")
             if spec is not None:
                 row["spec"] = spec.bandwidth_Bps if spec_kind == "bandwidth" else (
                     spec.peak_flops(spec_kind) if spec.peak_flops(spec_kind) is not None else math.nan)
@@ -258,24 +258,16 @@ def measure_ceilings(copy_gib: float = 2.0, gemm_size: int = 8192, *,
                 rows.append(row)
                 torch.cuda.empty_cache()
                 continue
-            t0 = sampler.now()
-            timing = bench.bench(built["fn"], method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
-            t1 = sampler.now()
+            timing, clk = timed(sampler, lambda: bench.bench(built["fn"], method="events", warmup_ms=warmup_ms,
+                                                             rep_ms=rep_ms))
             work = built["bytes"] if unit == "B/s" else built["flop"]
             r = timing.rate(work)
-            clk = sampler.summary(t0, t1)
             row.update(
                 status="measured", size=built["size"], flop=built["flop"], bytes=built["bytes"],
                 time_p20_s=timing.p20_s, time_p50_s=timing.p50_s, time_p80_s=timing.p80_s,
                 rate_p20=r["p20"], rate_p50=r["p50"], rate_p80=r["p80"],
                 check=built["check"], check_value=built["check_value"], n_samples=timing.n,
-                timing_method=timing.method, l2_flushed=timing.flushed_l2,
-                sm_mhz_median=clk.get("sm_mhz_median", math.nan),
-                sm_mhz_min=clk.get("sm_mhz_min", math.nan),
-                mem_mhz_median=clk.get("mem_mhz_median", math.nan),
-                power_w_max=clk.get("power_w_max", math.nan),
-                clock_reasons=";".join(f"{k}:{v:.2f}" for k, v in
-                                       clk.get("reasons_fraction", {}).items()),
+                timing_method=timing.method, l2_flushed=timing.flushed_l2, **clk,
             )
             if not math.isnan(row["spec"]) and row["spec"] > 0:
                 row["fraction_of_spec"] = row["rate_p50"] / row["spec"]

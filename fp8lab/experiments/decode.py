@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, devices, shapes
+from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
@@ -49,7 +49,7 @@ COLUMNS = ["shape", "N", "K", "M", "arm", "fmt", "act", "weight_bytes", "scale_b
            "bw_p80", "tflops_p50", "copy_Bps", "fraction_of_copy", "spec_Bps", "fraction_of_spec",
            "splits", "grid", "ctas_per_sm", "check_relerr", "rotation_sets", "timing_method",
            "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max",
-           "schedule", "same_copy_Bps", "fraction_of_same_copy"]
+           "schedule", "same_copy_Bps", "fraction_of_same_copy", "clock_source", "clock_note"]
 
 
 def _shape(name: str) -> shapes.Shape:
@@ -184,10 +184,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         return same[nbytes]
 
     def timed(fn, sets):
-        t0 = sampler.now() if sampler else None
-        timing = bench.bench(bench.rotating(fn, sets), method="graph", rep_ms=rep_ms)
-        clk = sampler.summary(t0, sampler.now()) if sampler else {}
-        return timing, clk
+        return clocks.timed(sampler, lambda: bench.bench(bench.rotating(fn, sets), method="graph", rep_ms=rep_ms))
 
     for name in shape_names:
         sh = _shape(name)
@@ -278,10 +275,8 @@ def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits
                 copy_Bps=copy_Bps, fraction_of_copy=r["p50"] / copy_Bps, spec_Bps=spec_bw,
                 fraction_of_spec=r["p50"] / spec_bw, splits=splits, grid=grid, ctas_per_sm=ctas,
                 check_relerr=err, rotation_sets=timing.rotation_sets, timing_method=timing.method,
-                n_samples=timing.n, sm_mhz_median=clk.get("sm_mhz_median", math.nan),
-                sm_mhz_min=clk.get("sm_mhz_min", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
-                power_w_max=clk.get("power_w_max", math.nan), schedule=schedule, same_copy_Bps=same_Bps,
-                fraction_of_same_copy=r["p50"] / same_Bps)
+                n_samples=timing.n, schedule=schedule, same_copy_Bps=same_Bps,
+                fraction_of_same_copy=r["p50"] / same_Bps, **clk)
 
 
 # --------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from .. import clocks
 from ..kernels import weight_only as wo
 
 DEFAULT_SHAPE = "llama3-70b:down_proj"
@@ -57,7 +58,7 @@ _XALU_MANGLED = re.compile(r"gemv_w8a16_fp8_xaluILb\dELi\d+ELi(\d+)E")
 COLUMNS = ["shape", "N", "K", "M", "arm", "extra_alu", "lock_mhz", "lock_status", "stream_bytes",
            "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50", "bw_p80", "check_relerr",
            "rotation_sets", "n_samples", "sm_mhz_median", "sm_mhz_min", "sm_mhz_max", "mem_mhz_median",
-           "power_w_max"]
+           "power_w_max", "clock_source", "clock_note"]
 
 
 def _positive(name: str, v) -> float:
@@ -128,15 +129,15 @@ def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") 
     base = float(d.loc[d["extra_alu"] == 0, bw].iloc[0])
     change = d[bw].to_numpy(float) / base - 1.0
     ks = d["extra_alu"].to_numpy(float)
-    clocks = d["eq_clock_mhz"].to_numpy(float) if "eq_clock_mhz" in d else np.full(len(d), np.nan)
+    eq_mhz = d["eq_clock_mhz"].to_numpy(float) if "eq_clock_mhz" in d else np.full(len(d), np.nan)
     below = np.nonzero(change < -drop)[0]
     i = int(below[0]) if below.size else None
     last = (i - 1) if i is not None else len(d) - 1
     return dict(
         knee_extra_alu=None if i is None else int(ks[i]),
-        knee_clock_mhz=None if i is None or not np.isfinite(clocks[i]) else float(clocks[i]),
+        knee_clock_mhz=None if i is None or not np.isfinite(eq_mhz[i]) else float(eq_mhz[i]),
         last_flat_extra_alu=int(ks[last]) if last >= 0 else None,
-        last_flat_clock_mhz=float(clocks[last]) if last >= 0 and np.isfinite(clocks[last]) else None,
+        last_flat_clock_mhz=float(eq_mhz[last]) if last >= 0 and np.isfinite(eq_mhz[last]) else None,
         base_bw=base, change=dict(zip(ks.astype(int).tolist(), change.tolist())),
         flat_until_knee=bool(np.all(np.abs(change[: last + 1]) <= drop)),
     )
@@ -308,20 +309,14 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
     rows = []
 
     def timed(fn, args):
-        t0 = sampler.now() if sampler else None
-        timing = bench.bench(bench.rotating(fn, args), method="graph", rep_ms=rep_ms)
-        clk = sampler.summary(t0, sampler.now()) if sampler else {}
-        return timing, clk
+        return clocks.timed(sampler, lambda: bench.bench(bench.rotating(fn, args), method="graph", rep_ms=rep_ms))
 
     def row(arm, k, timing, clk, nbytes, e):
         r = timing.rate(nbytes)
         return dict(shape=shape_name, N=N, K=K, M=M, arm=arm, extra_alu=k, lock_mhz=lock_mhz,
                     lock_status=lock_status, stream_bytes=nbytes, time_p20_s=timing.p20_s,
                     time_p50_s=timing.p50_s, time_p80_s=timing.p80_s, bw_p20=r["p20"], bw_p50=r["p50"],
-                    bw_p80=r["p80"], check_relerr=e, rotation_sets=timing.rotation_sets, n_samples=timing.n,
-                    sm_mhz_median=clk.get("sm_mhz_median", math.nan), sm_mhz_min=clk.get("sm_mhz_min", math.nan),
-                    sm_mhz_max=clk.get("sm_mhz_max", math.nan), mem_mhz_median=clk.get("mem_mhz_median", math.nan),
-                    power_w_max=clk.get("power_w_max", math.nan))
+                    bw_p80=r["p80"], check_relerr=e, rotation_sets=timing.rotation_sets, n_samples=timing.n, **clk)
 
     for k in ks:
         outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
@@ -402,7 +397,7 @@ LOCKED_PREFILL_SHAPE = "llama3-70b:o_proj"
 LOCKED_PREFILL_M = 8192
 LOCKED_COLUMNS = ["phase", "shape", "N", "K", "M", "arm", "fmt", "lock_mhz", "lock_status", "rate_p20",
                   "rate_p50", "rate_p80", "rate_unit", "time_p50_s", "sm_mhz_median", "sm_mhz_min",
-                  "check_relerr", "change_vs_unlocked"]
+                  "clock_source", "clock_note", "check_relerr", "change_vs_unlocked"]
 LOCK_FLAT = 0.05        # "does not change" at >= 1200 MHz: within 5%, the knee threshold
 FP_INT_PARITY = 0.02    # the FP vs INT tolerance
 
@@ -414,6 +409,7 @@ def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) ->
                          fmt=r["fmt"], lock_mhz=lock_mhz, lock_status=status, rate_p20=r["bw_p20"],
                          rate_p50=r["bw_p50"], rate_p80=r["bw_p80"], rate_unit="B/s", time_p50_s=r["time_p50_s"],
                          sm_mhz_median=r["sm_mhz_median"], sm_mhz_min=r["sm_mhz_min"],
+                         clock_source=r.get("clock_source", ""), clock_note=r.get("clock_note", ""),
                          check_relerr=r["check_relerr"]))
     for _, r in pre.iterrows():
         if bool(r.get("with_quant", False)):
@@ -423,6 +419,7 @@ def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) ->
                          rate_p20=r["tflops_p20"] * 1e12, rate_p50=r["tflops_p50"] * 1e12,
                          rate_p80=r["tflops_p80"] * 1e12, rate_unit="FLOP/s", time_p50_s=r["time_p50_s"],
                          sm_mhz_median=r["sm_mhz_median"], sm_mhz_min=r["sm_mhz_min"],
+                         clock_source=r.get("clock_source", ""), clock_note=r.get("clock_note", ""),
                          check_relerr=r["check_relerr"]))
     return rows
 
@@ -450,8 +447,6 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
     for f in formats:
         wo._check_fmt(f)
     if lock is None:
-        from .. import clocks
-
         def lock(sm_mhz):
             return clocks.locked_clocks(sm_mhz=sm_mhz, opt_in=True)
 

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, devices, shapes
+from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"
@@ -44,7 +44,7 @@ SEED_C7_CUBLAS_OF_SPEC = 0.99
 COLUMNS = ["shape", "N", "K", "M", "arm", "scheme", "with_quant", "flop", "time_p20_s", "time_p50_s",
            "time_p80_s", "tflops_p20", "tflops_p50", "tflops_p80", "quant_time_s", "sm_mhz_median",
            "sm_mhz_min", "power_w_max", "tflops_per_ghz", "spec_tflops_per_ghz", "check_relerr", "config",
-           "timing_method", "n_samples"]
+           "timing_method", "n_samples", "clock_source", "clock_note"]
 
 
 def _relerr(got, ref) -> float:
@@ -131,17 +131,12 @@ def measure_prefill(shape_name: str = DEFAULT_SHAPE, Ms: Sequence[int] = DEFAULT
         rows.append(dict(shape=shape_name, N=N, K=K, M=M, arm=arm + ("+quant" if with_quant else ""),
                          scheme=SCHEME[arm], with_quant=with_quant, flop=flop, time_p20_s=t20, time_p50_s=t50,
                          time_p80_s=t80, tflops_p20=flop / t80 / 1e12, tflops_p50=tf, tflops_p80=flop / t20 / 1e12,
-                         quant_time_s=quant_s, sm_mhz_median=mhz, sm_mhz_min=clk.get("sm_mhz_min", math.nan),
-                         power_w_max=clk.get("power_w_max", math.nan),
-                         tflops_per_ghz=tf / (mhz / 1e3) if mhz and mhz > 0 else math.nan,
+                         quant_time_s=quant_s, tflops_per_ghz=tf / (mhz / 1e3) if mhz and mhz > 0 else math.nan,
                          spec_tflops_per_ghz=spec_per_ghz, check_relerr=err, config=config,
-                         timing_method=timing.method, n_samples=timing.n))
+                         timing_method=timing.method, n_samples=timing.n, **clk))
 
     def timed(fn):
-        t0 = sampler.now() if sampler else None
-        tm = bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
-        clk = sampler.summary(t0, sampler.now()) if sampler else {}
-        return tm, clk
+        return clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
 
     for M in Ms:
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)    # (M, K) bf16

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from .. import bench, claims
+from .. import bench, claims, clocks
 from ..kernels import quant_act as qa
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
@@ -55,7 +55,7 @@ COLUMNS = ["arm", "M", "K", "status", "bytes", "time_p20_s", "time_p50_s", "time
            "fraction_of_copy", "fraction_of_big_copy", "bitwise_ok", "codes_differing", "scales_differing",
            "scales_differing_true_division", "l2_resident", "timing_method", "copy_timing_method", "rotation_sets",
            "n_samples",
-           "sm_mhz_median", "power_w_max", "clock_reasons"]
+           "sm_mhz_median", "power_w_max", "clock_reasons", "clock_source", "clock_note"]
 
 
 def make_input(M: int, K: int, seed: int = 0, device="cuda"):
@@ -164,7 +164,6 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
     if not torch.cuda.is_available():
         raise RuntimeError("measure() needs a CUDA device")
     l2 = bench.device_l2_bytes()
-    now = sampler.now if sampler is not None else (lambda: 0.0)
     rows = []
     for K in Ks:
         for M in Ms:
@@ -190,7 +189,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
             for arm in (*arms, *diagnostic_arms):
                 r = {c: math.nan for c in COLUMNS}
                 r.update(arm=arm, M=int(M), K=int(K), bytes=float(nbytes), l2_resident=resident, status="",
-                         timing_method="", clock_reasons="", copy_gbps_p50=copy_gbps, copy_timing_method=tc.method)
+                         timing_method="", clock_reasons="", clock_source="", clock_note="", copy_gbps_p50=copy_gbps,
+                         copy_timing_method=tc.method)
                 kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
                       else {})
                 if arm == "traffic_copy":
@@ -225,17 +225,13 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
 
                     def make(i, arm=arm, outs=outs, kw=kw):
                         return lambda: qa.quant_act(xs[i], arm, q_out=outs[i][0], s_out=outs[i][1], **kw)
-                t0 = now()
-                tm = _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms, timing=timing)
-                t1 = now()
-                clk = sampler.summary(t0, t1) if sampler is not None else {}
+                tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms,
+                                                              timing=timing))
                 gbps = nbytes / tm.p50_s / 1e9
                 r.update(status="measured", time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                          gbps_p50=gbps, fraction_of_copy=gbps / copy_gbps,
                          fraction_of_big_copy=(gbps * 1e9 / big_copy_Bps) if big_copy_Bps else math.nan,
-                         timing_method=tm.method, rotation_sets=tm.rotation_sets, n_samples=tm.n,
-                         sm_mhz_median=clk.get("sm_mhz_median", math.nan), power_w_max=clk.get("power_w_max", math.nan),
-                         clock_reasons=";".join(f"{k}:{v:.2f}" for k, v in clk.get("reasons_fraction", {}).items()))
+                         timing_method=tm.method, rotation_sets=tm.rotation_sets, n_samples=tm.n, **clk)
                 rows.append(r)
             xs = None
             torch.cuda.empty_cache()

@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, claims, devices
+from .. import bench, claims, clocks, devices
 from .. import shapes as shp
 from ..kernels import seed001
 
@@ -99,7 +99,8 @@ FAMILY_BOUND = {"scalar_tiled": "fp32", "wmma_w8a16": "bf16", "best_w8a8": "fp8"
 COLUMNS = ["site", "model", "N", "K", "M", "arm", "role", "kind", "impl_config", "status", "flop", "bytes",
            "time_p20_s", "time_p50_s", "time_p80_s", "tflops_p50", "gbps_p50", "prep_arm", "prep_p50_s",
            "total_p50_s", "total_tflops_p50", "best_w8a8", "check_relerr", "n_samples", "timing_method",
-           "rotation_sets", "sm_mhz_median", "sm_mhz_min", "power_w_max", "clock_reasons"]
+           "rotation_sets", "sm_mhz_median", "sm_mhz_min", "power_w_max", "clock_reasons", "clock_source",
+           "clock_note"]
 
 
 # ----------------------------------------------------------------------------------------- rules
@@ -300,15 +301,6 @@ def _not_run(e: Exception, prefix: str = "") -> str:
     return f"not-run: {prefix}{type(e).__name__}: {first[:160]}"
 
 
-def _clock_cols(sampler, t0, t1) -> dict:
-    if sampler is None:
-        return {}
-    c = sampler.summary(t0, t1)
-    return {"sm_mhz_median": c.get("sm_mhz_median", math.nan), "sm_mhz_min": c.get("sm_mhz_min", math.nan),
-            "power_w_max": c.get("power_w_max", math.nan),
-            "clock_reasons": ";".join(f"{k}:{v:.2f}" for k, v in c.get("reasons_fraction", {}).items())}
-
-
 def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS, *,
             arms: Sequence[str] = GEMM_ARMS, scalar_max_m: int = SCALAR_MAX_M, rep_ms: float = 40,
             warmup_ms: float = 10, seed: int = 0, triton_mode: str = "auto", sampler=None,
@@ -348,20 +340,20 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
         r = {c: math.nan for c in COLUMNS}
         r.update(site=site_shape.site, model=MODEL, N=site_shape.N, K=site_shape.K, M=M, arm=arm,
                  role="prep" if KIND_OF[arm] == "prep" else "gemm", kind=KIND_OF[arm], impl_config="",
-                 status="", prep_arm="", best_w8a8=False, timing_method="", clock_reasons="")
+                 status="", prep_arm="", best_w8a8=False, timing_method="", clock_reasons="", clock_source="",
+                 clock_note="")
         r.update(kw)
         return r
 
-    def timed_cols(timing, flop, nbytes, t0, t1):
+    def timed_cols(timing, flop, nbytes, clk):
         rate = timing.rate(flop) if flop else None
         c = {"time_p20_s": timing.p20_s, "time_p50_s": timing.p50_s, "time_p80_s": timing.p80_s,
              "tflops_p50": (rate["p50"] / 1e12) if rate else math.nan, "gbps_p50": nbytes / timing.p50_s / 1e9,
              "n_samples": timing.n, "timing_method": timing.method, "rotation_sets": timing.rotation_sets,
              "status": "measured"}
-        c.update(_clock_cols(sampler, t0, t1))
+        c.update(clk)
         return c
 
-    now = sampler.now if sampler is not None else (lambda: 0.0)
     for i_site, shape in enumerate(site_shapes(sites)):
         N, K = shape.N, shape.K
         site = _Site(shape, seed=seed + i_site)
@@ -372,11 +364,11 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
             q, s = site.fp8(i)
             dq_out.setdefault(i, torch.empty((N, K), dtype=torch.bfloat16, device=q.device))
             return lambda: seed001.dequant_w8_bf16(q, s, out=dq_out[i])
-        t0 = now()
-        tm = _time(make_dq, _rotation_sets(N * K, l2), rep_ms=rep_ms, warmup_ms=warmup_ms)
+        tm, clk = clocks.timed(sampler, lambda: _time(make_dq, _rotation_sets(N * K, l2), rep_ms=rep_ms,
+                                                      warmup_ms=warmup_ms))
         cnt = seed001.dequant_byte_count(N, K)
         rows.append(row(shape, 0, "dequant_w8_bf16", flop=0.0, bytes=float(cnt["bytes"]), check_relerr=0.0,
-                        impl_config="16 codes per thread", **timed_cols(tm, 0, cnt["bytes"], t0, now())))
+                        impl_config="16 codes per thread", **timed_cols(tm, 0, cnt["bytes"], clk)))
         dequant_p50 = tm.p50_s
         dq_out = None
 
@@ -391,13 +383,13 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
                 "quant_act_warp differs from quant_act_reference"
             # the quantiser's own time, input L2-resident below L2 (see module docstring)
             qo, so = torch.empty_like(qa), torch.empty_like(sa)
-            t0 = now()
-            tq = _time(lambda i: (lambda: qa_mod.quant_act(x, "quant_act_warp", q_out=qo, s_out=so)), 1,
-                       rep_ms=rep_ms, warmup_ms=warmup_ms)
+            tq, clk = clocks.timed(sampler, lambda: _time(
+                lambda i: (lambda: qa_mod.quant_act(x, "quant_act_warp", q_out=qo, s_out=so)), 1,
+                rep_ms=rep_ms, warmup_ms=warmup_ms))
             qcnt = qa_mod.byte_count(M, K)
             rows.append(row(shape, M, "quant_act_warp", flop=0.0, bytes=float(qcnt["bytes"]), check_relerr=0.0,
                             impl_config="1 warp / group, m-major scales",
-                            **timed_cols(tq, 0, qcnt["bytes"], t0, now())))
+                            **timed_cols(tq, 0, qcnt["bytes"], clk)))
             quant_p50 = tq.p50_s
 
             r_idx = check_rows(M)
@@ -432,15 +424,14 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
                                     impl_config=cfg_text, check_relerr=err, **base))
                     continue
                 n_sets = _rotation_sets(N * K * (2 if arm == "cublas_bf16" else 1), l2)
-                t0 = now()
                 try:
-                    tm = _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms)
+                    tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms))
                 except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be graph-captured
                     rows.append(row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
                                     status=_not_run(e, "timing failed: ")))
                     continue
                 r = row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
-                        **timed_cols(tm, fb["flops"], fb["bytes"], t0, now()))
+                        **timed_cols(tm, fb["flops"], fb["bytes"], clk))
                 r["total_p50_s"] = r["time_p50_s"] + r["prep_p50_s"]
                 r["total_tflops_p50"] = fb["flops"] / r["total_p50_s"] / 1e12
                 rows.append(r)
@@ -556,14 +547,13 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
     r_idx = check_rows(M)
     ref = seed001.reference_w8a16(d["a"], d["w"], d["w_scale"], rows=r_idx)
     cnt = seed001.flop_byte_count(M, N, K)
-    now = sampler.now if sampler is not None else (lambda: 0.0)
     rows = []
     for c in configs:
         cid, cfg = seed001.wmma_config(c)
         r = {col: math.nan for col in COLUMNS}
         r.update(site=site, model=MODEL, N=N, K=K, M=M, arm="wmma_w8a16", role="gemm", kind="w8a16",
                  impl_config=cfg.name, status="", prep_arm="", prep_p50_s=0.0, best_w8a8=False, timing_method="",
-                 clock_reasons="", flop=float(cnt["flops"]), bytes=float(cnt["bytes"]))
+                 clock_reasons="", clock_source="", clock_note="", flop=float(cnt["flops"]), bytes=float(cnt["bytes"]))
         out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
         try:
             plan = seed001.wmma_plan(M, N, K, config=c)
@@ -585,12 +575,11 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
             r["status"] = f"wrong: rel. err {err:.3g} >= {TOL}"
             rows.append(r)
             continue
-        t0 = now()
-        tm = bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
+        tm, clk = clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
         r.update(status="measured", time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                  tflops_p50=cnt["flops"] / tm.p50_s / 1e12, gbps_p50=cnt["bytes"] / tm.p50_s / 1e9,
                  total_p50_s=tm.p50_s, total_tflops_p50=cnt["flops"] / tm.p50_s / 1e12, n_samples=tm.n,
-                 timing_method=tm.method, rotation_sets=1, **_clock_cols(sampler, t0, now()))
+                 timing_method=tm.method, rotation_sets=1, **clk)
         rows.append(r)
     return pd.DataFrame(rows, columns=COLUMNS)
 
