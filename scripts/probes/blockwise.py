@@ -178,7 +178,7 @@ def main(argv=None) -> int:
                     .to_string(index=False))
             out["large_m"] = big
         if not args.skip_decode:
-            copy = bw.measure_copy_bandwidth(copy_gib=1.0, sampler=sampler)
+            copy = bw.measure_copy_bandwidth(copy_gib=2.0, sampler=sampler)
             log(f"\ncopy bandwidth (p50): {copy['copy_Bps_p50'] / 1e12:.2f} TB/s")
             dec = decode(sampler, decode_shapes, DECODE_MS, copy["copy_Bps_p50"], sms)
             log("\n== decode: weight bytes streamed per second / copy (target >= 0.85)")
