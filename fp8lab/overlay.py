@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import plotting, results
+from .arms import registry
 from .gallery import CROSS_DEVICE   # figures/cross-device/: the folder of figures spanning devices
 from .paths import output_figures_dir
 from .results import _check_name
@@ -256,16 +257,12 @@ def _load(nb, table, devs) -> dict:
 # Each drawer takes the device keys and returns (fig, metas of the devices drawn, notes);
 # a device that lacks an auxiliary table (a ceiling, a copy) is left out with a note.
 
-CEILING_LABELS = {"copy_bandwidth": "copy bandwidth", "fp32_fma": "FP32 FMA (own kernel)",
-                  "bf16_tensor": "BF16 cuBLAS", "fp8_tensor": "FP8 cuBLAS, per-tensor",
-                  "fp8_tensor_blockwise": "FP8 cuBLASLt, blockwise"}
-
-
 def draw_ceilings(devs):
+    from .experiments import ceilings as ce
     tabs = _load("00_environment", "ceilings", devs)
     metas = {d: _meta(t) for d, t in tabs.items()}
     st = styles(devs)
-    cats = [c for c in CEILING_LABELS if any(((t["ceiling"] == c) & (t["status"] == "measured")).any()
+    cats = [c for c in ce.CEILINGS if any(((t["ceiling"] == c) & (t["status"] == "measured")).any()
                                              for t in tabs.values())]
     fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(cats) * max(2, len(devs)) / 2 + 1.2))
     h = 0.8 / len(devs)
@@ -281,7 +278,7 @@ def draw_ceilings(devs):
             ax.barh(y, f50, h, color=st[d]["color"])
             ax.errorbar(f50, y, xerr=[[f50 - f20], [f80 - f50]], color="black", capsize=2, lw=0.8)
             ax.text(f80 + 0.01, y, f"{f50:.0%}", va="center", fontsize=7)
-    ax.set_yticks(np.arange(len(cats)), [CEILING_LABELS[c] for c in reversed(cats)])
+    ax.set_yticks(np.arange(len(cats)), [registry.label(c) for c in reversed(cats)])
     ax.axvline(1.0, color="#555555", lw=0.8, ls="--")
     ax.set_xlim(0, 1.15)
     ax.set_xlabel("measured p50 / that device's datasheet peak (error bar: p20-p80)")
@@ -347,7 +344,7 @@ def draw_m1_stream(devs):
         if len(seed):
             f["mma_blockwise\nper_slice, seed tile"] = floor / seed["time_p50_s"].min()
         for arm, g in bw.best_rows(m).groupby("arm"):
-            f[bw.LABELS.get(arm, arm).replace(" (", "\n(")] = floor / g["time_p50_s"].min()
+            f[registry.label(arm).replace(" (", "\n(")] = floor / g["time_p50_s"].min()
         frac[d] = f
     cats = list(dict.fromkeys(c for f in frac.values() for c in f))
     fig, ax = plt.subplots(figsize=(max(7.5, 1.1 * len(cats) * max(1, len(devs) / 2)), 4.0))
@@ -475,8 +472,6 @@ def draw_decode_m1(devs):
     tabs = {d: dx.best_schedule(t) for d, t in tabs.items()}   # one row per (shape, arm, M)
     st = styles(devs)
     shapes = list(dict.fromkeys(s for t in tabs.values() for s in t.loc[t["M"] == 1, "shape"]))
-    labels = {"gemv_w8a16_fp8": "W8A16\nFP8", "gemv_w8a16_int8": "W8A16\nINT8", "gemv_w4a16_nvfp4": "W4A16\nNVFP4",
-              "gemv_w4a16_int4": "W4A16\nINT4", dx.CUBLAS: "cuBLAS\nBF16"}
     arms = [a for a in dx.ARMS if any((t["arm"] == a).any() for t in tabs.values())]
     fig, axes = plt.subplots(1, len(shapes), figsize=(max(5.0, 0.9 * len(arms) * max(1, len(devs) / 2)) * len(shapes),
                                                       4.0), squeeze=False, sharey=True)
@@ -484,7 +479,7 @@ def draw_decode_m1(devs):
         v = {d: t[(t["M"] == 1) & (t["shape"] == sn)].set_index("arm")["fraction_of_copy"] for d, t in tabs.items()}
         x = _grouped_bars(ax, arms, devs, st, lambda d, a: float(v[d].get(a, np.nan)))
         ax.axhline(dx.TARGET_FRACTION_OF_COPY, color="#555555", ls=":", lw=1)
-        ax.set_xticks(x, [labels.get(a, a) for a in arms], fontsize=8)
+        ax.set_xticks(x, [registry.short_label(a).replace(" ", "\n", 1) for a in arms], fontsize=8)
         ax.set_ylim(0, 1.25)
         ax.set_title(f"{sn}, M = 1", fontsize=9)
     axes[0][0].set_ylabel("effective bandwidth /\nthat device's copy bandwidth")

@@ -18,34 +18,10 @@ if not os.environ.get("MPLBACKEND") and "ipykernel" not in str(matplotlib.get_ba
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .arms import registry  # noqa: E402
 from .paths import output_figures_dir  # noqa: E402
 from .results import FigureInfo, Run, _atomic_write_bytes, _check_name  # noqa: E402
 
-# One colour per arm, the same in every figure (Okabe-Ito, colour-blind safe).
-ARM_COLORS = {
-    "mma_blockwise": "#0072B2",
-    "triton_blockwise": "#E69F00",
-    "cutlass_blockwise_sm90": "#009E73",
-    "cublaslt_blockwise": "#D55E00",
-    "cublas_bf16": "#000000",
-    "cublas_fp8_tensorwise": "#CC79A7",
-    "copy_d2d": "#56B4E9",
-    "fma_peak": "#999999",
-    "scalar_tiled": "#999999",
-    "wmma_w8a16": "#56B4E9",
-    "gemv_w8a16_fp8": "#0072B2",
-    "gemv_w8a16_int8": "#56B4E9",
-    "gemv_w4a16_nvfp4": "#D55E00",
-    "gemv_w4a16_int4": "#E69F00",
-    "quant_act_naive": "#999999",
-    "quant_act_warp": "#009E73",
-    "quant_act_16t": "#56B4E9",
-    "dequant_w8_bf16": "#CC79A7",
-    "torch_reference": "#000000",
-    "per_slice": "#D55E00",
-    "per_block": "#0072B2",
-    "per_block_inplace": "#009E73",
-}
 _CYCLE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
 STYLE = {
@@ -75,8 +51,11 @@ def apply_style() -> None:
     matplotlib.rcParams.update(STYLE)
 
 
-def color(arm: str, default=None):
-    return ARM_COLORS.get(arm, default)
+def color(id: str) -> str:
+    """The colour of an arm (or ceiling, format, variant...) id: :func:`fp8lab.arms.registry.color`,
+    which names the id and the registry file when it has no entry. No fallback on purpose: a
+    missing entry is fixed in the registry, not papered over in one figure."""
+    return registry.color(id)
 
 
 def _info(target) -> FigureInfo:

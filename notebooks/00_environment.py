@@ -51,6 +51,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import clocks, overlay, plotting, results
+from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 
 run = results.start_run("00_environment",
@@ -138,15 +139,6 @@ if run.mode == "measure":
 # beside it. Drawn from `data/`, so the same cell redraws any device's committed results.
 
 # %%
-LABELS = {"copy_bandwidth": "copy bandwidth", "fp32_fma": "FP32 FMA (own kernel)",
-          "bf16_tensor": "BF16 cuBLAS", "fp8_tensor": "FP8 cuBLAS, per-tensor",
-          "fp8_tensor_blockwise": "FP8 cuBLASLt, blockwise"}
-
-
-# arms without a house colour (the copy and our FMA kernel) get their own
-FALLBACK_COLORS = {"copy_bandwidth": "#009E73", "fp32_fma": "#56B4E9"}
-
-
 def fmt_rate(value, unit):
     return f"{value / 1e12:.2f} TB/s" if unit == "B/s" else f"{value / 1e12:.0f} TFLOP/s"
 
@@ -156,7 +148,6 @@ def draw(df, meta, info):
     d = df.iloc[::-1].reset_index(drop=True)
     y = np.arange(len(d))
     for i, r in d.iterrows():
-        label = LABELS.get(r["ceiling"], r["ceiling"])
         if r["status"] != "measured":
             ax.text(0.01, i, f"not run: {str(r['status'])[9:70]}", va="center", fontsize=8,
                     color="#777777")
@@ -167,7 +158,7 @@ def draw(df, meta, info):
             continue
         f50, f20, f80 = (r["rate_p50"] / r["spec"], r["rate_p20"] / r["spec"],
                          r["rate_p80"] / r["spec"])
-        ax.barh(i, f50, color=plotting.color(r["arm"], FALLBACK_COLORS.get(r["ceiling"])), height=0.6)
+        ax.barh(i, f50, color=plotting.color(r["ceiling"]), height=0.6)
         ax.errorbar(f50, i, xerr=[[f50 - f20], [f80 - f50]], color="black", capsize=3, lw=1)
         # the SM clock under load explains most of a gap to the datasheet (power cap)
         clock = f" at {r['sm_mhz_median']:.0f} MHz" if r.get("sm_mhz_median") == r.get("sm_mhz_median") else ""
@@ -176,7 +167,9 @@ def draw(df, meta, info):
                                f"{fmt_rate(r['spec'], r['unit'])} ({f50:.0%}){clock}"
                                f"{', power-capped' if capped else ''}",
                 va="center", fontsize=8)
-    ax.set_yticks(y, [LABELS.get(c, c) for c in d["ceiling"]])
+    # labels and colours from fp8lab.arms.registry: a ceiling without an entry fails here
+    # (and in tests/test_registry.py), not as a bare id on the axis
+    ax.set_yticks(y, [registry.label(c) for c in d["ceiling"]])
     ax.axvline(1.0, color="#555555", lw=0.8, ls="--")
     ax.set_xlim(0, 1.6)
     ax.set_xlabel("measured p50 / datasheet peak (error bar: p20-p80; median SM clock during "
@@ -226,7 +219,7 @@ for dev, df in tables.items():
         if c in ok.index:
             r = ok.loc[c]
             frac = f" ({r['fraction_of_spec']:.0%} of the datasheet)" if r["spec"] > 0 else ""
-            parts.append(f"{LABELS[c]} {fmt_rate(r['rate_p50'], r['unit'])}{frac}")
+            parts.append(f"{registry.label(c)} {fmt_rate(r['rate_p50'], r['unit'])}{frac}")
     text = f"**{meta.get('device_name', dev)}** ({str(meta.get('time', ''))[:10]}): " + "; ".join(parts) + "."
     if {"fp8_tensor_blockwise", "bf16_tensor"} <= set(ok.index):
         ratio = ok.loc["fp8_tensor_blockwise", "rate_p50"] / ok.loc["bf16_tensor", "rate_p50"]

@@ -159,9 +159,8 @@ print("all checks passed:", len(cv), "code x trick rows,", int(tricks["element_c
 fig, ax = plt.subplots(figsize=(7.5, 5.2))
 order = tricks.assign(label=tricks["fmt"].str.upper() + " -> " + tricks["target"] + "  (" + tricks["trick"] + ")")
 order = order.iloc[::-1].reset_index(drop=True)
-colors = {"fp16": "#0072B2", "bf16": "#E69F00"}
 bars = ax.barh(order["label"], order["ops_per_element"],
-               color=[colors[t] for t in order["target"]],
+               color=[plotting.color(t) for t in order["target"]],
                hatch=["//" if t.endswith("+mul") else "" for t in order["trick"]],
                edgecolor="white")
 for y, (ops, epw, mix) in enumerate(zip(order["ops_per_word"], order["elements_per_word"], order["op_mix"])):
@@ -170,7 +169,8 @@ ax.set_xlabel("instructions per weight element  (label: instructions per 32-bit 
 ax.set_title("Dequant cost of each bit trick")
 ax.set_xlim(0, order["ops_per_element"].max() * 1.18)
 from matplotlib.patches import Patch
-ax.legend(handles=[Patch(color=colors["fp16"], label="to fp16"), Patch(color=colors["bf16"], label="to bf16"),
+ax.legend(handles=[Patch(color=plotting.color("fp16"), label="to fp16"),
+                   Patch(color=plotting.color("bf16"), label="to bf16"),
                    Patch(facecolor="#bbbbbb", hatch="//", edgecolor="white", label="bias multiplied in registers")],
           loc="upper center", bbox_to_anchor=(0.45, -0.1), ncol=3)
 ax.grid(axis="y", visible=False)

@@ -58,6 +58,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
 
@@ -236,8 +237,8 @@ def draw_stream(stream, copy_Bps, dev):
         bars.append(("mma_blockwise\nper_slice, seed tile", seed["time_p50_s"].min(), "#999999"))
     for arm, g in bw.best_rows(m).groupby("arm"):
         r = g.iloc[0]
-        bars.append((f"{bw.LABELS.get(arm, arm)}\n{r['path']} {r['variant']}".strip(), r["time_p50_s"],
-                     plotting.color(arm, "#56B4E9")))
+        bars.append((f"{registry.label(arm)}\n{r['path']} {r['variant']}".strip(), r["time_p50_s"],
+                     plotting.color(arm)))
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     x = np.arange(len(bars))
     ax.bar(x, [b[1] * 1e6 for b in bars], color=[b[2] for b in bars])

@@ -62,6 +62,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 
 NB = "05_arms_over_m"
@@ -151,7 +152,7 @@ def draw_rates(df, copy_Bps, dev):
         for (arm, quant), h in g.groupby(["arm", "quant"]):
             h = h.sort_values("M")
             ls = "-" if quant == "none" else "--"
-            label = bw.LABELS[arm] + ("" if quant == "none" else " + quant")
+            label = registry.label(arm) + ("" if quant == "none" else " + quant")
             axes[0, j].plot(h["M"], h["tflops_p50"], ls=ls, marker="o", ms=3, color=plotting.color(arm), label=label)
             axes[1, j].plot(h["M"], h["weight_Bps_p50"] / 1e12, ls=ls, marker="o", ms=3, color=plotting.color(arm),
                             label=label)
@@ -185,12 +186,13 @@ def draw_targets(tt, dev):
         x = np.arange(len(g))
         for arm in dict.fromkeys(g["best_arm"]):
             sel = g["best_arm"] == arm
-            ax.bar(x[sel] - 0.2, g.loc[sel, "value"], width=0.4, color=plotting.color(arm), label=bw.LABELS[arm])
+            ax.bar(x[sel] - 0.2, g.loc[sel, "value"], width=0.4, color=plotting.color(arm), label=registry.label(arm))
         if kind == "weight bandwidth / copy":
             ax.bar(x + 0.2, g["cublaslt_value"], width=0.4, color=plotting.color("cublaslt_blockwise"),
-                   label="cuBLASLt blockwise")
+                   label=registry.label("cublaslt_blockwise"))
         else:
-            ax.axhline(1.0, color=plotting.color("cublaslt_blockwise"), lw=1, label="cuBLASLt blockwise (= 1)")
+            ax.axhline(1.0, color=plotting.color("cublaslt_blockwise"), lw=1,
+                       label=f"{registry.label('cublaslt_blockwise')} (= 1)")
         ax.axhline(g["goal"].iloc[0], color="#555555", ls="--", lw=1)
         ax.text(-0.45, g["goal"].iloc[0] * 1.02, f"target {g['goal'].iloc[0]:.2f}", fontsize=8)
         for i, r in g.iterrows():

@@ -59,6 +59,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results, tools
+from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 from fp8lab.experiments import three_arms as ta
 from fp8lab.kernels import seed001
@@ -184,9 +185,8 @@ if run.mode == "measure":
 # weight memory). The scalar kernel stops at `scalar_max_m`.
 
 # %%
-FAM_STYLE = {"scalar_tiled": ("scalar_tiled", "o-"), "wmma_w8a16": ("wmma_w8a16", "s-"),
-             "best_w8a8": ("triton_blockwise", "D-"), "cublaslt_blockwise": ("cublaslt_blockwise", "^-"),
-             "cublas_bf16": ("cublas_bf16", "v-")}
+# line style per family; its colour comes from fp8lab.arms.registry (best_w8a8: triton_blockwise's)
+FAM_LINE = {"scalar_tiled": "o-", "wmma_w8a16": "s-", "best_w8a8": "D-", "cublaslt_blockwise": "^-", "cublas_bf16": "v-"}
 devs = results.devices_with(NB, "sweep")
 data = {}
 for dev in devs:
@@ -209,16 +209,17 @@ for dev in devs:
     g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured")]
     for ax, site in zip(axes[0], site_list):
         v = view[view["site"] == site].sort_values("M")
-        for fam, (color_arm, style) in FAM_STYLE.items():
+        for fam, style in FAM_LINE.items():
             ok = v[np.isfinite(v[fam])]
             if len(ok):
-                ax.plot(ok["M"], ok[fam] * 1e6, style, color=plotting.color(color_arm), label=ta.FAMILIES[fam],
+                ax.plot(ok["M"], ok[fam] * 1e6, style, color=plotting.color(fam), label=ta.FAMILIES[fam],
                         ms=4)
         c = g[(g["site"] == site) & (g["arm"] == "cublas_bf16")].sort_values("M")
-        ax.plot(c["M"], c["time_p50_s"] * 1e6, ":", color=plotting.color("cublas_bf16"), label="cublas_bf16 GEMM only")
+        ax.plot(c["M"], c["time_p50_s"] * 1e6, ":", color=plotting.color("cublas_bf16"),
+                label=f"{registry.label('cublas_bf16')} GEMM only")
         b = g[(g["site"] == site) & g["best_w8a8"].astype(bool)].sort_values("M")
-        ax.plot(b["M"], b["time_p50_s"] * 1e6, ":", color=plotting.color("triton_blockwise"),
-                label="best W8A8 GEMM only")
+        ax.plot(b["M"], b["time_p50_s"] * 1e6, ":", color=plotting.color("best_w8a8"),
+                label=f"{registry.label('best_w8a8')} GEMM only")
         sh = v.iloc[0] if len(v) else None
         ax.set_title(f"{site} (N={int(sh['N'])}, K={int(sh['K'])})" if sh is not None else site)
         ax.set_xscale("log", base=2)
@@ -360,7 +361,7 @@ for dev, d in data.items():
         continue
     fig, ax = plt.subplots(figsize=(8, 3.8))
     x = np.arange(len(ok))
-    ax.bar(x, ok["scaled_step_ms"], 0.6, color=[plotting.color(FAM_STYLE[f][0]) for f in ok["family"]],
+    ax.bar(x, ok["scaled_step_ms"], 0.6, color=[plotting.color(f) for f in ok["family"]],
            label="measured, scaled to 4.238 G params")
     ax.scatter(x, ok["seed_floor_ms"], marker="_", s=900, color="black", zorder=3, label="seed's derived floor")
     if ok["measured_ceiling_floor_ms"].notna().any():

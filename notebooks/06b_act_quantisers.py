@@ -53,6 +53,7 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 from fp8lab.experiments import quantisers as qx
 from fp8lab.kernels import quant_act as qa
@@ -126,9 +127,9 @@ if run.mode == "measure":
 # small to rotate past L2 (latency, not bandwidth).
 
 # %%
+# line style per arm; labels and colours come from fp8lab.arms.registry
 ARM_STYLE = {"quant_act_naive": "o-", "quant_act_warp": "s-", "quant_act_16t": "D-", "quant_act_warp_ilp": "^-",
              "torch_reference": "v:"}
-FALLBACK = {"quant_act_16t": "#0072B2", "quant_act_warp_ilp": "#D55E00", "torch_reference": "#000000"}
 devs = results.devices_with(NB, "quantisers")
 tables = {}
 for dev in devs:
@@ -144,20 +145,21 @@ for dev in devs:
             g = d[d["arm"] == arm].sort_values("M")
             if g.empty:
                 continue
-            col = plotting.color(arm, FALLBACK.get(arm))
-            a1.plot(g["M"], g["gbps_p50"] / 1e3, style, color=col, label=arm, ms=5)
+            col = plotting.color(arm)
+            a1.plot(g["M"], g["gbps_p50"] / 1e3, style, color=col, label=registry.label(arm), ms=5)
             res = g[g["l2_resident"].astype(bool)]
             a1.plot(res["M"], res["gbps_p50"] / 1e3, "o", mfc="white", color=col, ms=7)
             w = d[d["arm"] == "quant_act_warp"].set_index("M")["time_p50_s"]
             ratio = g.set_index("M")["time_p50_s"] / w
-            a2.plot(ratio.index, ratio.values, style, color=col, label=arm, ms=5)
+            a2.plot(ratio.index, ratio.values, style, color=col, label=registry.label(arm), ms=5)
         c = d[d["arm"] == "quant_act_warp"].sort_values("M")
         a1.plot(c["M"], c["copy_gbps_p50"] / 1e3, "k--", lw=1, label="copy, same bytes")
         if d["l2_resident"].astype(bool).any():
             a1.plot([], [], "o", mfc="white", color="#555555", label="hollow: input L2-resident")
         big = d["gbps_p50"] / d["fraction_of_big_copy"]
         if np.isfinite(big).any():
-            a1.axhline(float(np.nanmedian(big)) / 1e3, color="#009E73", ls=":", lw=1, label="copy, 2 GiB")
+            a1.axhline(float(np.nanmedian(big)) / 1e3, color=plotting.color("copy_d2d"), ls=":", lw=1,
+                       label="copy, 2 GiB")
         a1.set_xscale("log", base=2)
         a1.set_yscale("log")
         a1.set_xlabel("M (tokens)")

@@ -52,6 +52,7 @@ from IPython.display import Markdown, display
 from fp8lab import claims, overlay, plotting, provenance, results
 from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
+from fp8lab.arms import registry
 from fp8lab.experiments import roofline as ex
 
 run = results.start_run("07_roofline", params=dict(b4_device=b4_device), device="gpu", mode=mode)
@@ -101,9 +102,6 @@ for intensity in (1, 64, h200.ridge_point("bf16"), 1024):
 # bandwidth at a lower intensity than the H100 with the same SMs.
 
 # %%
-PREC_STYLE = {"fp32": ("#999999", "FP32"), "bf16": ("#000000", "BF16 tensor"),
-              "fp8": ("#CC79A7", "FP8 tensor"), "fp4": ("#D55E00", "FP4 tensor"),
-              "fp8_blockwise": ("#E69F00", "FP8 blockwise")}
 MARKERS = "osD^vP*Xh"
 X_LO, X_HI = 0.25, 8192
 
@@ -111,9 +109,10 @@ X_LO, X_HI = 0.25, 8192
 def draw_roofs(ax, roof_df, source, ls):
     for _, r in roof_df[roof_df["source"] == source].iterrows():
         x, y = rl.roofline_curve(r["peak_flops"], r["bandwidth_Bps"], X_LO, X_HI)
-        color, label = PREC_STYLE[r["precision"]]
-        ax.plot(x, y / 1e12, color=color, ls=ls, lw=1.4,
-                label=f"{label} ({'datasheet' if source == 'spec' else 'measured'})")
+        # a precision's roof takes the colour of the arm whose ceiling draws it (fp8lab.arms.registry)
+        p = r["precision"]
+        ax.plot(x, y / 1e12, color=plotting.color(p), ls=ls, lw=1.4,
+                label=f"{registry.label(p)} ({'datasheet' if source == 'spec' else 'measured'})")
 
 
 specs = list(spec_sheet.SPECS.values())

@@ -65,6 +65,7 @@ from IPython.display import Markdown, display
 from fp8lab import claims, clocks, dequant, overlay, plotting, results
 from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
+from fp8lab.arms import registry
 from fp8lab.experiments import decode as dx
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
@@ -189,8 +190,9 @@ if run.mode == "measure":
 # the same bandwidth it takes 2-4x longer: the bandwidth is what compares.
 
 # %%
-ARM_LABEL = {wo.ARMS["fp8"]: "W8A16 FP8 (e4m3)", wo.ARMS["int8"]: "W8A16 INT8",
-             wo.ARMS["nvfp4"]: "W4A16 NVFP4", wo.ARMS["int4"]: "W4A16 INT4", dx.CUBLAS: "cuBLAS BF16"}
+# legends name each arm by registry.label (its id and format), ticks by registry.short_label
+def tick(arm):
+    return registry.short_label(arm).replace(" ", "\n", 1)
 
 
 def info_for(dev, df):
@@ -209,7 +211,7 @@ def draw_bandwidth(df, info):
                 continue
             ax.errorbar(a["M"], a["bw_p50"] / 1e12, yerr=[(a["bw_p50"] - a["bw_p20"]) / 1e12,
                                                           (a["bw_p80"] - a["bw_p50"]) / 1e12],
-                        marker="o", ms=4, capsize=2, label=ARM_LABEL[arm], color=plotting.color(arm))
+                        marker="o", ms=4, capsize=2, label=registry.label(arm), color=plotting.color(arm))
         cp = d["copy_Bps"].iloc[0] / 1e12
         ax.axhline(cp, ls="--", color="#555555", lw=1, label=f"copy {cp:.2f} TB/s")
         ax.axhline(0.9 * cp, ls=":", color="#555555", lw=1, label="90% of copy")
@@ -231,7 +233,7 @@ def draw_m1(df, info):
     for i, arm in enumerate(dx.ARMS):
         a = d[d["arm"] == arm].set_index("shape").reindex(shp)
         x = np.arange(len(shp)) + (i - len(dx.ARMS) / 2 + 0.5) * width
-        ax.bar(x, a["fraction_of_copy"], width, color=plotting.color(arm), label=ARM_LABEL[arm])
+        ax.bar(x, a["fraction_of_copy"], width, color=plotting.color(arm), label=registry.label(arm))
         for xi, v in zip(x, a["fraction_of_copy"]):
             if np.isfinite(v):
                 ax.text(xi, v + 0.01, f"{v:.0%}", ha="center", fontsize=7)
@@ -297,7 +299,7 @@ def draw_ncu(s, static_df, info, act_of):
     x = np.arange(len(s))
     a1.bar(x - 0.2, s["dram_pct"], 0.4, color="#0072B2", label="DRAM throughput (% of peak)")
     a1.bar(x + 0.2, s["issue_active_pct"], 0.4, color="#E69F00", label="issue slots active (%)")
-    a1.set_xticks(x, [ARM_LABEL[a].replace(" ", "\n", 1) for a in s["arm"]], fontsize=8)
+    a1.set_xticks(x, [tick(a) for a in s["arm"]], fontsize=8)
     a1.set_ylabel("percent")
     a1.set_ylim(0, 110)
     a1.legend(fontsize=8, loc="upper left")
@@ -311,7 +313,7 @@ def draw_ncu(s, static_df, info, act_of):
         for xi, arm in zip(x, s["arm"]):
             if arm in sd:
                 a2.plot([xi - 0.35, xi + 0.35], [sd[arm]] * 2, color="black", lw=2)
-    a2.set_xticks(x, [ARM_LABEL[a].replace(" ", "\n", 1) for a in s["arm"]], fontsize=8)
+    a2.set_xticks(x, [tick(a) for a in s["arm"]], fontsize=8)
     a2.set_ylabel("thread instructions per weight element")
     a2.legend(fontsize=8)
     a2.set_title("executed instr. per element (black: static SASS)")
@@ -361,7 +363,7 @@ def draw_stalls(st, info, shape):
     ax.barh(y, 1 - left, left=left, color="#BBBBBB", label="other reasons")
     for yi, tot in zip(y, st["cycles_per_issue"]):
         ax.text(1.01, yi, f"{tot:.1f} cyc/issue", va="center", fontsize=8)
-    ax.set_yticks(y, [ARM_LABEL.get(a, a) for a in st["arm"]], fontsize=8)
+    ax.set_yticks(y, [registry.short_label(a) for a in st["arm"]], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.18)
     ax.set_xlabel("share of warp cycles (ncu stall reasons, M = 1)")
@@ -379,7 +381,7 @@ for dev, s in ncu_by_dev.items():
     for sn, g in stalls.groupby("shape", sort=False):
         draw_stalls(g.reset_index(drop=True), info_for(dev, s), sn)
         for _, r in g.iterrows():
-            print(f"{dev} {sn} {ARM_LABEL.get(r['arm'], r['arm'])}: {r['cycles_per_issue']:.1f} warp cycles per issued "
+            print(f"{dev} {sn} {registry.label(r['arm'])}: {r['cycles_per_issue']:.1f} warp cycles per issued "
                   f"instruction; {r['top']}")
 
 # %% [markdown]
@@ -396,7 +398,7 @@ def draw_c8(s, copy_Bps, spec, info):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
     for _, r in s.iterrows():
         a1.scatter(r["issue_active_pct"], r["issue_predicted_pct"], color=plotting.color(r["arm"]),
-                   label=ARM_LABEL[r["arm"]], s=40)
+                   label=registry.label(r["arm"]), s=40)
     lim = max(s["issue_active_pct"].max(), s["issue_predicted_pct"].max()) * 1.15
     a1.plot([0, lim], [0, lim], color="#555555", lw=0.8, ls="--")
     a1.set_xlim(0, lim)
@@ -408,13 +410,13 @@ def draw_c8(s, copy_Bps, spec, info):
     rows = []
     for _, r in s.iterrows():
         eps = copy_Bps / wo.bytes_per_element(r["fmt"])
-        rows.append((ARM_LABEL[r["arm"]], 100 * rl.issue_slot_utilisation(r["inst_per_element"], eps, spec.sms,
+        rows.append((registry.short_label(r["arm"]), 100 * rl.issue_slot_utilisation(r["inst_per_element"], eps, spec.sms,
                                                                           spec.clock_hz), r["arm"]))
     eps = copy_Bps / rl.NVFP4_BYTES_PER_ELEMENT
     rows.append(("NVFP4 at the seed's 3.66", 100 * rl.issue_slot_utilisation(
         rl.SEED003_C8["nvfp4_instr_per_element"], eps, spec.sms, spec.clock_hz), "seed"))
     y = np.arange(len(rows))
-    a2.barh(y, [r[1] for r in rows], color=[plotting.color(r[2], "#777777") for r in rows])
+    a2.barh(y, [r[1] for r in rows], color=["#777777" if r[2] == "seed" else plotting.color(r[2]) for r in rows])
     for yi, r in zip(y, rows):
         a2.text(r[1] + 1, yi, f"{r[1]:.0f}%", va="center", fontsize=8)
     a2.set_yticks(y, [r[0] for r in rows], fontsize=8)

@@ -48,6 +48,7 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.arms import registry
 from fp8lab.experiments import prefill as px
 from fp8lab.kernels import triton_w8a16 as tw
 
@@ -102,12 +103,6 @@ if run.mode == "measure":
 # sampled median during each arm's measurement), beside the spec sheet's BF16 TFLOP/s per GHz.
 
 # %%
-LABEL = {"cublas_bf16": "cuBLAS BF16 (W16A16)", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (W8A16, mma.sync)",
-         "triton_w8a16": "triton_w8a16 (W8A16, wgmma)", "cublaslt_blockwise": "cuBLASLt blockwise (W8A8)",
-         "triton_blockwise": "triton_blockwise (W8A8)"}
-COLOR = {"triton_w8a16": "#CC79A7"}
-
-
 def draw(df, info):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.4), gridspec_kw=dict(wspace=0.6))
     for arm in px.ARMS:
@@ -115,11 +110,11 @@ def draw(df, info):
             d = df[(df["arm"] == arm + ("+quant" if wq else "")) & (df["with_quant"] == wq)].sort_values("M")
             if d.empty:
                 continue
-            c = plotting.color(arm, COLOR.get(arm))
+            c = plotting.color(arm)
             a1.errorbar(d["M"], d["tflops_p50"], yerr=[d["tflops_p50"] - d["tflops_p20"],
                                                        d["tflops_p80"] - d["tflops_p50"]],
                         marker="o", ms=4, capsize=2, color=c, ls="--" if wq else "-",
-                        label=LABEL[arm] + (" + act. quantisation" if wq else ""))
+                        label=registry.label(arm + ("+quant" if wq else ""), with_scheme=True))
     a1.set_xscale("log", base=2)
     ms = sorted(df["M"].unique())
     a1.set_xticks(ms, [str(m) for m in ms])
@@ -131,12 +126,12 @@ def draw(df, info):
     M = df["M"].max()
     d = df[(df["M"] == M) & (~df["with_quant"])].set_index("arm").reindex([a for a in px.ARMS if a in set(df["arm"])])
     y = np.arange(len(d))
-    a2.barh(y, d["tflops_per_ghz"], color=[plotting.color(a, COLOR.get(a)) for a in d.index])
+    a2.barh(y, d["tflops_per_ghz"], color=[plotting.color(a) for a in d.index])
     for yi, (a, r) in zip(y, d.iterrows()):
         a2.text(r["tflops_per_ghz"] + 5, yi, f"{r['tflops_per_ghz']:.0f} ({r['tflops_p50']:.0f} TFLOP/s at "
                 f"{r['sm_mhz_median']:.0f} MHz)", va="center", fontsize=7)
     a2.axvline(d["spec_tflops_per_ghz"].iloc[0], color="#555555", ls="--", lw=1, label="spec BF16 per GHz")
-    a2.set_yticks(y, [LABEL[a] for a in d.index], fontsize=8)
+    a2.set_yticks(y, [registry.label(a, with_scheme=True) for a in d.index], fontsize=8)
     a2.set_xlabel(f"TFLOP/s per GHz of SM clock at M = {M}")
     a2.set_xlim(0, max(d["tflops_per_ghz"].max(), d["spec_tflops_per_ghz"].iloc[0]) * 1.6)
     a2.legend(fontsize=8, loc="lower right")

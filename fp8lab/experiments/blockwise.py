@@ -45,10 +45,9 @@ PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes wit
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
 OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
 W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
-LABELS = {"mma_blockwise": "mma_blockwise (mma.sync)", "triton_blockwise": "triton_blockwise",
-          "cutlass_blockwise_sm90": "cutlass_blockwise_sm90", "cublaslt_blockwise": "cuBLASLt blockwise",
-          "cublas_bf16": "cuBLAS BF16", "gemv_w8a16_fp8": "gemv_w8a16_fp8 (weight-only)",
-          PER_TENSOR: "cuBLAS FP8 per-tensor (reference)"}
+#: What the ``quant`` column can name besides 'none': the CUDA quantiser, or the torch one
+#: when it is missing (:func:`pick_quantiser`). Legend texts and colours: fp8lab.arms.registry.
+QUANTISERS = ("quant_act_warp", "quant_act_reference")
 
 DEFAULT_SHAPES = ("qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down")
 DEFAULT_MS = (1, 16, 128, 1024, 4096)
@@ -359,14 +358,14 @@ def pick_quantiser(device="cuda"):
               and q.dtype == qr.dtype and torch.equal(q.view(torch.uint8), qr.view(torch.uint8))
               and torch.allclose(s.float(), sr, rtol=1e-6, atol=0))
         if ok:
-            return "quant_act_warp", fn, ("fp8lab.kernels.quant_act, one warp per 128-group, M-major scales "
-                                          "(bit-exact vs the reference quantiser)")
+            return QUANTISERS[0], fn, ("fp8lab.kernels.quant_act, one warp per 128-group, M-major scales "
+                                       "(bit-exact vs the reference quantiser)")
         note = "quant_act_warp differs from the reference quantiser: not used"
     except ImportError as e:
         note = f"quant_act_warp not importable ({e})"
     except Exception as e:  # noqa: BLE001 - a different signature or a kernel error: say so, use the reference
         note = f"quant_act_warp failed its check ({type(e).__name__}: {str(e)[:120]})"
-    return "quant_act_reference", bl.quant_act_reference, note + "; using baselines.quant_act_reference (torch ops)"
+    return QUANTISERS[1], bl.quant_act_reference, note + "; using baselines.quant_act_reference (torch ops)"
 
 
 # ------------------------------------------------------------------------------------------

@@ -32,20 +32,19 @@ from pathlib import Path
 import pandas as pd
 
 from fp8lab import sass
+from fp8lab.arms import registry
 from fp8lab.tools import find_tool, have_tool
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_ARCHS = ("sm_80", "sm_89", "sm_90")
 
-# Activation precision of each fp8lab arm (DESIGN.md's kernel arms). Used when the kernel's
-# own name does not spell its scheme (``mma_blockwise_kernel<...>`` does not say "a8").
-ARM_ACTIVATION = {
-    "mma_blockwise": "A8", "triton_blockwise": "A8", "cutlass_blockwise_sm90": "A8",
-    "cublaslt_blockwise": "A8", "cublas_fp8_tensorwise": "A8",
-    "scalar_tiled": "A16", "wmma_w8a16": "A16", "gemv_w8a16_fp8": "A16",
-    "gemv_w8a16_int8": "A16", "gemv_w4a16_nvfp4": "A16", "gemv_w4a16_int4": "A16",
-    "cublas_bf16": "A16",
-}
+# Activation precision of each fp8lab arm (DESIGN.md's kernel arms), from its scheme in the
+# registry. Used when the kernel's own name does not spell its scheme
+# (``mma_blockwise_kernel<...>`` does not say "a8").
+ARM_ACTIVATION = {arm: registry.activation(arm) for arm in (
+    "mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_fp8_tensorwise",
+    "scalar_tiled", "wmma_w8a16", "gemv_w8a16_fp8", "gemv_w8a16_int8", "gemv_w4a16_nvfp4", "gemv_w4a16_int4",
+    "cublas_bf16")}
 # Files in fp8lab/kernels that are not standalone kernel translation units: a torch
 # binding (instantiates every config: slow, and duplicates the kernels), host self-checks.
 _NOT_CENSUS_SOURCES = re.compile(r"_(ext|check|test|bench|binding)$")

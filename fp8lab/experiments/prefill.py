@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 
 from .. import bench, clocks, devices, shapes
+from ..arms import registry
 from ..kernels import weight_only as wo
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"
 DEFAULT_MS = (1, 64, 1024, 8192)
-SCHEME = {"cublas_bf16": "W16A16", "gemv_w8a16_fp8": "W8A16", "triton_w8a16": "W8A16",
-          "cublaslt_blockwise": "W8A8", "triton_blockwise": "W8A8"}
-ARMS = tuple(SCHEME)
+ARMS = ("cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise")
+SCHEME = {arm: registry.scheme(arm) for arm in ARMS}     # the table's ``scheme`` column
 W8A16_ARMS = ("gemv_w8a16_fp8", "triton_w8a16")
 W8A8_ARMS = ("cublaslt_blockwise", "triton_blockwise")
 SEED_C7 = (0.95, 0.97)

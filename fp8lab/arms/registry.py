@@ -1,0 +1,218 @@
+"""Every id fp8lab's experiments emit, with the text and colour it gets in a figure.
+
+One row per id: an arm (a kernel that is checked and timed), a ceiling of notebook 00, a
+weight / activation / code format or a roofline precision, a main-loop variant, a quantiser
+that is named in a table column but is not itself an arm, or a family of arms compared as one
+route (notebook 06's ``best_w8a8``). Figures, tick labels and verdict texts look ids up here
+and nowhere else; ``tests/test_registry.py`` walks every id the experiments can emit and fails
+when one has no row.
+
+- ``label``: legend text. Arms fp8lab owns keep their id in it, so a reader can find the
+  kernel from the legend; a baseline is named after its library.
+- ``short``: tick-label text where the label is too long (defaults to the label).
+- ``color``: arms each have their own (no two arms share one, so an arm keeps its colour in
+  every figure whatever else is drawn beside it); any other row may instead take the colour of
+  an arm (``color_of``: a ceiling the arm that measures it, a format the kernel that decodes
+  it or, for a roofline precision, the arm whose ceiling draws that roof).
+  Okabe-Ito first (colour-blind safe), then Paul Tol's muted, vibrant and light sets, which are
+  colour-blind safe too. Arms drawn in the same figure get clearly different hues.
+- ``scheme``: weight x activation precision, where it means something: W8A8, W8A16, W4A16
+  or W16A16.
+
+A derived id ``<W8A8 arm>+quant`` (notebook 11's rows with the activation quantiser's time
+added) reads as its arm plus " + act. quantisation", in the arm's colour.
+
+This is the seed of the arm registry of issue 18 (kernel, reference, count and call per id
+will join the rows); today it is data only and imports nothing heavier than the standard
+library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["Entry", "UnknownId", "KINDS", "SCHEMES", "ENTRIES", "entry", "ids", "label", "short_label",
+           "color", "scheme", "activation"]
+
+KINDS = ("arm", "ceiling", "format", "variant", "quantiser", "family")
+SCHEMES = ("W8A8", "W8A16", "W4A16", "W16A16")
+#: Suffixes that derive an id from an arm's id: suffix -> (what it adds to the arm's label,
+#: the scheme an arm needs to take it). "+quant": a W8A8 GEMM timed with its activation quantiser.
+DERIVED = {"+quant": (" + act. quantisation", "W8A8")}
+_FILE = "fp8lab/arms/registry.py"
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    kind: str
+    label: str
+    short: Optional[str] = None
+    color: Optional[str] = None        # own colour (every arm has one)
+    color_of: Optional[str] = None     # ... or the colour of this other id
+    scheme: Optional[str] = None
+
+
+class UnknownId(LookupError):
+    """An id with no row in the registry."""
+
+    def __str__(self) -> str:          # LookupError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def _arm(id, label, color, scheme=None, short=None):
+    return Entry(id, "arm", label, short, color, None, scheme)
+
+
+def _ceiling(id, label, arm):
+    return Entry(id, "ceiling", label, None, None, arm)
+
+
+def _format(id, label, short=None, color=None, color_of=None):
+    return Entry(id, "format", label, short, color, color_of)
+
+
+_ROWS = (
+    # --- W8A8 blockwise GEMMs and their baselines (notebooks 03-05, 06, 11)
+    _arm("mma_blockwise", "mma_blockwise (mma.sync)", "#0072B2", "W8A8", short="mma_blockwise"),
+    _arm("triton_blockwise", "triton_blockwise", "#E69F00", "W8A8"),
+    _arm("cutlass_blockwise_sm90", "cutlass_blockwise_sm90", "#009E73", "W8A8"),
+    _arm("cublaslt_blockwise", "cuBLASLt blockwise", "#D55E00", "W8A8"),
+    _arm("cublas_bf16", "cuBLAS BF16", "#000000", "W16A16"),
+    _arm("cublas_fp8_tensorwise", "cuBLAS FP8 per-tensor (reference)", "#CC79A7", "W8A8",
+         short="cuBLAS FP8 per-tensor"),
+    # --- seed 001's kernels and the passes its routes need every step (notebook 06)
+    _arm("scalar_tiled", "scalar_tiled", "#999999", "W8A16"),
+    _arm("wmma_w8a16", "wmma_w8a16", "#56B4E9", "W8A16"),
+    _arm("dequant_w8_bf16", "dequant_w8_bf16", "#CC3311"),
+    # --- weight-only kernels (notebooks 08, 10, 11): W8 blues, W4 reds, FP dark, INT light
+    _arm("gemv_w8a16_fp8", "gemv_w8a16_fp8 (FP8 e4m3)", "#332288", "W8A16", short="W8A16 FP8"),
+    _arm("gemv_w8a16_int8", "gemv_w8a16_int8 (INT8)", "#88CCEE", "W8A16", short="W8A16 INT8"),
+    _arm("gemv_w4a16_nvfp4", "gemv_w4a16_nvfp4 (NVFP4 e2m1)", "#882255", "W4A16", short="W4A16 NVFP4"),
+    _arm("gemv_w4a16_int4", "gemv_w4a16_int4 (INT4)", "#CC6677", "W4A16", short="W4A16 INT4"),
+    _arm("gemv_w8a16_fp8_xalu", "gemv_w8a16_fp8 + k extra ALU", "#4477AA", "W8A16", short="W8A16 FP8 + ALU"),
+    _arm("triton_w8a16", "triton_w8a16 (wgmma)", "#44AA99", "W8A16", short="triton_w8a16"),
+    # --- 1x128 activation quantisers (notebook 06b)
+    _arm("quant_act_naive", "quant_act_naive", "#BBBBBB"),
+    _arm("quant_act_warp", "quant_act_warp", "#117733"),
+    _arm("quant_act_16t", "quant_act_16t", "#33BBEE"),
+    _arm("quant_act_warp_ilp", "quant_act_warp_ilp", "#AA4499"),
+    _arm("torch_reference", "torch_reference", "#EE3377"),
+    _arm("traffic_copy", "traffic_copy (same bytes, no math)", "#DDCC77", short="traffic_copy"),
+    # --- the kernels behind the measured ceilings (notebook 00)
+    _arm("copy_d2d", "device-to-device copy", "#009988", short="copy"),
+    _arm("fma_peak", "fma_peak (FP32 FMA kernel)", "#999933", short="fma_peak"),
+    _arm("hmma_peak", "hmma_peak (BF16 mma.sync kernel)", "#77AADD", "W16A16", short="hmma_peak"),
+
+    # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
+    _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),
+    _ceiling("fp32_fma", "FP32 FMA (own kernel)", "fma_peak"),
+    _ceiling("bf16_tensor", "BF16 cuBLAS", "cublas_bf16"),
+    _ceiling("bf16_mma_sync", "BF16 mma.sync (own kernel)", "hmma_peak"),
+    _ceiling("fp8_tensor", "FP8 cuBLAS, per-tensor", "cublas_fp8_tensorwise"),
+    _ceiling("fp8_tensor_blockwise", "FP8 cuBLASLt, blockwise", "cublaslt_blockwise"),
+
+    # --- formats: weight formats of the weight-only kernels (their kernel's colour), the
+    # 16-bit activation / dequant-target types, roofline precisions (the colour of the arm
+    # whose ceiling draws that roof) and the element codes of notebook 01
+    _format("fp8", "FP8", color_of="cublas_fp8_tensorwise"),
+    _format("int8", "INT8", color_of="gemv_w8a16_int8"),
+    _format("nvfp4", "NVFP4", color_of="gemv_w4a16_nvfp4"),
+    _format("int4", "INT4", color_of="gemv_w4a16_int4"),
+    _format("bf16", "BF16", color_of="cublas_bf16"),
+    _format("fp16", "FP16", color="#0072B2"),
+    _format("fp32", "FP32", color_of="fma_peak"),
+    _format("fp4", "FP4", color_of="gemv_w4a16_nvfp4"),
+    _format("fp8_blockwise", "FP8 blockwise", color_of="cublaslt_blockwise"),
+    _format("e4m3", "E4M3", color_of="gemv_w8a16_fp8"),
+    _format("e5m2", "E5M2", color="#E69F00"),
+    _format("e2m1", "E2M1", color_of="gemv_w4a16_nvfp4"),
+    _format("ue8m0", "UE8M0 (scale)", short="UE8M0", color="#999999"),
+
+    # --- main-loop variants of the blockwise kernels (per_step is Triton's name for per_slice)
+    Entry("per_slice", "variant", "per_slice", color="#D55E00"),
+    Entry("per_block", "variant", "per_block", color="#0072B2"),
+    Entry("per_block_inplace", "variant", "per_block_inplace", color="#009E73"),
+    Entry("per_step", "variant", "per_step", color_of="per_slice"),
+
+    # --- quantisers named in a table (blockwise's ``quant`` column) that are not arms
+    Entry("quant_act_reference", "quantiser", "quant_act_reference (torch)", "quant_act_reference",
+          color_of="torch_reference"),
+
+    # --- families: routes compared as one (notebook 06); the other families are arm ids
+    Entry("best_w8a8", "family", "best fp8lab W8A8", color_of="triton_blockwise", scheme="W8A8"),
+)
+
+ENTRIES: dict[str, Entry] = {e.id: e for e in _ROWS}
+
+
+def _unknown(id) -> UnknownId:
+    return UnknownId(f"{id!r} has no entry in the arm registry ({_FILE}): add a row there with its "
+                     "label and colour")
+
+
+def _split(id: str) -> tuple[Entry, str]:
+    """(entry, suffix) for an id or a derived id ``<arm><suffix>``."""
+    if not isinstance(id, str):
+        raise _unknown(id)
+    if id in ENTRIES:
+        return ENTRIES[id], ""
+    for suffix in DERIVED:
+        base = id[: -len(suffix)]
+        if id.endswith(suffix) and base in ENTRIES and ENTRIES[base].kind == "arm" \
+                and ENTRIES[base].scheme == DERIVED[suffix][1]:
+            return ENTRIES[base], suffix
+    raise _unknown(id)
+
+
+def entry(id: str) -> Entry:
+    """The registry row of ``id`` (a derived id gives its arm's row)."""
+    return _split(id)[0]
+
+
+def ids(kind: Optional[str] = None) -> tuple:
+    """Every id in the registry, or those of one kind."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return tuple(i for i, e in ENTRIES.items() if kind is None or e.kind == kind)
+
+
+def label(id: str, *, with_scheme: bool = False) -> str:
+    """Legend text of ``id``. with_scheme: the scheme joins the label's parenthesis, or opens
+    one ('triton_w8a16 (W8A16, wgmma)', 'cuBLAS BF16 (W16A16)')."""
+    e, suffix = _split(id)
+    text = e.label
+    if with_scheme and e.scheme:
+        text = (f"{text[:-1].replace(' (', f' ({e.scheme}, ', 1)})" if text.endswith(")")
+                else f"{text} ({e.scheme})")
+    return text + (DERIVED[suffix][0] if suffix else "")
+
+
+def short_label(id: str) -> str:
+    """Tick-label text of ``id`` (its label when it has no short one)."""
+    e, suffix = _split(id)
+    return (e.short or e.label) + (DERIVED[suffix][0] if suffix else "")
+
+
+def color(id: str) -> str:
+    """The colour of ``id``: its own, or that of the id it takes its colour from."""
+    e, _ = _split(id)
+    seen = [e.id]
+    while e.color is None:
+        if e.color_of is None or e.color_of in seen:
+            raise UnknownId(f"{e.id!r} in {_FILE} has no colour (own or via color_of: {seen})")
+        seen.append(e.color_of)
+        e = entry(e.color_of)
+    return e.color
+
+
+def scheme(id: str) -> Optional[str]:
+    """W8A8 / W8A16 / W4A16 / W16A16, or None where the id has none (a quantiser, a copy)."""
+    return _split(id)[0].scheme
+
+
+def activation(id: str) -> Optional[str]:
+    """The activation precision of ``id``'s scheme ('A8', 'A16'), or None."""
+    s = scheme(id)
+    return s[s.index("A"):] if s else None
