@@ -12,6 +12,9 @@ EXTRAS   ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu,test; else e
 WHEELHOUSE ?=
 PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE) --no-build-isolation,)
 ARGS     ?=
+# `make run` first builds every CUDA extension and cubin in parallel (`python -m fp8lab build`,
+# which does nothing without a GPU); PREBUILD=no leaves each to the first notebook that needs it.
+PREBUILD ?= yes
 
 ifeq ($(strip $(VENV)),)
 PY       := $(PYTHON)
@@ -23,7 +26,7 @@ STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
 endif
 
-.PHONY: run test setup lab claims gallery sync wheelhouse clean-venv
+.PHONY: run build test setup lab claims gallery sync wheelhouse clean-venv
 
 $(STAMP): pyproject.toml
 	$(MKENV)
@@ -35,9 +38,15 @@ setup: $(STAMP)
 
 ## Every notebook headless (measure with a GPU, redraw from data/ without), then the ledger.
 run: setup
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
 	$(PY) -m fp8lab run $(ARGS)
 	$(PY) -m fp8lab claims
 	$(PY) -m fp8lab gallery
+
+## Every CUDA extension and cubin the GPU notebooks use, built in parallel (BUILD_ARGS: --jobs N, --only ...).
+BUILD_ARGS ?=
+build: setup
+	$(PY) -m fp8lab build $(BUILD_ARGS)
 
 ## The test suite (GPU tests skip without a GPU).
 test: setup
