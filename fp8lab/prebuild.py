@@ -269,6 +269,8 @@ def run_targets(targets: Sequence[Target], jobs: int, *, timeout_s: float = 1800
                     except (EOFError, OSError):
                         msg = None
                     proc.join(30)
+                    if proc.is_alive():     # answered but does not exit: leave nothing behind
+                        _stop(proc)
                     if msg is None:
                         finish(name, False, error=f"build process died (exit code {proc.exitcode})")
                     else:
