@@ -12,6 +12,9 @@ EXTRAS   ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu,test; else e
 WHEELHOUSE ?=
 PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE) --no-build-isolation,)
 ARGS     ?=
+# `make run` first builds every CUDA extension and cubin in parallel (`python -m fp8lab build`,
+# which does nothing without a GPU); PREBUILD=no leaves each to the first notebook that needs it.
+PREBUILD ?= yes
 
 ifeq ($(strip $(VENV)),)
 PY       := $(PYTHON)
@@ -23,7 +26,7 @@ STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
 endif
 
-.PHONY: run test smoke test-gpu setup lab claims gallery sync wheelhouse clean-venv
+.PHONY: run build test smoke test-gpu setup lab claims gallery sync wheelhouse clean-venv
 
 $(STAMP): pyproject.toml
 	$(MKENV)
@@ -34,10 +37,21 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 ## Every notebook headless (measure with a GPU, redraw from data/ without), then the ledger.
-run: setup
-	$(PY) -m fp8lab run $(ARGS)
-	$(PY) -m fp8lab claims
-	$(PY) -m fp8lab gallery
+## The runner gets make's clock readings (start, installed, prebuilt) for run.json's wall-time
+## record (python -m fp8lab walltimes record runs/<run>).
+run:
+	@t0=$$(date +%s.%N); fresh=$$([ -f $(STAMP) ] && echo 0 || echo 1); \
+	$(MAKE) --no-print-directory setup && t1=$$(date +%s.%N) && \
+	summary=$$(mktemp -t fp8lab-build.XXXXXX.json) && \
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --summary $$summary &&,) t2=$$(date +%s.%N) && \
+	FP8LAB_MAKE_TIMES="$$t0 $$t1 $$t2" FP8LAB_MAKE_FRESH_INSTALL=$$fresh FP8LAB_BUILD_SUMMARY=$$summary \
+	$(PY) -m fp8lab run $(ARGS) && \
+	$(PY) -m fp8lab claims && $(PY) -m fp8lab gallery; rc=$$?; rm -f $$summary; exit $$rc
+
+## Every CUDA extension and cubin the GPU notebooks use, built in parallel (BUILD_ARGS: --jobs N, --only ...).
+BUILD_ARGS ?=
+build: setup
+	$(PY) -m fp8lab build $(BUILD_ARGS)
 
 ## The test suite (GPU tests skip without a GPU).
 test: setup
@@ -45,10 +59,12 @@ test: setup
 
 ## The GPU smoke: every notebook measures with its smallest sweep, into runs/ only.
 smoke: setup
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
 	$(PY) -m fp8lab run --smoke $(ARGS)
 
 ## The GPU tests alone (they need an NVIDIA GPU; without one pytest selects none and says so).
 test-gpu: setup
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
 	$(PY) -m pytest -q -m gpu $(ARGS)
 
 ## Open the notebooks in JupyterLab.

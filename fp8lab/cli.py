@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|claims|gallery|verify|env|list``."""
+"""Command line: ``python -m fp8lab run|build|claims|gallery|verify|walltimes|env|list``."""
 
 from __future__ import annotations
 
@@ -108,6 +108,11 @@ def main(argv=None) -> int:
                         "notebooks take one GPU slot, host notebooks none; results come back "
                         "into this checkout's data/<device>/ and figures/<device>/")
     r.set_defaults(fn=_cmd_run)
+    from . import prebuild
+    b = sub.add_parser("build", help="build every CUDA extension and cubin the GPU notebooks use, in "
+                                     "parallel on this machine's cores (nothing without a GPU)")
+    prebuild.add_arguments(b)
+    b.set_defaults(fn=prebuild.cli)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")
     c.add_argument("--check", action="store_true", help="only check that it is current")

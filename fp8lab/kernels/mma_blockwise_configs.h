@@ -1,8 +1,8 @@
 // mma_blockwise_configs.h -- THE list of tile configurations of the blockwise FP8 mma kernel.
 // One line per configuration: X(BM, BN, WM, WN, STAGES); BK is always 128 (one scale block).
-// Read by the torch extension (mma_blockwise_ext.cu instantiates every line) and parsed by
-// fp8lab/kernels/mma_blockwise.py (the compile grid, the wrapper's config names), so the C++ and
-// Python sides cannot drift. Order matters: the index of a line is its config id.
+// Read by the torch extension (each table TU, mma_blockwise_*_ext.cu, instantiates every line) and
+// parsed by fp8lab/kernels/mma_blockwise.py (the compile grid, the wrapper's config names), so the C++
+// and Python sides cannot drift. Order matters: the index of a line is its config id.
 // Every line must fit sm_89's 99 KB opt-in shared memory: STAGES * (BM + BN) * 128 bytes <= 101376.
 #pragma once
 #define FP8LAB_MMA_CONFIGS(X)                                                                      \

@@ -905,6 +905,26 @@ def _compile(source: Path, arch: str, defines=()) -> Path:
     return out
 
 
+# The cubins the SASS tables read, one function each so `python -m fp8lab build` compiles the same
+# files (same cache key) before the notebooks ask for them.
+def dequant_cubin(arch: str = "sm_90") -> Path:
+    """gemv_w16_check.cu (the dequant probes) for ``arch``: what :func:`dequant_sass_counts` reads."""
+    return _compile(CHECK_SOURCE, arch)
+
+
+def gemv_cubin(arch: str = "sm_90", nt: int = 1) -> Path:
+    """gemv_w16.cu with NT = ``nt`` for ``arch``: what :func:`gemv_sass_counts` reads."""
+    if nt not in (1, 2, 4, 8):
+        raise ValueError(f"nt must be 1, 2, 4 or 8, got {nt}")
+    return _compile(STANDALONE_SOURCE, arch, (f"FP8LAB_WO_NT={nt}",))
+
+
+def xalu_cubin(arch: str = "sm_90") -> Path:
+    """gemv_w16.cu's EXTRA_ALU kernels (fp8, bf16, NT = 1) for ``arch``: what :func:`xalu_sass_counts` reads."""
+    return _compile(STANDALONE_SOURCE, arch, ("FP8LAB_WO_XALU", "FP8LAB_WO_FORMAT=0", "FP8LAB_WO_BF16=1",
+                                              "FP8LAB_WO_NT=1"))
+
+
 def _kernels_in_order(cubin: Path, arch: str, with_addr: bool = False) -> dict[str, list]:
     """mangled kernel name -> its opcodes in address order (or (address, opcode, branch
     target or None) with ``with_addr``)."""
@@ -959,7 +979,7 @@ def dequant_sass_counts(arch: str = "sm_90"):
     :data:`OPCODE_EQUIV` applied to the SASS side), per word; plus ``*_total`` rows."""
     import pandas as pd
 
-    cubin = _compile(CHECK_SOURCE, arch)
+    cubin = dequant_cubin(arch)
     kernels = _kernels_in_order(cubin, arch, with_addr=True)
     rows = []
     for fmt in FORMATS:
@@ -997,9 +1017,7 @@ def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
 
     from .. import sass
 
-    if nt not in (1, 2, 4, 8):
-        raise ValueError(f"nt must be 1, 2, 4 or 8, got {nt}")
-    cubin = _compile(STANDALONE_SOURCE, arch, (f"FP8LAB_WO_NT={nt}",))
+    cubin = gemv_cubin(arch, nt)
     kernels = _kernels_in_order(cubin, arch)
     rows = []
     for fmt in FORMATS:
@@ -1038,8 +1056,7 @@ def xalu_sass_counts(arch: str = "sm_90"):
     (the whole kernel's opcode sequence equals the regular kernel's)."""
     import pandas as pd
 
-    cubin = _compile(STANDALONE_SOURCE, arch, ("FP8LAB_WO_XALU", "FP8LAB_WO_FORMAT=0", "FP8LAB_WO_BF16=1",
-                                               "FP8LAB_WO_NT=1"))
+    cubin = xalu_cubin(arch)
     kernels = _kernels_in_order(cubin, arch)
     named = {None: [k for k in kernels if f"{ARMS['fp8']}ILb1ELi1E" in k]}
     for k in EXTRA_ALU_LEVELS:

@@ -1,0 +1,385 @@
+"""``python -m fp8lab build``: every CUDA extension and cubin the GPU notebooks use, built up front
+in parallel, so a cold ``make run`` compiles on all of the box's cores at once instead of one
+notebook at a time.
+
+Each target is built in its own process by the very function a notebook calls (``load_extension``
+and friends), so the content hash, the build folder (``<cache>/torch_ext/<name>_<hash>``) and the
+cubin cache are the notebooks' own: a notebook that runs afterwards imports in a second.
+
+Cores: ``--jobs`` (default: the cores this process may use) is the number of compiler processes
+running at once, in total. A target gets ``MAX_JOBS`` = as many ninja jobs as it has translation
+units, or what is free; targets start slowest first (the CUTLASS kernels, minutes each, set the
+wall time), the others fill the remaining cores, and a target whose cores are not free waits
+for a running one to finish. So the box is never oversubscribed.
+
+A notebook started while this runs (JupyterLab, a second shell) does not build twice: torch's
+``cpp_extension.load`` takes ``<build folder>/lock`` with ``FileBaton.try_acquire``
+(``os.open(O_CREAT | O_EXCL)``, atomic), and a process that finds the lock taken calls
+``baton.wait()``, which polls until the file is gone and then imports the finished ``.so``
+without building (``_jit_compile`` in torch/utils/cpp_extension.py, read in PyTorch's current
+source; older releases have the same lock-or-wait shape). Two consequences handled here: a
+build killed with SIGKILL leaves its lock behind and every later load of that extension waits
+for ever (so a timed-out build is stopped with SIGTERM first, which lets torch's
+``finally: baton.release()`` run, and lock files found at start are named); and a process that
+waited on a failed build gets an ImportError, not the compiler's message (that is in this
+command's log). The weight-only cubins need no lock: ``weight_only._compile`` writes a
+per-process temporary and renames it into place.
+
+Not built here: Triton kernels (compiled at the first launch of each autotuned shape, cached
+by Triton itself) and ``three_arms.b9_compile_check`` (five one-kernel nvcc runs into a temporary
+folder, on purpose: it shows what nvcc says for each pad).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Sequence
+
+#: How long a stopped build gets to release torch's lock before it is killed.
+_TERM_GRACE_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One thing to build: ``loader`` ("module:function") is called with ``args`` in a fresh process."""
+    name: str
+    kind: str                 # "extension" (torch cpp_extension, ninja) or "cubin" (one nvcc run)
+    loader: str
+    args: tuple = ()
+    units: str | int = 1      # translation units (ninja jobs it can use): an int, or the loader
+    #                           module's attribute holding its sources (len), or "cutlass"
+    slow_s: float = 0.0       # rough seconds of its slowest translation unit: start order only
+    what: str = ""
+    needs: str = ""           # "module:function" -> (ok, why): when not ok the target is skipped,
+    #                           as the notebooks skip what it serves (e.g. CUTLASS headers missing)
+
+
+# Every torch extension (each function that calls _build.load_torch_extension; a test scans the
+# sources for them) and every cached nvcc cubin a GPU notebook compiles (notebooks 08 and 10 read
+# the weight-only SASS for sm_90, their default `arch` parameter). slow_s: the CUTLASS figure is
+# from its docstring; the others are one-core nvcc times of their largest kernel TU on a 2-core
+# CPU box (their torch-binding .cpp TUs were not timed: no torch there).
+TARGETS: tuple[Target, ...] = (
+    Target("cutlass_sm90", "extension", "fp8lab.kernels.cutlass_blockwise_sm90:load_extension",
+           units="cutlass", slow_s=150, what="CUTLASS 3.x blockwise FP8 GEMM (sm_90a), one TU per kernel",
+           needs="fp8lab.kernels.cutlass_blockwise_sm90:available"),
+    Target("mma_blockwise", "extension", "fp8lab.kernels.mma_blockwise:load_extension",
+           units="EXT_SOURCES", slow_s=15, what="blockwise FP8 mma.sync GEMM: 16 configs x 5 kernels"),
+    Target("gemv_w16", "extension", "fp8lab.kernels.weight_only:load_extension",
+           units="EXT_SOURCES", slow_s=14, what="weight-only decode GEMV: 4 formats x 2 dtypes x 4 tiles"),
+    Target("seed001", "extension", "fp8lab.kernels.seed001:load_extension",
+           units="EXT_SOURCES", slow_s=8, what="seed 001: scalar, WMMA W8A16, activation quantisers, dequant"),
+    Target("gemv_w16_xalu", "extension", "fp8lab.kernels.weight_only:load_xalu_extension",
+           units="XALU_EXT_SOURCES", slow_s=3, what="weight-only GEMV with EXTRA_ALU chains"),
+    Target("hmma_peak", "extension", "fp8lab.kernels.hmma_peak:load_extension",
+           units="EXT_SOURCES", slow_s=1.5, what="bf16 HMMA peak probe"),
+    Target("wo_sass_gemv", "cubin", "fp8lab.kernels.weight_only:gemv_cubin", ("sm_90", 1),
+           slow_s=6, what="gemv_w16.cu, NT = 1, sm_90 (notebook 08's static SASS)", needs=f"{__name__}:sass_tools"),
+    Target("wo_sass_xalu", "cubin", "fp8lab.kernels.weight_only:xalu_cubin", ("sm_90",),
+           slow_s=3, what="gemv_w16.cu EXTRA_ALU kernels, sm_90 (notebook 10's static SASS)",
+           needs=f"{__name__}:sass_tools"),
+    Target("wo_sass_dequant", "cubin", "fp8lab.kernels.weight_only:dequant_cubin", ("sm_90",),
+           slow_s=1.5, what="gemv_w16_check.cu dequant probes, sm_90 (notebook 08)", needs=f"{__name__}:sass_tools"),
+)
+
+
+def sass_tools() -> tuple[bool, str]:
+    """What notebooks 08 and 10 check before they compile their SASS tables."""
+    from .tools import have_tool
+    missing = [t for t in ("nvcc", "cuobjdump") if not have_tool(t)]
+    return (not missing, f"{' and '.join(missing)} not found" if missing else "")
+
+
+def _module(loader: str):
+    return importlib.import_module(loader.split(":", 1)[0])
+
+
+def _resolve(loader: str) -> Callable:
+    mod, fn = loader.split(":", 1)
+    return getattr(importlib.import_module(mod), fn)
+
+
+def unit_count(t: Target) -> int:
+    """Translation units of ``t``: the most ninja jobs it can use (no torch needed)."""
+    if isinstance(t.units, int):
+        return max(1, t.units)
+    mod = _module(t.loader)
+    if t.units == "cutlass":
+        return len(mod.built_kernels()) + 1     # one wrapper TU per kernel + the binding
+    return max(1, len(getattr(mod, t.units)))
+
+
+def _units_or_one(t: Target) -> int:
+    # A module that cannot say (e.g. a bad $FP8LAB_CUTLASS_KERNELS) fails again in its build,
+    # which reports the error; here it just gets one job.
+    try:
+        return unit_count(t)
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def log_dir() -> Path:
+    from .paths import cache_dir
+    return cache_dir("prebuild")
+
+
+# ---------------------------------------------------------------------------------------------
+# The child: one target, in its own process (group), output into its log
+# ---------------------------------------------------------------------------------------------
+def _artifact(result) -> Path | None:
+    """The file a loader produced: a cubin path, or an extension module's .so."""
+    if isinstance(result, (str, os.PathLike)):
+        return Path(result)
+    f = getattr(result, "__file__", None)
+    return Path(f) if f else None
+
+
+def _error_line(exc: BaseException) -> str:
+    """One line for the failure report: the first compiler error in the message if there is one
+    (torch puts ninja's whole output into the RuntimeError), else the message's first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    # ninja's "[3/8] nvcc ..." command lines can contain "error" in a flag: skip them.
+    pick = next((ln for ln in lines[1:] if not ln.startswith("[") and re.search(r"\berror\b", ln, re.I)), None)
+    line = pick or (lines[0] if lines else "")
+    line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return line if len(line) <= 240 else line[:237] + "..."
+
+
+def _child(target: Target, jobs: int, conn, log_path: str) -> None:
+    # Own process group: a stop signal reaches ninja and nvcc too, not just this process.
+    os.setpgrp()
+    # SIGTERM -> SystemExit, so torch's `finally: baton.release()` removes the build lock.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ["MAX_JOBS"] = str(jobs)   # torch's ninja -j (cutlass_blockwise_sm90 reads it too)
+    t0 = time.time()
+    try:
+        if target.needs:
+            ok, why = _resolve(target.needs)()
+            if not ok:
+                conn.send({"ok": True, "skipped": str(why).splitlines()[0] if why else "not available"})
+                return
+        art = _artifact(_resolve(target.loader)(*target.args))
+        # From cache when the loader handed back a file that existed before it was called.
+        cached = art is not None and art.stat().st_mtime < t0
+        conn.send({"ok": True, "cached": bool(cached), "artifact": str(art) if art else ""})
+    except BaseException as exc:  # noqa: BLE001 - report every failure, SystemExit included
+        traceback.print_exc()
+        conn.send({"ok": False, "error": _error_line(exc)})
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: schedule targets on a budget of compile jobs
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Result:
+    name: str
+    ok: bool
+    cached: bool
+    seconds: float
+    jobs: int
+    error: str = ""
+    log: str = ""
+    skipped: str = ""         # why, when the target's `needs` said no
+
+
+def _stop(proc) -> None:
+    """SIGTERM the child's process group, SIGKILL what is left after the grace period."""
+    for sig, wait_s in ((signal.SIGTERM, _TERM_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.join(wait_s)
+        if not proc.is_alive():
+            return
+
+
+def run_targets(targets: Sequence[Target], jobs: int, *, timeout_s: float = 1800.0,
+                report: Callable[[Result], None] = lambda r: None, logs: Path | None = None) -> list[Result]:
+    """Build ``targets`` in child processes, at most ``jobs`` compiler jobs at once in total.
+
+    Slowest first (``slow_s``); a target starts with MAX_JOBS = min(its units, free jobs) once
+    all its units are free, or with what is free when nothing else runs. ``report`` is called as
+    each one ends."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")   # a clean interpreter: no inherited CUDA or torch state
+    logs = logs or log_dir()
+    jobs = max(1, int(jobs))
+    pending = sorted(targets, key=lambda t: -t.slow_s)
+    units = {t.name: _units_or_one(t) for t in pending}
+    running: dict = {}            # name -> (proc, conn, start, jobs, log)
+    results: list[Result] = []
+    free = jobs
+
+    def finish(name, ok, cached=False, error="", skipped=""):
+        nonlocal free
+        proc, conn, start, j, log = running.pop(name)
+        free += j
+        conn.close()
+        r = Result(name, ok, cached, time.perf_counter() - start, j, error, str(log), skipped)
+        results.append(r)
+        report(r)
+
+    try:
+        while pending or running:
+            for t in list(pending):
+                want = units[t.name]
+                if want <= free or (not running and free > 0):
+                    j = min(want, free)
+                    pending.remove(t)
+                    free -= j
+                    log = logs / f"{t.name}.log"
+                    recv, send = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(target=_child, args=(t, j, send, str(log)), name=f"fp8lab-build-{t.name}")
+                    proc.start()
+                    send.close()
+                    running[t.name] = (proc, recv, time.perf_counter(), j, log)
+            now = time.perf_counter()
+            left = min(s + timeout_s - now for _, _, s, _, _ in running.values())
+            ready = wait([c for _, c, *_ in running.values()] + [p.sentinel for p, *_ in running.values()],
+                         timeout=max(0.0, left))
+            for name, (proc, conn, start, j, log) in list(running.items()):
+                if conn in ready or proc.sentinel in ready:
+                    try:
+                        msg = conn.recv() if conn.poll() else None
+                    except (EOFError, OSError):
+                        msg = None
+                    proc.join(30)
+                    if proc.is_alive():     # answered but does not exit: leave nothing behind
+                        _stop(proc)
+                    if msg is None:
+                        finish(name, False, error=f"build process died (exit code {proc.exitcode})")
+                    else:
+                        finish(name, msg["ok"], msg.get("cached", False), msg.get("error", ""),
+                               msg.get("skipped", ""))
+                elif time.perf_counter() - start > timeout_s:
+                    _stop(proc)
+                    finish(name, False, error=f"timed out after {timeout_s:.0f} s (stopped)")
+    finally:
+        for name, (proc, *_rest) in list(running.items()):   # interrupted: leave no compiler running
+            _stop(proc)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+def add_arguments(p) -> None:
+    p.add_argument("--jobs", "-j", type=int, metavar="N",
+                   help="compiler processes at once, all targets together (default: the cores "
+                        f"this process may use, {available_cores()} here)")
+    p.add_argument("--only", action="append", metavar="NAME[,NAME...]",
+                   help="build only these targets (repeatable, or comma-separated; see --list)")
+    p.add_argument("--list", action="store_true", help="list the targets and exit")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds per target before it is stopped (default 1800)")
+    p.add_argument("--summary", metavar="FILE",
+                   help="also write the counts and per-target seconds as JSON here (make run "
+                        "passes it to the runner for the wall-time record)")
+
+
+def _selected(only) -> list[Target] | str:
+    """The targets --only names (all without it), or the one-line complaint."""
+    if not only:
+        return list(TARGETS)
+    names = [n.strip() for arg in only for n in arg.split(",") if n.strip()]
+    known = {t.name: t for t in TARGETS}
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        return (f"fp8lab build: unknown target {', '.join(repr(b) for b in bad) or '(none given)'}; "
+                f"known: {', '.join(known)}")
+    return [known[n] for n in dict.fromkeys(names)]
+
+
+def _stale_locks() -> list[Path]:
+    from .paths import cache_dir
+    return sorted(cache_dir("torch_ext").glob("*/lock"))
+
+
+def cli(a) -> int:
+    sel = _selected(a.only)
+    if isinstance(sel, str):
+        print(sel, file=sys.stderr)
+        return 2
+    if a.list:
+        for t in sel:
+            print(f"{t.name:<16} {t.kind:<9} {unit_count(t):>2} TU  {t.what}")
+        return 0
+    if a.jobs is not None and a.jobs < 1:
+        print(f"fp8lab build: --jobs must be at least 1, got {a.jobs}", file=sys.stderr)
+        return 2
+    from . import provenance
+    # The extension hashes include the visible GPUs' compute capabilities (kernels/_build.py):
+    # built without a GPU they would land in folders no notebook on a GPU opens.
+    if not provenance.gpu_present():
+        print("fp8lab build: no GPU visible; nothing to build")
+        return 0
+    jobs = a.jobs or available_cores()
+    logs = log_dir()
+    for lock in _stale_locks():
+        print(f"fp8lab build: note: {lock} exists: a build is running there, or a killed one left it "
+              f"(delete it if none is running, or that extension waits for ever)")
+    print(f"fp8lab build: {len(sel)} targets, at most {jobs} compiler jobs at once; logs in {logs}")
+    sys.stdout.flush()
+
+    def report(r: Result) -> None:
+        if r.skipped:
+            print(f"  skipped {r.name:<16} {r.seconds:7.1f} s  {r.skipped}")
+        elif r.ok:
+            how = "cached" if r.cached else "built "
+            print(f"  {how}  {r.name:<16} {r.seconds:7.1f} s" + ("" if r.cached else f"  ({r.jobs} jobs)"))
+        else:
+            print(f"  FAILED  {r.name:<16} {r.seconds:7.1f} s  {r.error}  (log: {r.log})", file=sys.stderr)
+        sys.stdout.flush()
+
+    t0 = time.perf_counter()
+    results = run_targets(sel, jobs, timeout_s=a.timeout, report=report, logs=logs)
+    n_fail = sum(not r.ok for r in results)
+    n_cached = sum(r.ok and r.cached for r in results)
+    n_skip = sum(bool(r.skipped) for r in results)
+    n_built = len(results) - n_fail - n_cached - n_skip
+    wall = time.perf_counter() - t0
+    print(f"fp8lab build: {n_built} built, {n_cached} cached, {n_skip} skipped, {n_fail} failed "
+          f"in {wall:.1f} s ({jobs} jobs)")
+    if getattr(a, "summary", None):
+        write_summary(a.summary, results, wall, jobs)
+    return 1 if n_fail else 0
+
+
+def write_summary(path, results, wall_s: float, jobs: int) -> None:
+    """The build's counts and per-target seconds as JSON (atomically)."""
+    import json
+
+    from .results import atomic_write_bytes
+    n_fail = sum(not r.ok for r in results)
+    n_cached = sum(r.ok and r.cached for r in results)
+    n_skip = sum(bool(r.skipped) for r in results)
+    doc = {"built": len(results) - n_fail - n_cached - n_skip, "cached": n_cached, "skipped": n_skip,
+           "failed": n_fail, "wall_s": round(wall_s, 1), "jobs": jobs,
+           "targets": {r.name: {"ok": r.ok, "cached": r.cached, "seconds": round(r.seconds, 1),
+                                **({"skipped": r.skipped} if r.skipped else {})} for r in results}}
+    atomic_write_bytes(Path(path), (json.dumps(doc, indent=2) + "\n").encode())
