@@ -622,7 +622,7 @@ def run_record(started: str, t_start: float, t_end: float) -> dict:
                        "total_s": round(t_end - t0, 1),
                        "fresh_install": os.environ.get("FP8LAB_MAKE_FRESH_INSTALL") == "1"}
         summary = os.environ.get("FP8LAB_BUILD_SUMMARY")
-        if summary and Path(summary).is_file():
+        if summary and Path(summary).is_file() and Path(summary).stat().st_size:
             try:
                 rec["make"]["build"] = json.loads(Path(summary).read_text())
             except json.JSONDecodeError:
