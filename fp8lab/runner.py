@@ -507,6 +507,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     run_dir = Path(run_dir) if run_dir else default_run_dir(
         "cluster" if cluster is not None else ("smoke" if smoke else chosen))
     run_dir.mkdir(parents=True, exist_ok=True)
+    guarded = _snapshot_outputs() if smoke else None
     if smoke:
         # A smoke run's tables and figures are for checking the path, never results:
         # they stay in the run folder (07 and the overlays read them back from there).
@@ -579,10 +580,36 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
                "notebooks": rows}
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     failed = [o for o in outcomes if not o.ok]
+    touched = _changed_outputs(guarded) if guarded is not None else []
+    if touched:
+        summary["touched_committed_outputs"] = touched[:50]
+        (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     echo(f"{len(outcomes) - len(failed)} passed, {len(failed)} failed  (mode {chosen}; {run_dir})")
+    if touched:
+        echo(f"FAIL  the smoke run changed {len(touched)} file(s) under data/ or figures/ "
+             f"(it must write only into {run_dir}): " + ", ".join(touched[:5]))
+        return 1
     for o in failed:
         echo("  " + o.line())
     return 1 if failed else 0
+
+
+def _snapshot_outputs() -> dict:
+    """(size, mtime) of every file under data/ and figures/: a smoke run must leave them be."""
+    from .paths import data_dir, figures_dir
+    snap = {}
+    for root in (data_dir(), figures_dir()):
+        if root.is_dir():
+            for p in root.rglob("*"):
+                if p.is_file():
+                    st = p.stat()
+                    snap[str(p)] = (st.st_size, st.st_mtime_ns)
+    return snap
+
+
+def _changed_outputs(before: dict) -> list[str]:
+    after = _snapshot_outputs()
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
 
 def smoke_pairs(specs: list[NotebookSpec]) -> list[tuple[str, object]]:

@@ -222,3 +222,24 @@ def test_run_json_records_where_and_how_long(tmp_path, monkeypatch):
     assert rec["host"]["cpu_count"] >= 1 and "commit" in rec["git"]
     monkeypatch.setenv("FP8LAB_MAKE_TIMES", "garbage")
     assert "make" not in runner.run_record("x", t, t + 1)
+
+
+def test_a_smoke_run_that_writes_into_data_fails(tmp_path, monkeypatch):
+    """The smoke's promise (nothing under data/ or figures/ changes) is checked, not assumed."""
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    data = tmp_path / "data"
+    (data / "h200").mkdir(parents=True)
+    monkeypatch.setenv("FP8LAB_DATA_DIR", str(data))
+    monkeypatch.setenv("FP8LAB_FIGURES_DIR", str(tmp_path / "figures"))
+    # a notebook that ignores the redirect and writes the committed folder
+    nbformat.write(_nb(f"open({str(data / 'h200' / 'x.csv')!r}, 'w').write('a')"), nbdir / "20_x.ipynb")
+    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
+        {"id": "20", "name": "20_x", "title": "x", "kind": "gpu", "timeout": 120}]}))
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    lines = []
+    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+                    echo=lines.append, smoke=True)
+    assert rc == 1 and any("changed 1 file(s) under data/ or figures/" in ln for ln in lines)
