@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 
@@ -103,3 +104,10 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"fp8lab: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or the runner's SIGTERM / SIGHUP (runner.Stopped): by now the running
+        # notebooks are killed and their clock locks reset; one line, the shell's status.
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "the running notebooks were killed" if a.cmd == "run" else "nothing more was done"
+        print(f"fp8lab: stopped by {signal.Signals(signum).name}: {what}", file=sys.stderr)
+        return 128 + signum

@@ -23,7 +23,7 @@ Worker start-up on each GPU host (one worker per GPU, from the checkout at the c
 commit, with fp8lab installed)::
 
     for i in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
-      CUDA_VISIBLE_DEVICES=$i dask worker tcp://scheduler:8786 --nthreads 2 \\
+      CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$i dask worker tcp://scheduler:8786 --nthreads 2 \\
           --resources GPU=1 --name "$(hostname)-gpu$i" &
     done
 """
@@ -101,6 +101,8 @@ def local_cluster(n_workers: int | None = None, *, gpu_ids: list[str] | None = N
         env = dict(extra)
         if gpus:
             env.setdefault("CUDA_VISIBLE_DEVICES", gpu_ids[i])
+            # the ids are NVML's; CUDA reads them the same way only in PCI bus order
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         workers[f"fp8lab-{i}"] = {"cls": distributed.Nanny, "options": {
             "nthreads": threads, "resources": {GPU_RESOURCE: 1}, "env": env,
             # The notebooks run in child processes: the worker itself holds only their
