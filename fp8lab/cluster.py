@@ -254,6 +254,10 @@ def check_returned(name: str, files, commit: str) -> list[str]:
             problems.append(f"{rel}: outside data/<device>/{name}/ and figures/<device>/{name}/")
             continue
         by_rel[rel] = data
+    for rel in by_rel:
+        # a new table with the old sidecar here would be a mixed pair
+        if rel.startswith("data/") and rel.endswith(".csv") and rel[:-4] + ".meta.json" not in by_rel:
+            problems.append(f"{rel}: returned without its sidecar")
     for rel, data in by_rel.items():
         if not (rel.startswith("data/") and rel.endswith(".meta.json")):
             continue
@@ -263,8 +267,14 @@ def check_returned(name: str, files, commit: str) -> list[str]:
         except ValueError:
             problems.append(f"{rel}: not JSON")
             continue
-        want = (meta.get("table") or {}).get("sha256")
-        if csv in by_rel and want and hashlib.sha256(by_rel[csv]).hexdigest() != want:
+        if not isinstance(meta, dict):
+            problems.append(f"{rel}: not a JSON object")
+            continue
+        table = meta.get("table")
+        want = table.get("sha256") if isinstance(table, dict) else None
+        if csv in by_rel and not isinstance(want, str):
+            problems.append(f"{rel}: has no table.sha256, so {csv} cannot be checked")
+        elif csv in by_rel and hashlib.sha256(by_rel[csv]).hexdigest() != want:
             problems.append(f"{csv}: does not match its sidecar's sha256")
         got = (meta.get("git") or {}).get("commit")
         if got and got != commit:
@@ -297,9 +307,16 @@ def _accept(spec: NotebookSpec, r: dict, run_dir: Path, commit: str) -> Outcome:
         o.ok = False
         o.error = "refused the files it returned (nothing written): " + "; ".join(problems[:5])
         return o
+    from .results import write_pair
     roots = {"data": data_dir(), "figures": figures_dir()}
-    # CSVs before their sidecars, as results.write_table does.
-    for rel, data in sorted(r["files"], key=lambda f: f[0].endswith(".meta.json")):
+    files = dict(r["files"])
+    # A table and its sidecar are written as a pair, as results.write_table does, so no
+    # reader here gets the new CSV with the old sidecar.
+    for rel in sorted(files):
+        if rel.startswith("data/") and rel.endswith(".csv") and rel[:-4] + ".meta.json" in files:
+            dest = roots["data"] / rel.partition("/")[2]
+            write_pair(dest.parent, dest.name[:-4], files.pop(rel), files.pop(rel[:-4] + ".meta.json"))
+    for rel, data in sorted(files.items()):
         top, _, rest = rel.partition("/")
         atomic_write_bytes(roots[top] / rest, data)
     return o

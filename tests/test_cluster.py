@@ -173,6 +173,12 @@ def test_returned_files_are_checked(no_gpu):
     assert any("sha256" in p for p in cluster.check_returned("07_x", bad_sha, "abc"))
     for rel in ("data/h200/08_y/t.csv", "data/../x/07_x/t.csv", "/etc/07_x/a/b", "runs/h200/07_x/a"):
         assert cluster.check_returned("07_x", [(rel, b"")], "abc"), rel
+    # a sidecar that cannot vouch for its CSV, a CSV without its sidecar
+    for side in (b"{}", b'{"table": {"rows": 1}}', b"[]"):
+        got = cluster.check_returned("07_x", [good[0], ("data/h200/07_x/t.meta.json", side)], "abc")
+        assert any("t.meta.json" in p for p in got), side
+    got = cluster.check_returned("07_x", [good[0], good[2]], "abc")
+    assert got == ["data/h200/07_x/t.csv: returned without its sidecar"]
 
 
 def test_cluster_arguments(no_gpu, monkeypatch, capsys):
