@@ -13,7 +13,7 @@ def _cmd_run(a) -> int:
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
                       timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
                       gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster, smoke=a.smoke,
-                      host_lane=not a.no_host_lane)
+                      host_lane=not a.no_host_lane, connect_timeout=a.connect_timeout)
 
 
 def _cmd_list(a) -> int:
@@ -88,6 +88,8 @@ def main(argv=None) -> int:
                         "local[:N] starts N such workers here (default: one per GPU). GPU "
                         "notebooks take one GPU slot, host notebooks none; results come back "
                         "into this checkout's data/<device>/ and figures/<device>/")
+    r.add_argument("--connect-timeout", type=float, default=30.0, metavar="S",
+                   help="with --cluster ADDRESS: seconds for the scheduler to answer (default 30)")
     r.set_defaults(fn=_cmd_run)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")

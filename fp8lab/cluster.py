@@ -67,6 +67,79 @@ def parse_target(text) -> tuple[str, object]:
                      f"local[:N], got {t!r}")
 
 
+#: a Dask handshake is a few hundred bytes; a "length" beyond this is someone else's protocol
+_MAX_HANDSHAKE = 1 << 20
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Fail fast, in one line (UsageError), unless a Dask scheduler answers at ``address``
+    within ``timeout`` seconds. A Dask listener speaks first (its handshake: a length-prefixed
+    msgpack message), so a plain socket can tell a scheduler from a port that accepts and says
+    nothing (Dask itself waits there forever) or answers in another protocol (Dask reads its
+    first 8 bytes as a length and tries to allocate that much). tls:// is only checked for a
+    TCP connection: its handshake needs Dask's certificates."""
+    import struct
+
+    scheme, _, hostport = address.rpartition("://")
+    scheme = scheme or "tcp"
+    if scheme not in ("tcp", "tls"):
+        return
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise UsageError(f"--cluster: {address!r} has no host:port")
+    t_end = time.monotonic() + timeout
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except (socket.timeout, TimeoutError):
+        raise UsageError(f"--cluster: nothing answered at {address} within {timeout:g} s "
+                         "(--connect-timeout)") from None
+    except OSError as exc:
+        raise UsageError(f"--cluster: cannot reach {address}: {exc.strerror or exc}") from None
+    with sock:
+        if scheme == "tls":
+            return
+        try:
+            sock.settimeout(max(0.05, t_end - time.monotonic()))
+            head = _recv_exact(sock, 8)
+            if len(head) < 8:
+                raise UsageError(f"--cluster: {address} closed the connection without a Dask "
+                                 "handshake: no Dask scheduler listens there")
+            (n,) = struct.unpack("Q", head)
+            if not 0 < n <= _MAX_HANDSHAKE:
+                raise UsageError(f"--cluster: {address} answered, but not as a Dask scheduler "
+                                 f"(its first bytes: {head!r})")
+            sock.settimeout(max(0.05, t_end - time.monotonic()))
+            body = _recv_exact(sock, n)
+        except (socket.timeout, TimeoutError):
+            raise UsageError(f"--cluster: {address} accepted the connection but sent no Dask "
+                             f"handshake within {timeout:g} s: no Dask scheduler listens there (a "
+                             "busy one: raise --connect-timeout)") from None
+        except OSError as exc:
+            raise UsageError(f"--cluster: {address} dropped the connection: {exc}") from None
+    try:
+        from distributed.protocol import loads
+        from distributed.protocol.utils import unpack_frames
+        frames, _ = unpack_frames(body, partial=True)
+        msg = loads(frames)
+        ok = isinstance(msg, dict) and "pickle-protocol" in msg
+    except Exception:  # noqa: BLE001 - anything that does not decode is not a handshake
+        ok = False
+    if not ok:
+        raise UsageError(f"--cluster: {address} answered, but not with a Dask handshake: no Dask "
+                         "scheduler listens there")
+
+
 def _import_distributed():
     try:
         import distributed
@@ -332,8 +405,9 @@ def _scheduler_workers(client) -> dict:
 
 def run_on_cluster(specs: list[NotebookSpec], per_nb: dict, target, *, mode: str, run_dir: Path,
                    run_id: str, timeout, kernel: str, env, progress: bool, echo,
-                   worker_wait_s: float = 60.0) -> list[Outcome]:
-    """Submit one task per notebook, in dependency order; outcomes in ``specs`` order."""
+                   worker_wait_s: float = 60.0, connect_timeout: float = 30.0) -> list[Outcome]:
+    """Submit one task per notebook, in dependency order; outcomes in ``specs`` order.
+    ``connect_timeout``: seconds for the scheduler to answer (see :func:`probe_scheduler`)."""
     distributed = _import_distributed()
     root = repo_root()
     git = provenance.git_info(root)
@@ -353,12 +427,16 @@ def run_on_cluster(specs: list[NotebookSpec], per_nb: dict, target, *, mode: str
                         "params": per_nb[s.name], "mode": mode, "env": dict(env or {}),
                         "run_id": run_id, "commit": commit}
     kind, arg = target
+    if kind == "address":
+        probe_scheduler(arg, connect_timeout)
     cluster = local_cluster(arg) if kind == "local" else None
     try:
         try:
-            client = distributed.Client(cluster if cluster is not None else arg, timeout="30s")
-        except (OSError, TimeoutError) as exc:
-            raise UsageError(f"--cluster: cannot reach the Dask scheduler at {arg}: {exc}") from None
+            client = distributed.Client(cluster if cluster is not None else arg,
+                                        timeout=f"{connect_timeout:g}s")
+        except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, a protocol error: one line
+            raise UsageError(f"--cluster: cannot connect to the Dask scheduler at {arg}: "
+                             f"{type(exc).__name__}: {exc}") from None
         with client:
             try:
                 client.wait_for_workers(1, timeout=worker_wait_s)

@@ -577,7 +577,8 @@ def is_port_clash(o: Outcome) -> bool:
 def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
-        stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True) -> int:
+        stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True,
+        connect_timeout: float = 30.0) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
@@ -585,7 +586,8 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     kernel ``i * stagger_s`` seconds after worker 0.
     ``cluster``: a Dask scheduler address (``tcp://host:8786``) or ``local[:N]``: each
     notebook is one Dask task on a worker's own checkout (see ``fp8lab.cluster``); each
-    worker chooses measure or replot for itself.
+    worker chooses measure or replot for itself; ``connect_timeout``: seconds for its scheduler
+    to answer.
     ``smoke``: every selected notebook in measure mode with its manifest ``smoke`` parameters
     (the smallest sweep that still touches every arm, check and figure; ``params`` override
     them), its tables and figures written into the run folder, never data/ or figures/.
@@ -599,13 +601,15 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         return _run(only=only, params=params, mode=mode, run_dir=run_dir, timeout=timeout,
                     kernel=kernel, manifest=manifest, progress=progress, echo=echo, env=env,
                     gpus=gpus, stagger_s=stagger_s, cluster=cluster, smoke=smoke,
-                    host_lane=host_lane)
+                    host_lane=host_lane, connect_timeout=connect_timeout)
 
 
 def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, echo, env, gpus,
-         stagger_s, cluster, smoke, host_lane) -> int:
+         stagger_s, cluster, smoke, host_lane, connect_timeout) -> int:
     if stagger_s < 0:
         raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
+    if not connect_timeout > 0:
+        raise UsageError(f"--connect-timeout must be > 0 seconds, got {connect_timeout}")
     if gpus is not None and cluster is not None:
         raise UsageError("--gpus and --cluster exclude each other: on a cluster, each worker "
                          "is pinned to its GPU when it is started")
@@ -663,7 +667,8 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
     if cluster is not None:
         outcomes = _cluster.run_on_cluster(specs, per_nb, target, mode=mode, run_dir=run_dir,
                                            run_id=run_id, timeout=timeout, kernel=kernel,
-                                           env=env, progress=progress, echo=echo)
+                                           env=env, progress=progress, echo=echo,
+                                           connect_timeout=connect_timeout)
     elif gpu_ids is None and host_lane and chosen == "measure" and \
             len({s.kind for s in specs}) > 1:
         echo("  two lanes: host notebooks run beside the GPU notebooks ("
