@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 
@@ -12,7 +13,7 @@ def _cmd_run(a) -> int:
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
                       timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
                       gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster, smoke=a.smoke,
-                      host_lane=not a.no_host_lane)
+                      host_lane=not a.no_host_lane, connect_timeout=a.connect_timeout)
 
 
 def _cmd_list(a) -> int:
@@ -107,6 +108,8 @@ def main(argv=None) -> int:
                         "local[:N] starts N such workers here (default: one per GPU). GPU "
                         "notebooks take one GPU slot, host notebooks none; results come back "
                         "into this checkout's data/<device>/ and figures/<device>/")
+    r.add_argument("--connect-timeout", type=float, default=30.0, metavar="S",
+                   help="with --cluster ADDRESS: seconds for the scheduler to answer (default 30)")
     r.set_defaults(fn=_cmd_run)
     from . import prebuild
     b = sub.add_parser("build", help="build every CUDA extension and cubin the GPU notebooks use, in "
@@ -142,3 +145,10 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"fp8lab: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or the runner's SIGTERM / SIGHUP (runner.Stopped): by now the running
+        # notebooks are killed and their clock locks reset; one line, the shell's status.
+        signum = getattr(exc, "signum", signal.SIGINT)
+        what = "the running notebooks were killed" if a.cmd == "run" else "nothing more was done"
+        print(f"fp8lab: stopped by {signal.Signals(signum).name}: {what}", file=sys.stderr)
+        return 128 + signum

@@ -9,9 +9,19 @@ power-capped says so.
 ``locked_clocks`` is for a machine you own. It never runs unless asked twice: a
 clock range and ``opt_in=True`` (or FP8LAB_ALLOW_CLOCK_LOCK=1). It tries the lock;
 without permission (not root) it records 'not permitted' and the body runs
-unlocked. Once locked, the reset is guaranteed three ways: the ``finally`` of the
-context manager, an ``atexit`` hook, and a SIGTERM handler (which resets, then
-hands over to the previous handler). Never use it on a shared machine.
+unlocked. It locks the GPU that CUDA calls ``cuda:device_index``, found in NVML by its
+UUID (NVML numbers GPUs ignoring CUDA_VISIBLE_DEVICES, and CUDA's own order need not be
+NVML's); when it cannot tell which NVML device that is, it locks nothing.
+
+Once locked, the reset is tried three ways inside the process: the ``finally`` of the
+context manager, an ``atexit`` hook, and a SIGTERM handler (which resets, then hands over
+to the previous handler). None of them runs when the process is killed outright (a
+Jupyter kernel whose parent dies leaves with ``os._exit``), so the runner owns the
+release: it names a state file in $FP8LAB_CLOCK_STATE, ``locked_clocks`` records each
+lock there *before* taking it (and removes it once reset), and whatever ends the
+notebook (end, timeout, Ctrl-C, SIGTERM, SIGHUP, the runner's own death) the runner or
+its executor calls ``release_recorded``: it kills the holder, then resets every lock
+still recorded. Never use it on a shared machine.
 
 ``timed`` / ``row_clocks`` give every timed row of every experiment its clock columns
 (``CLOCK_COLUMNS``), and ``clock_source`` / ``clock_note`` say where they came from: NVML
@@ -26,6 +36,8 @@ NVML is imported lazily (``pynvml`` from nvidia-ml-py); both classes take an
 from __future__ import annotations
 
 import atexit
+import fcntl
+import json
 import math
 import os
 import signal
@@ -34,10 +46,15 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 __all__ = ["ClockSampler", "ClockLock", "locked_clocks", "decode_reasons", "REASON_BITS",
-           "sample_once", "active_lock", "CLOCK_COLUMNS", "CLOCK_SOURCES", "row_clocks", "timed"]
+           "sample_once", "active_lock", "CLOCK_COLUMNS", "CLOCK_SOURCES", "row_clocks", "timed",
+           "cuda_uuid", "recorded_locks", "release_recorded", "STATE_ENV"]
+
+#: the runner names a file here; every lock taken in the notebook is recorded in it
+STATE_ENV = "FP8LAB_CLOCK_STATE"
 
 #: clock-event (formerly "throttle") reason bits, as nvml.h defines them
 REASON_BITS = {
@@ -381,11 +398,13 @@ class ClockLock:
     locked: bool = False
     reset_calls: int = 0
     events: list = field(default_factory=list)
+    uuid: Optional[str] = None      # the NVML device locked (or tried)
 
     def as_dict(self) -> dict:
         return {"requested_sm_mhz": self.requested_sm_mhz,
                 "requested_mem_mhz": self.requested_mem_mhz, "status": self.status,
-                "locked": self.locked, "reset_calls": self.reset_calls, "events": list(self.events)}
+                "locked": self.locked, "reset_calls": self.reset_calls, "events": list(self.events),
+                "uuid": self.uuid}
 
 
 def _range(v, what: str) -> Optional[tuple]:
@@ -408,15 +427,145 @@ def _error_kind(nvml, exc) -> str:
     return f"error: {type(exc).__name__}: {exc}"
 
 
+def cuda_uuid(device_index: int = 0) -> Optional[str]:
+    """The UUID of the GPU that CUDA (torch) calls ``cuda:device_index``, or None when torch
+    or CUDA is not there to say."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        u = str(torch.cuda.get_device_properties(device_index).uuid)
+    except Exception:  # noqa: BLE001 - no torch, no CUDA, no such device: unknown
+        return None
+    return u if u.startswith(("GPU-", "MIG-")) else "GPU-" + u
+
+
+def _nvml_str(x) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _resolve_device(nv, device_index: int, uuid: Optional[str]):
+    """(NVML handle, its UUID) of the GPU CUDA calls ``cuda:device_index``; LookupError when
+    that cannot be told for sure (then nothing is locked: a lock on the wrong GPU changes
+    another user's card and labels this run's numbers with a clock it never ran at)."""
+    if uuid is None:
+        uuid = cuda_uuid(device_index)
+    if uuid is None:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = [e.strip() for e in vis.split(",")] if vis is not None else None
+        if entries is not None:
+            if device_index >= len(entries) or not entries[device_index]:
+                raise LookupError(f"CUDA_VISIBLE_DEVICES={vis!r} shows no cuda:{device_index}")
+            entry = entries[device_index]
+        else:
+            entry = str(device_index)
+        if entry.startswith(("GPU-", "MIG-")):
+            uuid = entry
+        elif entry.isdigit():
+            # A CUDA index is NVML's only in PCI bus order (CUDA's default is fastest
+            # first) or when there is just one GPU to choose from.
+            if os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and int(nv.nvmlDeviceGetCount()) != 1:
+                raise LookupError(f"cannot tell which NVML device is cuda:{device_index} "
+                                  f"(CUDA device {entry}) without torch or "
+                                  "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+            handle = nv.nvmlDeviceGetHandleByIndex(int(entry))
+            return handle, _nvml_str(nv.nvmlDeviceGetUUID(handle))
+        else:
+            raise LookupError(f"CUDA_VISIBLE_DEVICES entry {entry!r} is neither an index nor a UUID")
+    handle = nv.nvmlDeviceGetHandleByUUID(uuid)
+    return handle, uuid
+
+
+# -- the record the runner reads back ------------------------------------------------
+def _update_state(path: str, fn) -> dict:
+    """Read-modify-write the state file under an flock (several processes may share it);
+    written by rename, so a reader never sees half a file."""
+    p = Path(path)
+    with open(p.with_name(p.name + ".lock"), "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            state = json.loads(p.read_text()) if p.is_file() else {}
+        except ValueError:
+            state = {}
+        fn(state)
+        if state:
+            tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(state, indent=1) + "\n")
+            os.replace(tmp, p)
+        else:
+            p.unlink(missing_ok=True)
+        return state
+
+
+def recorded_locks(path) -> list:
+    """The locks recorded in a state file and not yet reset (each: holder pid, its start
+    time, the device's UUID and NVML index, which clocks)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    try:
+        return list(json.loads(p.read_text()).values())
+    except ValueError:
+        return []
+
+
+def release_recorded(path, nvml=None, *, kill: bool = True) -> list:
+    """Release every lock recorded in the state file ``path``: kill its holder first (its
+    process group, only if it is still the recorded process), so nothing can lock again
+    after the reset, then reset the clocks by the recorded UUID. Returns one line per lock
+    saying what was done; a lock that could not be reset stays recorded and its line says
+    how to reset it by hand."""
+    from . import procs
+
+    recs = recorded_locks(path)
+    if not recs:
+        return []
+    lines = []
+    if kill:
+        for r in recs:
+            if r.get("pid") != os.getpid():
+                procs.kill_group(int(r["pid"]), r.get("start"))
+    try:
+        nv = _load_nvml(nvml)
+        nv.nvmlInit()
+    except Exception as e:  # noqa: BLE001
+        return [f"could not reset the clock lock on {r.get('uuid') or r.get('index')}: NVML "
+                f"unavailable ({type(e).__name__}: {e}); reset it by hand: nvidia-smi -rgc -rmc "
+                f"-i {r.get('uuid') or r.get('index')}" for r in recs]
+    try:
+        for r in recs:
+            dev = r.get("uuid") or r.get("index")
+            try:
+                h = (nv.nvmlDeviceGetHandleByUUID(r["uuid"]) if r.get("uuid")
+                     else nv.nvmlDeviceGetHandleByIndex(int(r["index"])))
+                if r.get("sm"):
+                    nv.nvmlDeviceResetGpuLockedClocks(h)
+                if r.get("mem"):
+                    nv.nvmlDeviceResetMemoryLockedClocks(h)
+            except Exception as e:  # noqa: BLE001
+                lines.append(f"could not reset the clock lock on {dev}: {type(e).__name__}: {e}; "
+                             f"reset it by hand: nvidia-smi -rgc -rmc -i {dev}")
+                continue
+            _update_state(path, lambda st, k=r["key"]: st.pop(k, None))
+            lines.append(f"reset the clock lock that pid {r['pid']} left on {dev}")
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    return lines
+
+
 @contextmanager
 def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_index: int = 0,
-                  nvml=None):
+                  uuid: Optional[str] = None, nvml=None):
     """Lock SM (and optionally memory) clocks for the body; always reset after.
 
     ``sm_mhz`` / ``mem_mhz``: MHz or (min, max). ``opt_in`` must be True (or the
     environment must set FP8LAB_ALLOW_CLOCK_LOCK=1), otherwise nothing is touched
-    and the status reads 'not opted in'. Yields a ``ClockLock`` whose ``status``
-    says what happened; the body always runs, locked or not.
+    and the status reads 'not opted in'. The GPU is ``cuda:device_index`` as CUDA numbers
+    it (found in NVML by UUID), or the one ``uuid`` names. Yields a ``ClockLock`` whose
+    ``status`` says what happened; the body always runs, locked or not.
     """
     sm = _range(sm_mhz, "sm_mhz")
     mem = _range(mem_mhz, "mem_mhz")
@@ -435,20 +584,45 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
     try:
         nv = _load_nvml(nvml)
         nv.nvmlInit()
-        handle = nv.nvmlDeviceGetHandleByIndex(device_index)
     except Exception as e:
         state.status = f"error: NVML unavailable ({type(e).__name__}: {e})"
         yield state
         return
+    try:
+        handle, state.uuid = _resolve_device(nv, int(device_index), uuid)
+    except Exception as e:  # noqa: BLE001 - LookupError, or NVML does not know the UUID
+        state.status = f"error: which GPU to lock: {type(e).__name__}: {e}"
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+        yield state
+        return
 
-    done = {"sm": False, "mem": False}
+    done = {"sm": False, "mem": False, "recorded": False}
+    state_file = os.environ.get(STATE_ENV) or None
+    key = f"{os.getpid()}:{state.uuid}"
 
-    def reset(reason: str):
-        # idempotent: finally, atexit and SIGTERM may all get here
-        if not (done["sm"] or done["mem"]):
+    def record(sm: bool, mem: bool):
+        """Tell the runner (when it asked) which clocks may be locked, before locking them."""
+        if state_file is None:
             return
-        state.reset_calls += 1
-        state.events.append(f"reset ({reason})")
+        from . import procs
+
+        def put(st):
+            if sm or mem:
+                st[key] = {"key": key, "pid": os.getpid(), "start": procs.start_time(os.getpid()),
+                           "uuid": state.uuid, "sm": sm, "mem": mem}
+            else:
+                st.pop(key, None)
+        _update_state(state_file, put)
+        done["recorded"] = bool(sm or mem)
+
+    def reset(reason: str, clear_record: bool = True):
+        # idempotent: finally, atexit and SIGTERM may all get here
+        if done["sm"] or done["mem"]:
+            state.reset_calls += 1
+            state.events.append(f"reset ({reason})")
         if done["sm"]:
             try:
                 nv.nvmlDeviceResetGpuLockedClocks(handle)
@@ -462,6 +636,13 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
                 state.events.append(f"reset mem failed: {e}")
             done["mem"] = False
         state.locked = False
+        # A signal handler leaves the record alone (the main thread may hold its file lock):
+        # a second reset by the runner is harmless.
+        if clear_record and done["recorded"]:
+            try:
+                record(False, False)
+            except Exception as e:  # noqa: BLE001
+                state.events.append(f"could not clear the lock record: {e}")
 
     def at_exit():
         reset("atexit")
@@ -470,7 +651,7 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
     installed_signal = False
 
     def on_sigterm(signum, frame):
-        reset("SIGTERM")
+        reset("SIGTERM", clear_record=False)
         # hand over to whoever handled SIGTERM before us
         if callable(prev_handler):
             return prev_handler(signum, frame)
@@ -480,21 +661,28 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
 
     try:
         try:
-            if sm is not None:
-                nv.nvmlDeviceSetGpuLockedClocks(handle, sm[0], sm[1])
-                done["sm"] = True
-            if mem is not None:
-                nv.nvmlDeviceSetMemoryLockedClocks(handle, mem[0], mem[1])
-                done["mem"] = True
-        except Exception as e:
-            state.status = _error_kind(nv, e)
-            state.events.append(f"lock refused: {state.status}")
-            # a half-applied lock (SM locked, memory refused) is undone right away
-            reset("partial lock")
+            # Recorded first: a kill right after the lock call must still leave a record.
+            record(sm is not None, mem is not None)
+        except Exception as e:  # noqa: BLE001 - without the record no one resets after a kill
+            state.status = f"error: cannot record the lock for the runner ({type(e).__name__}: {e})"
+            state.events.append("lock not taken: " + state.status)
         else:
-            state.status = "locked"
-            state.locked = True
-            state.events.append("locked")
+            try:
+                if sm is not None:
+                    nv.nvmlDeviceSetGpuLockedClocks(handle, sm[0], sm[1])
+                    done["sm"] = True
+                if mem is not None:
+                    nv.nvmlDeviceSetMemoryLockedClocks(handle, mem[0], mem[1])
+                    done["mem"] = True
+            except Exception as e:
+                state.status = _error_kind(nv, e)
+                state.events.append(f"lock refused: {state.status}")
+                # a half-applied lock (SM locked, memory refused) is undone right away
+                reset("partial lock")
+            else:
+                state.status = "locked"
+                state.locked = True
+                state.events.append("locked")
         if state.locked:
             atexit.register(at_exit)
             if threading.current_thread() is threading.main_thread():

@@ -23,7 +23,7 @@ Worker start-up on each GPU host (one worker per GPU, from the checkout at the c
 commit, with fp8lab installed)::
 
     for i in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
-      CUDA_VISIBLE_DEVICES=$i dask worker tcp://scheduler:8786 --nthreads 2 \\
+      CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$i dask worker tcp://scheduler:8786 --nthreads 2 \\
           --resources GPU=1 --name "$(hostname)-gpu$i" &
     done
 """
@@ -67,6 +67,79 @@ def parse_target(text) -> tuple[str, object]:
                      f"local[:N], got {t!r}")
 
 
+#: a Dask handshake is a few hundred bytes; a "length" beyond this is someone else's protocol
+_MAX_HANDSHAKE = 1 << 20
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Fail fast, in one line (UsageError), unless a Dask scheduler answers at ``address``
+    within ``timeout`` seconds. A Dask listener speaks first (its handshake: a length-prefixed
+    msgpack message), so a plain socket can tell a scheduler from a port that accepts and says
+    nothing (Dask itself waits there forever) or answers in another protocol (Dask reads its
+    first 8 bytes as a length and tries to allocate that much). tls:// is only checked for a
+    TCP connection: its handshake needs Dask's certificates."""
+    import struct
+
+    scheme, _, hostport = address.rpartition("://")
+    scheme = scheme or "tcp"
+    if scheme not in ("tcp", "tls"):
+        return
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise UsageError(f"--cluster: {address!r} has no host:port")
+    t_end = time.monotonic() + timeout
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except (socket.timeout, TimeoutError):
+        raise UsageError(f"--cluster: nothing answered at {address} within {timeout:g} s "
+                         "(--connect-timeout)") from None
+    except OSError as exc:
+        raise UsageError(f"--cluster: cannot reach {address}: {exc.strerror or exc}") from None
+    with sock:
+        if scheme == "tls":
+            return
+        try:
+            sock.settimeout(max(0.05, t_end - time.monotonic()))
+            head = _recv_exact(sock, 8)
+            if len(head) < 8:
+                raise UsageError(f"--cluster: {address} closed the connection without a Dask "
+                                 "handshake: no Dask scheduler listens there")
+            (n,) = struct.unpack("Q", head)
+            if not 0 < n <= _MAX_HANDSHAKE:
+                raise UsageError(f"--cluster: {address} answered, but not as a Dask scheduler "
+                                 f"(its first bytes: {head!r})")
+            sock.settimeout(max(0.05, t_end - time.monotonic()))
+            body = _recv_exact(sock, n)
+        except (socket.timeout, TimeoutError):
+            raise UsageError(f"--cluster: {address} accepted the connection but sent no Dask "
+                             f"handshake within {timeout:g} s: no Dask scheduler listens there (a "
+                             "busy one: raise --connect-timeout)") from None
+        except OSError as exc:
+            raise UsageError(f"--cluster: {address} dropped the connection: {exc}") from None
+    try:
+        from distributed.protocol import loads
+        from distributed.protocol.utils import unpack_frames
+        frames, _ = unpack_frames(body, partial=True)
+        msg = loads(frames)
+        ok = isinstance(msg, dict) and "pickle-protocol" in msg
+    except Exception:  # noqa: BLE001 - anything that does not decode is not a handshake
+        ok = False
+    if not ok:
+        raise UsageError(f"--cluster: {address} answered, but not with a Dask handshake: no Dask "
+                         "scheduler listens there")
+
+
 def _import_distributed():
     try:
         import distributed
@@ -101,6 +174,8 @@ def local_cluster(n_workers: int | None = None, *, gpu_ids: list[str] | None = N
         env = dict(extra)
         if gpus:
             env.setdefault("CUDA_VISIBLE_DEVICES", gpu_ids[i])
+            # the ids are NVML's; CUDA reads them the same way only in PCI bus order
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         workers[f"fp8lab-{i}"] = {"cls": distributed.Nanny, "options": {
             "nthreads": threads, "resources": {GPU_RESOURCE: 1}, "env": env,
             # The notebooks run in child processes: the worker itself holds only their
@@ -252,6 +327,10 @@ def check_returned(name: str, files, commit: str) -> list[str]:
             problems.append(f"{rel}: outside data/<device>/{name}/ and figures/<device>/{name}/")
             continue
         by_rel[rel] = data
+    for rel in by_rel:
+        # a new table with the old sidecar here would be a mixed pair
+        if rel.startswith("data/") and rel.endswith(".csv") and rel[:-4] + ".meta.json" not in by_rel:
+            problems.append(f"{rel}: returned without its sidecar")
     for rel, data in by_rel.items():
         if not (rel.startswith("data/") and rel.endswith(".meta.json")):
             continue
@@ -261,8 +340,14 @@ def check_returned(name: str, files, commit: str) -> list[str]:
         except ValueError:
             problems.append(f"{rel}: not JSON")
             continue
-        want = (meta.get("table") or {}).get("sha256")
-        if csv in by_rel and want and hashlib.sha256(by_rel[csv]).hexdigest() != want:
+        if not isinstance(meta, dict):
+            problems.append(f"{rel}: not a JSON object")
+            continue
+        table = meta.get("table")
+        want = table.get("sha256") if isinstance(table, dict) else None
+        if csv in by_rel and not isinstance(want, str):
+            problems.append(f"{rel}: has no table.sha256, so {csv} cannot be checked")
+        elif csv in by_rel and hashlib.sha256(by_rel[csv]).hexdigest() != want:
             problems.append(f"{csv}: does not match its sidecar's sha256")
         got = (meta.get("git") or {}).get("commit")
         if got and got != commit:
@@ -295,9 +380,16 @@ def _accept(spec: NotebookSpec, r: dict, run_dir: Path, commit: str) -> Outcome:
         o.ok = False
         o.error = "refused the files it returned (nothing written): " + "; ".join(problems[:5])
         return o
+    from .results import write_pair
     roots = {"data": data_dir(), "figures": figures_dir()}
-    # CSVs before their sidecars, as results.write_table does.
-    for rel, data in sorted(r["files"], key=lambda f: f[0].endswith(".meta.json")):
+    files = dict(r["files"])
+    # A table and its sidecar are written as a pair, as results.write_table does, so no
+    # reader here gets the new CSV with the old sidecar.
+    for rel in sorted(files):
+        if rel.startswith("data/") and rel.endswith(".csv") and rel[:-4] + ".meta.json" in files:
+            dest = roots["data"] / rel.partition("/")[2]
+            write_pair(dest.parent, dest.name[:-4], files.pop(rel), files.pop(rel[:-4] + ".meta.json"))
+    for rel, data in sorted(files.items()):
         top, _, rest = rel.partition("/")
         atomic_write_bytes(roots[top] / rest, data)
     return o
@@ -313,8 +405,9 @@ def _scheduler_workers(client) -> dict:
 
 def run_on_cluster(specs: list[NotebookSpec], per_nb: dict, target, *, mode: str, run_dir: Path,
                    run_id: str, timeout, kernel: str, env, progress: bool, echo,
-                   worker_wait_s: float = 60.0) -> list[Outcome]:
-    """Submit one task per notebook, in dependency order; outcomes in ``specs`` order."""
+                   worker_wait_s: float = 60.0, connect_timeout: float = 30.0) -> list[Outcome]:
+    """Submit one task per notebook, in dependency order; outcomes in ``specs`` order.
+    ``connect_timeout``: seconds for the scheduler to answer (see :func:`probe_scheduler`)."""
     distributed = _import_distributed()
     root = repo_root()
     git = provenance.git_info(root)
@@ -334,12 +427,16 @@ def run_on_cluster(specs: list[NotebookSpec], per_nb: dict, target, *, mode: str
                         "params": per_nb[s.name], "mode": mode, "env": dict(env or {}),
                         "run_id": run_id, "commit": commit}
     kind, arg = target
+    if kind == "address":
+        probe_scheduler(arg, connect_timeout)
     cluster = local_cluster(arg) if kind == "local" else None
     try:
         try:
-            client = distributed.Client(cluster if cluster is not None else arg, timeout="30s")
-        except (OSError, TimeoutError) as exc:
-            raise UsageError(f"--cluster: cannot reach the Dask scheduler at {arg}: {exc}") from None
+            client = distributed.Client(cluster if cluster is not None else arg,
+                                        timeout=f"{connect_timeout:g}s")
+        except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, a protocol error: one line
+            raise UsageError(f"--cluster: cannot connect to the Dask scheduler at {arg}: "
+                             f"{type(exc).__name__}: {exc}") from None
         with client:
             try:
                 client.wait_for_workers(1, timeout=worker_wait_s)

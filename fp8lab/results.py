@@ -5,7 +5,16 @@ A notebook starts a run, writes tables, and the tables land in
 compute capability, SMs, clocks, driver, versions, git commit, notebook, parameters,
 time, and the CSV's sha256). Writes are atomic: a temp file in the same folder, then a
 rename, so a failed run never leaves half a table; the loader checks the sidecar's hash,
-so a CSV and a sidecar from different runs are refused rather than silently mixed.
+so a CSV and a sidecar from different runs are refused rather than silently mixed, and a
+sidecar without a hash, or one that is not a JSON object, is an error naming the file.
+
+A CSV and its sidecar are two renames, so the pair is written under an exclusive lock on
+its folder (readers take it shared) and the new sidecar goes first to a pending file
+``.<table>.pending.json``: a writer killed between the two renames leaves the new CSV with
+the pending sidecar that describes it, which the loader uses (and the next run of that
+notebook completes). A reader never gets a CSV with another run's sidecar. One run of a
+notebook at a time writes a device's folder (``Run`` holds ``.fp8lab-run.lock`` there
+while it lives; a second is refused with the first one's pid).
 
 Modes:
 - ``host``: a host-only notebook (compile-time, emulators, SASS): runs for real anywhere,
@@ -19,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import fcntl
 import hashlib
 import io
 import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +44,13 @@ from . import provenance
 from .paths import data_dir
 
 MODES = ("auto", "measure", "replot")
+_WRITE_LOCK = ".fp8lab-write.lock"     # held while a CSV + sidecar pair is written (readers: shared)
+_RUN_LOCK = ".fp8lab-run.lock"         # held by the one Run writing this device's notebook folder
+
+
+class TableError(ValueError):
+    """A stored table that cannot be used: no sidecar, a malformed one, one without the
+    CSV's sha256, or one whose hash the CSV does not match. The message names the file."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 HOST_DEVICE = "cpu"
 
@@ -104,6 +122,138 @@ def _json_default(o):
     raise TypeError(f"not JSON-serialisable for a meta sidecar: {type(o).__name__}")
 
 
+@contextmanager
+def _folder_lock(folder: Path, exclusive: bool):
+    """flock on the folder's write lock: exclusive to write a pair, shared to read one.
+    Only writers create the lock file (a Run creates it when it starts), so reading committed
+    data leaves nothing behind; a folder without one has no writer to wait for."""
+    path = folder / _WRITE_LOCK
+    try:
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT) if exclusive else os.O_RDONLY, 0o666 & ~_UMASK)
+    except OSError:
+        if exclusive:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _pending(folder: Path, name: str) -> Path:
+    return folder / f".{name}.pending.json"
+
+
+def write_pair(folder: Path, name: str, csv_bytes: bytes, meta_bytes: bytes) -> Path:
+    """Write ``<name>.csv`` and ``<name>.meta.json`` so that no reader gets one without the
+    other (see the module's docstring); returns the CSV path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path = folder / f"{name}.csv"
+    with _folder_lock(folder, exclusive=True):
+        pending = _pending(folder, name)
+        atomic_write_bytes(pending, meta_bytes)
+        atomic_write_bytes(csv_path, csv_bytes)
+        atomic_write_bytes(folder / f"{name}.meta.json", meta_bytes)
+        pending.unlink()
+    return csv_path
+
+
+def _parse_sidecar(path: Path, text: str) -> dict:
+    """The sidecar as a dict with a CSV hash, or TableError naming the file."""
+    try:
+        meta = json.loads(text)
+    except ValueError as exc:
+        raise TableError(f"{path}: the sidecar is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise TableError(f"{path}: the sidecar holds a {type(meta).__name__}, not a JSON object")
+    table = meta.get("table")
+    want = table.get("sha256") if isinstance(table, dict) else None
+    if not isinstance(want, str) or not re.fullmatch(r"[0-9a-f]{64}", want):
+        raise TableError(f"{path}: the sidecar has no table.sha256 (the CSV's hash), so the "
+                         "table cannot be checked: refusing it")
+    return meta
+
+
+def _read_pair(csv_path: Path) -> tuple[bytes, dict]:
+    """(CSV bytes, checked sidecar) of one stored table."""
+    name = csv_path.name[:-len(".csv")]
+    meta_path = csv_path.with_name(f"{name}.meta.json")
+    pending = _pending(csv_path.parent, name)
+    with _folder_lock(csv_path.parent, exclusive=False):
+        try:
+            raw = csv_path.read_bytes()
+            meta_text = meta_path.read_text() if meta_path.is_file() else None
+            pending_text = pending.read_text() if pending.is_file() else None
+        except OSError as exc:
+            raise TableError(f"{csv_path}: cannot read the table: {exc}") from None
+    have = hashlib.sha256(raw).hexdigest()
+    if pending_text is not None:
+        # A write killed between its renames: the pending sidecar describes the new CSV.
+        try:
+            meta = _parse_sidecar(pending, pending_text)
+        except TableError:
+            meta = None
+        if meta is not None and meta["table"]["sha256"] == have:
+            return raw, meta
+    if meta_text is None:
+        raise TableError(f"{csv_path} has no provenance sidecar {meta_path.name}: refusing a "
+                         "result without provenance")
+    meta = _parse_sidecar(meta_path, meta_text)
+    if meta["table"]["sha256"] != have:
+        raise TableError(f"{csv_path} does not match its sidecar {meta_path.name} (sha256 "
+                         "differs): the table and its provenance come from different runs")
+    return raw, meta
+
+
+def _complete_interrupted(folder: Path) -> None:
+    """Finish the pair writes a killed writer left in ``folder`` (its pending sidecars):
+    the CSV was renamed -> put the sidecar beside it; it was not -> the old pair stands."""
+    if not folder.is_dir():
+        return
+    with _folder_lock(folder, exclusive=True):
+        for pending in folder.glob(".*.pending.json"):
+            name = pending.name[1:-len(".pending.json")]
+            csv_path = folder / f"{name}.csv"
+            try:
+                data = pending.read_bytes()
+                want = _parse_sidecar(pending, data.decode())["table"]["sha256"]
+                if csv_path.is_file() and hashlib.sha256(csv_path.read_bytes()).hexdigest() == want:
+                    atomic_write_bytes(folder / f"{name}.meta.json", data)
+            except (OSError, ValueError):
+                pass                  # unreadable: the loader refuses that table by name
+            pending.unlink(missing_ok=True)
+
+
+_HELD_RUN_LOCKS: dict = {}
+
+
+def _hold_run_lock(folder: Path) -> None:
+    """One Run at a time writes ``folder``: take its run lock for the life of this process
+    (a second process gets a RuntimeError naming the first one's pid)."""
+    key = str(folder.resolve())
+    if key in _HELD_RUN_LOCKS:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _RUN_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            who = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)
+        raise RuntimeError(f"{folder} is being written by another run ({who}); two runs of one "
+                           "notebook on one device would mix their tables: wait for it to end "
+                           "or stop it") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} since {provenance.utc_now()}\n".encode(), 0)
+    _HELD_RUN_LOCKS[key] = fd             # released when this process ends
+    _complete_interrupted(folder)
+
+
 def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: dict) -> Path:
     """Atomically write one table and its sidecar; returns the CSV path."""
     _check_name("device", device)
@@ -122,12 +272,9 @@ def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: d
     side["table"] = {"name": name, "rows": int(len(df)), "columns": [str(c) for c in df.columns],
                      "sha256": hashlib.sha256(csv_bytes).hexdigest()}
     meta_bytes = (json.dumps(side, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
-    csv_path = folder / f"{name}.csv"
     # Both are serialised before either is written, so a bad meta never leaves a new CSV
-    # beside an old sidecar; the hash catches the (tiny) window between the two renames.
-    _atomic_write_bytes(csv_path, csv_bytes)
-    _atomic_write_bytes(folder / f"{name}.meta.json", meta_bytes)
-    return csv_path
+    # beside an old sidecar.
+    return write_pair(folder, name, csv_bytes, meta_bytes)
 
 
 def known_devices() -> list[str]:
@@ -136,8 +283,8 @@ def known_devices() -> list[str]:
 
 
 def load_meta(device: str, notebook: str, name: str) -> dict:
-    path = _table_path(device, notebook, name).with_suffix("").with_suffix(".meta.json")
-    return json.loads(path.read_text())
+    """A table's checked sidecar (TableError as ``load_table``)."""
+    return _read_pair(_table_path(device, notebook, name))[1]
 
 
 def _table_path(device: str, notebook: str, name: str) -> Path:
@@ -156,17 +303,7 @@ def _table_path(device: str, notebook: str, name: str) -> Path:
 
 def load_table(device: str, notebook: str, name: str) -> pd.DataFrame:
     """Load a table; ``df.attrs['meta']`` is its provenance sidecar."""
-    path = _table_path(device, notebook, name)
-    meta_path = path.with_name(f"{name}.meta.json")
-    if not meta_path.is_file():
-        raise ValueError(f"{path} has no provenance sidecar {meta_path.name}: refusing a "
-                         "result without provenance")
-    raw = path.read_bytes()
-    meta = json.loads(meta_path.read_text())
-    want = meta.get("table", {}).get("sha256")
-    if want and hashlib.sha256(raw).hexdigest() != want:
-        raise ValueError(f"{path} does not match its sidecar (sha256 differs): the table and "
-                         "its provenance come from different runs")
+    raw, meta = _read_pair(_table_path(device, notebook, name))
     # Only an empty field is missing: words like "nan" or "NA" in text columns (a code's
     # class, say) stay text. pandas writes missing numbers as empty fields.
     df = pd.read_csv(io.BytesIO(raw), keep_default_na=False, na_values=[""])
@@ -249,6 +386,8 @@ class Run:
                                        device=self.device or "none", mode=self.mode, gpu=self.gpu)
         self.device_name = self.meta["device_name"]
         self.written: list[Path] = []
+        if self.writes:
+            _hold_run_lock(data_dir() / self.device / notebook)
 
     @property
     def writes(self) -> bool:

@@ -2,6 +2,11 @@
 
 - Executed copies go to a run folder (``runs/<time>-<mode>/`` by default, ignored by git).
 - A timeout per notebook: each notebook runs in its own process group, killed on timeout.
+- Nothing outlives the run: Ctrl-C, SIGTERM and SIGHUP stop the runner cleanly (the running
+  notebooks are killed, exit status 128 + the signal); the executor kills its kernel when
+  it is stopped or finds the runner gone (even after a SIGKILL). A clock lock taken in a
+  notebook (``fp8lab.clocks.locked_clocks``) is recorded in a state file the runner names,
+  and whatever ended the notebook the runner kills the lock's holder and resets it.
 - A failing notebook does not stop the others; the exit status is non-zero and every
   failure is listed (notebook, cell, error).
 - Parameters are validated against each notebook's ``parameters`` cell before anything
@@ -22,6 +27,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -36,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from . import provenance
+from . import clocks, provenance
 from .paths import notebooks_dir, repo_root
 
 KINDS = {
@@ -47,6 +53,77 @@ KINDS = {
 
 class UsageError(ValueError):
     """Bad command line: unknown notebook or parameter, bad value."""
+
+
+class Stopped(KeyboardInterrupt):
+    """The runner was told to stop (Ctrl-C, SIGTERM, SIGHUP); the running notebooks have
+    been killed and their clock locks reset by the time it leaves ``run``. A
+    KeyboardInterrupt, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+class _Stopper:
+    """Ctrl-C, SIGTERM and SIGHUP raise ``Stopped`` in the main thread, once: a second
+    signal while the notebooks are being stopped is noted, not raised, so the cleanup
+    (kill, reset the clock locks) is not cut short. Inside ``critical()`` a signal waits
+    until the block is done. A signal the caller ignores (``nohup``: SIGHUP) stays ignored."""
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.fired: int | None = None
+        self.pending: int | None = None
+        self.depth = 0
+
+    def _handler(self, signum, frame):
+        if self.fired is not None:
+            sys.stderr.write(f"fp8lab: got {signal.Signals(signum).name} again: still stopping the "
+                             "notebooks and resetting their clock locks\n")
+            return
+        if self.depth:
+            self.pending = signum
+            return
+        self.fired = signum
+        raise Stopped(signum)
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        prev = {}
+        for sig in self.SIGNALS:
+            h = signal.getsignal(sig)
+            if h == signal.SIG_IGN:
+                continue
+            prev[sig] = h
+            signal.signal(sig, self._handler)
+        try:
+            yield self
+        finally:
+            for sig, h in prev.items():
+                signal.signal(sig, h if h is not None else signal.SIG_DFL)
+
+    @contextlib.contextmanager
+    def critical(self):
+        """Defer a stop signal until the block is done (main thread only; elsewhere no
+        Python signal handler ever runs)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending is not None and self.fired is None:
+                self.fired, self.pending = self.pending, None
+                raise Stopped(self.fired)
+
+
+_STOPPER = _Stopper()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,10 +379,34 @@ class Outcome:
                 f"executed copy {self.output})")
 
 
-# Live executor processes, so an interrupted multi-GPU run can stop them all: they run
-# in their own sessions and so never see the terminal's Ctrl-C.
-_LIVE: set = set()
+# Live executor processes and their clock-lock state files, so an interrupted run can stop
+# them all: they run in their own sessions and so never see the terminal's Ctrl-C.
+_LIVE: dict = {}
 _LIVE_LOCK = threading.Lock()
+_RELEASE_LOCK = threading.Lock()
+
+
+def release_locks(state: Path) -> list[str]:
+    """Kill the holder of every clock lock recorded in ``state`` and reset the lock (see
+    ``fp8lab.clocks.release_recorded``); one line per lock. Nothing recorded: nothing done
+    (NVML is not even loaded)."""
+    with _RELEASE_LOCK, _STOPPER.critical():
+        try:
+            return clocks.release_recorded(state)
+        except Exception as exc:  # noqa: BLE001 - say so; never hide a lock left behind
+            return [f"could not release the clock locks recorded in {state}: "
+                    f"{type(exc).__name__}: {exc}; reset them by hand: nvidia-smi -rgc -rmc"]
+
+
+def stop_live() -> list[str]:
+    """Kill every running notebook and release its clock locks (an interrupted run)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE.items())
+    lines = []
+    for proc, state in live:
+        _kill_group(proc)
+        lines += release_locks(state)
+    return lines
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -329,35 +430,55 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
     result_file = out_dir / f".{spec.name}.result.json"
     result_file.unlink(missing_ok=True)
     limit = timeout or spec.timeout
+    # The notebook records every clock lock it takes here; the runner resets what is left.
+    state = out_dir / f".{spec.name}.clocks.json"
+    state.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "fp8lab._execute", "--input", str(spec.path), "--output",
            str(output), "--cwd", str(spec.path.parent), "--kernel", kernel,
-           "--params", json.dumps(params), "--result", str(result_file)]
+           "--params", json.dumps(params), "--result", str(result_file),
+           "--parent-pid", str(os.getpid())]
     log = open(out_dir / f"{spec.name}.log", "w")
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, **(env or {})})
-    with _LIVE_LOCK:
-        _LIVE.add(proc)
+    timed_out = interrupted = False
+    released: list[str] = []
+    proc = None
     try:
-        proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        log.close()
-        return Outcome(spec.name, False, time.monotonic() - t0, output,
-                       error=f"timed out after {limit} s (killed)")
-    except BaseException:
-        _kill_group(proc)
-        log.close()
-        raise
+        try:
+            with _STOPPER.critical():     # a stop signal right here would leave it unlisted
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
+                                        env={**os.environ, **(env or {}), clocks.STATE_ENV: str(state)})
+                with _LIVE_LOCK:
+                    _LIVE[proc] = state
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:
+            interrupted = True
+            if proc is not None:
+                _kill_group(proc)
+            raise
     finally:
+        # Whatever ended the notebook (its end, a timeout, a stop signal, a crash), no clock
+        # lock it took outlives it: the kernel's own resets never run when it is killed.
+        released = release_locks(state)
         with _LIVE_LOCK:
-            _LIVE.discard(proc)
-    log.close()
+            _LIVE.pop(proc, None)
+        for line in released:
+            log.write(f"fp8lab runner: {line}\n")
+            if interrupted:
+                sys.stderr.write(f"fp8lab: {spec.name}: {line}\n")
+        log.close()
     dt = time.monotonic() - t0
+    note = ("; " + "; ".join(released)) if released else ""
+    if timed_out:
+        return Outcome(spec.name, False, dt, output, error=f"timed out after {limit} s (killed){note}")
     if result_file.is_file():
         r = json.loads(result_file.read_text())
         result_file.unlink()
-        return Outcome(spec.name, r["ok"], dt, output, cell=r.get("cell"), error=r.get("error"))
+        return Outcome(spec.name, r["ok"], dt, output, cell=r.get("cell"),
+                       error=(r.get("error") or "") + note if not r["ok"] else None)
     tail = (out_dir / f"{spec.name}.log").read_text()[-800:].strip()
     return Outcome(spec.name, False, dt, output,
                    error=f"executor exited with status {proc.returncode}: {tail}")
@@ -456,7 +577,8 @@ def is_port_clash(o: Outcome) -> bool:
 def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
-        stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True) -> int:
+        stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True,
+        connect_timeout: float = 30.0) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
@@ -464,14 +586,30 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     kernel ``i * stagger_s`` seconds after worker 0.
     ``cluster``: a Dask scheduler address (``tcp://host:8786``) or ``local[:N]``: each
     notebook is one Dask task on a worker's own checkout (see ``fp8lab.cluster``); each
-    worker chooses measure or replot for itself.
+    worker chooses measure or replot for itself; ``connect_timeout``: seconds for its scheduler
+    to answer.
     ``smoke``: every selected notebook in measure mode with its manifest ``smoke`` parameters
     (the smallest sweep that still touches every arm, check and figure; ``params`` override
     them), its tables and figures written into the run folder, never data/ or figures/.
     ``host_lane``: on one GPU in measure mode, host notebooks (compile-time, census) run in a
-    second lane beside the GPU notebooks instead of before them."""
+    second lane beside the GPU notebooks instead of before them.
+
+    Ctrl-C, SIGTERM or SIGHUP stop the run: the running notebooks are killed, their clock
+    locks reset, and ``Stopped`` (a KeyboardInterrupt) is raised."""
+    with _STOPPER.installed():
+        _STOPPER.fired = _STOPPER.pending = None
+        return _run(only=only, params=params, mode=mode, run_dir=run_dir, timeout=timeout,
+                    kernel=kernel, manifest=manifest, progress=progress, echo=echo, env=env,
+                    gpus=gpus, stagger_s=stagger_s, cluster=cluster, smoke=smoke,
+                    host_lane=host_lane, connect_timeout=connect_timeout)
+
+
+def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, echo, env, gpus,
+         stagger_s, cluster, smoke, host_lane, connect_timeout) -> int:
     if stagger_s < 0:
         raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
+    if not connect_timeout > 0:
+        raise UsageError(f"--connect-timeout must be > 0 seconds, got {connect_timeout}")
     if gpus is not None and cluster is not None:
         raise UsageError("--gpus and --cluster exclude each other: on a cluster, each worker "
                          "is pinned to its GPU when it is started")
@@ -530,7 +668,8 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     if cluster is not None:
         outcomes = _cluster.run_on_cluster(specs, per_nb, target, mode=mode, run_dir=run_dir,
                                            run_id=run_id, timeout=timeout, kernel=kernel,
-                                           env=env, progress=progress, echo=echo)
+                                           env=env, progress=progress, echo=echo,
+                                           connect_timeout=connect_timeout)
     elif gpu_ids is None and host_lane and chosen == "measure" and \
             len({s.kind for s in specs}) > 1:
         echo("  two lanes: host notebooks run beside the GPU notebooks ("
@@ -560,7 +699,10 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     else:
         echo(f"  {len(gpu_ids)} worker(s), one per GPU: " + ", ".join(gpu_ids)
              + f"; starts staggered by {stagger_s:g} s")
-        lanes = [Lane(g, lambda s: True, {"CUDA_VISIBLE_DEVICES": g}, run_dir / f"gpu{g}")
+        # The ids are NVML's (--gpus all counts NVML's GPUs); CUDA reads them the same way
+        # only in PCI bus order (its default is fastest first).
+        lanes = [Lane(g, lambda s: True, {"CUDA_VISIBLE_DEVICES": g, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+                      run_dir / f"gpu{g}")
                  for g in gpu_ids]
         outcomes = _run_lanes(specs, prepare, lanes, timeout=timeout, kernel=kernel,
                               stagger_s=stagger_s, progress=progress, echo=echo)
@@ -697,7 +839,7 @@ def _run_lanes(specs, prepare, lanes, *, timeout, kernel, stagger_s,
             return
         while not stop.is_set():
             spec = take(lane)
-            if spec is None:
+            if spec is None or stop.is_set():
                 return
             p, nb_env = prepare(spec)
             nb_env = {**nb_env, **lane.env}
@@ -730,10 +872,15 @@ def _run_lanes(specs, prepare, lanes, *, timeout, kernel, stagger_s,
                 t.join(0.2)
     except BaseException:
         stop.set()
-        with _LIVE_LOCK:
-            live = list(_LIVE)
-        for proc in live:
-            _kill_group(proc)
+        for line in stop_live():
+            sys.stderr.write(f"fp8lab: {line}\n")
+        # The workers see their notebooks end and release them too; one may have started a
+        # notebook in the instant before it saw ``stop``: wait for them, then stop again.
+        t_end = time.monotonic() + 60
+        for t in threads:
+            t.join(max(0.0, t_end - time.monotonic()))
+        for line in stop_live():
+            sys.stderr.write(f"fp8lab: {line}\n")
         raise
     finally:
         if bar is not None:

@@ -1,8 +1,12 @@
 """The NVML sampler and the opt-in clock lock, against a fake NVML: the lock's reset
 path is never exercised on a real (shared) GPU."""
 
+import json
 import math
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,10 +25,15 @@ class FakeNVML:
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
     NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = 3, 4
 
-    def __init__(self, refuse_sm=None, refuse_mem=None, fail_init=False):
+    def __init__(self, refuse_sm=None, refuse_mem=None, fail_init=False, n_devices=1,
+                 fail_reset=False):
         self.calls = []
         self.refuse_sm, self.refuse_mem, self.fail_init = refuse_sm, refuse_mem, fail_init
+        self.fail_reset = fail_reset
+        self.n_devices = n_devices
         self.sm_locked = self.mem_locked = False
+        self.locked_on = []          # the UUIDs SM locks were set on
+        self.on_lock = None          # called at each lock call (to look at the world then)
         self.n_reads = 0
 
     def nvmlInit(self):
@@ -35,12 +44,20 @@ class FakeNVML:
     def nvmlShutdown(self):
         self.calls.append("shutdown")
 
+    def nvmlDeviceGetCount(self):
+        return self.n_devices
+
     def nvmlDeviceGetHandleByIndex(self, i):
+        if not 0 <= i < self.n_devices:
+            raise FakeNVMLError(2)
         return ("handle", i)
 
     def nvmlDeviceGetHandleByUUID(self, u):
         self.calls.append(("uuid", u))
         return ("handle", u)
+
+    def nvmlDeviceGetUUID(self, h):
+        return h[1] if isinstance(h[1], str) else f"GPU-fake-{h[1]}"
 
     def nvmlDeviceGetName(self, h):
         return b"Fake GPU"
@@ -65,9 +82,12 @@ class FakeNVML:
 
     def nvmlDeviceSetGpuLockedClocks(self, h, lo, hi):
         self.calls.append(("lock_sm", lo, hi))
+        if self.on_lock is not None:
+            self.on_lock()
         if self.refuse_sm is not None:
             raise FakeNVMLError(self.refuse_sm)
         self.sm_locked = True
+        self.locked_on.append(self.nvmlDeviceGetUUID(h))
 
     def nvmlDeviceSetMemoryLockedClocks(self, h, lo, hi):
         self.calls.append(("lock_mem", lo, hi))
@@ -77,16 +97,28 @@ class FakeNVML:
 
     def nvmlDeviceResetGpuLockedClocks(self, h):
         self.calls.append("reset_sm")
+        if self.fail_reset:
+            raise FakeNVMLError(999)
         self.sm_locked = False
+        self.calls.append(("reset_sm_on", self.nvmlDeviceGetUUID(h)))
 
     def nvmlDeviceResetMemoryLockedClocks(self, h):
         self.calls.append("reset_mem")
         self.mem_locked = False
 
 
+@pytest.fixture(autouse=True)
+def plain_env(monkeypatch):
+    """No GPU pinning or runner state from the calling shell; no torch to ask for a UUID."""
+    for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", clocks.STATE_ENV):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(clocks, "cuda_uuid", lambda i=0: None)
+
+
 @pytest.fixture
 def exit_hooks(monkeypatch):
-    """Record atexit registrations instead of touching the interpreter's list."""
+    """Record atexit registrations instead of touching the interpreter's list (ask for
+    tmp_path before this fixture: pytest registers its own atexit hook for it)."""
     reg = {"registered": [], "unregistered": []}
     monkeypatch.setattr(clocks.atexit, "register", lambda f: reg["registered"].append(f) or f)
     monkeypatch.setattr(clocks.atexit, "unregister", lambda f: reg["unregistered"].append(f))
@@ -213,6 +245,136 @@ def test_bad_clock_ranges(bad):
     with pytest.raises(ValueError, match="positive MHz"):
         with clocks.locked_clocks(bad, opt_in=True, nvml=FakeNVML()):
             pass
+
+
+# ------------------------------------------------------------------ which GPU
+def test_locks_the_gpu_cuda_sees_by_uuid(exit_hooks, keep_sigterm, monkeypatch):
+    # Pinned with CUDA_VISIBLE_DEVICES=2, torch's cuda:0 is NVML's device 2, never index 0.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    monkeypatch.setattr(clocks, "cuda_uuid", lambda i=0: "GPU-fake-2")
+    nv = FakeNVML(n_devices=4)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.locked and lock.uuid == "GPU-fake-2"
+    assert nv.locked_on == ["GPU-fake-2"] and ("reset_sm_on", "GPU-fake-2") in nv.calls
+
+
+def test_explicit_uuid(exit_hooks, keep_sigterm):
+    nv = FakeNVML(n_devices=4)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv, uuid="GPU-fake-3"):
+        pass
+    assert nv.locked_on == ["GPU-fake-3"]
+
+
+def test_cuda_visible_devices_uuid_without_torch(exit_hooks, keep_sigterm, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1,GPU-fake-0")
+    nv = FakeNVML(n_devices=2)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv):
+        pass
+    assert nv.locked_on == ["GPU-fake-1"]
+
+
+def test_a_cuda_index_is_nvmls_only_in_pci_order(exit_hooks, keep_sigterm, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    nv = FakeNVML(n_devices=2)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        # CUDA's default order is fastest first: device 1 may not be NVML's 1, so no lock
+        assert not lock.locked and lock.status.startswith("error: which GPU to lock")
+        assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in lock.status
+    assert nv.locked_on == []
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.locked and lock.uuid == "GPU-fake-1"
+
+
+def test_one_gpu_needs_no_order(exit_hooks, keep_sigterm):
+    nv = FakeNVML(n_devices=1)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.locked and lock.uuid == "GPU-fake-0"
+
+
+# ------------------------------------------------------------------ the runner's record
+def test_lock_is_recorded_before_it_is_taken_and_cleared_after(tmp_path, exit_hooks, keep_sigterm,
+                                                               monkeypatch):
+    state = tmp_path / "clocks.json"
+    monkeypatch.setenv(clocks.STATE_ENV, str(state))
+    nv = FakeNVML()
+    seen = []
+    nv.on_lock = lambda: seen.append(clocks.recorded_locks(state))
+    with clocks.locked_clocks(1200, mem_mhz=3201, opt_in=True, nvml=nv):
+        recs = clocks.recorded_locks(state)
+        assert len(recs) == 1
+        r = recs[0]
+        assert r["pid"] == os.getpid() and r["uuid"] == "GPU-fake-0" and r["sm"] and r["mem"]
+        assert r["start"] is not None                # /proc: the holder can be told from a reused pid
+    # the record was there when NVML was asked to lock (a kill right after leaves it)
+    assert seen and len(seen[0]) == 1
+    assert not state.exists() and clocks.recorded_locks(state) == []
+
+
+def test_a_refused_lock_leaves_no_record(tmp_path, exit_hooks, keep_sigterm, monkeypatch):
+    state = tmp_path / "clocks.json"
+    monkeypatch.setenv(clocks.STATE_ENV, str(state))
+    nv = FakeNVML(refuse_sm=FakeNVML.NVML_ERROR_NO_PERMISSION)
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert lock.status == "not permitted"
+        assert clocks.recorded_locks(state) == []
+
+
+def test_no_record_no_lock(tmp_path, exit_hooks, keep_sigterm, monkeypatch):
+    # The runner asked for a record it cannot get: locking would leave nothing to reset a
+    # killed kernel's lock, so the body runs unlocked.
+    monkeypatch.setenv(clocks.STATE_ENV, str(tmp_path / "no" / "such" / "dir" / "clocks.json"))
+    nv = FakeNVML()
+    with clocks.locked_clocks(1200, opt_in=True, nvml=nv) as lock:
+        assert not lock.locked and lock.status.startswith("error: cannot record the lock")
+    assert nv.locked_on == []
+
+
+def _write_record(path, pid, start, uuid="GPU-fake-0", sm=True, mem=False):
+    key = f"{pid}:{uuid}"
+    path.write_text(json.dumps({key: {"key": key, "pid": pid, "start": start, "uuid": uuid,
+                                      "sm": sm, "mem": mem}}))
+
+
+def test_release_kills_the_holder_then_resets(tmp_path):
+    from fp8lab import procs
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              start_new_session=True)
+    try:
+        state = tmp_path / "clocks.json"
+        _write_record(state, holder.pid, procs.start_time(holder.pid), uuid="GPU-fake-1", mem=True)
+        nv = FakeNVML(n_devices=2)
+        lines = clocks.release_recorded(state, nvml=nv)
+        assert holder.wait(timeout=10) is not None           # killed before the reset
+        assert ("reset_sm_on", "GPU-fake-1") in nv.calls and "reset_mem" in nv.calls
+        assert lines == [f"reset the clock lock that pid {holder.pid} left on GPU-fake-1"]
+        assert not state.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_release_spares_a_reused_pid(tmp_path):
+    # The recorded start time is not this process's: the pid was reused; kill nothing.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    try:
+        state = tmp_path / "clocks.json"
+        _write_record(state, other.pid, 1)
+        nv = FakeNVML()
+        clocks.release_recorded(state, nvml=nv)
+        assert other.poll() is None and "reset_sm" in nv.calls
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_release_that_fails_says_how_to_reset_by_hand(tmp_path):
+    state = tmp_path / "clocks.json"
+    _write_record(state, 999_999_999, None)
+    lines = clocks.release_recorded(state, nvml=FakeNVML(fail_reset=True))
+    assert len(lines) == 1 and "nvidia-smi -rgc -rmc -i GPU-fake-0" in lines[0]
+    assert len(clocks.recorded_locks(state)) == 1           # still recorded
 
 
 # ------------------------------------------------------------------ sampler

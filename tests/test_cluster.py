@@ -173,6 +173,12 @@ def test_returned_files_are_checked(no_gpu):
     assert any("sha256" in p for p in cluster.check_returned("07_x", bad_sha, "abc"))
     for rel in ("data/h200/08_y/t.csv", "data/../x/07_x/t.csv", "/etc/07_x/a/b", "runs/h200/07_x/a"):
         assert cluster.check_returned("07_x", [(rel, b"")], "abc"), rel
+    # a sidecar that cannot vouch for its CSV, a CSV without its sidecar
+    for side in (b"{}", b'{"table": {"rows": 1}}', b"[]"):
+        got = cluster.check_returned("07_x", [good[0], ("data/h200/07_x/t.meta.json", side)], "abc")
+        assert any("t.meta.json" in p for p in got), side
+    got = cluster.check_returned("07_x", [good[0], good[2]], "abc")
+    assert got == ["data/h200/07_x/t.csv: returned without its sidecar"]
 
 
 def test_cluster_arguments(no_gpu, monkeypatch, capsys):
@@ -194,3 +200,70 @@ def test_cluster_arguments(no_gpu, monkeypatch, capsys):
     monkeypatch.setattr("fp8lab.provenance.gpu_count", lambda: 2)
     with pytest.raises(runner.UsageError, match="NVML sees 2 GPU"):
         cluster.local_cluster(3)
+
+
+# ------------------------------------------------------------------ addresses that are not Dask
+@pytest.fixture
+def fake_server():
+    """A TCP port on this machine that accepts and then says ``reply`` (or nothing)."""
+    import socket
+    import threading
+    servers = []
+
+    def start(reply: bytes | None):
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        held = []
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                held.append(conn)                       # never closed while the test runs
+                if reply is not None:
+                    conn.sendall(reply)
+        threading.Thread(target=serve, daemon=True).start()
+        servers.append((srv, held))
+        return f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+    yield start
+    for srv, held in servers:
+        srv.close()
+        for c in held:
+            c.close()
+
+
+@pytest.mark.parametrize("reply,msg", [
+    (None, "accepted the connection but sent no Dask handshake within 1 s"),
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "answered, but not as a Dask scheduler"),
+    (b"\x10\x00\x00\x00\x00\x00\x00\x00" + b"0123456789abcdef", "answered, but not with a Dask handshake"),
+])
+def test_an_address_that_is_not_dask_is_one_line_and_exit_2(checkouts, at_client, fake_server,
+                                                             monkeypatch, capsys, tmp_path,
+                                                             reply, msg):
+    import time
+    client, _ = checkouts
+    monkeypatch.setattr(runner, "manifest_path", lambda: client / "notebooks" / "manifest.yaml")
+    addr = fake_server(reply)
+    t0 = time.monotonic()
+    rc = cli.main(["run", "--only", "22", "--cluster", addr, "--connect-timeout", "1",
+                   "--no-progress", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert rc == 2 and time.monotonic() - t0 < 20
+    assert msg in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_probe_accepts_a_scheduler_and_names_a_closed_port(dask_cluster):
+    import socket
+    cluster.probe_scheduler(dask_cluster.scheduler_address, 5.0)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                             # nothing listens there now
+    with pytest.raises(runner.UsageError, match=f"cannot reach tcp://127.0.0.1:{port}"):
+        cluster.probe_scheduler(f"tcp://127.0.0.1:{port}", 1.0)
+    with pytest.raises(runner.UsageError, match="connect-timeout must be > 0"):
+        runner.run(cluster=dask_cluster.scheduler_address, connect_timeout=0, progress=False,
+                   echo=lambda s: None)

@@ -7,6 +7,11 @@ import pytest
 from fp8lab import provenance, results
 
 
+def _data_files(folder):
+    """What a folder holds besides the run and write locks (empty files, ignored by git)."""
+    return [p for p in folder.iterdir() if p.name not in (".fp8lab-run.lock", ".fp8lab-write.lock")]
+
+
 def _df():
     return pd.DataFrame({"M": [1, 7, 83], "p50_us": [1.5, 2.25, 1e-7], "arm": ["a", "b", "c"]})
 
@@ -43,7 +48,7 @@ def test_failed_write_leaves_nothing(sandbox):
     with pytest.raises(TypeError):
         run.write_table("bad", _df(), meta={"obj": object()})  # meta cannot be serialised
     folder = sandbox / "data" / "cpu" / "01_formats"
-    assert not folder.exists() or list(folder.iterdir()) == []
+    assert not folder.exists() or _data_files(folder) == []
 
 
 def test_failed_rewrite_keeps_the_old_table(sandbox):
@@ -52,7 +57,7 @@ def test_failed_rewrite_keeps_the_old_table(sandbox):
     with pytest.raises(TypeError):
         run.write_table("t", _df().assign(M=0), meta={"obj": object()})
     pd.testing.assert_frame_equal(results.load_table("cpu", "01_formats", "t"), _df())
-    assert [p.name for p in (sandbox / "data/cpu/01_formats").iterdir()
+    assert [p.name for p in _data_files(sandbox / "data/cpu/01_formats")
             if p.name.startswith(".")] == []   # no temp files left behind
 
 
@@ -156,3 +161,130 @@ def test_git_commit_from_environment_without_a_checkout(tmp_path, monkeypatch):
 def test_written_files_are_world_readable(sandbox):
     path = results.start_run("01_formats", device="cpu").write_table("t", _df())
     assert path.stat().st_mode & 0o044 == 0o044
+
+
+# ------------------------------------------------------------------ sidecars that cannot vouch
+@pytest.mark.parametrize("text,why", [
+    ("{}", "no table.sha256"),
+    ('{"table": {"name": "t", "rows": 3}}', "no table.sha256"),
+    ('{"table": {"sha256": null}}', "no table.sha256"),
+    ('{"table": "x"}', "no table.sha256"),
+    ("[1, 2]", "holds a list, not a JSON object"),
+    ("{not json", "not valid JSON"),
+])
+def test_a_sidecar_that_cannot_vouch_for_its_csv_is_an_error_naming_it(sandbox, text, why):
+    path = results.start_run("01_formats", device="cpu").write_table("t", _df())
+    side = path.with_name("t.meta.json")
+    side.write_text(text)
+    path.write_text(path.read_text().replace("83", "84"))      # an edit nothing can catch now
+    for load in (results.load_table, results.load_meta):
+        with pytest.raises(results.TableError) as ei:
+            load("cpu", "01_formats", "t")
+        assert str(side) in str(ei.value) and why in str(ei.value)
+
+
+# ------------------------------------------------------------------ a pair is written whole
+def _kill_at(monkeypatch, suffix):
+    """Make the pair write die (as a kill would: nothing after it runs) at the rename of
+    the file ending in ``suffix``."""
+    real = results.atomic_write_bytes
+
+    def write(path, data):
+        if path.name.endswith(suffix) and not path.name.startswith("."):
+            raise KeyboardInterrupt("killed")
+        return real(path, data)
+    monkeypatch.setattr(results, "atomic_write_bytes", write)
+    return lambda: monkeypatch.setattr(results, "atomic_write_bytes", real)
+
+
+def _as_a_new_process():
+    """Drop this process's run locks, as the end of the killed run would."""
+    import os
+    for fd in results._HELD_RUN_LOCKS.values():
+        os.close(fd)
+    results._HELD_RUN_LOCKS.clear()
+
+
+def test_a_write_killed_between_the_renames_loads_the_new_pair(sandbox, monkeypatch):
+    run = results.start_run("01_formats", device="cpu")
+    run.write_table("t", _df(), meta={"v": 1})
+    revive = _kill_at(monkeypatch, ".meta.json")          # the new CSV is in place, its sidecar not
+    with pytest.raises(KeyboardInterrupt):
+        run.write_table("t", _df().assign(M=[5, 6, 7]), meta={"v": 2})
+    revive()
+    back = results.load_table("cpu", "01_formats", "t")
+    assert list(back["M"]) == [5, 6, 7] and back.attrs["meta"]["extra"] == {"v": 2}
+    # the next run of the notebook finishes the write on disk
+    folder = sandbox / "data/cpu/01_formats"
+    assert (folder / ".t.pending.json").is_file()
+    _as_a_new_process()
+    results.start_run("01_formats", device="cpu")
+    assert not (folder / ".t.pending.json").exists()
+    assert json.loads((folder / "t.meta.json").read_text())["extra"] == {"v": 2}
+
+
+def test_a_write_killed_before_the_csv_keeps_the_old_pair(sandbox, monkeypatch):
+    run = results.start_run("01_formats", device="cpu")
+    run.write_table("t", _df(), meta={"v": 1})
+    revive = _kill_at(monkeypatch, ".csv")
+    with pytest.raises(KeyboardInterrupt):
+        run.write_table("t", _df().assign(M=[5, 6, 7]), meta={"v": 2})
+    revive()
+    back = results.load_table("cpu", "01_formats", "t")
+    assert list(back["M"]) == [1, 7, 83] and back.attrs["meta"]["extra"] == {"v": 1}
+    _as_a_new_process()
+    results.start_run("01_formats", device="cpu")
+    assert not (sandbox / "data/cpu/01_formats/.t.pending.json").exists()
+    assert results.load_table("cpu", "01_formats", "t").attrs["meta"]["extra"] == {"v": 1}
+
+
+def test_a_reader_waits_for_a_pair_being_written(sandbox, monkeypatch):
+    import threading
+    run = results.start_run("01_formats", device="cpu")
+    run.write_table("t", _df(), meta={"v": 1})
+    real = results.atomic_write_bytes
+    between, got = threading.Event(), {}
+
+    def reader():
+        try:
+            df = results.load_table("cpu", "01_formats", "t")
+            got["pair"] = (list(df["M"]), df.attrs["meta"]["extra"])
+        except Exception as exc:  # noqa: BLE001
+            got["error"] = exc
+
+    def write(path, data):
+        if path.name == "t.meta.json":                  # the CSV is renamed, the sidecar not yet
+            t = threading.Thread(target=reader)
+            t.start()
+            t.join(0.5)                                 # a reader now would see a mixed pair
+            got["waited"] = t.is_alive()
+            between.set()
+            real(path, data)
+            got["thread"] = t
+            return None
+        return real(path, data)
+    monkeypatch.setattr(results, "atomic_write_bytes", write)
+    run.write_table("t", _df().assign(M=[5, 6, 7]), meta={"v": 2})
+    got["thread"].join(10)
+    assert "error" not in got, got.get("error")
+    assert got["waited"] and got["pair"] == ([5, 6, 7], {"v": 2})
+
+
+def test_one_run_of_a_notebook_per_device_folder(sandbox):
+    import subprocess
+    import sys
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom fp8lab import results\n"
+         "results.start_run('01_formats', device='cpu')\nprint('started', flush=True)\n"
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "started"
+        with pytest.raises(RuntimeError, match=rf"01_formats is being written by another run "
+                                               rf"\(pid {holder.pid} since"):
+            results.start_run("01_formats", device="cpu")
+        results.start_run("02_register_spills", device="cpu")       # another notebook: fine
+        results.start_run("01_formats", device="gpu", mode="replot")  # reads only: fine
+    finally:
+        holder.kill()
+        holder.wait()
+    results.start_run("01_formats", device="cpu")                  # free once it has ended

@@ -215,6 +215,8 @@ def test_quant_act_rejects_bad_input():
         qa.quant_act(x, "quant_act_fast")
     with pytest.raises(ValueError, match="s_out"):
         qa.quant_act(x, s_out=torch.empty(4, 3, device="cuda"))
+    with pytest.raises(ValueError, match="share an address"):          # expand(): stride 0
+        qa.quant_act(x, s_out=torch.empty(1, 2, device="cuda").expand(4, 2))
 
 
 def test_three_arms_smoke():

@@ -151,6 +151,12 @@ def test_gemv_rejects_bad_input():
         wo.gemv_w16(x, pw, splits=3)
     with pytest.raises(ValueError, match=r"out must be \(M, N\)"):
         wo.gemv_w16(x, pw, out=torch.empty(2, 31, dtype=torch.bfloat16, device="cuda"))
+    import dataclasses
+    with pytest.raises(ValueError, match="pw.s has"):
+        wo.gemv_w16(x, dataclasses.replace(pw, s=pw.s[:-2]))
+    with pytest.raises(ValueError, match="pw.s must be contiguous"):
+        wider = torch.zeros(2 * pw.s.numel(), dtype=torch.int32, device="cuda")
+        wo.gemv_w16(x, dataclasses.replace(pw, s=wider[::2]))
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 96, 384), (7, 200, 640), (83, 136, 256), (130, 256, 1024)])
@@ -176,3 +182,6 @@ def test_triton_w8a16_vs_float64(M, N, K):
         tw.triton_w8a16(x, q.to(torch.int16), s)
     with pytest.raises(ValueError, match=r"\(N, K/128\)"):
         tw.triton_w8a16(x, q, s[:, :1].contiguous())
+    if M > 1:                                # (one row of a transpose is still a row)
+        with pytest.raises(ValueError, match="columns must be adjacent"):
+            tw.triton_w8a16(x, q, s, out=torch.empty((N, M), dtype=torch.bfloat16, device="cuda").t())

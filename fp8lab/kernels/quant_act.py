@@ -242,6 +242,19 @@ def _variant_id(variant: str, groups_per_warp, persistent=None) -> Optional[int]
     return (_PERSISTENT_IDS if persistent else _ILP_IDS)[gpw]
 
 
+def _check_s_out(s_out, x, M: int, kb: int, torch) -> None:
+    """s_out: an (M, K/128) float32 tensor on x's device, of any strides under which no two
+    scales share an address (a stride of 0, as ``expand`` makes, has every warp write one
+    float: a race whose survivor is the only scale left)."""
+    _need(isinstance(s_out, torch.Tensor) and s_out.dtype == torch.float32 and tuple(s_out.shape) == (M, kb)
+          and s_out.device == x.device,
+          f"s_out must be an (M, K/128) = {(M, kb)} float32 tensor on x's device")
+    dims = sorted((st, n) for st, n in zip(s_out.stride(), s_out.shape) if n > 1)
+    ok = all(st >= 1 for st, _ in dims) and (len(dims) < 2 or dims[1][0] >= dims[0][0] * dims[0][1])
+    _need(ok, f"s_out's strides {tuple(s_out.stride())} make scales share an address (a stride "
+              "of 0, or rows that overlap): give each of its (M, K/128) scales its own float")
+
+
 def _launch(x, variant_id: int, scale_layout: str, scale_rule: str, q_out, s_out):
     import torch
 
@@ -266,8 +279,6 @@ def _launch(x, variant_id: int, scale_layout: str, scale_rule: str, q_out, s_out
     if s_out is None:
         s_out = (torch.empty((M, kb), dtype=torch.float32, device=x.device) if scale_layout == "row"
                  else torch.empty((kb, M), dtype=torch.float32, device=x.device).t())
-    _need(isinstance(s_out, torch.Tensor) and s_out.dtype == torch.float32 and tuple(s_out.shape) == (M, kb)
-          and s_out.device == x.device and min(s_out.stride()) >= 0,
-          f"s_out must be an (M, K/128) = {(M, kb)} float32 tensor on x's device")
+    _check_s_out(s_out, x, M, kb, torch)
     load_extension().quant_act(x, q_out, s_out, variant_id, int(scale_rule == "torch_cuda"))
     return q_out, s_out

@@ -117,7 +117,7 @@ def fold_scales(scales):
     return out
 
 
-def _validate(x, q, s, torch):
+def _validate(x, q, s, torch, out=None):
     def need(c, msg):
         if not c:
             raise ValueError(msg)
@@ -136,6 +136,17 @@ def _validate(x, q, s, torch):
     need(tuple(s.shape) == (N, K // GROUP), f"s must be (N, K/128) = {(N, K // GROUP)}, got {tuple(s.shape)}")
     need(M >= 1 and N >= 1, f"M and N must be >= 1, got M={M}, N={N}")
     need(max(M * K, N * K, M * N) < 2**31, "M*K, N*K and M*N must fit in int32")
+    if out is not None:
+        # The kernel gets out's row stride only (columns at stride 1): any other layout, or
+        # rows that overlap, is written wrongly without an error.
+        need(isinstance(out, torch.Tensor), f"out must be a torch.Tensor, got {type(out).__name__}")
+        need(out.dtype == torch.bfloat16, f"out must be torch.bfloat16, got {out.dtype}")
+        need(tuple(out.shape) == (M, N), f"out must be (M, N) = {(M, N)}, got {tuple(out.shape)}")
+        need(out.is_cuda and out.device == x.device, f"out must be on x's CUDA device, got {out.device}")
+        rs, cs = out.stride()
+        need(cs == 1 or N == 1, f"out's columns must be adjacent (stride 1), got strides {(rs, cs)}")
+        need(rs >= N or M == 1, f"out's rows must not overlap (row stride >= N = {N}), got strides {(rs, cs)}")
+        need(rs * (M - 1) + N < 2**31, "out's extent must fit in int32")
     return M, N, K
 
 
@@ -144,7 +155,7 @@ def triton_w8a16(x, q, s, *, config: dict | None = None, out=None):
     ``config`` pins one tile (keys of :func:`tile_configs`), else autotuned on (M, N, K)."""
     import torch
 
-    M, N, K = _validate(x, q, s, torch)
+    M, N, K = _validate(x, q, s, torch, out=out)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
     args = (x, q, s, out, M, N, K, x.stride(0), q.stride(0), s.stride(0), out.stride(0))

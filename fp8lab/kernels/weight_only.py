@@ -210,6 +210,17 @@ def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Counting: the one source of truth for rates
 # ---------------------------------------------------------------------------------------------
+def scale_words(fmt: str, N: int, K: int) -> int:
+    """32-bit words of packed scales (:func:`pack_scales`) for an (N, K) weight: per 128-K
+    step, 8 per 16-row tile (8-bit formats), 16 (int4) or 64 (nvfp4) per 32-row super-tile,
+    as gemv_w16.cuh's ``Strides::kS`` reads them."""
+    _check_fmt(fmt)
+    rows, steps = padded_rows(fmt, _pos_int("N", N)), _pos_int("K", K) // STEP_K
+    if BITS[fmt] == 8:
+        return rows // 16 * steps * 8
+    return rows // 32 * steps * (64 if fmt == "nvfp4" else 16)
+
+
 def bytes_per_element(fmt: str) -> float:
     """Weight + scale bytes per weight element."""
     return BITS[_check_fmt(fmt)] / 8 + SCALE_BYTES[fmt] / GROUP[fmt]
@@ -765,6 +776,15 @@ def _validate(act, pw: PackedWeight, out, splits, torch):
     need(pw.w.data_ptr() % 16 == 0, "packed weights must be 16-byte aligned")
     words = pw.n_rows * pw.K * BITS[pw.fmt] // 32
     need(pw.w.numel() == words, f"pw.w has {pw.w.numel()} words, the layout needs {words}")
+    # The kernel reads both through raw pointers at fixed strides: a view with gaps, or too
+    # few scale words, reads other memory without any error.
+    need(pw.w.is_contiguous(), "pw.w must be contiguous (the packed layout, as pw.to('cuda') makes it)")
+    s_words = scale_words(pw.fmt, pw.N, pw.K)
+    need(pw.s.numel() == s_words, f"pw.s has {pw.s.numel()} words, the layout of an {pw.fmt} "
+                                  f"(N, K) = {(pw.N, pw.K)} weight needs {s_words} (pack_scales)")
+    need(pw.s.is_contiguous(), "pw.s must be contiguous (the packed layout, as pw.to('cuda') makes it)")
+    need(pw.s.data_ptr() % 8 == 0, f"pw.s must be 8-byte aligned (two-tile warps load scale pairs "
+                                   f"as 64-bit words; data_ptr % 8 = {pw.s.data_ptr() % 8})")
     need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62, "sizes must fit in int32")
     if out is not None:
         need(isinstance(out, torch.Tensor) and out.dtype == want, f"out must be a {want} tensor")
