@@ -5,6 +5,7 @@ notebooks that take a clock lock through a fake NVML shared by every process
 SIGTERM, SIGHUP, SIGKILL of the runner, a kernel that dies while it holds the lock."""
 
 import json
+import importlib.util
 import os
 import signal
 import subprocess
@@ -20,10 +21,11 @@ import fp8lab
 
 ROOT = Path(fp8lab.__file__).resolve().parents[1]
 FAKE_DIR = Path(__file__).parent / "fake_nvml"
-sys.path.insert(0, str(FAKE_DIR))
-import pynvml as fake_nvml  # noqa: E402  (the fake, by path: the real one stays importable)
-sys.path.remove(str(FAKE_DIR))
-del sys.modules["pynvml"]
+# the fake, loaded by path under its own name: `import pynvml` would return the real module
+# when an earlier test of the session imported it
+_spec = importlib.util.spec_from_file_location("fp8lab_fake_pynvml", FAKE_DIR / "pynvml.py")
+fake_nvml = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_nvml)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 
