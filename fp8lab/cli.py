@@ -145,6 +145,13 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"fp8lab: error: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        from .results import TableError
+        if not isinstance(exc, TableError):
+            raise
+        # a stored table that cannot vouch for itself: its file named, no traceback
+        print(f"fp8lab: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         # Ctrl-C, or the runner's SIGTERM / SIGHUP (runner.Stopped): by now the running
         # notebooks are killed and their clock locks reset; one line, the shell's status.

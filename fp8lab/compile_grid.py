@@ -22,13 +22,12 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from . import resources, tools
+from . import procs, resources, tools
 from .results import atomic_write_bytes
 from .kernels import mma_blockwise as mb
 
@@ -142,7 +141,8 @@ def sass_counts(sass: str) -> dict:
 
 
 def _compile_fresh(job: Job, key: str, cache_dir: Path) -> dict:
-    with tempfile.TemporaryDirectory(prefix="fp8lab_grid_") as tmp:
+    # owned: a notebook killed mid-grid leaves its folder; the next grid removes it
+    with procs.owned_temp_dir("fp8lab_grid_") as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         t0 = time.perf_counter()
         proc = _run_nvcc(job.nvcc_args(cubin))

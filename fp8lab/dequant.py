@@ -37,6 +37,8 @@ Hopper alike.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -460,6 +462,33 @@ def _result(halves: list[np.ndarray], target, factor, epw, ctr) -> DequantResult
     return DequantResult(bits, target, float(factor), epw, tuple(ctr.trace))
 
 
+#: words per emulator call: every instruction makes a new array of the input's size and
+#: a sequence holds up to ~29 of them, so a weight's whole word array at once would need ~29x
+#: its size; in chunks the peak is the output plus ~29 x this many words (4 B each).
+EMULATE_CHUNK_WORDS = 1 << 18
+
+
+def _chunked(f):
+    """Run emulator ``f`` over at most EMULATE_CHUNK_WORDS words at a time, into one output
+    array (the instruction sequence does not depend on the data, so any chunk's trace is
+    the trace)."""
+    @functools.wraps(f)
+    def run(words, **kw) -> DequantResult:
+        w = _check_words(words)
+        step = EMULATE_CHUNK_WORDS
+        if w.size <= step:
+            return f(w, **kw)
+        first = f(w[:step], **kw)
+        epw = first.elements_per_word
+        bits = np.empty(w.size * epw, dtype=np.uint16)
+        bits[:step * epw] = first.bits
+        for i in range(step, w.size, step):
+            part = f(w[i:i + step], **kw)
+            bits[i * epw:(i + part.bits.size // epw) * epw] = part.bits
+        return dataclasses.replace(first, bits=bits)
+    return run
+
+
 # --------------------------------------------------------------------------- float tricks
 
 _SIGN_X2 = 0x80008000
@@ -528,31 +557,37 @@ def _fp4_shift(words, *, target: str, scale_in_reg: bool):
     return _result(halves, target, factor, 8, ctr)
 
 
+@_chunked
 def dequant_e4m3_fp16(words, *, scale_in_reg: bool = False) -> DequantResult:
     """E4M3 (fn) -> fp16, factor 2^8. NaN codes 0x7F/0xFF come out as finite +-480."""
     return _fp8_shift(words, exp_bits=4, target="fp16", bias=7, scale_in_reg=scale_in_reg)
 
 
+@_chunked
 def dequant_e4m3_bf16(words, *, scale_in_reg: bool = False) -> DequantResult:
     """E4M3 (fn) -> bf16, factor 2^120. NaN codes 0x7F/0xFF come out as finite +-480."""
     return _fp8_shift(words, exp_bits=4, target="bf16", bias=7, scale_in_reg=scale_in_reg)
 
 
+@_chunked
 def dequant_e5m2_bf16(words, *, scale_in_reg: bool = False) -> DequantResult:
     """E5M2 -> bf16, factor 2^112. Inf/NaN codes (exponent 11111) come out finite."""
     return _fp8_shift(words, exp_bits=5, target="bf16", bias=15, scale_in_reg=scale_in_reg)
 
 
+@_chunked
 def dequant_e2m1_fp16(words, *, scale_in_reg: bool = False) -> DequantResult:
     """E2M1 -> fp16, factor 2^14 (all 16 codes are finite)."""
     return _fp4_shift(words, target="fp16", scale_in_reg=scale_in_reg)
 
 
+@_chunked
 def dequant_e2m1_bf16(words, *, scale_in_reg: bool = False) -> DequantResult:
     """E2M1 -> bf16, factor 2^126."""
     return _fp4_shift(words, target="bf16", scale_in_reg=scale_in_reg)
 
 
+@_chunked
 def dequant_e5m2_fp16(words) -> DequantResult:
     """E5M2 -> fp16 with two PRMTs: E5M2 *is* the top byte of fp16 (same bias 15), so moving
     each byte into the top of a lane and zeroing the bottom is the whole conversion; inf and
@@ -568,6 +603,7 @@ def dequant_e5m2_fp16(words) -> DequantResult:
 # --------------------------------------------------------------------------- integer tricks
 
 
+@_chunked
 def dequant_int4_fp16(words) -> DequantResult:
     """INT4 (code c means c-8) -> fp16 with the 0x6400 magic number, factor 1.
 
@@ -593,6 +629,7 @@ def dequant_int4_fp16(words) -> DequantResult:
     return _result(halves, "fp16", 1.0, 8, ctr)
 
 
+@_chunked
 def dequant_int4_bf16(words) -> DequantResult:
     """INT4 -> bf16 with the 0x4300 magic number (128.0), factor 1.
 
@@ -614,6 +651,7 @@ def dequant_int4_bf16(words) -> DequantResult:
     return _result(halves, "bf16", 1.0, 8, ctr)
 
 
+@_chunked
 def dequant_int8_fp16(words) -> DequantResult:
     """INT8 (code c means c-128) -> fp16: PRMT each byte under the 0x64 magic byte (1024 + c,
     exact since c < 1024), then HADD2 removes 1024 + 128. 4 instructions per 4 values."""
@@ -627,6 +665,7 @@ def dequant_int8_fp16(words) -> DequantResult:
     return _result([lo, hi], "fp16", 1.0, 4, ctr)
 
 
+@_chunked
 def dequant_int8_bf16(words) -> DequantResult:
     """INT8 -> bf16 through fp32: bf16's 7 mantissa bits cannot hold 8 bits under a magic
     number, so each byte goes under the fp32 magic 0x4B000000 (2^23), one FADD removes

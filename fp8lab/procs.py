@@ -8,8 +8,14 @@ read the start time is None and nothing recorded that way is ever killed."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
+import tempfile
+import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -78,3 +84,43 @@ def kill_group(pid: int, start: int | None, *, grace_s: float = 2.0, wait_s: flo
                 return True
             time.sleep(0.05)
     return not alive(pid, start)
+
+
+# -------------------------------------------------------------- temp folders a kill leaves
+_SWEPT: set = set()
+_SWEPT_LOCK = threading.Lock()
+
+
+def sweep_stale_temp(prefix: str, base=None) -> list:
+    """Remove this user's ``owned_temp_dir(prefix)`` folders whose owner process is gone
+    (a SIGKILL runs no cleanup); returns what was removed. A folder whose owner cannot be
+    told (no start time recorded) is left alone."""
+    base = Path(base or tempfile.gettempdir())
+    pat = re.compile(re.escape(prefix) + r"(\d+)-(\d+)-")
+    removed = []
+    for d in base.glob(prefix + "*"):
+        m = pat.match(d.name)
+        try:
+            if not m or not d.is_dir() or d.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        pid, start = int(m.group(1)), int(m.group(2))
+        if start and not alive(pid, start):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+@contextmanager
+def owned_temp_dir(prefix: str):
+    """A temporary folder (removed on exit, as ``tempfile.TemporaryDirectory``) whose name
+    records its owner's pid and start time, so that the first such call of a later process
+    removes the ones a killed process left (``sweep_stale_temp``)."""
+    with _SWEPT_LOCK:
+        if prefix not in _SWEPT:
+            _SWEPT.add(prefix)
+            sweep_stale_temp(prefix)
+    me = os.getpid()
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{me}-{start_time(me) or 0}-") as tmp:
+        yield tmp

@@ -160,20 +160,35 @@ def write_pair(folder: Path, name: str, csv_bytes: bytes, meta_bytes: bytes) -> 
     return csv_path
 
 
-def _parse_sidecar(path: Path, text: str) -> dict:
-    """The sidecar as a dict with a CSV hash, or TableError naming the file."""
+def _parse_sidecar(path: Path, text: str, require_hash: bool = True) -> dict:
+    """The sidecar as a dict (with the CSV's hash, unless ``require_hash`` is False), or
+    TableError naming the file."""
     try:
         meta = json.loads(text)
     except ValueError as exc:
-        raise TableError(f"{path}: the sidecar is not valid JSON ({exc})") from None
+        raise TableError(f"{path}: not a valid meta sidecar: not JSON ({exc})") from None
     if not isinstance(meta, dict):
-        raise TableError(f"{path}: the sidecar holds a {type(meta).__name__}, not a JSON object")
+        raise TableError(f"{path}: not a valid meta sidecar: it holds a {type(meta).__name__}, "
+                         "not a JSON object")
+    if not require_hash:
+        return meta
     table = meta.get("table")
     want = table.get("sha256") if isinstance(table, dict) else None
     if not isinstance(want, str) or not re.fullmatch(r"[0-9a-f]{64}", want):
-        raise TableError(f"{path}: the sidecar has no table.sha256 (the CSV's hash), so the "
-                         "table cannot be checked: refusing it")
+        raise TableError(f"{path}: not a valid meta sidecar: no table.sha256 (the CSV's hash), "
+                         "so the table cannot be checked: refusing it")
     return meta
+
+
+def read_sidecar(path: Path, require_hash: bool = True) -> dict:
+    """One sidecar file, checked as the loader checks it (a JSON object with the CSV's
+    sha256; only an object with ``require_hash=False``); TableError naming the file otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TableError(f"{path}: cannot read the sidecar: {exc}") from None
+    return _parse_sidecar(path, text, require_hash)
 
 
 def _read_pair(csv_path: Path) -> tuple[bytes, dict]:

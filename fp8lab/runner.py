@@ -226,14 +226,16 @@ def dependency_order(specs: list[NotebookSpec]) -> list[NotebookSpec]:
 
 def select(specs: list[NotebookSpec], only) -> list[NotebookSpec]:
     """Keep the notebooks named in ``only`` (ids like '01' or names like '01_formats')."""
-    if not only:
+    if only is None or (not isinstance(only, str) and len(only) == 0):
         return list(specs)
     wanted = []
-    for token in only:
+    for token in ([only] if isinstance(only, str) else only):
         for t in str(token).split(","):
             t = t.strip()
             if t:
                 wanted.append(t)
+    if not wanted:
+        raise UsageError(f"--only names no notebook (got {only!r}); give ids or names like 01,02")
     out = []
     for t in wanted:
         match = [s for s in specs if t in (s.id, s.name, s.path.name)]
@@ -309,16 +311,27 @@ def _type_ok(declared: str | None, value) -> bool:
     return isinstance(value, _TYPES[declared])
 
 
-def resolve_parameters(specs: list[NotebookSpec], pairs) -> dict[str, dict]:
+def resolve_parameters(specs: list[NotebookSpec], pairs, manifest: list[NotebookSpec] | None = None
+                       ) -> dict[str, dict]:
     """Per notebook, the parameters to inject. ``NAME VALUE`` goes to every selected
-    notebook and each must declare NAME; ``NN:NAME VALUE`` goes to notebook NN only."""
+    notebook and each must declare NAME; ``NN:NAME VALUE`` goes to notebook NN only, which
+    must be selected (``manifest``, all the notebooks, lets the error tell an unselected
+    notebook from an unknown one)."""
     declared = {s.name: notebook_parameters(s.path) for s in specs}
     per_nb: dict[str, dict] = {s.name: {} for s in specs}
     for name, text in pairs or []:
         value = parse_value(text) if isinstance(text, str) else text
         if ":" in name:
             nb_token, pname = name.split(":", 1)
-            targets = select(specs, [nb_token])
+            try:
+                targets = select(specs, [nb_token])
+            except UsageError:
+                known = select(manifest, [nb_token]) if manifest else None   # unknown: raises
+                if not known:
+                    raise
+                raise UsageError(f"-p {name}: notebook {known[0].id} ({known[0].name}) is not "
+                                 "in this run; selected: "
+                                 + ", ".join(f"{s.id} ({s.name})" for s in specs)) from None
         else:
             pname, targets = name, specs
         if pname == "mode":
@@ -473,7 +486,8 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
     dt = time.monotonic() - t0
     note = ("; " + "; ".join(released)) if released else ""
     if timed_out:
-        return Outcome(spec.name, False, dt, output, error=f"timed out after {limit} s (killed){note}")
+        return Outcome(spec.name, False, dt, output, cell=running_cell(output),
+                       error=f"timed out after {limit} s (killed){note}")
     if result_file.is_file():
         r = json.loads(result_file.read_text())
         result_file.unlink()
@@ -482,6 +496,20 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
     tail = (out_dir / f"{spec.name}.log").read_text()[-800:].strip()
     return Outcome(spec.name, False, dt, output,
                    error=f"executor exited with status {proc.returncode}: {tail}")
+
+
+def running_cell(executed: Path) -> int | None:
+    """The index of the cell that was running when the notebook was killed: papermill saves
+    the executed copy as each cell starts, with that cell's status 'running'."""
+    import nbformat
+    try:
+        nb = nbformat.read(executed, as_version=4)
+    except Exception:  # noqa: BLE001 - no copy yet (killed before the first cell), or torn
+        return None
+    for i, c in enumerate(nb.cells):
+        if (c.get("metadata", {}).get("papermill") or {}).get("status") == "running":
+            return i
+    return None
 
 
 def execute_with_retries(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout=None,
@@ -617,7 +645,10 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
     if cluster is not None:
         from . import cluster as _cluster
         target = _cluster.parse_target(cluster)
-    specs = select(load_manifest(manifest), only)
+    if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout!r}")
+    all_specs = load_manifest(manifest)
+    specs = select(all_specs, only)
     missing = [s for s in specs if not s.path.is_file()]
     if missing:
         raise UsageError("manifest names notebooks that do not exist: "
@@ -632,7 +663,7 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
             raise UsageError("--smoke measures on a GPU and none is visible (make test runs the "
                              "CPU checks; the smoke parameters are checked there too)")
         params = smoke_pairs(specs) + list(params or [])
-    per_nb = resolve_parameters(specs, params)
+    per_nb = resolve_parameters(specs, params, all_specs)
     if smoke:
         chosen, why = "measure", "--smoke: every notebook measures with its smoke parameters"
     elif cluster is None:
@@ -644,7 +675,11 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
                              if mode == "auto" else f"asked for with --mode {mode}")
     run_dir = Path(run_dir) if run_dir else default_run_dir(
         "cluster" if cluster is not None else ("smoke" if smoke else chosen))
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:          # a file where a folder must be, no permission, ...
+        raise UsageError(f"--out {run_dir}: cannot make the run folder: "
+                         f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}") from None
     guarded = _snapshot_outputs() if smoke else None
     if smoke:
         # A smoke run's tables and figures are for checking the path, never results:

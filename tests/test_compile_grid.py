@@ -219,3 +219,43 @@ def test_verdict_a2_rules():
     assert verdict_a2(bad, attrs, expected_kernels=3).reason == "ptxas and cuobjdump disagree"
     with pytest.raises(ValueError, match="grid's attrs"):
         verdict_a2(t, {}, expected_kernels=3)
+
+
+def test_a_killed_grid_leaves_no_temp_folder_behind(monkeypatch, tmp_path):
+    # A notebook killed in the middle of a compile (timeout, Ctrl-C) runs no cleanup; its
+    # temp folder is removed by the next grid.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fp8lab import procs
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time\nfrom fp8lab import compile_grid as cg\n"
+         "def slow(args):\n    print('compiling', flush=True)\n    time.sleep(60)\n"
+         "cg._run_nvcc = slow\n"
+         "cg._compile_fresh(cg.grid_jobs('all', 'per_slice', 'sm_90')[0], 'k' * 64, "
+         f"cg.Path({str(tmp_path / 'cache')!r}))"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        assert child.stdout.readline().strip() == "compiling"
+        left = list(tmp_path.glob("fp8lab_grid_*"))
+        assert len(left) == 1 and left[0].name.startswith(f"fp8lab_grid_{child.pid}-")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert left[0].is_dir()                                    # SIGKILL: nothing cleaned up
+    mine = tmp_path / f"fp8lab_grid_{os.getpid()}-{procs.start_time(os.getpid())}-x"
+    mine.mkdir()                                               # a live owner's folder stays
+    # the next grid (here: its first job, whose nvcc fails) sweeps before it compiles
+    monkeypatch.setattr(procs.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(procs, "_SWEPT", set())
+
+    def fails(args):
+        raise RuntimeError("nvcc stand-in")
+    monkeypatch.setattr(cg, "_run_nvcc", fails)
+    with pytest.raises(RuntimeError, match="nvcc stand-in"):
+        cg._compile_fresh(cg.grid_jobs("all", "per_slice", "sm_90")[0], "k" * 64, tmp_path / "cache")
+    assert not left[0].exists() and mine.is_dir()
+    assert [p.name for p in tmp_path.glob("fp8lab_grid_*")] == [mine.name]

@@ -478,3 +478,32 @@ def test_bad_inputs():
         dq.shf_l(np.zeros(1, np.uint32), -1, ctr=dq.OpCounter())
     with pytest.raises(ValueError, match="uint32"):
         dq.lop3(np.zeros(1, np.int64), 0, 0, 0xEA, ctr=dq.OpCounter())
+
+
+# ------------------------------------------------------------------ memory: emulate in chunks
+def test_chunked_emulation_is_the_same_as_whole(monkeypatch):
+    rng = np.random.default_rng(7)
+    w = rng.integers(0, 2**32, size=5003, dtype=np.uint64).astype(np.uint32)
+    whole = {k: t.run(w) for k, t in dq.TRICKS.items()}
+    monkeypatch.setattr(dq, "EMULATE_CHUNK_WORDS", 1000)        # 6 chunks, the last one short
+    for k, t in dq.TRICKS.items():
+        got = t.run(w)
+        np.testing.assert_array_equal(got.bits, whole[k].bits, err_msg=str(k))
+        assert got.trace == whole[k].trace and got.factor == whole[k].factor
+
+
+@pytest.mark.parametrize("key", [("e2m1", "bf16", "shift+mul"), ("int4", "bf16", "magic"),
+                                 ("e4m3", "fp16", "shift+mul")])
+def test_emulating_a_big_weight_needs_little_more_than_its_output(key):
+    # Whole, these sequences peak at ~26-29x their input (one new array per instruction).
+    import tracemalloc
+    w = np.arange(1 << 22, dtype=np.uint32) * np.uint32(2654435761)
+    trick = dq.TRICKS[key]
+    tracemalloc.start()
+    try:
+        res = trick.run(w)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    out = res.bits.nbytes                                          # 2 B per element
+    assert peak < out + 40 * 4 * dq.EMULATE_CHUNK_WORDS, (peak / w.nbytes, key)

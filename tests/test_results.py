@@ -170,7 +170,7 @@ def test_written_files_are_world_readable(sandbox):
     ('{"table": {"sha256": null}}', "no table.sha256"),
     ('{"table": "x"}', "no table.sha256"),
     ("[1, 2]", "holds a list, not a JSON object"),
-    ("{not json", "not valid JSON"),
+    ("{not json", "not a valid meta sidecar: not JSON"),
 ])
 def test_a_sidecar_that_cannot_vouch_for_its_csv_is_an_error_naming_it(sandbox, text, why):
     path = results.start_run("01_formats", device="cpu").write_table("t", _df())

@@ -125,7 +125,8 @@ def test_timeout_kills_the_notebook(fixture_manifest, no_gpu):
     rc = runner.run(only=["13"], manifest=manifest, run_dir=tmp / "r", progress=False,
                     echo=lines.append)
     assert rc == 1
-    assert "timed out after 8 s" in "\n".join(lines)
+    # markdown, params, papermill's injected parameters, then the sleep: the cell it was in
+    assert "FAIL  13_slow  cell 3 of the executed copy: timed out after 8 s" in "\n".join(lines)
 
 
 def test_measure_without_gpu_is_refused(no_gpu):
@@ -149,3 +150,52 @@ def test_manifest_validation(tmp_path):
     bad.write_text(yaml.safe_dump({"notebooks": [{"id": "1", "name": "x", "title": "t", "kind": "tpu"}]}))
     with pytest.raises(ValueError, match="kind must be one of"):
         runner.load_manifest(bad)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
+    (["--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
+    (["--only", ""], "--only names no notebook"),
+    (["--only", " , "], "--only names no notebook"),
+    (["--only", "10", "-p", "11:n", "5"], "-p 11:n: notebook 11 (11_fail) is not in this run; "
+                                          "selected: 10 (10_ok)"),
+    (["--only", "10", "-p", "99:n", "5"], "unknown notebook '99'"),
+])
+def test_bad_run_arguments_are_one_line_and_exit_2(fixture_manifest, no_gpu, capsys, monkeypatch,
+                                                    args, msg):
+    from fp8lab import cli
+    manifest, tmp, out = fixture_manifest
+    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    assert cli.main(["run", "--no-progress", "--out", str(tmp / "c"), *args]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()                                   # nothing ran
+
+
+def test_out_under_a_file_is_one_line(fixture_manifest, no_gpu, capsys, monkeypatch):
+    from fp8lab import cli
+    manifest, tmp, _ = fixture_manifest
+    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    (tmp / "afile").write_text("x")
+    assert cli.main(["run", "--only", "10", "--no-progress", "--out", str(tmp / "afile" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp / 'afile' / 'run'}: cannot make the run folder" in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_bad_sidecar_is_one_line_for_claims_and_gallery(sandbox, capsys):
+    from fp8lab import cli, results
+    run = results.start_run("01_formats", device="cpu")
+    path = run.write_table("verdicts", __import__("pandas").DataFrame({"claim": ["A1"]}))
+    path.with_name("verdicts.meta.json").write_text("{}")
+    assert cli.main(["claims", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "verdicts.meta.json: not a valid meta sidecar: no table.sha256" in err
+    assert len(err.strip().splitlines()) == 1, err
+    path.with_name("verdicts.meta.json").write_text("[]")
+    fig = sandbox / "figures" / "cpu" / "01_formats" / "f.png"      # a figure whose facts it reads
+    fig.parent.mkdir(parents=True)
+    fig.write_bytes(b"")
+    assert cli.main(["gallery", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "verdicts.meta.json: not a valid meta sidecar" in err and "Traceback" not in err
