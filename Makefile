@@ -26,7 +26,7 @@ STAMP    := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 MKENV    := $(PYTHON) -m venv --system-site-packages $(VENV)
 endif
 
-.PHONY: run build test smoke test-gpu setup lab claims gallery sync wheelhouse clean-venv
+.PHONY: run build test verify smoke test-gpu setup lab claims gallery sync wheelhouse clean-venv
 
 $(STAMP): pyproject.toml
 	$(MKENV)
@@ -56,6 +56,10 @@ build: setup
 ## The test suite (GPU tests skip without a GPU).
 test: setup
 	$(PY) -m pytest -q $(ARGS)
+
+## Every table in data/ against its sidecar, the commit it names and that commit's sources (CI runs it).
+verify: setup
+	$(PY) -m fp8lab verify
 
 ## The GPU smoke: every notebook measures with its smallest sweep, into runs/ only.
 smoke: setup

@@ -73,3 +73,29 @@ def test_notebook_pairs_in_sync(nb_path):
     b = jupytext.read(py)
     cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]
     assert cells(a) == cells(b), f"{nb_path.name} and {py.name} differ: run `make sync`"
+
+
+def test_no_merge_conflict_markers_in_tracked_text():
+    """A merge resolved in a hurry once committed its markers into the README."""
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    try:
+        files = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        import pytest
+        pytest.skip("not a git checkout")
+    bad = []
+    for f in files:
+        p = root / f
+        if p.suffix in (".png", ".svg", ".ncu-rep", ".csv") or not p.is_file():
+            continue
+        try:
+            text = p.read_text()
+        except UnicodeDecodeError:
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
+                bad.append(f"{f}:{i}")
+    assert not bad, bad
