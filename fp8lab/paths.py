@@ -40,16 +40,40 @@ def figures_dir() -> Path:
 #: (a notebook opened in JupyterLab or run with nbconvert / papermill by hand): the
 #: committed figures under figures/ are the measured ones and change only in a measure run.
 SCRATCH_FIGURES = ("runs", "scratch", "figures")
+#: where a host notebook run by hand writes its tables (see ``output_data_dir``).
+SCRATCH_DATA = ("runs", "scratch", "data")
 
 
-def output_figures_dir(redrawn: bool) -> Path:
+def by_runner() -> bool:
+    """True in a notebook that ``python -m fp8lab run`` (or a cluster worker) executes: the
+    runner gives every notebook FP8LAB_RUN_ID. False in JupyterLab, nbconvert or papermill
+    by hand."""
+    return bool(os.environ.get("FP8LAB_RUN_ID"))
+
+
+def output_data_dir(host: bool) -> Path:
+    """The folder a run writes its tables under: $FP8LAB_DATA_DIR when set; else data/,
+    except for a host notebook run by hand, whose tables go to runs/scratch/data/. A host
+    notebook computes the same tables on every machine, so a hand run adds nothing to the
+    committed data/cpu/ tables; it would only rewrite their sidecars (time, commit, dirty
+    flag), leave the tree dirty and make `fp8lab verify` fail. Those tables come from the
+    runner (`make run`, `python -m fp8lab run --only NN`)."""
+    if os.environ.get("FP8LAB_DATA_DIR") or not host or by_runner():
+        return data_dir()
+    return repo_root().joinpath(*SCRATCH_DATA)
+
+
+def output_figures_dir(redrawn: bool, computed: bool = False) -> Path:
     """The folder a figure is saved under: $FP8LAB_FIGURES_DIR when set (the runner sets it
-    to the run folder for every redraw and for a smoke run); else figures/ for a figure
-    measured or computed in this run, and runs/scratch/figures/ for one redrawn from
-    committed data."""
-    if os.environ.get("FP8LAB_FIGURES_DIR") or not redrawn:
+    to the run folder for every redraw and for a smoke run); else runs/scratch/figures/ for
+    one redrawn from committed data, and for one a host notebook computed in a hand run
+    (as its tables, ``output_data_dir``); else figures/ (measured here, or computed in a
+    runner's run)."""
+    if os.environ.get("FP8LAB_FIGURES_DIR"):
         return figures_dir()
-    return repo_root().joinpath(*SCRATCH_FIGURES)
+    if redrawn or (computed and not by_runner()):
+        return repo_root().joinpath(*SCRATCH_FIGURES)
+    return figures_dir()
 
 
 def notebooks_dir() -> Path:

@@ -68,9 +68,11 @@ def _info(target) -> FigureInfo:
 
 
 def figure_dir(info: FigureInfo) -> Path:
-    """figures/<device>/<notebook>/, or the scratch folder for a redrawn figure
-    (``paths.output_figures_dir``): a redraw never overwrites a committed measured figure."""
-    return output_figures_dir(info.mode == "redrawn") / info.device / info.notebook
+    """figures/<device>/<notebook>/, or the scratch folder for a redrawn figure and for one
+    a host notebook computed by hand (``paths.output_figures_dir``): neither overwrites a
+    committed figure."""
+    return (output_figures_dir(info.mode == "redrawn", computed=info.mode == "computed")
+            / info.device / info.notebook)
 
 
 def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[Path]:

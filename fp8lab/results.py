@@ -41,7 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import provenance
-from .paths import data_dir
+from .paths import data_dir, output_data_dir
 
 MODES = ("auto", "measure", "replot")
 _WRITE_LOCK = ".fp8lab-write.lock"     # held while a CSV + sidecar pair is written (readers: shared)
@@ -269,8 +269,17 @@ def _hold_run_lock(folder: Path) -> None:
     _complete_interrupted(folder)
 
 
-def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: dict) -> Path:
-    """Atomically write one table and its sidecar; returns the CSV path."""
+#: (device, notebook) -> the folder outside data/ this process wrote that notebook's tables
+#: to (a host notebook run by hand: runs/scratch/data/, ``paths.output_data_dir``). The
+#: notebook reads back what it just wrote; every other reader (claims, verify, another
+#: notebook, a later process) sees only data/, never an older hand run's scratch copy.
+_OWN_TABLES: dict[tuple[str, str], Path] = {}
+
+
+def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: dict,
+                root: Path | None = None) -> Path:
+    """Atomically write one table and its sidecar under ``root`` (data/ unless given);
+    returns the CSV path."""
     _check_name("device", device)
     _check_name("notebook", notebook)
     _check_name("table name", name)
@@ -279,7 +288,10 @@ def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: d
     if df.columns.duplicated().any():
         raise ValueError(f"table {name!r} has duplicate columns: "
                          f"{list(df.columns[df.columns.duplicated()])}")
-    folder = data_dir() / device / notebook
+    base = data_dir() if root is None else Path(root)
+    folder = base / device / notebook
+    if base != data_dir():
+        _OWN_TABLES[(device, notebook)] = folder
     buf = io.StringIO()
     df.to_csv(buf, index=False, lineterminator="\n")
     csv_bytes = buf.getvalue().encode()
@@ -306,6 +318,11 @@ def _table_path(device: str, notebook: str, name: str) -> Path:
     _check_name("device", device)
     _check_name("notebook", notebook)
     _check_name("table name", name)
+    own = _OWN_TABLES.get((device, notebook))
+    # only while this process still writes there (not after FP8LAB_DATA_DIR was set since)
+    if (own is not None and own.is_relative_to(output_data_dir(host=True))
+            and (own / f"{name}.csv").is_file()):
+        return own / f"{name}.csv"
     devs = known_devices()
     if device not in devs:
         raise ValueError(f"unknown device {device!r}: data/ holds {devs or 'no devices'}")
@@ -401,8 +418,10 @@ class Run:
                                        device=self.device or "none", mode=self.mode, gpu=self.gpu)
         self.device_name = self.meta["device_name"]
         self.written: list[Path] = []
+        # data/, or runs/scratch/data/ for a host notebook run by hand (paths.output_data_dir)
+        self.data_root = output_data_dir(host=self.mode == "host")
         if self.writes:
-            _hold_run_lock(data_dir() / self.device / notebook)
+            _hold_run_lock(self.data_root / self.device / notebook)
 
     @property
     def writes(self) -> bool:
@@ -415,7 +434,7 @@ class Run:
         side = dict(self.meta)
         if meta:
             side["extra"] = meta
-        path = write_table(self.device, self.notebook, name, df, side)
+        path = write_table(self.device, self.notebook, name, df, side, root=self.data_root)
         self.written.append(path)
         return path
 
@@ -431,8 +450,13 @@ class Run:
                  f"driver {g.get('driver')})") if g else self.device_name
         commit = self.meta["git"].get("commit")
         dirty = " +dirty" if self.meta["git"].get("dirty") else ""
-        return (f"{self.notebook}: mode {self.mode} on {where}; "
+        line = (f"{self.notebook}: mode {self.mode} on {where}; "
                 f"commit {commit[:10] if commit else 'none'}{dirty}; {self.meta['time']}")
+        if self.writes and self.data_root != data_dir():
+            # say where this hand run's tables go, so nobody looks for them in data/
+            line += (f"\ntables and figures of this run by hand go to {self.data_root.parent}/ "
+                     "(data/cpu/ and figures/cpu/ are written by `python -m fp8lab run`)")
+        return line
 
     def __repr__(self) -> str:
         return f"<Run {self.summary()}>"

@@ -49,21 +49,26 @@ def test_save_rejects_bad_target(sandbox):
 
 def test_a_redraw_by_hand_never_overwrites_committed_figures(tmp_path, monkeypatch):
     """No FP8LAB_FIGURES_DIR (a notebook run in JupyterLab, or by papermill / nbconvert by
-    hand): a figure redrawn from committed data goes to runs/scratch/figures/, while a figure
-    measured or computed in this run goes to figures/."""
+    hand): a figure redrawn from committed data goes to runs/scratch/figures/, and so does
+    one a host notebook computed by hand; a figure computed in a runner's run (which sets
+    FP8LAB_RUN_ID) goes to figures/."""
     root = tmp_path / "repo"
     for d in ("fp8lab", "notebooks", "figures", "data"):
         (root / d).mkdir(parents=True)
     (root / "pyproject.toml").write_text("")
     monkeypatch.setenv("FP8LAB_ROOT", str(root))
     monkeypatch.delenv("FP8LAB_FIGURES_DIR", raising=False)
+    monkeypatch.delenv("FP8LAB_RUN_ID", raising=False)
     monkeypatch.setenv("FP8LAB_DATA_DIR", str(root / "data"))
     meta = {"notebook": "00_environment", "device": "h200", "device_name": "NVIDIA H200",
             "time": "2026-11-29T10:00:00+00:00", "mode": "measure", "git": {"commit": None}}
     fig, _ = plt.subplots()
     svg, png = plotting.save(fig, results.FigureInfo.from_meta(meta, redrawn=True), "ceil")
     assert svg.parent == root / "runs" / "scratch" / "figures" / "h200" / "00_environment"
+    svg_hand, _ = plotting.save(fig, results.start_run("01_formats", device="cpu"), "demo")
+    assert svg_hand.parent == root / "runs" / "scratch" / "figures" / "cpu" / "01_formats"
     assert not any((root / "figures").rglob("*.svg"))
+    monkeypatch.setenv("FP8LAB_RUN_ID", "20261129-100000-replot")
     svg2, _ = plotting.save(fig, results.start_run("01_formats", device="cpu"), "demo")
     assert svg2.parent == root / "figures" / "cpu" / "01_formats"
     plt.close(fig)

@@ -288,3 +288,45 @@ def test_one_run_of_a_notebook_per_device_folder(sandbox):
         holder.kill()
         holder.wait()
     results.start_run("01_formats", device="cpu")                  # free once it has ended
+
+
+def _bare_repo(tmp_path, monkeypatch):
+    """A checkout with committed data/ and figures/, FP8LAB_ROOT pointing at it, and no
+    folder named by the environment: what a notebook opened in JupyterLab sees."""
+    root = tmp_path / "repo"
+    for d in ("fp8lab", "notebooks", "figures", "data"):
+        (root / d).mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    monkeypatch.setenv("FP8LAB_ROOT", str(root))
+    for var in ("FP8LAB_DATA_DIR", "FP8LAB_FIGURES_DIR", "FP8LAB_RUN_ID", "FP8LAB_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(results, "_OWN_TABLES", {})
+    return root
+
+
+def test_a_host_notebook_run_by_hand_leaves_committed_data_alone(tmp_path, monkeypatch):
+    """A host notebook run in JupyterLab (no runner, no FP8LAB_DATA_DIR) writes its tables
+    to runs/scratch/data/ and reads them back from there; committed data/cpu/ is untouched,
+    and any other reader still gets the committed table."""
+    root = _bare_repo(tmp_path, monkeypatch)
+    committed = pd.DataFrame({"x": [0]})
+    monkeypatch.setenv("FP8LAB_RUN_ID", "20261129-100000-replot")       # the runner's write
+    results.start_run("01_formats", device="cpu").write_table("codes", committed)
+    before = {p: p.read_bytes() for p in (root / "data").rglob("*") if p.is_file()}
+    monkeypatch.delenv("FP8LAB_RUN_ID")
+    run = results.start_run("01_formats", device="cpu")                # by hand
+    path = run.write_table("codes", _df())
+    assert path == root / "runs" / "scratch" / "data" / "cpu" / "01_formats" / "codes.csv"
+    assert "runs/scratch" in run.summary()
+    pd.testing.assert_frame_equal(results.load_table("cpu", "01_formats", "codes"), _df())
+    assert {p: p.read_bytes() for p in (root / "data").rglob("*") if p.is_file()} == before
+    monkeypatch.setattr(results, "_OWN_TABLES", {})                    # another process
+    pd.testing.assert_frame_equal(results.load_table("cpu", "01_formats", "codes"), committed)
+
+
+def test_a_named_data_folder_still_gets_a_hand_runs_tables(tmp_path, monkeypatch):
+    root = _bare_repo(tmp_path, monkeypatch)
+    monkeypatch.setenv("FP8LAB_DATA_DIR", str(tmp_path / "mine"))
+    path = results.start_run("01_formats", device="cpu").write_table("codes", _df())
+    assert path == tmp_path / "mine" / "cpu" / "01_formats" / "codes.csv"
+    assert not (root / "runs").exists()
