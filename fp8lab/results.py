@@ -41,7 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import provenance
-from .paths import data_dir, output_data_dir
+from .paths import data_dir, output_data_dir, repo_root
 
 MODES = ("auto", "measure", "replot")
 _WRITE_LOCK = ".fp8lab-write.lock"     # held while a CSV + sidecar pair is written (readers: shared)
@@ -454,8 +454,12 @@ class Run:
                 f"commit {commit[:10] if commit else 'none'}{dirty}; {self.meta['time']}")
         if self.writes and self.data_root != data_dir():
             # say where this hand run's tables go, so nobody looks for them in data/
-            line += (f"\ntables and figures of this run by hand go to {self.data_root.parent}/ "
-                     "(data/cpu/ and figures/cpu/ are written by `python -m fp8lab run`)")
+            try:
+                where = self.data_root.parent.relative_to(repo_root())
+            except ValueError:
+                where = self.data_root.parent
+            line += (f"\nrun by hand: tables and figures go to {where}/ (the committed "
+                     "data/cpu/ and figures/cpu/ come from `python -m fp8lab run`)")
         return line
 
     def __repr__(self) -> str:
