@@ -71,9 +71,10 @@ test-gpu: setup
 	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
 	$(PY) -m pytest -q -m gpu $(ARGS)
 
-## Open the notebooks in JupyterLab.
+## Open the notebooks in JupyterLab: rooted at notebooks/, with a kernel that runs this venv's
+## Python, and a paired .py opening as a notebook (fp8lab/lab.py says why). ARGS go to jupyter lab.
 lab: setup
-	$(PY) -m jupyter lab notebooks/
+	$(PY) -m fp8lab lab $(ARGS)
 
 ## Regenerate the README's claims ledger from data/.
 claims: setup

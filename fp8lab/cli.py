@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|build|claims|gallery|verify|walltimes|env|list``."""
+"""Command line: ``python -m fp8lab run|build|claims|gallery|verify|walltimes|env|list|lab``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,11 @@ def _cmd_env(a) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lab"]:
+        # its arguments, known or not, go on to jupyter lab: argparse would refuse the unknown
+        from . import lab
+        return lab.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m fp8lab", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="execute notebooks headless with papermill")
@@ -133,6 +138,8 @@ def main(argv=None) -> int:
     v.add_argument("-v", "--verbose", action="store_true", help="one line per problem")
     v.set_defaults(fn=_cmd_verify)
     sub.add_parser("env", help="print versions, commit and GPUs").set_defaults(fn=_cmd_env)
+    sub.add_parser("lab", help="JupyterLab on notebooks/ with this Python's kernel; .py pairs "
+                              "open as notebooks (make lab; other arguments go to jupyter lab)")
     w = sub.add_parser("walltimes", help="record how long a `make run` took (README's wall-time line)")
     wsub = w.add_subparsers(dest="what", required=True)
     wr = wsub.add_parser("record", help="add a make-run folder's times to data/<device>/make_run/")
