@@ -16,12 +16,16 @@ def _name(req: str) -> str:
     return re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+# conda-forge packages whose name is not the PyPI one
+CONDA_TO_PYPI = {"playwright-python": "playwright"}
+
+
 def test_environment_yml_mirrors_pyproject():
     proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = [d for d in env["dependencies"] if isinstance(d, str)]
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    conda_names = {_name(d) for d in conda} - {"python", "pip"}
+    conda_names = {CONDA_TO_PYPI.get(_name(d), _name(d)) for d in conda} - {"python", "pip"}
     pip_names = {_name(d) for d in pip if not d.startswith("-")}
     extras = proj["optional-dependencies"]
     want_conda = {_name(r) for r in proj["dependencies"] + extras["test"] + extras["lab"]}
