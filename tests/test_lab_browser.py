@@ -100,12 +100,17 @@ def _chromium() -> str | None:
 
 
 def _tree(folder: Path) -> dict[str, str]:
-    """sha256 of every file under ``folder``, by relative path. The lock files results.py
-    creates beside tables (empty, ignored by git) are left out: a reader may create them."""
+    """sha256 of every file under ``folder``, by relative path, less two kinds that git
+    ignores and that opening a notebook may create: the lock files results.py keeps beside
+    tables (empty; a reader creates them) and JupyterLab's .ipynb_checkpoints/ (the copy it
+    takes of a notebook it opens)."""
     out = {}
     for p in sorted(folder.rglob("*")):
-        if p.is_file() and not (p.name.startswith(".fp8lab-") and p.name.endswith(".lock")):
-            out[str(p.relative_to(folder))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        rel = p.relative_to(folder)
+        if (not p.is_file() or ".ipynb_checkpoints" in rel.parts
+                or (p.name.startswith(".fp8lab-") and p.name.endswith(".lock"))):
+            continue
+        out[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 
 
