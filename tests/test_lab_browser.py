@@ -10,7 +10,7 @@ changed: a hand run writes to runs/scratch/ only. Screenshots of both notebooks 
 runs/lab-test/<time>/ (the path is printed), with JupyterLab's log.
 
 Needs Chromium from the OS (`apt-get install chromium`; .ci/run installs it) and playwright
-(the test extra), which drives that browser: playwright's own browser downloads are never
+(the cpu extra), which drives that browser: playwright's own browser downloads are never
 used. Without them the test skips, except under CI (CI set), where it fails.
 """
 
@@ -161,7 +161,7 @@ def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
         from playwright.sync_api import sync_playwright
     except ImportError:
         sync_playwright = None
-    _need(sync_playwright is not None, "playwright is not installed (pip install -e '.[test]')")
+    _need(sync_playwright is not None, "playwright is not installed (pip install -e '.[cpu,test]')")
 
     shots = ROOT / "runs" / "lab-test" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     shots.mkdir(parents=True)
