@@ -156,15 +156,20 @@ def is_cubin(path) -> bool:
 class Children:
     """The tool processes a census has running; ``stop()`` kills them and refuses new ones."""
 
-    def __init__(self):
+    def __init__(self, tmpdir=None):
         self._lock = threading.Lock()
         self._live: set[subprocess.Popen] = set()
         self.stopped = False
+        # The tools' own scratch files (cuobjdump -sass writes /tmp/tmpxft_* per function
+        # and leaves them when killed) go into the census's temp folder, removed at the end.
+        self.env = dict(os.environ, TMPDIR=str(tmpdir)) if tmpdir is not None else None
 
     def popen(self, cmd: list[str], **kw) -> subprocess.Popen:
         with self._lock:
             if self.stopped:
                 raise KeyboardInterrupt("census stopped")
+            if self.env is not None:
+                kw.setdefault("env", self.env)
             p = subprocess.Popen(cmd, **kw)
             self._live.add(p)
             return p
@@ -316,10 +321,10 @@ def _fun_chunks(cub: Cubin, everything: bool) -> list[list[tuple[int, str]]]:
 def disassemble_cubin(cub: Cubin, rx, children: Children, tool: str) -> list[tuple[str, Counter]]:
     """Opcode counts per function of one cubin, disassembling only ``cub.functions``.
 
-    cuobjdump (``-sass -fun NAME`` per function) is preferred: :func:`sass.parse_sass`
-    drops the alignment NOPs after a kernel's closing ``BRA 0x170`` in its output, while
-    nvdisasm spells that branch with a label (``BRA `(.L_x_1)``), so with nvdisasm (used only
-    where cuobjdump is missing) those NOPs are counted."""
+    nvdisasm (``-c -fun <symbol indices>``) is preferred: one process per cubin, where
+    ``cuobjdump -sass -fun`` starts an nvdisasm per function (slower, and its scratch files
+    outlive a kill). Its closing self-branch is spelled with a label, rewritten for
+    :func:`sass.parse_sass` by :func:`nvdisasm_self_branches`."""
     everything = rx is None
     per: dict[str, Counter] = {}
     for chunk in _fun_chunks(cub, everything):
@@ -332,17 +337,41 @@ def disassemble_cubin(cub: Cubin, rx, children: Children, tool: str) -> list[tup
             for _k, n in chunk:
                 cmd += ["-fun", n]
         cmd.append(str(cub.path))
-        for name, ops in _count(cmd, cub, rx, children):
+        for name, ops in _count(cmd, cub, rx, children, nvdisasm=tool == "nvdisasm"):
             per.setdefault(name, Counter()).update(ops)
     return sorted(per.items())
 
 
-def _count(cmd, cub: Cubin, rx, children: Children):
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):\s*$")
+_LABEL_BRA = re.compile(r"^(\s*/\*([0-9a-fA-F]+)\*/\s+)BRA\s+`\((\.L_x_\d+)\)\s*;")
+
+
+def nvdisasm_self_branches(lines):
+    """nvdisasm's closing self-branch ``.L_x_1:`` / ``/*0170*/ BRA `(.L_x_1);`` rewritten as
+    cuobjdump prints it (``/*0170*/ BRA 0x170;``), so :func:`sass.parse_sass` recognises it
+    and does not count the alignment NOPs after it (as it does for cuobjdump's output)."""
+    labels: set[str] = set()  # the labels right above the current line
+    for line in lines:
+        m = _LABEL.match(line)
+        if m:
+            labels.add(m.group(1))
+            yield line
+            continue
+        b = _LABEL_BRA.match(line)
+        if b and b.group(3) in labels:
+            line = f"{b.group(1)}BRA 0x{b.group(2)};\n"
+        if line.strip():
+            labels = set()
+        yield line
+
+
+def _count(cmd, cub: Cubin, rx, children: Children, nvdisasm: bool = False):
     with tempfile.TemporaryFile(mode="w+") as errf:
         p = children.popen(cmd, stdout=subprocess.PIPE, stderr=errf, text=True, errors="replace",
                            bufsize=1 << 20)
         try:
-            df = sass.parse_sass(p.stdout, binary=cub.library,
+            lines = nvdisasm_self_branches(p.stdout) if nvdisasm else p.stdout
+            df = sass.parse_sass(lines, binary=cub.library,
                                  kernel_filter=rx.pattern if rx is not None else None)
         finally:
             p.stdout.close()
@@ -400,7 +429,7 @@ def census(paths: Iterable, *, archs=None, kernel_filter: str | None = None,
     except re.error as exc:
         raise CensusError(f"--filter {kernel_filter!r} is not a valid regular expression: {exc}") from None
     if tool == "auto":
-        tool = "cuobjdump" if have_tool("cuobjdump") else "nvdisasm"
+        tool = "nvdisasm" if have_tool("nvdisasm") else "cuobjdump"
     try:
         find_tool(tool)
         if any(not is_cubin(f) for f in files):
@@ -409,10 +438,11 @@ def census(paths: Iterable, *, archs=None, kernel_filter: str | None = None,
         raise CensusError(str(exc)) from None
 
     result = Census()
-    children = Children()
     seen: set[tuple[str, str, str]] = set()
     with owned_temp_dir(TEMP_PREFIX) as tmp_s:
         tmp = Path(tmp_s)
+        (tmp / "tooltmp").mkdir()
+        children = Children(tmp / "tooltmp")
         pool = ThreadPoolExecutor(max_workers=workers or default_workers(),
                                   thread_name_prefix="census")
         pending: dict = {}

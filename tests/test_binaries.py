@@ -23,8 +23,9 @@ SRC = Path(__file__).parent / "fixtures" / "sass" / "mma_pair.cu"
 E4M3 = "_Z8mma_e4m3ILi1EEvPKjS1_Pf"
 
 pytestmark = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")
-),
-                                reason="needs nvcc and cuobjdump")
+
+                                     and have_tool("nvdisasm")),
+                                reason="needs nvcc, cuobjdump and nvdisasm")
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +96,11 @@ def test_filter_first_disassembles_only_the_matching_kernel(pair_so, spy, own_tm
     r = binaries.census([pair_so], archs=["sm_89"], kernel_filter="bf16")
     assert [(k["arch"], k["kernel"]) for k in r.kernels] == [("sm_89", "mma_bf16")]
     dis = _disassembly_cmds(spy)
-    assert len(dis) == 1 and dis[0][:2] == ["cuobjdump", "-sass"]
-    # restricted to the one matching function, on one extracted cubin (not the .so)
-    assert [dis[0][i + 1] for i, a in enumerate(dis[0]) if a == "-fun"] == ["mma_bf16"]
-    assert dis[0][-1].endswith(".sm_89.cubin")
+    assert len(dis) == 1 and dis[0][:2] == ["nvdisasm", "-c"]
+    # restricted to the one matching function (its symbol index), on one extracted cubin
+    cubin = Path(dis[0][-1])
+    assert cubin.name.endswith(".sm_89.cubin")
+    assert dis[0][dis[0].index("-fun") + 1].isdigit()  # one symbol index, not a list
     # only the requested arch was extracted
     xelf = [c for c in spy if "-xelf" in c]
     assert len(xelf) == 1 and xelf[0][xelf[0].index("-arch") + 1] == "sm_89"
@@ -266,11 +268,31 @@ def test_cli_default_writes_nothing(pair_so, sandbox, capsys, tmp_path, monkeypa
     assert sorted(p for p in sandbox.rglob("*")) == before
 
 
-def test_counts_agree_with_the_full_disassembly(pair_so, own_tmp):
-    """Filter-first (nvdisasm -fun on extracted cubins) counts what sass.sass_census
-    (cuobjdump -sass on the whole .so) counts, kernel by kernel."""
+@pytest.mark.parametrize("tool", ["nvdisasm", "cuobjdump"])
+@pytest.mark.parametrize("kernel_filter", [None, "bf16|e4m3"])
+def test_counts_agree_with_the_full_disassembly(pair_so, own_tmp, tool, kernel_filter):
+    """Filter-first (nvdisasm / cuobjdump on extracted cubins, -fun or not) counts what
+    sass.sass_census (cuobjdump -sass on the whole .so) counts, kernel by kernel: the
+    alignment NOPs after nvdisasm's labelled self-branch are not counted either."""
     from fp8lab import sass
     full = sass.sass_census(pair_so, arch=["sm_80", "sm_89"], demangle_names=False)
     want = {(a, k): int(n) for (a, k), n in full.groupby(["arch", "kernel"])["count"].sum().items()}
-    r = binaries.census([pair_so], archs=["sm_80", "sm_89"], demangle_names=False)
+    r = binaries.census([pair_so], archs=["sm_80", "sm_89"], demangle_names=False, tool=tool,
+                        kernel_filter=kernel_filter)
     assert {(k["arch"], k["kernel"]): k["instructions"] for k in r.kernels} == want
+
+
+def test_tools_scratch_files_go_into_the_census_temp_folder(pair_so, own_tmp, monkeypatch):
+    """cuobjdump -sass leaves /tmp/tmpxft_* when killed: every tool runs with TMPDIR inside
+    the census's own temp folder, which is removed at the end."""
+    tmpdirs = []
+    real = subprocess.Popen
+
+    def popen(cmd, **kw):
+        if Path(cmd[0]).name in ("cuobjdump", "nvdisasm"):
+            tmpdirs.append((kw.get("env") or {}).get("TMPDIR"))
+        return real(cmd, **kw)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    binaries.census([pair_so], archs=["sm_89"], kernel_filter="bf16", tool="cuobjdump")
+    assert tmpdirs and all(t and Path(t).parent.parent == own_tmp for t in tmpdirs)
+    assert not list(own_tmp.iterdir())
