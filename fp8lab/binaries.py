@@ -249,7 +249,10 @@ def extract_cubins(path: Path, library: str, archs, rx, workdir: Path,
     or ([], why nothing is there). ``remove_after``: delete ``path`` (a wheel member in
     the temp folder) once its cubins are out, so a large wheel never sits unpacked whole."""
     if is_cubin(path):
-        _m, flags, abi, _ = _read_elf(path)
+        try:
+            _m, flags, abi, _ = _read_elf(path)
+        except (ValueError, struct.error, IndexError) as exc:
+            return [], f"cubin not readable ({exc})"
         found = [(path, cubin_arch(flags, abi))]
     else:
         try:
@@ -286,18 +289,27 @@ def _extract_from_host(path, library, archs, rx, workdir, children):
 def _matching(found, path, library, archs, rx):
     if not found:
         return [], "no cubin for the requested architectures"
-    cubins = []
+    cubins, wanted, unreadable = [], 0, []
     for c, a in found:
         if not _wanted(a, archs):
             continue
-        funcs = [(k, n) for k, n in cubin_functions(c) if rx is None or rx.search(n)]
+        wanted += 1
+        try:
+            funcs = [(k, n) for k, n in cubin_functions(c) if rx is None or rx.search(n)]
+        except (ValueError, struct.error, IndexError) as exc:  # not an ELF64 we can read
+            unreadable.append(f"{c.name}: {exc}")
+            funcs = []
         if funcs:
             cubins.append(Cubin(library, a, c, funcs))
         elif c != path:
             c.unlink(missing_ok=True)  # nothing to disassemble: its disk space back now
-    if not cubins:
-        return [], "no function matches the filter" if rx is not None else "no functions"
-    return cubins, None
+    if cubins:
+        return cubins, None
+    if unreadable:
+        return [], "cubin not readable (" + "; ".join(unreadable) + ")"
+    if not wanted:
+        return [], f"no cubin for the requested architectures (has {found[0][1]})"
+    return [], "no function matches the filter" if rx is not None else "no functions"
 
 
 _ARGS_BUDGET = 100_000  # bytes of function names per command (Linux: 2 MB of arguments in all)

@@ -296,3 +296,15 @@ def test_tools_scratch_files_go_into_the_census_temp_folder(pair_so, own_tmp, mo
     binaries.census([pair_so], archs=["sm_89"], kernel_filter="bf16", tool="cuobjdump")
     assert tmpdirs and all(t and Path(t).parent.parent == own_tmp for t in tmpdirs)
     assert not list(own_tmp.iterdir())
+
+
+def test_bare_cubin_notes(mma_pair_cubin, tmp_path, own_tmp):
+    """A cubin of another arch, or one whose ELF cannot be read, is a note, not a traceback."""
+    r = binaries.census([mma_pair_cubin], archs=["sm_80"])
+    assert r.notes == [(mma_pair_cubin.name, "no cubin for the requested architectures (has sm_89)")]
+    broken = tmp_path / "broken.cubin"
+    data = bytearray(mma_pair_cubin.read_bytes())
+    data[40:48] = (len(data) + 10_000).to_bytes(8, "little")  # section headers past the end
+    broken.write_bytes(bytes(data))
+    r = binaries.census([broken])
+    assert r.kernels == [] and r.notes[0][1].startswith("cubin not readable")
