@@ -1,4 +1,4 @@
-"""Command line: ``python -m fp8lab run|build|claims|gallery|verify|walltimes|env|list|lab``."""
+"""Command line: ``python -m fp8lab run|build|census|claims|gallery|verify|walltimes|env|list|lab``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,12 @@ def main(argv=None) -> int:
                                      "parallel on this machine's cores (nothing without a GPU)")
     prebuild.add_arguments(b)
     b.set_defaults(fn=prebuild.cli)
+    from . import binaries
+    cs = sub.add_parser("census", help="SASS census of your own binaries (.whl, .so, .cubin): "
+                        "activation dtype, weight type, MMA family, kernels, conversion opcodes "
+                        "per library and arch; only matching functions are disassembled")
+    binaries.add_arguments(cs)
+    cs.set_defaults(fn=binaries.cli)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")
     c.add_argument("--check", action="store_true", help="only check that it is current")
