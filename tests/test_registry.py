@@ -218,6 +218,8 @@ def own_tables(source: str, ids: set) -> list:
 ALLOWED = {
     ("fp8lab/kernels/triton_blockwise.py", "GPU_DISABLED"): "the reason a variant is off on GPUs",
     ("fp8lab/experiments/blockwise.py", "REFERENCES"): "what each float64 reference computes",
+    ("fp8lab/binaries.py", "_DTYPE_NAMES"): "SASS / PTX operand types of other people's kernels",
+    ("fp8lab/binaries.py", "known = {"): "Marlin's scalar-type ids decoded (exponent, mantissa)",
 }
 
 
