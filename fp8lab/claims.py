@@ -19,6 +19,11 @@ from . import results
 from .paths import data_dir, repo_root
 
 VERDICTS = ("holds", "holds-in-kind", "differs", "not-run")
+#: What a verdict row measured. ``seed``: the system the seed itself measured (Marlin, CUTLASS's
+#: Ada blockwise example, cuBLAS / cuBLASLt, vLLM's kernels); ``analogue``: fp8lab's own kernel of
+#: the same design; ``arithmetic``: the seed's published numbers (or the spec sheet) re-derived,
+#: no device in the loop. A claim may have one row per subject per notebook.
+SUBJECTS = ("seed", "analogue", "arithmetic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +105,11 @@ class Verdict:
     reason: str = ""
     seed_figure: str | None = None
     seed_hardware: str | None = None
+    #: ``seed`` / ``analogue`` / ``arithmetic`` (SUBJECTS): what the row measured.
+    subject: str | None = None
+    #: the rule that produced the verdict, one line, rendered by the verdict function from the
+    #: same constants it decides with (e.g. f"holds if ratio >= {BAR}").
+    rule: str | None = None
 
     def __post_init__(self):
         if self.claim not in CLAIMS:
@@ -110,13 +120,17 @@ class Verdict:
             raise ValueError("our_figure must say what was measured (a non-empty string)")
         if self.verdict != "holds" and not self.reason.strip():
             raise ValueError(f"verdict {self.verdict!r} for {self.claim} needs a reason")
+        if self.subject is None or self.subject not in SUBJECTS:
+            raise ValueError(f"verdict for {self.claim} needs a subject, one of {SUBJECTS}; got {self.subject!r}")
+        if not isinstance(self.rule, str) or not self.rule.strip() or "\n" in self.rule:
+            raise ValueError(f"verdict for {self.claim} needs its rule: one line saying how the verdict was decided")
         c = CLAIMS[self.claim]
         self.seed_figure = self.seed_figure or c.seed_figure
         self.seed_hardware = self.seed_hardware or c.seed_hardware
 
 
-COLUMNS = ["claim", "verdict", "seed_figure", "seed_hardware", "our_figure", "device",
-           "device_name", "notebook", "run", "time", "reason"]
+COLUMNS = ["claim", "subject", "verdict", "seed_figure", "seed_hardware", "our_figure", "device",
+           "device_name", "notebook", "run", "time", "reason", "rule"]
 
 
 def record(run: "results.Run", verdicts: list[Verdict]) -> pd.DataFrame:
@@ -124,19 +138,21 @@ def record(run: "results.Run", verdicts: list[Verdict]) -> pd.DataFrame:
     In replot mode nothing is written: verdicts come from the run that measured."""
     if not verdicts:
         raise ValueError("record() needs at least one Verdict")
-    ids = [v.claim for v in verdicts]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"one verdict per claim per run, got duplicates in {ids}")
-    rows = []
     for v in verdicts:
         if not isinstance(v, Verdict):
             raise ValueError(f"expected Verdict rows, got {type(v).__name__}")
+    ids = [(v.claim, v.subject) for v in verdicts]
+    if len(set(ids)) != len(ids):
+        dup = sorted({f"{c} ({s})" for c, s in ids if ids.count((c, s)) > 1})
+        raise ValueError(f"one verdict per claim and subject per run, got duplicates: {', '.join(dup)}")
+    rows = []
+    for v in verdicts:
         rows.append({
-            "claim": v.claim, "verdict": v.verdict, "seed_figure": v.seed_figure,
+            "claim": v.claim, "subject": v.subject, "verdict": v.verdict, "seed_figure": v.seed_figure,
             "seed_hardware": v.seed_hardware, "our_figure": v.our_figure,
             "device": run.device, "device_name": run.device_name, "notebook": run.notebook,
             "run": run.meta.get("run_id") or run.meta["time"], "time": run.meta["time"],
-            "reason": v.reason,
+            "reason": v.reason, "rule": v.rule,
         })
     df = pd.DataFrame(rows, columns=COLUMNS)
     if run.writes:
@@ -154,9 +170,15 @@ def collect_verdicts() -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     df = pd.concat(frames, ignore_index=True)
+    for col in COLUMNS:            # a table recorded before a column existed reads it as blank
+        if col not in df.columns:
+            df[col] = ""
     order = {cid: i for i, cid in enumerate(CLAIMS)}
-    return df.sort_values(by=["claim", "device"], key=lambda s: s.map(order) if s.name == "claim" else s,
-                          kind="stable").reset_index(drop=True)
+    sorder = {s: i for i, s in enumerate(SUBJECTS)}
+    keys = {"claim": order, "subject": sorder}
+    return df[COLUMNS].sort_values(by=["claim", "subject", "device"],
+                                   key=lambda s: s.map(keys[s.name]).fillna(len(sorder)) if s.name in keys else s,
+                                   kind="stable").reset_index(drop=True)
 
 
 def _cell(x) -> str:
@@ -165,22 +187,24 @@ def _cell(x) -> str:
 
 
 def ledger_markdown() -> str:
-    """The README ledger: every claim, with each device's verdict or 'pending'."""
+    """The README ledger: every claim, with each device's verdict or 'pending'; one row per
+    subject (seed / analogue / arithmetic) and the rule that decided it."""
     v = collect_verdicts()
-    lines = ["| ID | claim | seed figure (hardware) | our figure | device | verdict | notebook |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| ID | claim | seed figure (hardware) | subject | our figure | device | verdict | rule | notebook |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for cid, c in CLAIMS.items():
         rows = v[v["claim"] == cid] if len(v) else v
         if not len(rows):
             lines.append(f"| {cid} | {_cell(c.claim)} | {_cell(c.seed_figure)} ({_cell(c.seed_hardware)}) "
-                         f"| — | — | pending | — |")
+                         f"| — | — | — | pending | — | — |")
             continue
         for _, r in rows.iterrows():
             verdict = f"**{r['verdict']}**"
-            if r["verdict"] != "holds" and _cell(r["reason"]):
+            if _cell(r["reason"]):          # caveats of a holds row are shown too
                 verdict += f": {_cell(r['reason'])}"
             lines.append(f"| {cid} | {_cell(c.claim)} | {_cell(r['seed_figure'])} ({_cell(r['seed_hardware'])}) "
-                         f"| {_cell(r['our_figure'])} | {_cell(r['device_name'])} | {verdict} "
+                         f"| {_cell(r['subject']) or '—'} | {_cell(r['our_figure'])} | {_cell(r['device_name'])} "
+                         f"| {verdict} | {_cell(r['rule']) or '—'} "
                          f"| `{_cell(r['notebook'])}` ({_cell(r['time'])[:10]}) |")
     return "\n".join(lines) + "\n"
 

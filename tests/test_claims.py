@@ -14,30 +14,46 @@ def test_registry_matches_the_shared_claims_list():
     assert ids == list(claims.CLAIMS)
 
 
+R = dict(subject="arithmetic", rule="holds if every code is exact")
+
+
 def test_verdict_validation():
     with pytest.raises(ValueError, match="unknown claim id 'Z9'"):
-        claims.Verdict("Z9", "holds", "x")
+        claims.Verdict("Z9", "holds", "x", **R)
     with pytest.raises(ValueError, match="verdict must be one of"):
-        claims.Verdict("B2", "yes", "x")
+        claims.Verdict("B2", "yes", "x", **R)
     with pytest.raises(ValueError, match="needs a reason"):
-        claims.Verdict("B2", "differs", "255/256")
+        claims.Verdict("B2", "differs", "255/256", **R)
     with pytest.raises(ValueError, match="our_figure"):
-        claims.Verdict("B2", "holds", " ")
-    v = claims.Verdict("B2", "holds", "256/256 exact")
+        claims.Verdict("B2", "holds", " ", **R)
+    with pytest.raises(ValueError, match="needs a subject"):
+        claims.Verdict("B2", "holds", "x", rule="r")
+    with pytest.raises(ValueError, match="needs a subject"):
+        claims.Verdict("B2", "holds", "x", subject="ours", rule="r")
+    with pytest.raises(ValueError, match="needs its rule"):
+        claims.Verdict("B2", "holds", "x", subject="seed")
+    with pytest.raises(ValueError, match="needs its rule"):
+        claims.Verdict("B2", "holds", "x", subject="seed", rule="two\nlines")
+    v = claims.Verdict("B2", "holds", "256/256 exact", **R)
     assert v.seed_figure == claims.CLAIMS["B2"].seed_figure
 
 
 def test_record_collect_and_ledger(sandbox):
     run = results.start_run("01_formats", device="cpu")
-    claims.record(run, [claims.Verdict("B2", "holds", "256/256 exact"),
-                        claims.Verdict("C2", "holds-in-kind", "8 per 4", reason="one extra op")])
-    with pytest.raises(ValueError, match="duplicates"):
-        claims.record(run, [claims.Verdict("B2", "holds", "a"), claims.Verdict("B2", "holds", "b")])
+    claims.record(run, [claims.Verdict("B2", "holds", "256/256 exact", reason="NaN codes excluded", **R),
+                        claims.Verdict("C2", "holds-in-kind", "8 per 4", reason="one extra op",
+                                       subject="analogue", rule="holds if <= 7 per 4"),
+                        claims.Verdict("C2", "not-run", "-", reason="Marlin not installed",
+                                       subject="seed", rule="holds if <= 7 per 4")])
+    with pytest.raises(ValueError, match=r"duplicates: B2 \(arithmetic\)"):
+        claims.record(run, [claims.Verdict("B2", "holds", "a", **R), claims.Verdict("B2", "holds", "b", **R)])
     got = claims.collect_verdicts()
-    assert list(got["claim"]) == ["B2", "C2"]
+    assert list(got["claim"]) == ["B2", "C2", "C2"]
+    assert list(got["subject"]) == ["arithmetic", "seed", "analogue"]      # seed rows first
     assert set(got["notebook"]) == {"01_formats"}
     md = claims.ledger_markdown()
-    assert "| B2 |" in md and "**holds**" in md and "**holds-in-kind**: one extra op" in md
+    assert "| B2 |" in md and "**holds**: NaN codes excluded" in md and "**holds-in-kind**: one extra op" in md
+    assert "| arithmetic |" in md and "| holds if every code is exact |" in md
     assert md.count("pending") == len(claims.CLAIMS) - 2
 
 
