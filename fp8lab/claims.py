@@ -110,6 +110,9 @@ class Verdict:
     #: the rule that produced the verdict, one line, rendered by the verdict function from the
     #: same constants it decides with (e.g. f"holds if ratio >= {BAR}").
     rule: str | None = None
+    #: tells apart two rows of one claim with the same subject (e.g. two analogue kernels);
+    #: shown beside the subject in the ledger.
+    variant: str = ""
 
     def __post_init__(self):
         if self.claim not in CLAIMS:
@@ -129,7 +132,7 @@ class Verdict:
         self.seed_hardware = self.seed_hardware or c.seed_hardware
 
 
-COLUMNS = ["claim", "subject", "verdict", "seed_figure", "seed_hardware", "our_figure", "device",
+COLUMNS = ["claim", "subject", "variant", "verdict", "seed_figure", "seed_hardware", "our_figure", "device",
            "device_name", "notebook", "run", "time", "reason", "rule"]
 
 
@@ -141,14 +144,14 @@ def record(run: "results.Run", verdicts: list[Verdict]) -> pd.DataFrame:
     for v in verdicts:
         if not isinstance(v, Verdict):
             raise ValueError(f"expected Verdict rows, got {type(v).__name__}")
-    ids = [(v.claim, v.subject) for v in verdicts]
+    ids = [(v.claim, v.subject, v.variant) for v in verdicts]
     if len(set(ids)) != len(ids):
-        dup = sorted({f"{c} ({s})" for c, s in ids if ids.count((c, s)) > 1})
-        raise ValueError(f"one verdict per claim and subject per run, got duplicates: {', '.join(dup)}")
+        dup = sorted({f"{c} ({s}{' ' + w if w else ''})" for c, s, w in ids if ids.count((c, s, w)) > 1})
+        raise ValueError(f"one verdict per claim, subject and variant per run, got duplicates: {', '.join(dup)}")
     rows = []
     for v in verdicts:
         rows.append({
-            "claim": v.claim, "subject": v.subject, "verdict": v.verdict, "seed_figure": v.seed_figure,
+            "claim": v.claim, "subject": v.subject, "variant": v.variant, "verdict": v.verdict, "seed_figure": v.seed_figure,
             "seed_hardware": v.seed_hardware, "our_figure": v.our_figure,
             "device": run.device, "device_name": run.device_name, "notebook": run.notebook,
             "run": run.meta.get("run_id") or run.meta["time"], "time": run.meta["time"],
@@ -186,6 +189,11 @@ def _cell(x) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+def _subject_cell(r) -> str:
+    subject, variant = _cell(r["subject"]), _cell(r["variant"])
+    return (subject + (f" ({variant})" if variant else "")) or "—"
+
+
 def ledger_markdown() -> str:
     """The README ledger: every claim, with each device's verdict or 'pending'; one row per
     subject (seed / analogue / arithmetic) and the rule that decided it."""
@@ -203,7 +211,7 @@ def ledger_markdown() -> str:
             if _cell(r["reason"]):          # caveats of a holds row are shown too
                 verdict += f": {_cell(r['reason'])}"
             lines.append(f"| {cid} | {_cell(c.claim)} | {_cell(r['seed_figure'])} ({_cell(r['seed_hardware'])}) "
-                         f"| {_cell(r['subject']) or '—'} | {_cell(r['our_figure'])} | {_cell(r['device_name'])} "
+                         f"| {_subject_cell(r)} | {_cell(r['our_figure'])} | {_cell(r['device_name'])} "
                          f"| {verdict} | {_cell(r['rule']) or '—'} "
                          f"| `{_cell(r['notebook'])}` ({_cell(r['time'])[:10]}) |")
     return "\n".join(lines) + "\n"

@@ -55,6 +55,10 @@ def test_record_collect_and_ledger(sandbox):
     assert "| B2 |" in md and "**holds**: NaN codes excluded" in md and "**holds-in-kind**: one extra op" in md
     assert "| arithmetic |" in md and "| holds if every code is exact |" in md
     assert md.count("pending") == len(claims.CLAIMS) - 2
+    # two rows of one subject are told apart by their variant
+    claims.record(run, [claims.Verdict("B2", "holds", "a", variant="fp16", **R),
+                        claims.Verdict("B2", "holds", "b", variant="bf16", **R)])
+    assert "| arithmetic (bf16) |" in claims.ledger_markdown()
 
 
 def test_readme_markers_roundtrip(sandbox, tmp_path):
