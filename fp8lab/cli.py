@@ -13,7 +13,8 @@ def _cmd_run(a) -> int:
     return runner.run(only=a.only, params=a.param, mode=a.mode, run_dir=a.out,
                       timeout=a.timeout, kernel=a.kernel, progress=not a.no_progress,
                       gpus=a.gpus, stagger_s=a.stagger, cluster=a.cluster, smoke=a.smoke,
-                      host_lane=not a.no_host_lane, connect_timeout=a.connect_timeout)
+                      host_lane=not a.no_host_lane, connect_timeout=a.connect_timeout,
+                      gpu_slots=a.gpu_slots)
 
 
 def _cmd_list(a) -> int:
@@ -96,6 +97,9 @@ def main(argv=None) -> int:
     r.add_argument("--no-host-lane", action="store_true",
                    help="on one GPU, run host notebooks one after another with the GPU ones "
                         "instead of beside them")
+    r.add_argument("--gpu-slots", type=int, metavar="N",
+                   help="GPU notebooks sharing the one GPU at a time: only with --smoke "
+                        "(default there 2; their timings are not results)")
     r.add_argument("--out", help="run folder for executed copies (default runs/<time>-<mode>)")
     r.add_argument("--timeout", type=int, help="seconds per notebook (default: the manifest's)")
     r.add_argument("--kernel", default="python3")

@@ -606,7 +606,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
         stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True,
-        connect_timeout: float = 30.0) -> int:
+        connect_timeout: float = 30.0, gpu_slots: int | None = None) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
@@ -621,6 +621,9 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     them), its tables and figures written into the run folder, never data/ or figures/.
     ``host_lane``: on one GPU in measure mode, host notebooks (compile-time, census) run in a
     second lane beside the GPU notebooks instead of before them.
+    ``gpu_slots``: how many GPU notebooks share the one GPU at a time (default 1; a smoke
+    2, see SMOKE_GPU_SLOTS). More than one only with ``smoke``: notebooks that share a GPU
+    time each other's kernels, so their numbers are not results, and a smoke's never are.
 
     Ctrl-C, SIGTERM or SIGHUP stop the run: the running notebooks are killed, their clock
     locks reset, and ``Stopped`` (a KeyboardInterrupt) is raised."""
@@ -629,11 +632,27 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         return _run(only=only, params=params, mode=mode, run_dir=run_dir, timeout=timeout,
                     kernel=kernel, manifest=manifest, progress=progress, echo=echo, env=env,
                     gpus=gpus, stagger_s=stagger_s, cluster=cluster, smoke=smoke,
-                    host_lane=host_lane, connect_timeout=connect_timeout)
+                    host_lane=host_lane, connect_timeout=connect_timeout, gpu_slots=gpu_slots)
+
+
+#: GPU notebooks a smoke runs at once on one GPU. A smoke checks the path (every arm, check
+#: and figure runs and passes), never the numbers, so two notebooks may share the GPU: most of
+#: a smoke notebook's time is its kernel start, imports and CUDA context, not GPU work.
+SMOKE_GPU_SLOTS = 2
 
 
 def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, echo, env, gpus,
-         stagger_s, cluster, smoke, host_lane, connect_timeout) -> int:
+         stagger_s, cluster, smoke, host_lane, connect_timeout, gpu_slots) -> int:
+    if gpu_slots is not None and (isinstance(gpu_slots, bool) or not isinstance(gpu_slots, int)
+                                  or gpu_slots < 1):
+        raise UsageError(f"--gpu-slots must be a whole number >= 1, got {gpu_slots!r}")
+    if gpu_slots is not None and gpu_slots > 1 and not smoke:
+        raise UsageError(f"--gpu-slots {gpu_slots} shares one GPU between notebooks, so each would "
+                         "time the others' kernels: only a smoke (--smoke), whose numbers are "
+                         "never results, may do that")
+    if gpu_slots is not None and gpu_slots > 1 and (gpus is not None or cluster is not None):
+        raise UsageError("--gpu-slots is for one GPU; with --gpus / --cluster each GPU runs one notebook")
+    slots = gpu_slots or (SMOKE_GPU_SLOTS if smoke else 1)
     if stagger_s < 0:
         raise UsageError(f"stagger_s must be >= 0 seconds, got {stagger_s}")
     if not connect_timeout > 0:
@@ -705,12 +724,19 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
                                            run_id=run_id, timeout=timeout, kernel=kernel,
                                            env=env, progress=progress, echo=echo,
                                            connect_timeout=connect_timeout)
-    elif gpu_ids is None and host_lane and chosen == "measure" and \
-            len({s.kind for s in specs}) > 1:
-        echo("  two lanes: host notebooks run beside the GPU notebooks ("
-             + ", ".join(s.name for s in specs if s.kind == "host") + ")")
-        lanes = [Lane("gpu", lambda s: s.kind != "host", {}, run_dir),
-                 Lane("host", lambda s: s.kind == "host", {}, run_dir)]
+    elif gpu_ids is None and chosen == "measure" and \
+            ((host_lane and len({s.kind for s in specs}) > 1) or slots > 1):
+        lanes = [Lane("gpu" if i == 0 else f"gpu+{i}", lambda s: s.kind != "host", {}, run_dir)
+                 for i in range(slots)]
+        if host_lane and len({s.kind for s in specs}) > 1:
+            echo("  two lanes: host notebooks run beside the GPU notebooks ("
+                 + ", ".join(s.name for s in specs if s.kind == "host") + ")")
+            lanes.append(Lane("host", lambda s: s.kind == "host", {}, run_dir))
+        else:       # host notebooks queue with the GPU ones
+            lanes = [dataclasses.replace(ln, takes=lambda s: True) for ln in lanes]
+        if slots > 1:
+            echo(f"  {slots} GPU notebooks at a time on the one GPU (a smoke checks the path, "
+                 "not the numbers)")
         outcomes = _run_lanes(specs, prepare, lanes, timeout=timeout, kernel=kernel,
                               stagger_s=stagger_s, progress=progress, echo=echo)
         for o in outcomes:

@@ -243,3 +243,35 @@ def test_a_smoke_run_that_writes_into_data_fails(tmp_path, monkeypatch):
     rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
                     echo=lines.append, smoke=True)
     assert rc == 1 and any("changed 1 file(s) under data/ or figures/" in ln for ln in lines)
+
+
+def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch):
+    """--smoke on one GPU: two GPU lanes share it (the smoke checks the path, not numbers), so
+    two GPU notebooks overlap in time; a measure run never shares the GPU."""
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    cell = ("import time, pathlib\nt0 = time.time(); time.sleep(1.5)\n"
+            "pathlib.Path({p!r}).write_text(f'{{t0}} {{time.time()}}')")
+    entries = []
+    for i in range(3):
+        nbformat.write(_nb(cell.format(p=str(stamps / f"3{i}"))), nbdir / f"3{i}_g.ipynb")
+        entries.append({"id": f"3{i}", "name": f"3{i}_g", "title": "g", "kind": "gpu", "timeout": 120})
+    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": entries}))
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    lines = []
+    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+                    echo=lines.append, smoke=True, stagger_s=0.1)
+    assert rc == 0, lines
+    assert any("2 GPU notebooks at a time" in ln for ln in lines)
+    spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
+    assert len(spans) == 3 and spans[1][0] < spans[0][1]         # the first two overlapped
+    with pytest.raises(runner.UsageError, match="only a smoke"):
+        runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "r2", progress=False,
+                   echo=lines.append, mode="measure", gpu_slots=2)
+    with pytest.raises(runner.UsageError, match="whole number"):
+        runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "r3", progress=False,
+                   echo=lines.append, smoke=True, gpu_slots=0)
