@@ -493,6 +493,12 @@ def test_promotion_ratios():
     assert r["same_tile"] == pytest.approx(2.0) and r["same_tile_inplace"] == pytest.approx(3.0)
     assert r["seed_to_best"] == pytest.approx(6.0) and r["slice_vs_triton"] == pytest.approx(12.0)
     assert r["t_slice_best"] == pytest.approx(5e-3)
+    assert r["same_tile_promo"] == pytest.approx(3.0)           # the faster per-block loop at the seed tile
+    # the quantiser's rows are another table: by default left out, asked for they are used alone
+    q = [dict(r_, quant=Q, time_p50_s=r_["time_p50_s"] * 2) for r_ in rows[:2]]
+    assert bw.promotion_ratios(_df(rows + q)).iloc[0]["same_tile"] == pytest.approx(2.0)
+    rq = bw.promotion_ratios(_df(rows + q), quant="included").iloc[0]
+    assert rq["same_tile"] == pytest.approx(2.0) and rq["t_slice_seed"] == pytest.approx(12e-3)
 
 
 def test_arms_table():

@@ -1525,15 +1525,16 @@ def verdict_b7(df: pd.DataFrame):
 # ------------------------------------------------------------------------------------------
 # notebook views (CPU)
 # ------------------------------------------------------------------------------------------
-def promotion_ratios(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (shape, M): mma_blockwise per_slice against the per-block loops (claim A3's ratio).
+def promotion_ratios(df: pd.DataFrame, quant: str = "none") -> pd.DataFrame:
+    """Per (shape, M): mma_blockwise per_slice against the per-block loops (claim A3's ratio),
+    from the rows timed with ``quant`` ('none', 'included' or a quantiser's name).
 
     same_tile: t(per_slice) / t(per_block) at the seed's tile (64x128x128 / 64x64x128 / 3 stages);
-    seed_to_best: t(per_slice at the seed tile) / t(fastest per_block or per_block_inplace, any
-    tile): the seed's own comparison (6536 -> 1374 us); slice_vs_triton: t(per_slice, seed tile) /
-    t(best triton_blockwise)."""
-    m = measured(df)
-    m = m[m["quant"] == "none"]
+    same_tile_promo: t(per_slice) / t(faster of per_block and per_block_inplace), both at the seed
+    tile (verdict_a3's figure); seed_to_best: t(per_slice at the seed tile) / t(fastest per_block or
+    per_block_inplace, any tile): the tile effect and the promotion together; slice_vs_triton:
+    t(per_slice, seed tile) / t(best triton_blockwise)."""
+    m = _quant_rows(measured(df), quant)
     out = []
     for (shape, M), g in m.groupby(["shape", "M"]):
         mma = g[g["arm"] == "mma_blockwise"]
@@ -1550,6 +1551,7 @@ def promotion_ratios(df: pd.DataFrame) -> pd.DataFrame:
                  if (g["arm"] == "triton_blockwise").any() else math.nan)
         r["same_tile"] = r["t_slice_seed"] / r["t_block_seed"]
         r["same_tile_inplace"] = r["t_slice_seed"] / r["t_inplace_seed"]
+        r["same_tile_promo"] = r["t_slice_seed"] / min(r["t_block_seed"], r["t_inplace_seed"])
         r["seed_to_best"] = r["t_slice_seed"] / r["t_block_best"]
         r["slice_vs_triton"] = r["t_slice_seed"] / r["t_triton_best"]
         out.append(r)
