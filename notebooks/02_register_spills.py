@@ -33,6 +33,7 @@ archs = ["sm_89", "sm_90"]
 configs = "all"          # "all" (the 16 of mma_blockwise_configs.h) or a list of config names
 include_triton = True    # add the Triton blockwise kernel's side (fp8lab.kernels.triton_blockwise)
 force_rebuild = False    # True: ignore the compile cache (measures the cold grid)
+cutlass_src = ""         # a CUTLASS source checkout for A1's seed row (example 94); "": $FP8LAB_CUTLASS_SRC
 
 # %%
 import re
@@ -50,7 +51,7 @@ from fp8lab.kernels import mma_blockwise as mb
 plotting.apply_style()
 NOTEBOOK = "02_register_spills"
 run = results.start_run(NOTEBOOK, params=dict(archs=archs, configs=configs, include_triton=include_triton,
-                                              force_rebuild=force_rebuild), device="cpu")
+                                              force_rebuild=force_rebuild, cutlass_src=cutlass_src), device="cpu")
 print(run.summary())
 print("nvcc", tools.tool_version("nvcc"), "| cuobjdump", tools.tool_version("cuobjdump"))
 
@@ -255,13 +256,42 @@ seed_rows = mma[mma["config"] == mb.SEED_CONFIG.name].set_index(["arch", "varian
 seed_rows
 
 # %% [markdown]
-# ## Verdicts
+# ## The seed's own subject: CUTLASS's Ada FP8 blockwise example
+#
+# Seed 000's kernel adapts CUTLASS's example 94 (`examples/94_ada_fp8_blockwise`), whose tile is
+# the seed's (64x128x128 threadblock, 64x64x128 warp, 3 stages). Its main loop, printed below
+# from the checkout, MMAs each warp-level K group into a fresh `delta` fragment, scales it and
+# adds it: the per-slice loop. With a CUTLASS source checkout (`cutlass_src`, or the environment
+# variable `FP8LAB_CUTLASS_SRC`; the `nvidia-cutlass` wheel ships no examples) the example is
+# compiled for sm_89 (`nvcc -cubin -Xptxas -v`) and its GEMM kernel's registers, stack and spills
+# are read from ptxas and cross-checked with `cuobjdump -res-usage`. Without one, A1's seed row
+# is `not-run` and says how to enable it.
 
 # %%
+src_dir = spills.cutlass_src(cutlass_src or None)
+example = None
+if src_dir is not None:
+    mainloop = (src_dir / "include/cutlass/gemm/threadblock/mma_multistage_blockwise.h").read_text()
+    a, b = mainloop.index("// Perform MMA into a temporary fragment"), mainloop.index("// Except for the last warp-tile")
+    display(Markdown(f"**example 94's main loop** (`mma_multistage_blockwise.h`)\n```cpp\n{mainloop[a:b].rstrip()}\n```"))
+    example = spills.compile_cutlass_example(src_dir, "sm_89")
+    run.write_table("cutlass_example94", pd.DataFrame([example], columns=spills.EXAMPLE_COLUMNS))
+    display(pd.DataFrame([example]).drop(columns=["kernel", "source"]))
+else:
+    display(Markdown(f"**Not compiled:** {spills.CUTLASS_HOWTO}."))
+
+# %% [markdown]
+# ## Verdicts
+#
+# Two rows for A1: the `seed` row (CUTLASS's example itself, when compiled) and the `analogue`
+# row (our `mma_blockwise` at the same tile, which also has the per-block loops of the fix).
+
+# %%
+v1_seed = spills.verdict_a1_seed(example)
 v1 = spills.verdict_a1(table)
 v2 = spills.verdict_a2(table, grid_attrs)
-verdicts = claims.record(run, [v1, v2])
-verdicts[["claim", "verdict", "our_figure", "reason"]]
+verdicts = claims.record(run, [v1_seed, v1, v2])
+verdicts[["claim", "subject", "verdict", "our_figure", "reason", "rule"]]
 
 # %% [markdown]
 # ## Takeaways
@@ -277,7 +307,8 @@ def spills_txt(x) -> str:
 
 
 ps, pb, pi = (cell("sm_89", v) for v in VARIANT_ORDER)
-lines = [f"- **A1 ({v1.verdict}).** Seed tile {seed.name} on sm_89 (seed: REG 255, STACK 600 B for per_slice): "
+lines = [f"- **A1, seed ({v1_seed.verdict}).** {v1_seed.our_figure}" + (f" ({v1_seed.reason})" if v1_seed.reason else "") + "."]
+lines += [f"- **A1, analogue ({v1.verdict}).** Seed tile {seed.name} on sm_89 (seed: REG 255, STACK 600 B for per_slice): "
          f"per_slice {spills_txt(ps)}; per_block {spills_txt(pb)}; per_block_inplace {spills_txt(pi)}."]
 if pb["stack_bytes"] > 0:
     lines.append(f"  The per-block fix does not remove the spill at this tile: the accumulator and the block "
@@ -285,7 +316,7 @@ if pb["stack_bytes"] > 0:
                  f"operand, over the 255 cap.")
 if ps["sass_loop_stl"] == 0:
     lines.append("  per_slice stores nothing to local memory inside the main loop: its fresh fragment never "
-                 "leaves registers (nvcc consumes each slice's MMA result right away); what it reloads per "
+                 "leaves registers; what it reloads per "
                  "block are values spilled before the loop.")
 if pi["stack_bytes"] == 0:
     lines.append("  Keeping one fragment (per_block_inplace) is what removes the spill on sm_89.")

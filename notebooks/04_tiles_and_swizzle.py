@@ -22,8 +22,9 @@
 # | --- | --- | --- |
 # | **A6** | decode (M = 1..64) wants short, narrow tiles so enough thread blocks exist; prefill wants big tiles | `mma_blockwise` (per_block) over several tiles at every (shape, M); the tile-by-M selection is *derived from the sweep* (no threshold typed in) |
 # | **A7** | the swizzle (launch order for L2 reuse) took down_proj (N=4096, K=12288) at M=4096 from 7144 to 5614 us (-21%) | swizzle group 1 (off), 2, 4, 8, 16 at that point, each timed several times, interleaved |
-# | **A8** | at M=1 the 16 MB of o_proj weights should stream in a fraction of the 175 us the first kernel took | the seed's kernel (per_slice, seed tile) and the best W8A8 arms at M=1 against the weight-streaming floor (weight bytes / copy bandwidth, measured in this run) |
-# | **A9** | down_proj at large M stays ~10% behind the Triton kernel (6159 vs 5584 us) | best `mma_blockwise` vs best `triton_blockwise` at down_proj, M >= 1024 |
+# | **A8** | at M=1 the 16 MB of o_proj weights should stream in a fraction of the 175 us the first kernel took; Marlin (weight-only) beats the W8A8 kernel there. The seed timed the W8A8 kernels *with* activation quantisation ("Marlin doesn't need that step") | the W8A8 arms at M=1 with the activation quantiser inside the timed call, fp8lab's weight-only kernel, Marlin when a `peer_marlin*` arm is in the table, and the seed's kernel (per_slice, seed tile) against the weight-streaming floor (weight bytes / copy bandwidth, measured in this run) |
+#
+# A9 (down_proj at large M behind Triton) is judged in notebook 05, whose sweep has the CUTLASS arm.
 #
 # **Hardware caveat.** On Hopper an e4m3 `mma.sync` runs as F2FP conversions plus fp16 HMMA
 # (no FP8 tensor cores; notebook 09), so `mma_blockwise` is conversion-bound on an H200 and far
@@ -114,10 +115,13 @@ if run.mode == "measure":
                             with_quant=False,
                             warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
         copy = bw.measure_copy_bandwidth(copy_gib, sampler=sampler)
+        # W8A8 arms with the activation quantiser in the call (the seed's timing), every candidate,
+        # so the seed's first kernel (per_slice at the seed tile) has its quant-included time too
         stream_df = bw.sweep(shapes=[stream_shape], Ms=[1],
                              arms=("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise"),
                              mma_variants=("per_slice", "per_block"), mma_configs=2, mma_seed_config=True,
-                             with_quant=False, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
+                             with_quant=True, quant_each=True, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler,
+                             log=print)
         # A8's other half: a Marlin-style weight-only kernel at the same point (notebook 08's arm)
         wo_row = bw.weight_only_point(stream_shape, 1, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler)
         print("weight-only:", wo_row["status"], wo_row["time_p50_s"])
@@ -225,30 +229,46 @@ def draw_swizzle(swz, dev):
 
 
 def draw_stream(stream, copy_Bps, dev):
+    """A8's M = 1 point as horizontal bars (long labels stay readable): weight-only kernels, the
+    W8A8 arms (with their activation quantiser when the table has those timings, and the figure
+    says which) and the seed's first kernel, against the weight-streaming floor."""
     m = bw.measured(stream)
     if m.empty:
         return
     r0 = m.iloc[0]
     wb = bw.weight_bytes("mma_blockwise", int(r0["N"]), int(r0["K"]))
     floor = wb / copy_Bps
-    bars = []
-    seed = m[(m["arm"] == "mma_blockwise") & (m["variant"] == "per_slice") & (m["config"] == mb.SEED_CONFIG.name)]
-    if not seed.empty:
-        bars.append(("mma_blockwise\nper_slice, seed tile", seed["time_p50_s"].min(), "#999999"))
-    for arm, g in bw.best_rows(m).groupby("arm"):
+    w8 = m[m["arm"].isin(bw.W8A8)]
+    with_q = bool((w8["quant"] != "none").any())
+    w8 = w8[w8["quant"] != "none"] if with_q else w8[w8["quant"] == "none"]
+    qtxt = " + act. quant." if with_q else " (pre-quantised)"
+    bars = []                               # (label, time, colour), top to bottom
+    for arm, g in m[~m["arm"].isin(bw.W8A8)].groupby("arm"):
+        r = g.loc[g["time_p50_s"].idxmin()]
+        bars.append((f"{registry.label(arm)}\nweight-only, bf16 activations", r["time_p50_s"], plotting.color(arm)))
+    is_seed = (w8["arm"] == "mma_blockwise") & (w8["variant"] == "per_slice") & (w8["config"] == mb.SEED_CONFIG.name)
+    for arm, g in bw.best_rows(w8[~is_seed]).groupby("arm"):
         r = g.iloc[0]
-        bars.append((f"{registry.label(arm)}\n{r['path']} {r['variant']}".strip(), r["time_p50_s"],
+        bars.append((f"{registry.short_label(arm)}{qtxt}\n{r['path']} {r['variant']}".strip(), r["time_p50_s"],
                      plotting.color(arm)))
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    x = np.arange(len(bars))
-    ax.bar(x, [b[1] * 1e6 for b in bars], color=[b[2] for b in bars])
-    for i, b in enumerate(bars):
-        ax.text(i, b[1] * 1e6, f"{b[1] * 1e6:.1f} us\n{floor / b[1]:.0%} of copy", ha="center", va="bottom", fontsize=7)
-    ax.axhline(floor * 1e6, color="#555555", ls="--", lw=0.9)
-    ax.text(-0.45, floor * 1e6, f"streaming floor {floor * 1e6:.1f} us", ha="left", va="bottom", fontsize=8)
-    ax.set_xticks(x, [b[0] for b in bars], fontsize=7)
-    ax.set_ylabel("time per call (us, p50)")
-    ax.set_title(f"A8: {short(r0['shape'])} at M=1: {wb / 1e6:.1f} MB of FP8 weights")
+    if is_seed.any():
+        bars.append((f"{registry.short_label('mma_blockwise')}{qtxt}\nper_slice at the seed tile (first kernel)",
+                     w8[is_seed]["time_p50_s"].min(), "#999999"))
+    fig, ax = plt.subplots(figsize=(8.5, 0.62 * len(bars) + 1.6))
+    y = np.arange(len(bars))[::-1]
+    t_us = np.array([b[1] * 1e6 for b in bars])
+    ax.barh(y, t_us, color=[b[2] for b in bars], height=0.7)
+    for yi, t in zip(y, t_us):
+        ax.text(t, yi, f" {t:.1f} us, {floor * 1e6 / t:.0%} of copy rate", va="center", fontsize=8)
+    ax.axvline(floor * 1e6, color="#555555", ls="--", lw=1,
+               label=f"streaming floor {floor * 1e6:.1f} us (weight bytes / copy bandwidth of this run)")
+    ax.set_yticks(y, [b[0] for b in bars], fontsize=8)
+    ax.set_xlim(0, t_us.max() * 1.35)
+    ax.set_xlabel("time per call (us, p50)")
+    ax.legend(loc="upper right", fontsize=8)   # the top bars are the short ones
+    ax.set_title(f"A8: {short(r0['shape'])} at M=1, {wb / 1e6:.1f} MB of FP8 weights\n"
+                 + ("W8A8 bars include quantising the activations (as the seed timed them)" if with_q else
+                    "W8A8 bars: pre-quantised activations, the quantiser is not in these timings"), fontsize=10)
     plotting.save(fig, info_for(stream, dev), "m1_stream")
     plt.show()
 
@@ -293,8 +313,9 @@ for xd in overlay.cross_device(NB, devices, run):
 # %% [markdown]
 # ## Verdicts and what the numbers say
 #
-# Computed from the tables by `verdict_a6` .. `verdict_a9` in `fp8lab.experiments.blockwise`;
-# recorded only by the run that measured them.
+# Computed from the tables by `verdict_a6` .. `verdict_a8` in `fp8lab.experiments.blockwise`
+# (each row names its subject and the rule that decided it); recorded only by the run that
+# measured them.
 
 # %%
 for dev, t in tables.items():
@@ -302,13 +323,10 @@ for dev, t in tables.items():
     name = meta.get("device_name", dev)
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
     verdicts = [bw.verdict_a6(t["tile_sweep"])]
-    verdicts.append(bw.verdict_a7(t["swizzle"], name) if "swizzle" in t else
-                    claims.Verdict("A7", "not-run", "no swizzle table", reason="not measured"))
-    verdicts.append(bw.verdict_a8(t["m1_stream"], copy_Bps) if "m1_stream" in t else
-                    claims.Verdict("A8", "not-run", "no M=1 table", reason="not measured"))
-    verdicts.append(bw.verdict_a9(t["tile_sweep"]))
-    display(pd.DataFrame([dict(claim=v.claim, verdict=v.verdict, our_figure=v.our_figure, reason=v.reason)
-                          for v in verdicts]))
+    verdicts.append(bw.verdict_a7(t.get("swizzle", pd.DataFrame())))
+    verdicts += bw.verdict_a8(t.get("m1_stream", pd.DataFrame(columns=bw.COLUMNS)), copy_Bps)
+    display(pd.DataFrame([dict(claim=v.claim, subject=v.subject, verdict=v.verdict, our_figure=v.our_figure,
+                               reason=v.reason, rule=v.rule) for v in verdicts]))
     if run.mode == "measure" and dev == run.device:
         claims.record(run, verdicts)
     sel = bw.tile_selection(t["tile_sweep"])

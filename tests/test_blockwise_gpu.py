@@ -217,3 +217,17 @@ def test_small_sweep_end_to_end():
     quant = df[df["quant"] != "none"]
     assert set(quant["arm"]) >= {"mma_blockwise", "triton_blockwise", "cublaslt_blockwise"}
     assert df.attrs["quantiser"] in ("quant_act_warp", "quant_act_reference")
+
+
+def test_quant_each_times_every_candidate_with_the_quantiser():
+    # A3 compares two main loops at one tile, both with the activation quantiser in the call
+    # (as the seed's vLLM microbenchmark timed them): every mma candidate gets a quant row, not
+    # only the fastest one
+    df = bw.sweep(shapes=[(256, 384)], Ms=[64], arms=("mma_blockwise",), mma_variants=mb.VARIANTS,
+                  mma_configs=1, mma_seed_config=True, quant_each=True, warmup_ms=2, rep_ms=5)
+    m = bw.measured(df)
+    none, q = m[m["quant"] == "none"], m[m["quant"] != "none"]
+    assert len(none) == 2 * len(mb.VARIANTS)                 # the seed tile + one picked tile, 3 loops each
+    key = ["config", "variant"]
+    assert sorted(map(tuple, q[key].values)) == sorted(map(tuple, none[key].values))
+    assert bw.verdict_a3(df, shape=df["shape"].iloc[0], M=64).verdict != "not-run"

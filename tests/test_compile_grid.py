@@ -194,6 +194,7 @@ def test_verdict_a1_rules():
     from fp8lab.experiments.spills import verdict_a1
     v = verdict_a1(_table((255, 600, 596, 620), (230, 0, 0, 0)))
     assert v.verdict == "holds" and "STACK 600 B" in v.our_figure
+    assert v.subject == "analogue" and "240 registers" in v.rule and "300-1200 B" in v.rule
     v = verdict_a1(_table((255, 64, 60, 60), (230, 0, 0, 0)))
     assert v.verdict == "holds-in-kind" and "64 B vs the seed's 600 B" in v.reason
     v = verdict_a1(_table((255, 264, 260, 260), (255, 376, 484, 592), (255, 0, 0, 0)))
@@ -207,16 +208,110 @@ def test_verdict_a1_rules():
         verdict_a1(_table((255, 600, 1, 1), (200, 0, 0, 0), arch="sm_90"))
 
 
+@pytest.mark.parametrize("reg, stack, want", [(240, 600, "holds"), (239, 600, "differs"), (255, 300, "holds"),
+                                              (255, 299, "holds-in-kind"), (255, 1200, "holds"),
+                                              (255, 1201, "holds-in-kind")])
+def test_verdict_a1_boundaries(reg, stack, want):
+    from fp8lab.experiments import spills
+    assert spills.verdict_a1(_table((reg, stack, 8, 8), (230, 0, 0, 0))).verdict == want
+    ex = dict(_EXAMPLE, registers=reg, stack_bytes=stack)
+    assert spills.verdict_a1_seed(ex).verdict == want
+
+
+_EXAMPLE = dict(source="/x/cutlass", commit="7107b05535f8", example="ex94", arch="sm_89", bm=64, bn=128, bk=128,
+                wm=64, wn=64, stages=3, kernel="k", registers=255, stack_bytes=576, spill_store_bytes=1616,
+                spill_load_bytes=1088, res_reg=255, res_stack=576, nvcc_version="13.0.88", compile_s=4.0,
+                status="measured")
+
+
+def test_verdict_a1_seed_row():
+    from fp8lab.experiments import spills
+    v = spills.verdict_a1_seed(_EXAMPLE)
+    assert (v.claim, v.subject, v.verdict) == ("A1", "seed", "holds")
+    assert "REG 255 / STACK 576 B" in v.our_figure and "@7107b05535" in v.our_figure
+    assert "per-block fix" in v.reason                      # the caveat of a holds row
+    # no spill at all: differs
+    clean = dict(_EXAMPLE, registers=168, stack_bytes=0, spill_store_bytes=0, spill_load_bytes=0)
+    assert spills.verdict_a1_seed(clean).verdict == "differs"
+    # without a checkout: not-run, saying how to enable it
+    v = spills.verdict_a1_seed(None)
+    assert v.verdict == "not-run" and spills.CUTLASS_ENV in v.reason and v.subject == "seed"
+    # a failed build or another tile in the source is not a verdict on the seed's kernel
+    assert spills.verdict_a1_seed(dict(_EXAMPLE, status="error: nvcc failed")).verdict == "not-run"
+    v = spills.verdict_a1_seed(dict(_EXAMPLE, wn=32))
+    assert v.verdict == "not-run" and "no longer builds the seed's tile" in v.reason
+
+
+def test_example_tile_and_cutlass_src(tmp_path, monkeypatch):
+    from fp8lab.experiments import spills
+    src = ("using Gemm = cutlass::gemm::device::GemmBlockwise<\n  cutlass::gemm::GemmShape<64, 128, 128>,\n"
+           "  cutlass::gemm::GemmShape<64, 64, 128>, cutlass::gemm::GemmShape<16, 8, 32>, X>;\n"
+           "static int const Stages = 3;\n")
+    assert spills.example_tile(src) == dict(bm=64, bn=128, bk=128, wm=64, wn=64, stages=3)
+    with pytest.raises(ValueError, match="GemmShape"):
+        spills.example_tile("int x;")
+    monkeypatch.delenv(spills.CUTLASS_ENV, raising=False)
+    assert spills.cutlass_src() is None
+    with pytest.raises(ValueError, match="not a CUTLASS source checkout: missing examples/94"):
+        spills.cutlass_src(tmp_path)
+    for d in spills.CUTLASS_INCLUDES:
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / spills.CUTLASS_EXAMPLE).parent.mkdir(parents=True)
+    (tmp_path / spills.CUTLASS_EXAMPLE).write_text(src)
+    monkeypatch.setenv(spills.CUTLASS_ENV, str(tmp_path))
+    assert spills.cutlass_src() == tmp_path
+
+
+def test_compile_cutlass_example_parses_ptxas_and_cuobjdump(tmp_path, monkeypatch):
+    """The build reads the GEMM kernel out of several; tools are faked (the real build: notebook 02)."""
+    import subprocess
+
+    from fp8lab import tools
+    from fp8lab.experiments import spills
+    (tmp_path / spills.CUTLASS_EXAMPLE).parent.mkdir(parents=True)
+    (tmp_path / spills.CUTLASS_EXAMPLE).write_text("GemmShape<64, 128, 128> GemmShape<64, 64, 128> Stages = 3;")
+    (tmp_path / "COMMIT").write_text("abc123\n")
+    k = "_ZN7cutlass6KernelINS_4gemm6kernel22GemmUniversalBlockwiseIfEEvT_"
+    ptxas = (f"ptxas info    : Compiling entry function 'fill' for 'sm_89'\n"
+             f"ptxas info    : Function properties for fill\n"
+             f"    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+             f"ptxas info    : Used 12 registers, used 0 barriers\n"
+             f"ptxas info    : Compiling entry function '{k}' for 'sm_89'\n"
+             f"ptxas info    : Function properties for {k}\n"
+             f"    576 bytes stack frame, 1616 bytes spill stores, 1088 bytes spill loads\n"
+             f"ptxas info    : Used 255 registers, used 1 barriers, 576 bytes cumulative stack size\n")
+    res = f"Fatbin elf code:\n  Function {k}:\n    REG:255 STACK:576 SHARED:0 LOCAL:0\n  Function fill:\n    REG:12 STACK:0\n"
+
+    def fake(name, args, timeout=600, cwd=None):
+        return subprocess.CompletedProcess(args, 0, stdout=res if name == "cuobjdump" else "", stderr=ptxas)
+    monkeypatch.setattr(tools, "run_tool", fake)
+    row = spills.compile_cutlass_example(tmp_path)
+    assert row["status"] == "measured" and row["kernel"] == k and row["commit"] == "abc123"
+    assert (row["registers"], row["stack_bytes"], row["spill_store_bytes"], row["res_stack"]) == (255, 576, 1616, 576)
+    assert spills.verdict_a1_seed(row).verdict == "holds"
+
+    def broken(name, args, timeout=600, cwd=None):
+        raise RuntimeError("nvcc failed (exit 1): fatal error: cutlass/cutlass.h: No such file")
+    monkeypatch.setattr(tools, "run_tool", broken)
+    row = spills.compile_cutlass_example(tmp_path)
+    assert row["status"].startswith("error: RuntimeError: nvcc failed")
+    assert spills.verdict_a1_seed(row).verdict == "not-run"
+
+
 def test_verdict_a2_rules():
     from fp8lab.experiments.spills import verdict_a2
     t = _table((255, 600, 596, 620), (230, 0, 0, 0))
     attrs = dict(wall_s=1.5, n_compiled=3, n_cached=0, workers=2)
     v = verdict_a2(t, attrs, expected_kernels=3)
     assert v.verdict == "holds" and v.our_figure.startswith("3/3 kernels") and "1.5 s wall" in v.our_figure
+    assert v.subject == "analogue" and "all 3 kernels" in v.rule
     assert verdict_a2(t, attrs, expected_kernels=96).verdict == "differs"
     bad = t.copy()
     bad.loc[0, "res_reg"] = 254
     assert verdict_a2(bad, attrs, expected_kernels=3).reason == "ptxas and cuobjdump disagree"
+    empty = t.copy()
+    empty.loc[1, "stack_bytes"] = float("nan")
+    assert verdict_a2(empty, attrs, expected_kernels=3).reason == "the table is incomplete"
     with pytest.raises(ValueError, match="grid's attrs"):
         verdict_a2(t, {}, expected_kernels=3)
 
