@@ -4,6 +4,8 @@ the SASS of the kernels compiled here (dequant sequences against the emulators' 
 only, no FP8 conversions)."""
 
 import numpy as np
+import math
+
 import pytest
 
 from fp8lab import dequant
@@ -506,46 +508,96 @@ def synthetic_prefill(tflops, mhz=None, Ms=(1, 64, 1024, 8192), quant_s=5e-6):
     return pd.DataFrame(rows, columns=px.COLUMNS)
 
 
-def test_prefill_c7():
+def test_spec_per_ghz_uses_the_datasheets_clock():
+    from fp8lab import devices
     from fp8lab.experiments import prefill as px
+    h = devices.get("h200")
+    per_ghz, clk = px.spec_per_ghz(h)
+    assert per_ghz == pytest.approx(132 * 4096 / 1e3)
+    assert clk == pytest.approx(1.83, abs=0.001)                 # 989.5 TFLOP/s / (132 x 4096)
+    assert per_ghz != pytest.approx(989.5 / 1.98, rel=0.01)      # not the boost clock's figure
+    assert px.spec_per_ghz(devices.get("rtx-3090"))[1] == pytest.approx(1.695, abs=0.005)   # the seed's 1695 MHz
+    assert all(map(math.isnan, px.spec_per_ghz(devices.get("b200"))))                    # no FLOP/clk entry
+    # a recorded table's stale boost-clock column is replaced by the derivation for its device
+    df = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 640,
+                            "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
+    df.attrs["meta"] = {"device_name": "NVIDIA H200"}
+    assert px.table_spec_per_ghz(df)[0] == pytest.approx(per_ghz)
+    df.attrs["meta"] = {}
+    assert px.table_spec_per_ghz(df)[0] == pytest.approx(989.5 / 1.98)
+
+
+def _rows_of(rows, subject, variant=""):
+    (v,) = [r for r in rows if r.subject == subject and r.variant == variant]
+    assert v.rule and "\n" not in v.rule
+    return v
+
+
+def test_prefill_c7_boundaries_and_subjects():
+    from fp8lab.experiments import prefill as px
+
+    def table(ratio, extra=None):
+        tf = {"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 700 * ratio,
+              "cublaslt_blockwise": 1200, "triton_blockwise": 1000}
+        return synthetic_prefill(tf)
+    t = px.c7_table(table(0.9))
+    assert t["best_w8a16"] == "triton_w8a16" and t["M"] == 8192 and t["ratio"] == pytest.approx(0.9)
+    for ratio, want in ((px.C7_HOLDS + 0.001, "holds"), (px.C7_HOLDS - 0.001, "holds-in-kind"),
+                        (px.C7_KIND + 0.001, "holds-in-kind"), (px.C7_KIND - 0.001, "differs")):
+        assert _rows_of(px.c7_verdicts(table(ratio)), "analogue").verdict == want, ratio
+    # per GHz, not raw: a kernel at a lower clock is judged at the same clock
     df = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 640,
                             "cublaslt_blockwise": 1200, "triton_blockwise": 1000},
                            mhz={"cublas_bf16": 1600, "triton_w8a16": 1520})
-    t = px.c7_table(df)
-    assert t["best_w8a16"] == "triton_w8a16" and t["M"] == 8192
-    assert t["ratio"] == pytest.approx((640 / 1.52) / (700 / 1.6))
-    assert t["ratio_raw"] == pytest.approx(640 / 700)
-    assert t["cublas_of_spec"] == pytest.approx((700 / 1.6) / (989.5 / 1.98))
-    assert px.c7_verdict(df).verdict == "holds"            # 0.9624 at the same clock
-    slow = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 600,
-                              "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
-    assert px.c7_verdict(slow).verdict == "holds-in-kind"  # 0.857
-    bad = synthetic_prefill({"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 400,
-                             "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
-    assert px.c7_verdict(bad).verdict == "differs"
+    assert px.c7_table(df)["ratio"] == pytest.approx((640 / 1.52) / (700 / 1.6))
+    # the seed row: Marlin when a peer_marlin arm was measured, else not-run saying how to get it
+    v = _rows_of(px.c7_verdicts(table(0.4)), "seed")
+    assert v.verdict == "not-run" and "Marlin not measured" in v.reason and "issue 17" in v.reason
+    import pandas as pd
+    tb = table(0.4)
+    m = tb[tb["arm"] == "triton_w8a16"].assign(arm="peer_marlin_fp8", tflops_per_ghz=lambda d: d["tflops_per_ghz"] * 0.96 / 0.4)
+    rows = px.c7_verdicts(pd.concat([tb, m], ignore_index=True))
+    assert _rows_of(rows, "seed").verdict == "holds" and _rows_of(rows, "analogue").verdict == "differs"
+    assert "peer_marlin_fp8" in _rows_of(rows, "seed").our_figure
 
 
-def test_prefill_c9_and_best():
+def test_prefill_c7_cublas_of_spec():
     from fp8lab.experiments import prefill as px
-    base = {"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 600,
-            "cublaslt_blockwise": 1250, "triton_blockwise": 1000}
-    # decode: W8A16 0.1 TFLOP/s-equivalents... set M=1 times so W8A16 is faster than W8A8 + quant
-    tf = dict(base)
-    tf.update({(a, 1): v for a, v in {"cublas_bf16": 0.8, "gemv_w8a16_fp8": 1.6, "triton_w8a16": 0.5,
-                                       "cublaslt_blockwise": 1.7, "triton_blockwise": 1.5}.items()})
-    df = synthetic_prefill(tf)
-    assert px.c9_verdict(df).verdict == "holds"            # 1250/700 = 1.79x; decode W8A8+quant slower
-    b = px.best_by_scheme(df)
+    bar = px.SEED_C7_CUBLAS_OF_SPEC - px.C7_CUBLAS_TOL
+    spec = 132 * 4096 / 1e3
+
+    def table(of_spec):
+        df = synthetic_prefill({"cublas_bf16": of_spec * spec * 1.7, "gemv_w8a16_fp8": 300, "triton_w8a16": 640,
+                                "cublaslt_blockwise": 1200, "triton_blockwise": 1000})
+        df.attrs["meta"] = {"device_name": "NVIDIA H200"}
+        return df
+    assert _rows_of(px.c7_verdicts(table(bar + 0.001)), "seed", "cuBLAS vs spec").verdict == "holds"
+    v = _rows_of(px.c7_verdicts(table(bar - 0.001)), "seed", "cuBLAS vs spec")
+    assert v.verdict == "differs" and "1830 MHz" in v.our_figure
+
+
+def test_prefill_c9_boundaries_and_best():
+    from fp8lab.experiments import prefill as px
+    dec = {("cublas_bf16", 1): 0.8, ("gemv_w8a16_fp8", 1): 1.6, ("triton_w8a16", 1): 0.5,
+           ("cublaslt_blockwise", 1): 1.7, ("triton_blockwise", 1): 1.5}
+
+    def table(gain, dec_extra=None, quant_s=5e-6):
+        tf = {"cublas_bf16": 700, "gemv_w8a16_fp8": 300, "triton_w8a16": 600,
+              "cublaslt_blockwise": 700 * gain, "triton_blockwise": 700}
+        tf.update(dec)
+        tf.update(dec_extra or {})
+        return synthetic_prefill(tf, quant_s=quant_s)
+    for gain, want in ((px.C9_HOLDS + 0.01, "holds"), (px.C9_HOLDS - 0.01, "holds-in-kind"),
+                       (px.C9_KIND + 0.01, "holds-in-kind"), (px.C9_KIND - 0.01, "differs")):
+        v = px.c9_verdict(table(gain))
+        assert v.verdict == want and v.subject == "analogue", (gain, v)
+    b = px.best_by_scheme(table(1.79))
     assert set(b["scheme"]) == {"W16A16", "W8A16", "W8A8"}
     assert b[(b["M"] == 8192) & (b["scheme"] == "W8A8")]["arm"].item() == "cublaslt_blockwise"
-    bq = px.best_by_scheme(df, with_quant=True)
+    bq = px.best_by_scheme(table(1.79), with_quant=True)
     assert bq[(bq["M"] == 1) & (bq["scheme"] == "W8A8")]["with_quant"].item()
-    weak = dict(tf)
-    weak.update({"cublaslt_blockwise": 800, "triton_blockwise": 750})
-    assert px.c9_verdict(synthetic_prefill(weak)).verdict == "differs"
-    fast_dec = dict(tf)
-    fast_dec.update({("cublaslt_blockwise", 1): 50.0})
-    v = px.c9_verdict(synthetic_prefill(fast_dec, quant_s=1e-7))
+    # decode: W8A8 + quantisation much faster than W8A16 -> differs even with a 2x prefill gain
+    v = px.c9_verdict(table(2.0, {("cublaslt_blockwise", 1): 50.0}, quant_s=1e-7))
     assert v.verdict == "differs" and "faster than W8A16" in v.reason
 
 
