@@ -3,9 +3,9 @@ decode, hand-derived fragment positions, byte counts, split-K choice, input vali
 the SASS of the kernels compiled here (dequant sequences against the emulators' traces, HMMA
 only, no FP8 conversions)."""
 
-import numpy as np
 import math
 
+import numpy as np
 import pytest
 
 from fp8lab import dequant
