@@ -179,9 +179,10 @@ if run.mode == "measure":
             opcodes.append(o)
         ncu_summary = dx.c8_model(pd.concat(summaries, ignore_index=True), run.gpu["sm_count"])
         assert (ncu_summary["dram_pct"].between(0, 100)).all()
-        # issued >= executed, and a kernel is active for at most its elapsed cycles
+        # issued >= executed, and a kernel is active for at most its elapsed cycles (duration x the
+        # average clock estimates those: a little slack)
         wk = ncu_summary[ncu_summary["arm"].isin(list(wo.FORMAT_OF_ARM))]
-        assert (wk["issue_factor"] >= 1 - 1e-6).all() and (wk["active_fraction"] <= 1.02).all(), wk
+        assert (wk["issue_factor"] >= 1 - 1e-6).all() and (wk["active_fraction"] <= 1.1).all(), wk
     # every check passed (sweep and ncu): only now does anything reach data/
     run.write_table("decode", sweep, meta={"clocks": clock_summary, "copy": copy})
     if static is not None:

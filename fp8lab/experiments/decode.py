@@ -309,7 +309,7 @@ def ncu_workload() -> None:
         # written). torch's copy_ of a contiguous tensor is a cudaMemcpy, which ncu does not
         # profile; bitwise_not is an elementwise kernel with the same traffic and no math
         half = same_copy_half_bytes(2 * N * K)
-        src = torch.randint(-2**31, 2**31 - 1, (half // 4,), device="cuda", dtype=torch.int32)
+        src = torch.arange(half // 4, device="cuda", dtype=torch.int32)
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
     for c in calls:            # warm-up: module loads, cuBLAS heuristics, split choice
