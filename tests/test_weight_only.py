@@ -726,3 +726,34 @@ def test_ncu_tables_stream_kernel_and_c8_counters():
     m = dx.c8_model(s2, 132)
     assert m["issue_corrected_pct"].isna().all()
     assert m.set_index("arm").loc[wo.ARMS["fp8"], "warp_factor"] == pytest.approx(1.0)
+
+
+def test_read_c8_metrics_reads_each_action(monkeypatch):
+    """C8's counters come back per (range, action) as read_report keys its rows, NaN where the
+    report lacks one (a profile collected before they were asked for)."""
+    import math
+    from fp8lab import profile
+    from fp8lab.experiments import decode as dx
+
+    class M:
+        def __init__(self, v):
+            self.v = v
+
+        def value(self):
+            return self.v
+
+    class A:
+        def __init__(self, vals):
+            self.vals = vals
+
+        def metric_by_name(self, n):
+            return M(self.vals[n]) if n in self.vals else None
+
+    acts = [(0, 0, A({"smsp__inst_issued.sum": 110.0, "smsp__cycles_active.avg": 900.0})), (0, 1, A({}))]
+    monkeypatch.setattr(profile, "load_report", lambda path: None)
+    monkeypatch.setattr(profile, "_actions", lambda ctx: iter(acts))
+    t = dx.read_c8_metrics("x.ncu-rep")
+    assert t[["range", "action"]].values.tolist() == [[0, 0], [0, 1]]
+    assert t.loc[0, "inst_issued"] == 110.0 and t.loc[0, "cycles_active"] == 900.0
+    assert math.isnan(t.loc[1, "inst_issued"])
+    assert set(dx.C8_METRICS) == {"smsp__inst_issued.sum", "smsp__cycles_active.avg"}
