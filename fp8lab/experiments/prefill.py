@@ -300,7 +300,7 @@ def _c7_one(df, arms, subject):
            f"{t['cublas_mhz']:.0f} MHz)")
     if t["ratio"] >= C7_HOLDS:
         return _v("C7", "holds", fig, subject=subject, rule=C7_RULE)
-    why = (f"{t['best_w8a16']} at {t['ratio']:.0%} of cuBLAS BF16 per GHz: a weight-only cost of "
+    why = (f"{t['best_w8a16']} at {t['ratio']:.0%} of cuBLAS BF16 per GHz: a gap of "
            f"{1 - t['ratio']:.0%} (seed: 3-5%)")
     return _v("C7", "holds-in-kind" if t["ratio"] >= C7_KIND else "differs", fig, why, subject=subject, rule=C7_RULE)
 
