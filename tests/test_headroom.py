@@ -103,21 +103,74 @@ def test_equivalent_clock_from_static_sass():
     assert df.loc[df["arm"] == hr.CUBLAS, "eq_clock_mhz"].isna().all()
 
 
-def test_c6_verdict_rules():
-    # knee at an equivalent clock below 1200 MHz -> holds-in-kind
-    ok = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12, 3.78e12, 3.2e12], util=[25, 40, 55, 85]))
-    v = hr.c6_verdict(ok)
-    assert v.verdict == "holds-in-kind" and "locked-clock sweep not run" in v.reason
-    # knee at ~1650 MHz-equivalent -> differs
-    bad = hr.add_equivalent_clock(_sweep([3.8e12, 3.3e12, 3.0e12], util=[30, 32, 33]))
-    assert hr.c6_verdict(bad).verdict == "differs"
-    # flat over the whole sweep -> holds-in-kind, naming how low it reached
-    flat = hr.add_equivalent_clock(_sweep([3.8e12, 3.79e12, 3.8e12], util=[20, 40, 60]))
-    v = hr.c6_verdict(flat)
+def test_c6_bar_is_the_seeds_unchanged():
+    bar = hr.FLAT_BAR
+    assert bar <= 0.02 and hr.KNEE_DROP == bar
+    # utilisations chosen so k = 2 sits at 1980 * 25 / 40 = 1237.5 MHz-eq (>= 1200)
+    util = [25, 40, 55, 85]
+    just_in = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12 * (1 - 0.99 * bar), 3.78e12, 3.2e12], util=util))
+    v = hr.c6_verdict(just_in)
+    assert (v.subject, v.variant) == ("analogue", hr.EMULATED)
+    assert v.verdict == "holds-in-kind" and "emulated" in v.our_figure and "not locked" in v.our_figure
+    assert str(round(100 * bar)) + "%" in v.rule
+    # 1% more than the bar at 1237 MHz-eq: the -7% that KNEE_DROP = 0.05 let through, and less, differs
+    for drop in (1.01 * bar, 0.07):
+        v = hr.c6_verdict(hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12 * (1 - drop), 3.7e12, 3.2e12], util=util)))
+        assert v.verdict == "differs", (drop, v)
+
+
+def test_c6_knee_is_interpolated():
+    # k=2 at 990 MHz-eq loses 4% (from 0% at 1980): -2% is crossed halfway, at 1485 MHz -> differs
+    df = hr.add_equivalent_clock(_sweep([4.0e12, 4.0e12 * 0.96, 3.0e12], util=[30, 60 * 0.96, 90]))
+    knee = hr.find_knee(df)
+    assert knee["knee_extra_alu"] == 2 and knee["knee_clock_mhz"] == pytest.approx(990.0)
+    assert knee["knee_clock_interp_mhz"] == pytest.approx(1485.0)
+    v = hr.c6_verdict(df)
+    assert v.verdict == "differs" and "1485 MHz-equivalent" in v.reason
+    # the same drop landing at k=2 = 1100 MHz-eq from a flat 1300 MHz-eq point: crosses -2% below 1200
+    df2 = hr.add_equivalent_clock(_sweep([4.0e12, 4.0e12, 4.0e12 * 0.96], util=[30, 30 * 1980 / 1300, 30 * 1980 / 1100 * 0.96]))
+    k2 = hr.find_knee(df2)
+    assert k2["knee_clock_interp_mhz"] == pytest.approx(1200.0)
+    assert hr.c6_verdict(df2).verdict == "differs"          # at 1200 exactly: not below the seed's 1200
+    df3 = hr.add_equivalent_clock(_sweep([4.0e12, 4.0e12, 4.0e12 * 0.96], util=[30, 30 * 1980 / 1290, 30 * 1980 / 1090 * 0.96]))
+    assert hr.c6_verdict(df3).verdict == "holds-in-kind"
+
+
+def test_c6_noise_and_reach():
+    bar = hr.FLAT_BAR
+    flat = _sweep([3.8e12, 3.79e12, 3.8e12], util=[20, 40, 60])
+    v = hr.c6_verdict(hr.add_equivalent_clock(flat))
     assert v.verdict == "holds-in-kind" and "660 MHz" in v.reason
+    # a repeat of k = 0 that moved by more than NOISE_OF_BAR x bar: the sweep cannot resolve the bar
+    rep = pd.DataFrame([dict(arm=hr.ARM, extra_alu=0, bw_p50=3.8e12 * (1 - hr.NOISE_OF_BAR * bar * 1.1),
+                             sm_mhz_median=1980.0, lock_status="not requested", repeat=1)])
+    noisy = hr.add_equivalent_clock(pd.concat([flat.assign(repeat=0), rep], ignore_index=True))
+    assert hr.sweep_noise(noisy)["repeat"] == pytest.approx(hr.NOISE_OF_BAR * bar * 1.1)
+    v = hr.c6_verdict(noisy)
+    assert v.verdict == "not-run" and "cannot resolve" in v.reason
+    quiet = rep.assign(bw_p50=3.8e12 * (1 - hr.NOISE_OF_BAR * bar * 0.9))
+    ok = hr.add_equivalent_clock(pd.concat([flat.assign(repeat=0), quiet], ignore_index=True))
+    assert hr.c6_verdict(ok).verdict == "holds-in-kind"
+    assert hr.find_knee(ok)["base_bw"] == 3.8e12            # the repeat is not a sweep point
+    # p20-p80 spread counts too
+    wide = flat.assign(bw_p20=flat["bw_p50"] * 0.98, bw_p80=flat["bw_p50"] * 1.02)
+    assert hr.c6_verdict(hr.add_equivalent_clock(wide)).verdict == "not-run"
+    # flat, but the sweep never got below 1200 MHz-eq: not-run (unjudged), not holds
+    short = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12], util=[30, 40]))
+    v = hr.c6_verdict(short)
+    assert v.verdict == "not-run" and "only reached" in v.reason
     # no clock information -> not-run
     assert hr.c6_verdict(_sweep([3.8e12, 3.7e12])).verdict == "not-run"
     assert hr.c6_verdict(pd.DataFrame(dict(extra_alu=[], bw_p50=[]))).verdict == "not-run"
+
+
+def test_c6_rows_locked_half_not_run_on_a_shared_gpu():
+    df = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12, 3.78e12, 3.2e12], util=[25, 40, 55, 85]))
+    rows = hr.c6_verdicts(df)
+    assert [(r.subject, r.variant) for r in rows] == [("analogue", hr.EMULATED), ("analogue", hr.LOCKED)]
+    lk = rows[1]
+    assert lk.verdict == "not-run" and "opt-in" in lk.reason and "locked-clock sweep not run" in lk.reason
+    assert lk.rule and "\n" not in lk.rule
 
 
 def test_change_at_clock():
@@ -238,7 +291,7 @@ def test_locked_verdict_differs(monkeypatch):
     df, _ = hr.locked_sweep([1500, 900], lock=_FakeLock("locked", state))
     v = hr.c6_locked_verdict(df)
     assert v.verdict == "differs"
-    assert "fp8 change more than 5% at 1500 MHz" in v.reason and "nvfp4 vs int4" in v.reason
+    assert f"fp8 change more than {hr.LOCK_FLAT:.0%} at 1500 MHz" in v.reason and "nvfp4 vs int4" in v.reason
     assert "fp8 vs int8" in v.reason                        # fp8 at 1500 is also 10% off int8
 
 

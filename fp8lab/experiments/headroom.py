@@ -43,7 +43,13 @@ DEFAULT_SHAPE = "llama3-70b:down_proj"
 DEFAULT_EXTRA_ALU = wo.EXTRA_ALU_LEVELS
 CUBLAS = "cublas_bf16"
 ARM = "gemv_w8a16_fp8_xalu"
-KNEE_DROP = 0.05
+#: C6's "unchanged": the seed's Marlin bandwidth stayed within 1% at >= 1200 MHz; a point counts as
+#: unchanged while it is within this of k = 0 (or of unlocked)
+FLAT_BAR = 0.02
+#: the sweep resolves FLAT_BAR only if its own run-to-run spread (:func:`sweep_noise`) is at most
+#: this fraction of it
+NOISE_OF_BAR = 0.5
+KNEE_DROP = FLAT_BAR        # the knee threshold (the grey band of the figures)
 #: seed 003 section 4.3 (RTX 3090, locked SM clock, M = 1): bandwidth change vs unlocked
 SEED_C6_HEADROOM_MHZ = 1200.0
 SEED_C6_TABLE = pd.DataFrame([
@@ -58,7 +64,7 @@ _XALU_MANGLED = re.compile(r"gemv_w8a16_fp8_xaluILb\dELi\d+ELi(\d+)E")
 COLUMNS = ["shape", "N", "K", "M", "arm", "extra_alu", "lock_mhz", "lock_status", "stream_bytes",
            "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50", "bw_p80", "check_relerr",
            "rotation_sets", "n_samples", "sm_mhz_median", "sm_mhz_min", "sm_mhz_max", "mem_mhz_median",
-           "power_w_max", "clock_source", "clock_note"]
+           "power_w_max", "clock_source", "clock_note", "repeat"]
 
 
 def _positive(name: str, v) -> float:
@@ -111,6 +117,8 @@ def _sweep_rows(df: pd.DataFrame, bw: str) -> pd.DataFrame:
         d = d[d["arm"] == ARM]
     if "lock_status" in d:
         d = d[d["lock_status"].fillna("").isin(("", "not requested"))]
+    if "repeat" in d:          # k = 0 timed again at the end: the noise estimate, not a sweep point
+        d = d[d["repeat"].fillna(0) == 0]
     d = d.sort_values("extra_alu")
     if d.empty or not (d["extra_alu"] == 0).any():
         raise ValueError("the sweep needs a k = 0 (extra_alu == 0) row as its baseline")
@@ -121,7 +129,8 @@ def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") 
     """The first k of the unlocked sweep whose bandwidth is more than ``drop`` below k = 0's.
 
     Returns dict(knee_extra_alu (None if no k drops), knee_clock_mhz (its ``eq_clock_mhz`` if
-    the table has it), last_flat_extra_alu / last_flat_clock_mhz (the largest k before the
+    the table has it), knee_clock_interp_mhz (the equivalent clock where the change crosses
+    -``drop``, linear between the last flat point and the knee), last_flat_extra_alu / last_flat_clock_mhz (the largest k before the
     knee), base_bw, change (per k, relative to k = 0), flat_until_knee)."""
     if not 0 < drop < 1:
         raise ValueError(f"drop must be in (0, 1), got {drop}")
@@ -133,9 +142,16 @@ def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") 
     below = np.nonzero(change < -drop)[0]
     i = int(below[0]) if below.size else None
     last = (i - 1) if i is not None else len(d) - 1
+    interp = None
+    if i is not None and i > 0 and np.isfinite(eq_mhz[[i - 1, i]]).all():
+        # where the line between the last flat point and the first dropped one crosses -drop
+        c0, c1 = change[i - 1], change[i]
+        t = (-drop - c0) / (c1 - c0)
+        interp = float(eq_mhz[i - 1] + t * (eq_mhz[i] - eq_mhz[i - 1]))
     return dict(
         knee_extra_alu=None if i is None else int(ks[i]),
         knee_clock_mhz=None if i is None or not np.isfinite(eq_mhz[i]) else float(eq_mhz[i]),
+        knee_clock_interp_mhz=interp,
         last_flat_extra_alu=int(ks[last]) if last >= 0 else None,
         last_flat_clock_mhz=float(eq_mhz[last]) if last >= 0 and np.isfinite(eq_mhz[last]) else None,
         base_bw=base, change=dict(zip(ks.astype(int).tolist(), change.tolist())),
@@ -187,58 +203,95 @@ def change_at_clock(df: pd.DataFrame, mhz: float, *, bw: str = "bw_p50") -> Opti
 
 
 LOCK_NOT_RUN = "locked-clock sweep not run (clock locking not requested / not permitted on this machine)"
+LOCK_HOW = ("clock locking is opt-in: pass lock_clocks (SM MHz) on a machine you own, never on a shared GPU; "
+            "fp8lab never changes clocks otherwise")
+SEED_C6_FIGURE = ">= 1200 MHz unchanged; 900 MHz: 4-bit -15-16%, cuBLAS BF16 -16% at 1200 / -36% at 900"
+EMULATED, LOCKED = "emulated clock", "locked clock"
 
 
-def c6_verdict(df: pd.DataFrame, *, locked: str = LOCK_NOT_RUN, drop: float = KNEE_DROP):
-    """C6 from the emulated sweep (one row for both halves; the locked half is only named).
+def sweep_noise(df: pd.DataFrame, *, bw: str = "bw_p50") -> dict:
+    """The sweep's own run-to-run spread, relative: ``spread`` = the largest (p80 - p20) / 2 /
+    p50 of the sweep points, ``repeat`` = |k = 0 timed again at the end / k = 0 - 1| (NaN
+    without a repeat row), ``noise`` = the larger of the two."""
+    d = _sweep_rows(df, bw)
+    spread = float(((d["bw_p80"] - d["bw_p20"]) / 2 / d[bw]).max()) if {"bw_p20", "bw_p80"} <= set(d) else math.nan
+    rep = math.nan
+    if "repeat" in df:
+        r = df[(df["repeat"].fillna(0) > 0) & (df["extra_alu"] == 0)]
+        if "arm" in r:
+            r = r[r["arm"] == ARM]
+        if len(r):
+            rep = float(abs(r[bw].iloc[-1] / d.loc[d["extra_alu"] == 0, bw].iloc[0] - 1))
+    vals = [v for v in (spread, rep) if np.isfinite(v)]
+    return dict(spread=spread, repeat=rep, noise=max(vals) if vals else math.nan)
 
-    holds-in-kind: bandwidth flat (within ``drop``) until a knee whose equivalent clock is
-    below the seed's ~1200 MHz, or flat over the whole sweep (then the reason says how low the
-    sweep reached); differs: the knee sits at an equivalent clock >= 1200 MHz (less headroom
-    than the seed), or the bandwidth is not flat before the knee; not-run: no sweep rows or no
-    equivalent clock (no clock or instruction data). ``locked``: what happened to the
-    locked-clock half, appended to the reason."""
+
+def c6_verdict(df: pd.DataFrame, *, locked: str = LOCK_NOT_RUN, bar: float = FLAT_BAR):
+    """C6 from the emulated sweep: an ``analogue`` row (fp8lab's fp8 kernel) with variant
+    'emulated clock' (extra issue work stands in for a lower clock).
+
+    holds-in-kind: the bandwidth stays within ``bar`` of k = 0 at every equivalent clock >= the
+    seed's 1200 MHz (the knee, interpolated where the change crosses -bar, is below 1200 MHz, or
+    the sweep is flat down to a clock below 1200 MHz); differs: the knee is at or above 1200 MHz;
+    not-run: no sweep, no equivalent clock, a sweep that never reaches 1200 MHz-equivalent, or a
+    run-to-run spread above NOISE_OF_BAR x bar (the sweep cannot resolve the bar)."""
     from .. import claims
 
-    seed_fig = ">= 1200 MHz unchanged; 900 MHz: 4-bit -15-16%, cuBLAS BF16 -16% at 1200 / -36% at 900"
-    locked_txt = locked
+    rule = (f"emulated clocks: holds-in-kind if M=1 bandwidth stays within {bar:.0%} of k=0 at every "
+            f"equivalent clock >= {SEED_C6_HEADROOM_MHZ:.0f} MHz (knee interpolated at -{bar:.0%}); differs if "
+            f"the knee is at >= {SEED_C6_HEADROOM_MHZ:.0f} MHz; not-run if the run-to-run spread exceeds "
+            f"{NOISE_OF_BAR * bar:.1%}")
+
+    def V(verdict, fig, reason):
+        return claims.Verdict("C6", verdict, fig, reason, seed_figure=SEED_C6_FIGURE, seed_hardware="RTX 3090",
+                              subject="analogue", variant=EMULATED, rule=rule)
     try:
         d = _sweep_rows(df, "bw_p50")
     except ValueError:
-        return claims.Verdict("C6", "not-run", "no EXTRA_ALU sweep measured", f"{locked_txt}; no emulated sweep",
-                              seed_figure=seed_fig, seed_hardware="RTX 3090")
+        return V("not-run", "no EXTRA_ALU sweep measured", "no emulated-clock sweep in this run")
     if "eq_clock_mhz" not in d or d["eq_clock_mhz"].isna().any():
-        return claims.Verdict("C6", "not-run", "EXTRA_ALU sweep without an equivalent clock",
-                              f"{locked_txt}; neither ncu issue-active % nor static SASS counts to map k to a clock",
-                              seed_figure=seed_fig, seed_hardware="RTX 3090")
-    knee = find_knee(df, drop=drop)
-    ch = knee["change"]
+        return V("not-run", "EXTRA_ALU sweep without an equivalent clock",
+                 "neither ncu issue-active % nor static SASS counts to map k to a clock")
+    knee = find_knee(df, drop=bar)
+    noise = sweep_noise(df)
     pts = ", ".join(f"k={k}: {c:+.1%} @ {f:.0f} MHz-eq" for (k, c), f in
-                    zip(ch.items(), d["eq_clock_mhz"].to_numpy(float)))
+                    zip(knee["change"].items(), d["eq_clock_mhz"].to_numpy(float)))
     at900 = change_at_clock(df, 900.0)
-    fig = f"fp8 M=1, emulated (EXTRA_ALU): {pts}" + (f"; {at900:+.1%} at 900 MHz-eq" if at900 is not None else "")
+    fig = (f"fp8 M=1, clocks emulated by EXTRA_ALU (not locked): {pts}"
+           + (f"; {at900:+.1%} at 900 MHz-eq" if at900 is not None else "")
+           + (f"; run-to-run spread {noise['noise']:.2%}" if np.isfinite(noise["noise"]) else ""))
+    if np.isfinite(noise["noise"]) and noise["noise"] > NOISE_OF_BAR * bar:
+        return V("not-run", fig, f"run-to-run spread {noise['noise']:.1%} > {NOISE_OF_BAR * bar:.1%}: the sweep "
+                 f"cannot resolve a {bar:.0%} bar")
     lowest = float(d["eq_clock_mhz"].min())
-    if not knee["flat_until_knee"]:
-        return claims.Verdict("C6", "differs", fig, f"bandwidth not flat before the knee; {locked_txt}",
-                              seed_figure=seed_fig, seed_hardware="RTX 3090")
     if knee["knee_extra_alu"] is None:
-        reach = "below" if lowest < SEED_C6_HEADROOM_MHZ else "not below"
-        return claims.Verdict(
-            "C6", "holds-in-kind", fig,
-            f"bandwidth flat within {drop:.0%} down to {lowest:.0f} MHz-equivalent ({reach} the seed's 1200 MHz); "
-            f"emulated by extra issue work, not a lower clock; {locked_txt}",
-            seed_figure=seed_fig, seed_hardware="RTX 3090")
-    kc = knee["knee_clock_mhz"]
+        if lowest >= SEED_C6_HEADROOM_MHZ:
+            return V("not-run", fig, f"flat within {bar:.0%} but the sweep only reached {lowest:.0f} MHz-equivalent "
+                     f"(>= {SEED_C6_HEADROOM_MHZ:.0f}): add larger k")
+        return V("holds-in-kind", fig, f"within {bar:.0%} down to {lowest:.0f} MHz-equivalent; emulated by extra "
+                 "issue work, not a lower clock")
+    kc = knee["knee_clock_interp_mhz"] if knee["knee_clock_interp_mhz"] is not None else knee["knee_clock_mhz"]
     if kc < SEED_C6_HEADROOM_MHZ:
-        return claims.Verdict(
-            "C6", "holds-in-kind", fig,
-            f"flat until k={knee['knee_extra_alu']} ({kc:.0f} MHz-equivalent < the seed's 1200 MHz); emulated by "
-            f"extra issue work, not a lower clock; {locked_txt}",
-            seed_figure=seed_fig, seed_hardware="RTX 3090")
-    return claims.Verdict(
-        "C6", "differs", fig,
-        f"bandwidth drops > {drop:.0%} already at k={knee['knee_extra_alu']} ({kc:.0f} MHz-equivalent >= 1200 MHz); "
-        f"{locked_txt}", seed_figure=seed_fig, seed_hardware="RTX 3090")
+        return V("holds-in-kind", fig, f"first {bar:.0%} drop at {kc:.0f} MHz-equivalent (k={knee['knee_extra_alu']}), "
+                 f"below the seed's {SEED_C6_HEADROOM_MHZ:.0f} MHz; emulated by extra issue work, not a lower clock")
+    return V("differs", fig, f"bandwidth {knee['change'][knee['knee_extra_alu']]:+.1%} at k={knee['knee_extra_alu']}; "
+             f"it crosses -{bar:.0%} at {kc:.0f} MHz-equivalent (interpolated), >= the seed's "
+             f"{SEED_C6_HEADROOM_MHZ:.0f} MHz")
+
+
+def c6_verdicts(df: pd.DataFrame, locked_df: Optional[pd.DataFrame] = None, *, locked: str = LOCK_NOT_RUN) -> list:
+    """C6's two rows: the emulated sweep (:func:`c6_verdict`) and the locked-clock sweep
+    (:func:`c6_locked_verdict` where clocks were really locked, else not-run saying why
+    (``locked``) and how a user gets it)."""
+    from .. import claims
+
+    rows = [c6_verdict(df)]
+    lv = c6_locked_verdict(locked_df) if locked_df is not None else None
+    if lv is None:
+        lv = claims.Verdict("C6", "not-run", "no SM clock locked", f"{locked}; {LOCK_HOW}",
+                            seed_figure=SEED_C6_FIGURE, seed_hardware="RTX 3090", subject="analogue",
+                            variant=LOCKED, rule=_locked_rule(FLAT_BAR))
+    return rows + [lv]
 
 
 # --------------------------------------------------------------------------------------
@@ -311,18 +364,20 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
     def timed(fn, args):
         return clocks.timed(sampler, lambda: bench.bench(bench.rotating(fn, args), method="graph", rep_ms=rep_ms))
 
-    def row(arm, k, timing, clk, nbytes, e):
+    def row(arm, k, timing, clk, nbytes, e, repeat=0):
         r = timing.rate(nbytes)
-        return dict(shape=shape_name, N=N, K=K, M=M, arm=arm, extra_alu=k, lock_mhz=lock_mhz,
+        return dict(shape=shape_name, N=N, K=K, M=M, arm=arm, extra_alu=k, lock_mhz=lock_mhz, repeat=repeat,
                     lock_status=lock_status, stream_bytes=nbytes, time_p20_s=timing.p20_s,
                     time_p50_s=timing.p50_s, time_p80_s=timing.p80_s, bw_p20=r["p20"], bw_p50=r["p50"],
                     bw_p80=r["p80"], check_relerr=e, rotation_sets=timing.rotation_sets, n_samples=timing.n, **clk)
 
-    for k in ks:
+    # k = 0 once more after the sweep (``repeat`` = 1): its distance from the first k = 0 is the
+    # run-to-run spread C6's 2% bar is judged against (sweep_noise)
+    for k, rep in [(k, 0) for k in ks] + [(0, 1)]:
         outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
         timing, clk = timed(lambda p, o, k=k: wo.gemv_w16(x1, p, splits=splits, out=o, extra_alu=k),
                             list(zip(sets, outs)))
-        rows.append(row(ARM, k, timing, clk, stream, err))
+        rows.append(row(ARM, k, timing, clk, stream, err, repeat=rep))
     del sets, outs
     torch.cuda.empty_cache()
     if cublas:
@@ -398,7 +453,7 @@ LOCKED_PREFILL_M = 8192
 LOCKED_COLUMNS = ["phase", "shape", "N", "K", "M", "arm", "fmt", "lock_mhz", "lock_status", "rate_p20",
                   "rate_p50", "rate_p80", "rate_unit", "time_p50_s", "sm_mhz_median", "sm_mhz_min",
                   "clock_source", "clock_note", "check_relerr", "change_vs_unlocked"]
-LOCK_FLAT = 0.05        # "does not change" at >= 1200 MHz: within 5%, the knee threshold
+LOCK_FLAT = FLAT_BAR    # "does not change" at >= 1200 MHz: the same bar as the emulated sweep
 FP_INT_PARITY = 0.02    # the issue's FP vs INT tolerance
 
 
@@ -493,8 +548,15 @@ def locked_table(df: pd.DataFrame) -> pd.DataFrame:
         axis=1, ascending=False)
 
 
+def _locked_rule(flat: float) -> str:
+    return (f"locked clocks: holds if every weight-only kernel's M=1 bandwidth is within {flat:.0%} of unlocked "
+            f"at every locked clock >= {SEED_C6_HEADROOM_MHZ:.0f} MHz and FP vs INT within {FP_INT_PARITY:.0%} at "
+            "every locked clock; differs otherwise")
+
+
 def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat: float = LOCK_FLAT):
-    """C6 from a real locked sweep, or None when no clock was locked.
+    """C6 from a real locked sweep (an ``analogue`` row, variant 'locked clock'), or None when no
+    clock was locked.
 
     holds: every weight-only kernel's M = 1 bandwidth within ``flat`` of unlocked at every
     locked clock >= 1200 MHz, and FP vs INT (fp8 vs int8, nvfp4 vs int4) within 2% of each
@@ -505,7 +567,8 @@ def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat:
     d = df[(df["lock_status"] == "locked")]
     if d.empty:
         return None
-    seed_fig = ">= 1200 MHz unchanged; 900 MHz: 4-bit -15-16%, cuBLAS BF16 -16% at 1200 / -36% at 900"
+    seed_fig = SEED_C6_FIGURE
+    rule = _locked_rule(flat)
     dec = d[(d["phase"] == "decode") & (d["M"] == 1)]
     wo_arms = {wo.ARMS[f]: f for f in wo.FORMATS}
     parts, problems = [], []
@@ -529,9 +592,9 @@ def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat:
                     problems.append(f"{a} vs {b} {gap:+.1%} at {f:.0f} MHz")
     fig = "; ".join(parts)
     tail = f"; emulated sweep: {emulated}" if emulated else ""
+    kw = dict(seed_figure=seed_fig, seed_hardware="RTX 3090", subject="analogue", variant=LOCKED, rule=rule)
     if problems:
-        return claims.Verdict("C6", "differs", fig, "; ".join(problems) + tail, seed_figure=seed_fig,
-                              seed_hardware="RTX 3090")
+        return claims.Verdict("C6", "differs", fig, "; ".join(problems) + tail, **kw)
     return claims.Verdict("C6", "holds", fig,
                           f"weight-only M = 1 within {flat:.0%} at every locked clock >= 1200 MHz and FP vs INT "
-                          f"within {FP_INT_PARITY:.0%}{tail}", seed_figure=seed_fig, seed_hardware="RTX 3090")
+                          f"within {FP_INT_PARITY:.0%}{tail}", **kw)
