@@ -28,10 +28,13 @@
 # | --- | --- | --- |
 # | B1 | the scalar loop `acc += s_input[ty][k] * s_weight[tx][k]` cannot exceed ~1/4 of the FP32 rate; it reached 6.8% | its best rate / the FP32 FMA rate measured in this run |
 # | B3 | the WMMA kernel realises 50-70% of the BF16 tensor rate | its best rate / BF16 datasheet and / cuBLAS BF16 measured here |
-# | B4 | B=256 step: 2.170 TFLOP over 4.238 GB; floors FP32 32.4, BF16 2.19, FP8 1.10, HBM 0.88 ms | the seven DeepSeek-V3 dense-layer sites at M = 256, summed and scaled to 4.238 G params |
-# | B7 | no M threshold without a sweep | which route wins at each M, per shape |
+# | B4 | B=256 step: 2.170 TFLOP over 4.238 GB; floors FP32 32.4, BF16 2.19, FP8 1.10, HBM 0.88 ms | the seven DeepSeek-V3 dense-layer sites at M = 256, summed and scaled to 4.238 G params; judged: the scalar step against the 32.4 ms floor vs the seed's 6.8% (the floors' arithmetic is notebook 07's row) |
+# | B7 | no M threshold without a sweep | which route wins at each M, per shape (a change of winner counts with a 5% lead on both sides) |
 # | B8 | the tensor-core path is numerically better than the scalar one | error against float64 on the same inputs |
 # | B9 | a +8 shared-memory pad is valid for WMMA, a +1 pad is not | compile-time refusal, SASS, and what a forced +1 build computes |
+#
+# Every row here has subject `analogue`: the seed's kernels never ran (its PR says so), these are
+# fp8lab's kernels of the seed's design; each row prints the rule that decided it.
 #
 # The seed's model is not named (7 sites per layer x 43 layers = 4.238 G parameters). DeepSeek-V3's
 # dense layer also has 7 linear sites; it is the stand-in, and the notebook says which numbers are
@@ -437,7 +440,7 @@ else:
     for dev in results.devices_with(NB, "verdicts"):
         verdicts = results.load_table(dev, NB, "verdicts")
 if verdicts is not None:
-    display(verdicts[["claim", "verdict", "our_figure", "reason", "device_name"]])
+    display(verdicts[["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]])
 
 # %% [markdown]
 # ## What the numbers say
