@@ -215,3 +215,24 @@ def test_roofs_from_spec_and_measured():
     assert set(spec.index) == {"fp32", "bf16", "fp8"}
     assert meas.loc["bf16", "ridge"] == pytest.approx(780e12 / 4.1e12)
     assert len(ex.roofs(devices.get("h200"), {"bf16": 1e15})[lambda d: d.source == "measured"]) == 0
+
+
+# ------------------------------------------------------------------ the measured roofline's panels
+def test_arm_panels_cap_the_legend_and_keep_one_colour_per_arm():
+    from fp8lab.arms import registry
+
+    arms = [a for a in registry.ids("arm")]
+    panels = ex.arm_panels(arms)
+    placed = [a for _, _, g in panels for a in g]
+    assert sorted(placed) == sorted(arms)                          # every arm once
+    assert all(len(g) <= ex.MAX_LEGEND for _, _, g in panels)
+    for _, roofs_of, g in panels:
+        assert len({registry.color(a) for a in g}) == len(g)        # no colour twice in a panel
+        assert set(roofs_of) <= {"fp32", "bf16", "fp8", "fp8_blockwise"}
+    w8a8 = next(g for t, _, g in panels if "W8A8" in t)
+    assert "triton_blockwise" in w8a8 and "wmma_w8a16" not in w8a8
+    # a group larger than the cap is cut, not crammed
+    nine = [a for a in arms if registry.scheme(a) in ("W8A16", "W4A16")][:9]
+    if len(nine) == 9:
+        assert [len(g) for _, _, g in ex.arm_panels(nine)] == [8, 1]
+    assert [len(g) for _, _, g in ex.arm_panels(["triton_blockwise", "mma_blockwise"], max_legend=1)] == [1, 1]

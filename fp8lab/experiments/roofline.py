@@ -35,7 +35,7 @@ from .. import claims, devices, results
 from .. import roofline as rl
 from .ceilings import ceilings_for_roofline
 
-__all__ = ["PLACE_COLUMNS", "measured_ceilings", "placeable_points", "roofs", "b4_table",
+__all__ = ["PLACE_COLUMNS", "MAX_LEGEND", "PANEL_ROOFS", "arm_panels", "measured_ceilings", "placeable_points", "roofs", "b4_table",
            "b4_verdict", "b4_rederived", "B4_TOL", "C8_TOL", "c8_table", "c8_verdict", "CEILINGS_NOTEBOOK", "CEILINGS_TABLE"]
 
 CEILINGS_NOTEBOOK, CEILINGS_TABLE = "00_environment", "ceilings"
@@ -104,6 +104,33 @@ def placeable_points(device: Optional[str] = None) -> pd.DataFrame:
         return pd.DataFrame(columns=["device", "notebook", "table", "arm", "flop", "bytes",
                                      "time_s", "intensity", "achieved_flops"])
     return pd.concat(frames, ignore_index=True)
+
+
+#: legend entries per roofline panel: more and a reader cannot match points to names
+MAX_LEGEND = 8
+#: the roofs a panel draws: those bounding its arms (FP8 tensor rates for W8A8; BF16 tensor and
+#: FP32 for 16-bit activations, the BF16 GEMM and the peak kernels)
+PANEL_ROOFS = {"W8A8": ("fp8", "fp8_blockwise"), "other": ("bf16", "fp32")}
+
+
+def arm_panels(arms: Iterable[str], max_legend: int = MAX_LEGEND) -> list:
+    """Arms split into roofline panels by the registry's weight x activation scheme (FP8
+    activations; 16-bit activations with 8- or 4-bit weights; the rest: the BF16 GEMM and the peak
+    kernels), at most ``max_legend`` arms per panel (a larger group is cut into several panels).
+    Returns (title, roof precisions, arms) per non-empty panel; every arm lands in exactly one."""
+    from ..arms import registry
+
+    arms = list(dict.fromkeys(arms))
+    groups = [("FP8 activations (W8A8)", PANEL_ROOFS["W8A8"], [a for a in arms if registry.scheme(a) == "W8A8"]),
+              ("16-bit activations, 8/4-bit weights", PANEL_ROOFS["other"],
+               [a for a in arms if registry.scheme(a) in ("W8A16", "W4A16")])]
+    done = {a for _, _, g in groups for a in g}
+    groups.append(("BF16 GEMM and peak kernels", PANEL_ROOFS["other"], [a for a in arms if a not in done]))
+    out = []
+    for title, roofs_of, g in groups:
+        for k in range(0, len(g), max_legend):
+            out.append((title, roofs_of, g[k:k + max_legend]))
+    return [p for p in out if p[2]]
 
 
 def roofs(spec: Optional[devices.DeviceSpec], measured: Optional[dict] = None) -> pd.DataFrame:
