@@ -213,7 +213,8 @@ else:
     for dev in results.devices_with(NB, "verdicts"):
         verdicts = results.load_table(dev, NB, "verdicts")
 if verdicts is not None:
-    display(verdicts[["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]])
+    # reindex: a table recorded before the subject / rule columns existed shows them blank
+    display(verdicts.reindex(columns=["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]))
 
 # %% [markdown]
 # ## What the numbers say
