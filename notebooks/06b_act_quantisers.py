@@ -223,6 +223,12 @@ if verdicts is not None:
 
 # %%
 for dev, qdf in tables.items():
+    for K in sorted(qdf["K"].unique()):
+        tt = qx.target_table(qdf, K)
+        if len(tt):
+            display(Markdown(f"Performance target on {qdf.attrs['meta'].get('device_name', dev)}, K={K}:"))
+            display(tt.round(3))
+for dev, qdf in tables.items():
     meta = qdf.attrs["meta"]
     name = meta.get("device_name", dev)
     parts = [f"**{name}** ({str(meta.get('time', ''))[:10]})."]

@@ -157,3 +157,15 @@ def test_fast_range_constants_match_the_source():
     text = open(qa.__file__[:-3] + ".cu").read()
     assert "constexpr float kFastScaleMin = 0x1p-80f;" in text
     assert "constexpr float kFastScaleMax = 0x1p125f;" in text
+
+
+def test_target_table_is_the_performance_target_not_the_verdict():
+    df = _rows([("quant_act_naive", 100e-6, 0.02), ("quant_act_warp", 8e-6, 0.5), ("quant_act_warp_ilp", 4e-6, 0.85)])
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.7999
+    t = qx.target_table(df)
+    assert list(t["M"]) == [256, 1024, 8192] and (t["arm"] == "quant_act_warp_ilp").all()
+    assert list(t["met"]) == [True, False, True]
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.80
+    assert qx.target_table(df)["met"].all()
+    assert qx.b6_verdict(df).verdict == "holds"                # missing the target never moves B6
+    assert qx.target_table(df[df["arm"] == "quant_act_naive"]).empty

@@ -36,7 +36,7 @@ from .. import bench, claims, clocks
 from ..kernels import quant_act as qa
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
-           "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "b6_verdict", "COLUMNS"]
+           "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
 DEFAULT_KS = (7168,)
@@ -253,6 +253,17 @@ def target_rows(df: pd.DataFrame, K: int = 7168) -> pd.DataFrame:
     """Measured rows in the target range (M 256..8192 at K), every arm."""
     lo, hi = TARGET_M_RANGE
     return df[(df["K"] == K) & (df["M"] >= lo) & (df["M"] <= hi) & (df["status"] == "measured")]
+
+
+def target_table(df: pd.DataFrame, K: int = 7168) -> pd.DataFrame:
+    """fp8lab's performance target (not a verdict): ``target_arm`` at >= TARGET_FRACTION of a
+    same-traffic copy at every M in TARGET_M_RANGE. One row per measured M: the arm, its fraction
+    of copy, the target and whether it is met."""
+    d = target_rows(df, K)
+    arm = target_arm(d)
+    w = d[d["arm"] == arm].sort_values("M") if arm else d.iloc[0:0]
+    return pd.DataFrame({"arm": w["arm"], "M": w["M"].astype(int), "K": K, "fraction_of_copy": w["fraction_of_copy"],
+                         "target": TARGET_FRACTION, "met": w["fraction_of_copy"] >= TARGET_FRACTION}).reset_index(drop=True)
 
 
 def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
