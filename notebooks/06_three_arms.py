@@ -398,19 +398,29 @@ for dev, d in data.items():
     if num is None:
         continue
     m = num[num["status"] == "measured"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for (arm, odt), g in m.groupby(["arm", "out_dtype"], sort=False):
-        g = g.sort_values("K")
-        floor = "floor" in arm
-        ax.plot(g["K"], g["rel_err"], ("--" if odt == "fp32" else "-.") if floor else ("o-" if odt == "fp32" else "s:"),
-                color="#555555" if floor else plotting.color(arm), label=f"{arm} ({odt} out)", ms=4,
-                lw=1 if floor else 1.5)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("K")
-    ax.set_ylabel("relative error vs float64 (Frobenius)")
-    ax.set_title("B8: error of each arm on the same inputs")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # two panels, <= 8 legend entries each: fp32 outputs show the accumulation B8 is about; bf16
+    # outputs put every arm (W8A8 ones with their activation quantisation) under the output rounding
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    marks = "osD^vP*X"
+    order = [a for a in dict.fromkeys(m["arm"]) if "floor" not in a]   # one marker per arm in both panels
+    for ax, odt, title in ((axes[0], "fp32", "fp32 outputs: the accumulation (B8)"),
+                           (axes[1], "bf16", "bf16 outputs, every arm")):
+        for arm, g in m[m["out_dtype"] == odt].groupby("arm", sort=False):
+            g = g.sort_values("K")
+            floor = "floor" in arm
+            k = 0 if floor else order.index(arm)
+            ax.plot(g["K"], g["rel_err"], "--" if floor else marks[k % len(marks)] + "-",
+                    color="#555555" if floor else plotting.color(arm),
+                    label=arm if floor else registry.label(arm), ms=5 if floor else 7 - k % 3,
+                    lw=1 if floor else 1.5, alpha=1 if floor else 0.85)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("K")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    axes[0].set_ylabel("relative error vs float64 (Frobenius)")
+    fig.suptitle("B8: error of each arm on the same inputs", fontweight="bold")
+    fig.tight_layout()
     plotting.save(fig, d["info"], "numerics")
     plt.show()
 
