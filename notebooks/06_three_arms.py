@@ -247,7 +247,7 @@ if not devs:
 # (the seed's structural ceiling at 1/4, its measured 6.8%). Right: the WMMA kernel as a fraction
 # of the BF16 datasheet peak (solid), of cuBLAS BF16 at 8192³ (dotted) and of the mma.sync
 # (HMMA) peak (dash-dot: the most any wmma kernel can issue), the last two measured in the same
-# run; the seed's expected 50-70% band shaded. One colour per site.
+# run; the seed's expected 50-70% band shaded. Each panel in its arm's colour, one marker per site.
 
 # %%
 ceiling_rate = ta.ceiling_rate
@@ -257,30 +257,43 @@ for dev, d in data.items():
     fp32, bf16 = ceiling_rate(ceil, "fp32_fma"), ceiling_rate(ceil, "bf16_tensor")
     mma = ceiling_rate(ceil, "bf16_mma_sync")
     g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured")]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, site in enumerate(dict.fromkeys(g["site"])):
-        col = f"C{i}"
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    # each panel in its arm's registry colour (no other arm's colour appears); sites by marker,
+    # ceilings by line style; the legends are proxies, so each stays at <= 8 entries
+    c1, c2 = plotting.color("scalar_tiled"), plotting.color("wmma_w8a16")
+    sites = list(dict.fromkeys(g["site"]))
+    site_mark = {site: "os^Dv"[i % 5] for i, site in enumerate(sites)}
+    styles = {"datasheet": "-", "cuBLAS BF16 measured": ":", "mma.sync peak measured": "-."}
+    for site in sites:
+        m_ = site_mark[site]
         s = g[(g["site"] == site) & (g["arm"] == "scalar_tiled")].sort_values("M")
         if fp32 and len(s):
-            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, "o-", color=col, label=site, ms=4)
+            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, m_ + "-", color=c1, ms=5)
         w = g[(g["site"] == site) & (g["arm"] == "wmma_w8a16")].sort_values("M")
         if len(w):
-            a2.plot(w["M"], w["tflops_p50"] * 1e12 / ta.SEED["bf16_peak"], "s-", color=col,
-                    label=f"{site} / datasheet", ms=4)
-            if bf16:
-                a2.plot(w["M"], w["tflops_p50"] * 1e12 / bf16, "s:", color=col, label=f"{site} / cuBLAS measured", ms=3)
-            if mma:
-                a2.plot(w["M"], w["tflops_p50"] * 1e12 / mma, "^-.", color=col, label=f"{site} / mma.sync peak", ms=3)
-    a1.axhline(ta.SEED["scalar_ceiling"], color="#D55E00", ls="--", lw=1, label="seed: structural ceiling 1/4")
-    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1, label="seed: measured 6.8%")
+            for name, rate in (("datasheet", ta.SEED["bf16_peak"]), ("cuBLAS BF16 measured", bf16),
+                               ("mma.sync peak measured", mma)):
+                if rate:
+                    a2.plot(w["M"], w["tflops_p50"] * 1e12 / rate, m_ + styles[name], color=c2, ms=5 if name == "datasheet" else 3)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    site_h = [Line2D([], [], color="#333333", marker=site_mark[s_], ls="", label=s_) for s_ in sites]
+    a1.axhline(ta.SEED["scalar_ceiling"], color="#333333", ls="--", lw=1)
+    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#333333", ls=":", lw=1)
+    a1.legend(handles=site_h + [Line2D([], [], color="#333333", ls="--", label="seed: structural ceiling 1/4"),
+                                Line2D([], [], color="#333333", ls=":", label="seed: measured 6.8%")],
+              fontsize=7, loc="center left", bbox_to_anchor=(0.0, 0.7))   # under the 1/4 line
     a1.set_title("scalar_tiled / FP32 FMA rate" + ("" if fp32 else " (no FP32 ceiling)"))
-    a2.axhspan(*ta.SEED["wmma_fraction"], color="#56B4E9", alpha=0.2, label="seed: 50-70%")
+    a2.axhspan(*ta.SEED["wmma_fraction"], color="#DDDDDD", alpha=0.6)
+    style_h = [Line2D([], [], color=c2, ls=st, label=f"/ {name}") for name, st in styles.items()
+               if {"datasheet": True, "cuBLAS BF16 measured": bool(bf16), "mma.sync peak measured": bool(mma)}[name]]
+    a2.legend(handles=site_h + style_h + [Patch(color="#DDDDDD", label="seed: 50-70%")], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
     a2.set_title("wmma_w8a16 / BF16 tensor rate")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("M (tokens)")
         ax.set_ylabel("fraction of the ceiling")
-        ax.legend(fontsize=7)
     fig.tight_layout()
     plotting.save(fig, d["info"], "fractions")
     plt.show()
