@@ -28,10 +28,13 @@
 # | --- | --- | --- |
 # | B1 | the scalar loop `acc += s_input[ty][k] * s_weight[tx][k]` cannot exceed ~1/4 of the FP32 rate; it reached 6.8% | its best rate / the FP32 FMA rate measured in this run |
 # | B3 | the WMMA kernel realises 50-70% of the BF16 tensor rate | its best rate / BF16 datasheet and / cuBLAS BF16 measured here |
-# | B4 | B=256 step: 2.170 TFLOP over 4.238 GB; floors FP32 32.4, BF16 2.19, FP8 1.10, HBM 0.88 ms | the seven DeepSeek-V3 dense-layer sites at M = 256, summed and scaled to 4.238 G params |
-# | B7 | no M threshold without a sweep | which route wins at each M, per shape |
+# | B4 | B=256 step: 2.170 TFLOP over 4.238 GB; floors FP32 32.4, BF16 2.19, FP8 1.10, HBM 0.88 ms | the seven DeepSeek-V3 dense-layer sites at M = 256, summed and scaled to 4.238 G params; judged: the scalar step against the 32.4 ms floor vs the seed's 6.8% (the floors' arithmetic is notebook 07's row) |
+# | B7 | no M threshold without a sweep | which route wins at each M, per shape (a change of winner counts with a 5% lead on both sides) |
 # | B8 | the tensor-core path is numerically better than the scalar one | error against float64 on the same inputs |
 # | B9 | a +8 shared-memory pad is valid for WMMA, a +1 pad is not | compile-time refusal, SASS, and what a forced +1 build computes |
+#
+# Every row here has subject `analogue`: the seed's kernels never ran (its PR says so), these are
+# fp8lab's kernels of the seed's design; each row prints the rule that decided it.
 #
 # The seed's model is not named (7 sites per layer x 43 layers = 4.238 G parameters). DeepSeek-V3's
 # dense layer also has 7 linear sites; it is the stand-in, and the notebook says which numbers are
@@ -244,7 +247,7 @@ if not devs:
 # (the seed's structural ceiling at 1/4, its measured 6.8%). Right: the WMMA kernel as a fraction
 # of the BF16 datasheet peak (solid), of cuBLAS BF16 at 8192³ (dotted) and of the mma.sync
 # (HMMA) peak (dash-dot: the most any wmma kernel can issue), the last two measured in the same
-# run; the seed's expected 50-70% band shaded. One colour per site.
+# run; the seed's expected 50-70% band shaded. Each panel in its arm's colour, one marker per site.
 
 # %%
 ceiling_rate = ta.ceiling_rate
@@ -254,30 +257,43 @@ for dev, d in data.items():
     fp32, bf16 = ceiling_rate(ceil, "fp32_fma"), ceiling_rate(ceil, "bf16_tensor")
     mma = ceiling_rate(ceil, "bf16_mma_sync")
     g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured")]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for i, site in enumerate(dict.fromkeys(g["site"])):
-        col = f"C{i}"
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    # each panel in its arm's registry colour (no other arm's colour appears); sites by marker,
+    # ceilings by line style; the legends are proxies, so each stays at <= 8 entries
+    c1, c2 = plotting.color("scalar_tiled"), plotting.color("wmma_w8a16")
+    sites = list(dict.fromkeys(g["site"]))
+    site_mark = {site: "os^Dv"[i % 5] for i, site in enumerate(sites)}
+    styles = {"datasheet": "-", "cuBLAS BF16 measured": ":", "mma.sync peak measured": "-."}
+    for site in sites:
+        m_ = site_mark[site]
         s = g[(g["site"] == site) & (g["arm"] == "scalar_tiled")].sort_values("M")
         if fp32 and len(s):
-            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, "o-", color=col, label=site, ms=4)
+            a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, m_ + "-", color=c1, ms=5)
         w = g[(g["site"] == site) & (g["arm"] == "wmma_w8a16")].sort_values("M")
         if len(w):
-            a2.plot(w["M"], w["tflops_p50"] * 1e12 / ta.SEED["bf16_peak"], "s-", color=col,
-                    label=f"{site} / datasheet", ms=4)
-            if bf16:
-                a2.plot(w["M"], w["tflops_p50"] * 1e12 / bf16, "s:", color=col, label=f"{site} / cuBLAS measured", ms=3)
-            if mma:
-                a2.plot(w["M"], w["tflops_p50"] * 1e12 / mma, "^-.", color=col, label=f"{site} / mma.sync peak", ms=3)
-    a1.axhline(ta.SEED["scalar_ceiling"], color="#D55E00", ls="--", lw=1, label="seed: structural ceiling 1/4")
-    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1, label="seed: measured 6.8%")
+            for name, rate in (("datasheet", ta.SEED["bf16_peak"]), ("cuBLAS BF16 measured", bf16),
+                               ("mma.sync peak measured", mma)):
+                if rate:
+                    a2.plot(w["M"], w["tflops_p50"] * 1e12 / rate, m_ + styles[name], color=c2, ms=5 if name == "datasheet" else 3)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    site_h = [Line2D([], [], color="#333333", marker=site_mark[s_], ls="", label=s_) for s_ in sites]
+    a1.axhline(ta.SEED["scalar_ceiling"], color="#333333", ls="--", lw=1)
+    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#333333", ls=":", lw=1)
+    a1.legend(handles=site_h + [Line2D([], [], color="#333333", ls="--", label="seed: structural ceiling 1/4"),
+                                Line2D([], [], color="#333333", ls=":", label="seed: measured 6.8%")],
+              fontsize=7, loc="center left", bbox_to_anchor=(0.0, 0.7))   # under the 1/4 line
     a1.set_title("scalar_tiled / FP32 FMA rate" + ("" if fp32 else " (no FP32 ceiling)"))
-    a2.axhspan(*ta.SEED["wmma_fraction"], color="#56B4E9", alpha=0.2, label="seed: 50-70%")
+    a2.axhspan(*ta.SEED["wmma_fraction"], color="#DDDDDD", alpha=0.6)
+    style_h = [Line2D([], [], color=c2, ls=st, label=f"/ {name}") for name, st in styles.items()
+               if {"datasheet": True, "cuBLAS BF16 measured": bool(bf16), "mma.sync peak measured": bool(mma)}[name]]
+    a2.legend(handles=site_h + style_h + [Patch(color="#DDDDDD", label="seed: 50-70%")], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
     a2.set_title("wmma_w8a16 / BF16 tensor rate")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("M (tokens)")
         ax.set_ylabel("fraction of the ceiling")
-        ax.legend(fontsize=7)
     fig.tight_layout()
     plotting.save(fig, d["info"], "fractions")
     plt.show()
@@ -395,19 +411,29 @@ for dev, d in data.items():
     if num is None:
         continue
     m = num[num["status"] == "measured"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for (arm, odt), g in m.groupby(["arm", "out_dtype"], sort=False):
-        g = g.sort_values("K")
-        floor = "floor" in arm
-        ax.plot(g["K"], g["rel_err"], ("--" if odt == "fp32" else "-.") if floor else ("o-" if odt == "fp32" else "s:"),
-                color="#555555" if floor else plotting.color(arm), label=f"{arm} ({odt} out)", ms=4,
-                lw=1 if floor else 1.5)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("K")
-    ax.set_ylabel("relative error vs float64 (Frobenius)")
-    ax.set_title("B8: error of each arm on the same inputs")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # two panels, <= 8 legend entries each: fp32 outputs show the accumulation B8 is about; bf16
+    # outputs put every arm (W8A8 ones with their activation quantisation) under the output rounding
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    marks = "osD^vP*X"
+    order = [a for a in dict.fromkeys(m["arm"]) if "floor" not in a]   # one marker per arm in both panels
+    for ax, odt, title in ((axes[0], "fp32", "fp32 outputs: the accumulation (B8)"),
+                           (axes[1], "bf16", "bf16 outputs, every arm")):
+        for arm, g in m[m["out_dtype"] == odt].groupby("arm", sort=False):
+            g = g.sort_values("K")
+            floor = "floor" in arm
+            k = 0 if floor else order.index(arm)
+            ax.plot(g["K"], g["rel_err"], "--" if floor else marks[k % len(marks)] + "-",
+                    color="#555555" if floor else plotting.color(arm),
+                    label=arm if floor else registry.label(arm), ms=5 if floor else 7 - k % 3,
+                    lw=1 if floor else 1.5, alpha=1 if floor else 0.85)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("K")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    axes[0].set_ylabel("relative error vs float64 (Frobenius)")
+    fig.suptitle("B8: error of each arm on the same inputs", fontweight="bold")
+    fig.tight_layout()
     plotting.save(fig, d["info"], "numerics")
     plt.show()
 
@@ -437,7 +463,8 @@ else:
     for dev in results.devices_with(NB, "verdicts"):
         verdicts = results.load_table(dev, NB, "verdicts")
 if verdicts is not None:
-    display(verdicts[["claim", "verdict", "our_figure", "reason", "device_name"]])
+    # reindex: a table recorded before the subject / rule columns existed shows them blank
+    display(verdicts.reindex(columns=["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]))
 
 # %% [markdown]
 # ## What the numbers say

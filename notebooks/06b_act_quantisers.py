@@ -197,11 +197,13 @@ for xd in overlay.cross_device(NB, devices, run):
 # %% [markdown]
 # ## Verdict
 #
-# B6 holds when the warp kernel (`quant_act_warp_ilp` where measured, else `quant_act_warp`: see
-# `quantisers.target_arm`) is at least 2x faster than `quant_act_naive` at every M in
-# 256..8192 (K = 7168) and reaches 80% of the same-traffic copy there; faster but below 80% is
-# holds-in-kind. Computed from this run's table in measure mode; in replot mode the recorded
-# verdict is shown.
+# B6 is a claim about structure: the naive launch keeps 32 of 1024 threads busy and serialises 128
+# shared atomics per group, and one warp per group with a shuffle reduction fixes it. It is judged
+# on `quant_act_warp` (that design, `quantisers.FIX_ARM`) against `quant_act_naive` at every M in
+# 256..8192 (K = 7168): at least 2x faster everywhere holds, else differs (the row prints its rule).
+# The 80%-of-copy bar is fp8lab's performance target for its bandwidth kernel, reported below and in
+# the figure, not part of the verdict. Computed from this run's table in measure mode; in replot
+# mode the recorded verdict is shown.
 
 # %%
 verdicts = None
@@ -211,12 +213,21 @@ else:
     for dev in results.devices_with(NB, "verdicts"):
         verdicts = results.load_table(dev, NB, "verdicts")
 if verdicts is not None:
-    display(verdicts[["claim", "verdict", "our_figure", "reason", "device_name"]])
+    # reindex: a table recorded before the subject / rule columns existed shows them blank
+    display(verdicts.reindex(columns=["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]))
 
 # %% [markdown]
 # ## What the numbers say
+#
+# Including the performance target: the bandwidth kernel at >= 80% of a same-traffic copy.
 
 # %%
+for dev, qdf in tables.items():
+    for K in sorted(qdf["K"].unique()):
+        tt = qx.target_table(qdf, K)
+        if len(tt):
+            display(Markdown(f"Performance target on {qdf.attrs['meta'].get('device_name', dev)}, K={K}:"))
+            display(tt.round(3))
 for dev, qdf in tables.items():
     meta = qdf.attrs["meta"]
     name = meta.get("device_name", dev)

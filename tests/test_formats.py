@@ -5,6 +5,7 @@ import math
 
 import ml_dtypes
 import numpy as np
+import pandas as pd
 import pytest
 
 from fp8lab import formats
@@ -140,3 +141,85 @@ def test_experiment_sweep_tables():
     assert set(cv.loc[cv["cls"] == "nan", "note"].str.contains("finite|kept")) == {True}
     rep = exp.representable()
     assert (rep["representable"] == rep["finite_codes"]).all()
+
+
+# ------------------------------------------------------------------ B2 and C2 verdicts
+from fp8lab import tools  # noqa: E402
+from fp8lab.experiments import formats as fx  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool("cuobjdump")),
+                                reason="nvcc / cuobjdump not installed")
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return fx.trick_summary(seed=1), fx.representable(), fx.code_values(seed=1)
+
+
+def test_b2_holds_with_the_nan_caveat_from_the_data(sweep):
+    tricks, rep, cv = sweep
+    v = fx.b2_verdict(tricks, rep, cv)
+    assert v.verdict == "holds" and v.subject == "arithmetic" and "4 e4m3 tricks" in v.rule
+    assert "0x7F, 0xFF" in v.reason and "±480" in v.reason
+    # the caveat follows the data: another decoded value shows up in the reason
+    cv2 = cv.copy()
+    cv2.loc[(cv2["fmt"] == "e4m3") & (cv2["cls"] == "nan"), "decoded"] = 500.0
+    assert "±500" in fx.b2_verdict(tricks, rep, cv2).reason
+    # NaN kept: no finite-value caveat
+    cv3 = cv.copy()
+    cv3.loc[(cv3["fmt"] == "e4m3") & (cv3["cls"] == "nan"), "decoded"] = math.nan
+    assert "stay non-finite" in fx.b2_verdict(tricks, rep, cv3).reason
+
+
+def test_b2_differs_on_one_mismatch(sweep):
+    tricks, rep, cv = sweep
+    t = tricks.copy()
+    i = t.index[(t["fmt"] == "e4m3") & (t["target"] == "bf16") & (t["trick"] == "shift")][0]
+    t.loc[i, ["bit_exact", "mismatches"]] = [t.loc[i, "finite_codes"] - 1, 1]
+    v = fx.b2_verdict(t, rep, cv)
+    assert v.verdict == "differs" and "bf16 shift: 1 mismatches" in v.reason
+    r = rep.copy()
+    r.loc[(r["fmt"] == "e4m3") & (r["target"] == "fp16"), "representable"] -= 1
+    assert fx.b2_verdict(tricks, r, cv).verdict == "differs"
+
+
+def _sass(per4_fp16=7.0, per4_bf16=7.0, conv=0):
+    return pd.DataFrame([{"arch": "sm_90", "kernel": "gemv_w8a16_fp8", "act": a, "per_4_values": p,
+                          "op_mix": "LOP3.LUTx4", "conversions_in_loop": conv, "conversion_ops": "F2FP.F16" if conv else "",
+                          "float_muls_in_loop": 0, "probe_per_word": 7, "elements_per_word": 4}
+                         for a, p in (("bf16", per4_bf16), ("fp16", per4_fp16))])
+
+
+def test_c2_verdict_boundaries(sweep):
+    tricks = sweep[0]
+    v = fx.c2_verdict(tricks, _sass())
+    assert v.verdict == "holds" and v.subject == "analogue" and "6-8" in v.rule and "2^8 (fp16) / 2^120" in v.rule
+    assert fx.c2_verdict(tricks, _sass(per4_fp16=8.0)).verdict == "holds"
+    assert fx.c2_verdict(tricks, _sass(per4_fp16=6.0)).verdict == "holds"
+    d = fx.c2_verdict(tricks, _sass(per4_bf16=8.01))
+    assert d.verdict == "differs" and "bf16: 8.01 per 4 values" in d.reason
+    assert fx.c2_verdict(tricks, _sass(per4_fp16=5.99)).verdict == "differs"
+    c = fx.c2_verdict(tricks, _sass(conv=2))
+    assert c.verdict == "differs" and "F2FP" in c.reason
+    # a trick that folds the wrong factor differs
+    t = tricks.copy()
+    t.loc[(t["fmt"] == "e4m3") & (t["target"] == "bf16") & (t["trick"] == "shift"), "factor_log2"] = 119
+    assert "bias difference is 2^120" in fx.c2_verdict(t, _sass()).reason
+    # no SASS: not-run with the reason
+    n = fx.c2_verdict(tricks, None, "no nvcc")
+    assert n.verdict == "not-run" and n.reason == "no nvcc"
+
+
+def test_folded_bias_from_the_formats():
+    assert fx.folded_bias_log2() == {"fp16": 8, "bf16": 120}
+
+
+@needs_nvcc
+def test_c2_counts_from_compiled_sass():
+    s = fx.c2_sass().set_index("act")
+    assert set(s.index) == {"fp16", "bf16"} and (s["kernel"] == "gemv_w8a16_fp8").all()
+    # the isolated probe reproduces the emulator's 7 per word; the GEMV's loop comes to ~7 per 4 values
+    assert (s["probe_per_word"] == 7).all() and (s["elements_per_word"] == 4).all()
+    assert ((s["per_4_values"] >= 6.5) & (s["per_4_values"] <= 7.5)).all()
+    assert (s["conversions_in_loop"] == 0).all() and (s["float_muls_in_loop"] == 0).all()
+    assert "LOP3.LUT" in s.loc["fp16", "op_mix"] and "SHF.R.U32.HI" in s.loc["fp16", "op_mix"]

@@ -61,17 +61,15 @@ def _rows(arms_fracs):
     return pd.DataFrame(rows)
 
 
-def test_b6_judged_on_the_ilp_arm_when_measured():
+def test_performance_target_on_the_ilp_arm_b6_on_the_warp_arm():
     df = _rows([("quant_act_naive", 100e-6, 0.02), ("quant_act_warp", 8e-6, 0.5), ("quant_act_warp_ilp", 4e-6, 0.85)])
+    # the 80%-of-copy performance target is reported on the bandwidth kernel when measured ...
     assert qx.target_arm(df) == "quant_act_warp_ilp"
+    # ... while B6 (the seed's fix) is judged on quant_act_warp, whatever fraction of copy it reaches
     v = qx.b6_verdict(df)
-    assert v.verdict == "holds" and "quant_act_warp_ilp" in v.our_figure
-    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 8192), "fraction_of_copy"] = 0.79
-    v = qx.b6_verdict(df)
-    assert v.verdict == "holds-in-kind" and "M=8192" in v.reason
-    # without the ilp arm the seed's warp kernel is judged (0.5 of copy: holds-in-kind)
+    assert v.verdict == "holds" and "quant_act_warp 12.5-12.5x" in v.our_figure
     old = df[df["arm"] != "quant_act_warp_ilp"]
-    assert qx.target_arm(old) == "quant_act_warp" and qx.b6_verdict(old).verdict == "holds-in-kind"
+    assert qx.target_arm(old) == "quant_act_warp" and qx.b6_verdict(old).verdict == "holds"
     # a failed (unmeasured) ilp row does not count as measured
     df.loc[df["arm"] == "quant_act_warp_ilp", "status"] = "wrong: 3 codes"
     assert qx.target_arm(df) == "quant_act_warp"
@@ -159,3 +157,15 @@ def test_fast_range_constants_match_the_source():
     text = open(qa.__file__[:-3] + ".cu").read()
     assert "constexpr float kFastScaleMin = 0x1p-80f;" in text
     assert "constexpr float kFastScaleMax = 0x1p125f;" in text
+
+
+def test_target_table_is_the_performance_target_not_the_verdict():
+    df = _rows([("quant_act_naive", 100e-6, 0.02), ("quant_act_warp", 8e-6, 0.5), ("quant_act_warp_ilp", 4e-6, 0.85)])
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.7999
+    t = qx.target_table(df)
+    assert list(t["M"]) == [256, 1024, 8192] and (t["arm"] == "quant_act_warp_ilp").all()
+    assert list(t["met"]) == [True, False, True]
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.80
+    assert qx.target_table(df)["met"].all()
+    assert qx.b6_verdict(df).verdict == "holds"                # missing the target never moves B6
+    assert qx.target_table(df[df["arm"] == "quant_act_naive"]).empty

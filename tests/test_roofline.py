@@ -74,15 +74,38 @@ def test_b4_measured_column_is_flop_over_rate():
         rl.b4_compare(devices.get("h200"), {"fp32": 1e12})
 
 
-def test_b4_verdict_from_spec_and_the_seed_ratio():
+def test_b4_verdict_rederives_the_seeds_arithmetic():
     v = ex.b4_verdict(ex.b4_table())
-    assert v.claim == "B4" and v.verdict == "holds"
+    assert v.claim == "B4" and v.subject == "arithmetic" and "within 2%" in v.rule
     assert "2.19" in v.our_figure and "0.883" in v.our_figure
-    # the seed's 6.8% does not follow from its own 32.4 ms / 524 ms: say so
-    assert "6.2%" in v.reason and "not ours to verify" in v.reason
+    # every floor follows from the seed's inputs; its 6.8% does not (32.4 / 524 ms = 6.18%): differs, saying which
+    rd = ex.b4_rederived().set_index("figure")
+    assert rd["within_tol"].iloc[:6].all() and not rd["within_tol"].iloc[6]
+    assert v.verdict == "differs" and "printed 6.8" in v.reason and "6.18" in v.reason
     v2 = ex.b4_verdict(ex.b4_table({"fp32": 60e12, "bf16": 780e12, "fp8": 1400e12, "hbm": 4.1e12}),
                        measured_on="NVIDIA H200")
-    assert "measured on NVIDIA H200" in v2.our_figure
+    assert "measured on NVIDIA H200" in v2.our_figure and v2.verdict == v.verdict   # shown, not judged
+
+
+def _rd(scalar_pct):
+    rd = ex.b4_rederived()
+    rd.loc[6, "printed"] = scalar_pct
+    rd["rel_diff"] = rd["rederived"] / rd["printed"] - 1
+    rd["within_tol"] = rd["rel_diff"].abs() <= ex.B4_TOL
+    return rd
+
+
+def test_b4_verdict_boundaries():
+    ours = 32.4 / 524 * 100
+    # a printed figure within B4_TOL of its re-derivation holds, just outside differs
+    assert ex.b4_verdict(ex.b4_table(), rederived=_rd(ours * 1.019)).verdict == "holds"
+    assert ex.b4_verdict(ex.b4_table(), rederived=_rd(ours * 1.021)).verdict == "differs"
+    # a seed rate 2.1% off our spec row differs even when its arithmetic is right
+    wrong = dataclasses.replace(devices.get("h200"), fp32_tflops=67 * 1.021)
+    v = ex.b4_verdict(rl.b4_compare(wrong), rederived=_rd(ours))
+    assert v.verdict == "differs" and "FP32 rate" in v.reason
+    ok = dataclasses.replace(devices.get("h200"), fp32_tflops=67 * 1.019)
+    assert ex.b4_verdict(rl.b4_compare(ok), rederived=_rd(ours)).verdict == "holds"
 
 
 # ------------------------------------------------------------------ C8
@@ -129,15 +152,24 @@ def test_c8_reproduces_the_seed_predictions():
     assert round(u_no_scales * 100) == 25
 
 
-def test_c8_verdict():
+def test_c8_verdict_is_the_seeds_arithmetic():
     v = ex.c8_verdict()
-    assert v.claim == "C8" and v.verdict == "holds-in-kind"
-    assert "not-run" in v.reason and "32" in v.our_figure
-    m = ex.c8_verdict(measured="fp8 predicted 27.0% vs ncu 31.2%")
-    assert m.verdict == "holds-in-kind" and "notebook 08" in m.our_figure and "27.0%" in m.our_figure
-    assert "not-run" not in m.reason
-    bad = {"rtx3090_low": 0.40, "rtx3090_high": 0.41, "rtx5090_spec": 0.22}
-    assert ex.c8_verdict(bad).verdict == "differs"
+    assert v.claim == "C8" and v.subject == "arithmetic" and v.verdict == "holds"
+    assert "31.2%-32.3%" in v.our_figure and "22.3%" in v.our_figure and "ncu" not in v.our_figure
+    assert "32% +- 0.5 points" in v.rule and "22%" in v.rule
+
+
+def test_c8_verdict_boundaries():
+    base = {"rtx3090_low": 0.312, "rtx3090_high": 0.323, "rtx5090_spec": 0.22}
+    # 3090: the range must reach 32% +- 0.5 points
+    assert ex.c8_verdict({**base, "rtx3090_low": 0.3245, "rtx3090_high": 0.33}).verdict == "holds"
+    assert ex.c8_verdict({**base, "rtx3090_low": 0.3251, "rtx3090_high": 0.33}).verdict == "differs"
+    assert ex.c8_verdict({**base, "rtx3090_low": 0.30, "rtx3090_high": 0.315}).verdict == "holds"
+    assert ex.c8_verdict({**base, "rtx3090_low": 0.30, "rtx3090_high": 0.3149}).verdict == "differs"
+    # 5090 within half a point of 22%
+    assert ex.c8_verdict({**base, "rtx5090_spec": 0.2249}).verdict == "holds"
+    v = ex.c8_verdict({**base, "rtx5090_spec": 0.2251})
+    assert v.verdict == "differs" and "5090" in v.reason
 
 
 def test_c8_predictions_table():
@@ -183,3 +215,24 @@ def test_roofs_from_spec_and_measured():
     assert set(spec.index) == {"fp32", "bf16", "fp8"}
     assert meas.loc["bf16", "ridge"] == pytest.approx(780e12 / 4.1e12)
     assert len(ex.roofs(devices.get("h200"), {"bf16": 1e15})[lambda d: d.source == "measured"]) == 0
+
+
+# ------------------------------------------------------------------ the measured roofline's panels
+def test_arm_panels_cap_the_legend_and_keep_one_colour_per_arm():
+    from fp8lab.arms import registry
+
+    arms = [a for a in registry.ids("arm")]
+    panels = ex.arm_panels(arms)
+    placed = [a for _, _, g in panels for a in g]
+    assert sorted(placed) == sorted(arms)                          # every arm once
+    assert all(len(g) <= ex.MAX_LEGEND for _, _, g in panels)
+    for _, roofs_of, g in panels:
+        assert len({registry.color(a) for a in g}) == len(g)        # no colour twice in a panel
+        assert set(roofs_of) <= {"fp32", "bf16", "fp8", "fp8_blockwise"}
+    w8a8 = next(g for t, _, g in panels if "W8A8" in t)
+    assert "triton_blockwise" in w8a8 and "wmma_w8a16" not in w8a8
+    # a group larger than the cap is cut, not crammed
+    nine = [a for a in arms if registry.scheme(a) in ("W8A16", "W4A16")][:9]
+    if len(nine) == 9:
+        assert [len(g) for _, _, g in ex.arm_panels(nine)] == [8, 1]
+    assert [len(g) for _, _, g in ex.arm_panels(["triton_blockwise", "mma_blockwise"], max_legend=1)] == [1, 1]

@@ -560,72 +560,159 @@ def test_step_table_scales_per_parameter():
     assert r.loc["best_w8a8", "measured_ceiling_floor_ms"] == pytest.approx(2 * 256 * 4.238e9 / 1150e12 * 1e3)
     assert r["complete"].all()
     v = ta.b4_verdict(step)
-    assert v.verdict in ("holds", "holds-in-kind") and "4.238 G" in v.our_figure
-    # an arm under its own floor means a counting or timing bug: the verdict says differs
+    assert "4.238 G" in v.our_figure and v.subject == "analogue"
+    # an arm under its own floor means a counting or timing bug: not-run with the reason, never a verdict
     fast = df.copy()
     fast.loc[fast["arm"] == "wmma_w8a16", "total_p50_s"] *= 1e-3
-    assert ta.b4_verdict(ta.step_table(fast)).verdict == "differs"
+    slow = ta.b4_verdict(ta.step_table(fast))
+    assert slow.verdict == "not-run" and "wmma_w8a16" in slow.reason and "< floor" in slow.reason
     with pytest.raises(ValueError, match="M = 256"):
         ta.step_table(_synthetic(Ms=(1,)))
 
 
-def test_b1_verdict_rules():
-    df = _synthetic(Ms=(128,))
-    fp32 = 65e12
-    # synthetic scalar at 5 TFLOP/s = 7.7% of 65: within 2x of 6.8%
-    assert ta.b1_verdict(df, fp32).verdict == "holds"
-    assert ta.b1_verdict(df, fp32 / 10).verdict == "differs"            # 77% > 1/4
-    assert ta.b1_verdict(df, fp32 * 4).verdict == "holds-in-kind"       # 1.9%: under the ceiling, far from 6.8%
-    assert ta.b1_verdict(df, None).verdict == "not-run"
-    assert ta.b1_verdict(_synthetic(Ms=(1, 16)), fp32).verdict == "not-run"   # only partial tiles
+def _pts(arm, tflops, M=128, **kw):
+    """A one-row sweep table: ``arm`` measured at ``tflops`` TFLOP/s."""
+    return pd.DataFrame([{"arm": arm, "status": "measured", "site": "q_a", "M": M, "tflops_p50": tflops,
+                          "impl_config": "medium", **kw}])
 
 
-def test_b3_verdict_rules():
-    df = _synthetic(Ms=(4096,))                 # wmma at 350 TFLOP/s
-    assert ta.b3_verdict(df, 680e12).verdict == "holds-in-kind"      # 35% of spec, 51% of measured
-    assert ta.b3_verdict(df, 800e12).verdict == "differs"
-    assert ta.b3_verdict(df, 680e12, bf16_spec=600e12).verdict == "holds"
-    assert ta.b3_verdict(df.iloc[0:0], 680e12).verdict == "not-run"
+def test_b1_verdict_boundaries():
+    fp32 = 1e12                                         # so tflops_p50 reads as the fraction
+    by = lambda f, **kw: ta.b1_verdict(_pts("scalar_tiled", f, **kw), fp32)
+    v = by(0.068)
+    assert v.verdict == "holds" and v.subject == "analogue" and "25%" in v.rule and "[3.4%, 13.6%]" in v.rule
+    assert by(0.1359).verdict == "holds" and by(0.1361).verdict == "holds-in-kind"
+    assert by(0.0341).verdict == "holds" and by(0.0339).verdict == "holds-in-kind"
+    assert by(0.25).verdict == "holds-in-kind" and by(0.2501).verdict == "differs"   # the ~1/4 ceiling
+    assert "2.0x the seed's" in by(0.1361).reason
+    assert by(0.068, M=16).verdict == "not-run"                                     # partial 32-row tile
+    assert ta.b1_verdict(_pts("scalar_tiled", 0.068), None).verdict == "not-run"
+    # the synthetic sweep: scalar at 5 TFLOP/s = 7.7% of 65
+    assert ta.b1_verdict(_synthetic(Ms=(128,)), 65e12).verdict == "holds"
+
+
+def test_b3_verdict_boundaries():
+    w = lambda tf: _pts("wmma_w8a16", tf, M=4096)
+    v = ta.b3_verdict(w(495), 2000e12, bf16_spec=990e12)
+    assert v.verdict == "holds" and v.subject == "analogue" and ">= 50% of the BF16 datasheet rate (990" in v.rule
+    assert ta.b3_verdict(w(494.9), 2000e12, bf16_spec=990e12).verdict == "differs"
+    # under half the datasheet, at least half of cuBLAS BF16 measured in the run: holds-in-kind
+    assert ta.b3_verdict(w(340), 680e12, bf16_spec=990e12).verdict == "holds-in-kind"
+    r = ta.b3_verdict(w(339.9), 680e12, bf16_spec=990e12)
+    assert r.verdict == "differs" and "under 50%" in r.reason
+    assert ta.b3_verdict(w(339.9), None, bf16_spec=990e12).verdict == "differs"
+    assert ta.b3_verdict(w(300).iloc[0:0], 680e12).verdict == "not-run"
     # the mma.sync ceiling only adds its fraction to the figure; it never changes the verdict
+    df = _synthetic(Ms=(4096,))                 # wmma at 350 TFLOP/s
     v = ta.b3_verdict(df, 800e12, mma_sync_measured=400e12)
     assert v.verdict == "differs" and "of the mma.sync (HMMA) peak measured here (400" in v.our_figure
     assert "mma.sync" not in ta.b3_verdict(df, 800e12).our_figure
 
 
-def test_b8_and_b9_verdict_rules():
-    num = pd.DataFrame([
-        {"arm": "scalar_tiled", "out_dtype": "fp32", "K": 7168, "status": "measured", "rel_err": 4e-6},
-        {"arm": "wmma_w8a16", "out_dtype": "fp32", "K": 7168, "status": "measured", "rel_err": 1e-6},
-        {"arm": "scalar_tiled", "out_dtype": "fp32", "K": 512, "status": "measured", "rel_err": 1e-6},
-        {"arm": "wmma_w8a16", "out_dtype": "fp32", "K": 512, "status": "measured", "rel_err": 2e-6}])
-    assert ta.b8_verdict(num).verdict == "holds"                        # judged at the largest K
-    num.loc[1, "rel_err"] = 5e-6
-    assert ta.b8_verdict(num).verdict == "differs"
-    assert ta.b8_verdict(num[num["arm"] == "scalar_tiled"]).verdict == "not-run"
+def _step(scalar_ms, fams=None):
+    """A step table (step_table's columns) with the scalar family at ``scalar_ms``."""
+    rows = [{"family": "scalar_tiled", "scaled_step_ms": scalar_ms, "spec_floor_ms": 32.4}]
+    rows += [{"family": f, "scaled_step_ms": t, "spec_floor_ms": fl} for f, t, fl in (fams or [])]
+    return pd.DataFrame([{**r, "complete": True, "sites": 7, "sites_params": 583.3e6} for r in rows])
 
+
+def test_b4_verdict_boundaries():
+    # 32.4 ms floor / scalar step within 2x of the seed's 6.8% ([3.4%, 13.6%]) holds, else differs
+    v = ta.b4_verdict(_step(32.4 / 0.068))
+    assert v.verdict == "holds" and v.subject == "analogue" and "[3.4%, 13.6%]" in v.rule
+    assert ta.b4_verdict(_step(32.4 / 0.1359)).verdict == "holds"
+    d = ta.b4_verdict(_step(32.4 / 0.1361))
+    assert d.verdict == "differs" and "13.6%" in d.reason
+    assert ta.b4_verdict(_step(32.4 / 0.0341)).verdict == "holds"
+    assert ta.b4_verdict(_step(32.4 / 0.0339)).verdict == "differs"
+    # a family under 0.98 x its floor: not-run (a counting bug), at 0.98 x: judged
+    assert ta.b4_verdict(_step(400, [("wmma_w8a16", 2.19 * 0.98, 2.19)])).verdict == "holds"
+    nr = ta.b4_verdict(_step(400, [("wmma_w8a16", 2.19 * 0.979, 2.19)]))
+    assert nr.verdict == "not-run" and "wmma_w8a16" in nr.reason
+    assert ta.b4_verdict(None).verdict == "not-run"
+    assert ta.b4_verdict(_step(400, [])[lambda d: d["family"] != "scalar_tiled"]).verdict == "not-run"
+
+
+def _view(times, site="q_a"):
+    """A three_arms_view with two families, A = wmma_w8a16 and B = cublas_bf16: {M: (tA, tB)}."""
+    rows = []
+    for M, (a, b) in times.items():
+        r = {"site": site, "M": M, "N": 1, "K": 128, "best_w8a8_impl": "", **{f: math.nan for f in ta.FAMILIES}}
+        r.update(wmma_w8a16=a, cublas_bf16=b, winner="wmma_w8a16" if a < b else "cublas_bf16")
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_b7_verdict_boundaries():
+    # a change of winner counts when the winner leads by >= 5% on both sides
+    v = ta.b7_verdict(_view({1: (1.0, 1.05), 16: (1.05, 1.0)}))
+    assert v.verdict == "holds" and v.subject == "analogue" and "5%" in v.rule and "between M=1 and 16" in v.our_figure
+    d = ta.b7_verdict(_view({1: (1.0, 1.049), 16: (1.05, 1.0)}))
+    assert d.verdict == "differs" and "none with a 5% lead" in d.reason
+    assert ta.b7_verdict(_view({1: (1.0, 1.05), 16: (1.049, 1.0)})).verdict == "differs"
+    one = ta.b7_verdict(_view({1: (1.0, 2.0), 16: (1.0, 2.0)}))
+    assert one.verdict == "differs" and "one family wins" in one.reason
+    assert ta.b7_verdict(_view({})).verdict == "not-run"
+
+
+def test_b8_verdict_boundaries():
+    def num(ratios):
+        rows = []
+        for K, r in ratios.items():
+            rows += [{"arm": "scalar_tiled", "out_dtype": "fp32", "K": K, "status": "measured", "rel_err": 1e-6},
+                     {"arm": "wmma_w8a16", "out_dtype": "fp32", "K": K, "status": "measured", "rel_err": r * 1e-6}]
+        return pd.DataFrame(rows)
+    v = ta.b8_verdict(num({512: 0.9, 7168: 0.1}))
+    assert v.verdict == "holds" and v.subject == "analogue" and "0.9 x" in v.rule
+    # judged at every K: a small K where the tensor-core path is not better makes it differ
+    d = ta.b8_verdict(num({512: 0.91, 7168: 0.1}))
+    assert d.verdict == "differs" and "K=512" in d.reason
+    n = num({512: 0.5})
+    assert ta.b8_verdict(n[n["arm"] == "scalar_tiled"]).verdict == "not-run"
+    assert ta.b8_verdict(None).verdict == "not-run"
+
+
+def test_b9_verdict_rules():
     comp = pd.DataFrame([{"pad": 8, "forced": False, "accepted": True, "static_assert": False},
                          {"pad": 1, "forced": False, "accepted": False, "static_assert": True},
                          {"pad": 1, "forced": True, "accepted": True, "static_assert": False}])
-    assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "wrong", "pad1_relerr": 0.9}).verdict == "holds"
+    v = ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "wrong", "pad1_relerr": 0.9})
+    assert v.verdict == "holds" and v.subject == "analogue" and "faults or is wrong" in v.rule
     assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "fault", "pad1_error": "misaligned"}).verdict == "holds"
-    assert ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "correct", "pad1_relerr": 1e-3}).verdict == "differs"
+    c = ta.b9_verdict(comp, {"pad8_relerr": 1e-3, "pad1_outcome": "correct", "pad1_relerr": 1e-3})
+    assert c.verdict == "differs" and "computed correct results" in c.reason
+    # the +8 pad at the tolerance is not correct
+    e = ta.b9_verdict(comp, {"pad8_relerr": ta.TOL, "pad1_outcome": "fault"})
+    assert e.verdict == "differs" and "+8 build is not correct" in e.reason
+    unref = comp.copy()
+    unref.loc[1, ["accepted", "static_assert"]] = [True, False]
+    u = ta.b9_verdict(unref, {"pad8_relerr": 1e-3, "pad1_outcome": "fault"})
+    assert u.verdict == "differs" and "did not refuse" in u.reason
     assert ta.b9_verdict(comp, None).verdict == "not-run"
 
 
-def test_b6_verdict_rules():
-    rows = []
-    for M in (1, 256, 1024, 8192):
-        for arm, t, frac in (("quant_act_naive", 100e-6, 0.1), ("quant_act_warp", 5e-6, 0.85)):
-            rows.append({"arm": arm, "M": M, "K": 7168, "status": "measured", "time_p50_s": t * M / 256,
-                         "fraction_of_copy": frac})
-    df = pd.DataFrame(rows)
-    v = qx.b6_verdict(df)
-    assert v.verdict == "holds" and "32/1024" in v.our_figure
-    df.loc[(df["arm"] == "quant_act_warp") & (df["M"] == 256), "fraction_of_copy"] = 0.6
-    assert qx.b6_verdict(df).verdict == "holds-in-kind"
-    df.loc[(df["arm"] == "quant_act_warp") & (df["M"] == 1024), "time_p50_s"] = 1.0
-    assert qx.b6_verdict(df).verdict == "differs"
-    assert qx.b6_verdict(df[df["M"] == 1]).verdict == "not-run"        # M = 1 is outside the target range
+def test_b6_verdict_boundaries():
+    def df(speed_at_1024, ilp_frac=0.5):
+        rows = []
+        for M in (1, 256, 1024, 8192):
+            sp = speed_at_1024 if M == 1024 else 40.0
+            for arm, t, frac in (("quant_act_naive", 100e-6, 0.01), ("quant_act_warp", 100e-6 / sp, 0.5),
+                                 ("quant_act_warp_ilp", 50e-6 / sp, ilp_frac)):
+                rows.append({"arm": arm, "M": M, "K": 7168, "status": "measured", "time_p50_s": t,
+                             "fraction_of_copy": frac})
+        return pd.DataFrame(rows)
+    v = qx.b6_verdict(df(2.0))
+    assert v.verdict == "holds" and v.subject == "analogue" and "32/1024" in v.our_figure
+    assert "quant_act_warp >= 2x faster" in v.rule and "80%" not in v.rule
+    d = qx.b6_verdict(df(1.99))
+    assert d.verdict == "differs" and "M=1024" in d.reason
+    # the 80%-of-copy performance target is not part of the verdict, whatever the bandwidth kernel reaches
+    assert qx.b6_verdict(df(2.0, ilp_frac=0.1)).verdict == "holds"
+    # judged on quant_act_warp (the seed's fix), not on the bandwidth kernel
+    assert "quant_act_warp " in v.our_figure and "quant_act_warp_ilp" not in v.our_figure
+    only = df(2.0)
+    assert qx.b6_verdict(only[only["M"] == 1]).verdict == "not-run"        # M = 1 is outside the target range
+    assert qx.b6_verdict(only[only["arm"] != "quant_act_warp"]).verdict == "not-run"
     assert qx._n_sets(5_500_000, 60 * 2**20) == (23, False)
     assert qx._n_sets(20_000, 60 * 2**20)[1] is True
 
@@ -658,4 +745,5 @@ def test_notebook_verdicts_from_synthetic_tables():
     by = {v.claim: v.verdict for v in vs}
     assert by["B8"] == by["B9"] == "not-run"
     assert by["B1"] == "holds" and by["B7"] == "holds"
+    assert {v.subject for v in vs} == {"analogue"} and all(v.rule for v in vs)
     assert ta.verdicts(sweep, None, ceil, None, None, None)[2].verdict == "not-run"

@@ -6,7 +6,8 @@ group, 16-byte loads), ``quant_act_warp_ilp`` (the warp kernel built for bandwid
 2-8 groups per warp in flight, whole-warp butterfly on packed maxima, one reciprocal per group;
 by default ``groups_per_warp='auto'``: one wave of 2-group warps for small M, the persistent
 grid-stride kernel with the next chunk's loads in flight above (``quant_act.auto_launch``); the
-arm B6's 80%-of-copy target is judged on, see ``target_arm``), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
+arm fp8lab's 80%-of-copy performance target is reported on, see ``target_arm``; B6's verdict is on
+``quant_act_warp``, see ``b6_verdict``), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
 torch recipe the kernels must match, several kernels long; context, not a contender).
 
 Every kernel's output is compared bit for bit with the torch reference on the same input
@@ -35,21 +36,25 @@ from .. import bench, claims, clocks
 from ..kernels import quant_act as qa
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
-           "TARGET_ARMS", "make_input", "measure", "target_arm", "target_rows", "b6_verdict", "COLUMNS"]
+           "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
 DEFAULT_KS = (7168,)
 TARGET_M_RANGE = (256, 8192)      # the issue's target: quant_act_warp >= 80% of copy here, K = 7168
 TARGET_FRACTION = 0.80
 MIN_SPEEDUP = 2.0                 # "the fix": the warp kernel at least this much faster than the naive one
+                                  # (the naive launch's idle threads cost far more: a smaller gain is no fix)
 GRAPH_BELOW_S = 200e-6            # the whole target range (M <= 8192 at K = 7168) replays in graphs
 MAX_SETS = 256
 ARMS = (*qa.VARIANTS, "torch_reference")
 DIAGNOSTIC_ARMS = ("traffic_copy",)
 TIMINGS = ("auto", "events", "graph")
-# B6's 80%-of-copy target is judged on the first of these present in the data: the warp kernel built
+# The 80%-of-copy performance target is reported on the first of these present in the data: the warp kernel built
 # for bandwidth when it was measured, else the seed's one-warp-per-group kernel.
 TARGET_ARMS = ("quant_act_warp_ilp", "quant_act_warp")
+#: B6's verdict is on the seed's fix as the seed describes it (one warp per 128-group, shuffle
+#: reduction): quant_act_warp. The bandwidth-built kernels are performance, not the claim.
+FIX_ARM = "quant_act_warp"
 
 COLUMNS = ["arm", "M", "K", "status", "bytes", "time_p20_s", "time_p50_s", "time_p80_s", "gbps_p50", "copy_gbps_p50",
            "fraction_of_copy", "fraction_of_big_copy", "bitwise_ok", "codes_differing", "scales_differing",
@@ -239,7 +244,7 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
 
 
 def target_arm(df: pd.DataFrame) -> Optional[str]:
-    """The arm B6's target is judged on: the first of TARGET_ARMS with a measured row."""
+    """The arm the 80%-of-copy performance target is reported on: the first of TARGET_ARMS measured."""
     measured = set(df.loc[df["status"] == "measured", "arm"])
     return next((a for a in TARGET_ARMS if a in measured), None)
 
@@ -250,29 +255,41 @@ def target_rows(df: pd.DataFrame, K: int = 7168) -> pd.DataFrame:
     return df[(df["K"] == K) & (df["M"] >= lo) & (df["M"] <= hi) & (df["status"] == "measured")]
 
 
-def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
-    """B6: the warp-per-group kernel fixes the naive launch: >= 2x faster at every M in 256..8192
-    (holds), and at >= 80% of the same-traffic copy there too (else holds-in-kind). Judged on
-    ``target_arm`` (quant_act_warp_ilp when measured, else quant_act_warp)."""
+def target_table(df: pd.DataFrame, K: int = 7168) -> pd.DataFrame:
+    """fp8lab's performance target (not a verdict): ``target_arm`` at >= TARGET_FRACTION of a
+    same-traffic copy at every M in TARGET_M_RANGE. One row per measured M: the arm, its fraction
+    of copy, the target and whether it is met."""
     d = target_rows(df, K)
-    arm = target_arm(d) or "quant_act_warp"
-    w = d[d["arm"] == arm].set_index("M")
+    arm = target_arm(d)
+    w = d[d["arm"] == arm].sort_values("M") if arm else d.iloc[0:0]
+    return pd.DataFrame({"arm": w["arm"], "M": w["M"].astype(int), "K": K, "fraction_of_copy": w["fraction_of_copy"],
+                         "target": TARGET_FRACTION, "met": w["fraction_of_copy"] >= TARGET_FRACTION}).reset_index(drop=True)
+
+
+def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
+    """B6 (subject analogue: fp8lab's kernels of the seed's two designs). The claim is structural:
+    the naive 1024-thread launch leaves 31/32 of each block idle and serialises 128 atomics per
+    group, and one warp per group with a shuffle reduction fixes it. Judged on ``FIX_ARM``
+    (quant_act_warp, exactly that design) against quant_act_naive: at least MIN_SPEEDUP x faster
+    at every measured M in TARGET_M_RANGE holds, else differs. The 80%-of-copy bar is fp8lab's
+    performance target for its bandwidth kernel: it is in the notebook's table and figure, not here."""
+    lo, hi = TARGET_M_RANGE
+    rule = (f"{FIX_ARM} >= {MIN_SPEEDUP:g}x faster than quant_act_naive (p50) at every measured M in {lo}..{hi}, "
+            f"K={K}: holds; else differs")
+    d = target_rows(df, K)
+    w = d[d["arm"] == FIX_ARM].set_index("M")
     n = d[d["arm"] == "quant_act_naive"].set_index("M")
     Ms = sorted(set(w.index) & set(n.index))
     if not Ms:
-        return claims.Verdict("B6", "not-run", f"no measured {arm} and naive rows for M in {TARGET_M_RANGE} at K={K}",
-                              reason="the quantiser sweep did not run here")
+        return claims.Verdict("B6", "not-run", f"no measured {FIX_ARM} and naive rows for M in {lo}..{hi} at K={K}",
+                              reason="the quantiser sweep did not run here", subject="analogue", rule=rule)
     speed = {m: float(n.loc[m, "time_p50_s"] / w.loc[m, "time_p50_s"]) for m in Ms}
-    frac = {m: float(w.loc[m, "fraction_of_copy"]) for m in Ms}
-    fig = (f"K={K}, M {Ms[0]}..{Ms[-1]}: {arm} {min(speed.values()):.0f}-{max(speed.values()):.0f}x faster "
-           f"than quant_act_naive, at {min(frac.values()):.0%}-{max(frac.values()):.0%} of a same-traffic copy; "
-           f"naive launch: {qa.NAIVE_BUSY_THREADS}/{qa.NAIVE_THREADS_PER_BLOCK} threads busy, "
-           f"{qa.NAIVE_ATOMICS_PER_GROUP} shared atomics per group")
-    if min(speed.values()) < MIN_SPEEDUP:
-        return claims.Verdict("B6", "differs", fig, reason=f"{arm} is less than {MIN_SPEEDUP:g}x faster at "
-                                                           f"M={min(speed, key=speed.get)}")
-    if min(frac.values()) < TARGET_FRACTION:
-        return claims.Verdict("B6", "holds-in-kind", fig,
-                              reason=f"the fix works, but {arm} stays under {TARGET_FRACTION:.0%} of copy "
-                                     f"bandwidth at M={min(frac, key=frac.get)}")
-    return claims.Verdict("B6", "holds", fig)
+    fig = (f"K={K}, M {Ms[0]}..{Ms[-1]}: {FIX_ARM} {min(speed.values()):.1f}-{max(speed.values()):.1f}x faster "
+           f"than quant_act_naive, whose launch keeps {qa.NAIVE_BUSY_THREADS}/{qa.NAIVE_THREADS_PER_BLOCK} threads "
+           f"busy with {qa.NAIVE_ATOMICS_PER_GROUP} shared atomics per group")
+    slow = [m for m in Ms if not speed[m] >= MIN_SPEEDUP]
+    if slow:
+        return claims.Verdict("B6", "differs", fig, subject="analogue", rule=rule,
+                              reason=f"{FIX_ARM} is under {MIN_SPEEDUP:g}x faster at M=" + ", ".join(
+                                  f"{m} ({speed[m]:.2f}x)" for m in slow))
+    return claims.Verdict("B6", "holds", fig, subject="analogue", rule=rule)
