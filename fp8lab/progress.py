@@ -176,7 +176,7 @@ class _Widget(_Monotone):
         if root.total:
             # n is fractional (the inner loops' share): the percentage and the loops'
             # counts instead of tqdm's n/total
-            kw["bar_format"] = "{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}<{remaining}]"
+            kw["bar_format"] = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}{postfix}]"
         self.bar = _make_bar(**kw)
 
     def update(self, loops, elapsed: float) -> None:
