@@ -239,7 +239,7 @@ def grid_jobs(configs="all", variants=mb.VARIANTS, archs=ARCHS, scale_lookup: st
 
 def build_grid(configs="all", variants=mb.VARIANTS, archs=ARCHS, *, scale_lookup: str = "per_warp",
                max_workers: int | None = None, cache_dir: Path | None = None, force: bool = False,
-               progress: bool = False) -> pd.DataFrame:
+               progress: bool = True) -> pd.DataFrame:
     """Compile (or read from the cache) every config x variant x arch; one row per kernel.
 
     The frame's ``attrs`` carry wall_s, n_kernels, n_compiled (fresh nvcc runs) and n_cached.
