@@ -695,6 +695,9 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
     run_id = run_dir.name
     started, t_start = provenance.utc_now(), time.time()
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
+    if cluster is None:
+        logs = run_dir / "gpu<id>" if gpu_ids is not None else run_dir
+        echo(f"  each notebook's sweeps report their progress as they run in {logs}/<notebook>.log")
     if chosen == "replot":
         gpu_nbs = [s.name for s in specs if s.kind == "gpu"]
         if gpu_nbs:

@@ -295,9 +295,9 @@ def test_progress_lines_reach_the_runner_log_while_the_notebook_runs(tmp_path, n
     manifest.write_text(yaml.safe_dump({"notebooks": [
         {"id": "20", "name": "20_sweep", "title": "sweep", "kind": "host", "timeout": 120}]}))
     run_dir = tmp_path / "run"
-    rc = {}
+    rc, said = {}, []
     t = threading.Thread(target=lambda: rc.setdefault("rc", runner.run(
-        manifest=manifest, run_dir=run_dir, progress=False, echo=lambda s: None)))
+        manifest=manifest, run_dir=run_dir, progress=False, echo=said.append)))
     t.start()
     log = run_dir / "20_sweep.log"
     try:
@@ -323,3 +323,40 @@ def test_progress_lines_reach_the_runner_log_while_the_notebook_runs(tmp_path, n
     assert texts.count("fixture sweep") == 1 and texts.startswith("fixture sweep: 4 shapes in"), outs
     assert all(o.get("output_type") == "stream" and o.get("name") == "stdout" for o in outs), outs
     assert json.loads((run_dir / "run.json").read_text())["notebooks"][0]["ok"]
+    # the runner says where to watch
+    assert f"progress as they run in {run_dir}/<notebook>.log" in "\n".join(said)
+
+
+# ------------------------------------------------------------------ the sweeps use it
+
+SWEEPS = {
+    "fp8lab/experiments/blockwise.py": ("sweep", "check_mma_family", "a5_lookups", "swizzle_sweep"),
+    "fp8lab/experiments/three_arms.py": ("measure", "wmma_tiles", "numerics"),
+    "fp8lab/experiments/prefill.py": ("measure_prefill",),
+    "fp8lab/experiments/decode.py": ("measure_decode",),
+    "fp8lab/experiments/headroom.py": ("measure_headroom", "locked_sweep"),
+    "fp8lab/experiments/quantisers.py": ("measure",),
+    "fp8lab/experiments/ceilings.py": ("measure_ceilings",),
+    "fp8lab/experiments/census.py": ("probe_mma_types", "census_fp8lab", "_triton_census", "census_binaries"),
+    "fp8lab/compile_grid.py": ("build_grid",),
+}
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS))
+def test_every_long_sweep_loop_reports_its_progress(path):
+    """Each long loop iterates through fp8lab.progress (imported as ``track``): a loop
+    rewritten or merged without it would sweep silently again."""
+    import ast
+    tree = ast.parse((repo_root() / path).read_text())
+    aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").endswith("progress") for a in node.names if a.name == "progress"}
+    assert aliases, f"{path} does not import fp8lab.progress.progress"
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for name in SWEEPS[path]:
+        loops = [n for n in ast.walk(funcs[name]) if isinstance(n, (ast.For, ast.Call))]
+        tracked = [n for n in loops if isinstance(n, ast.For) and any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in aliases
+            for c in ast.walk(n.iter))]
+        wrapped = [n for n in loops if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                   and n.func.id in aliases]
+        assert tracked or wrapped, f"{path}: {name}() has no loop through progress()"
