@@ -9,8 +9,8 @@ Where the lines go depends on who runs the notebook (``mode()``):
 
 - ``runner``: the notebook runs under ``python -m fp8lab run``, which names its log for this
   notebook in $FP8LAB_PROGRESS_LOG. Plain lines are appended to that log as the sweep runs
-  (at the start, at each 10 % and at least every 10 s), so ``tail -f runs/<run>/NN.log``
-  shows how far it got. The notebook's own output gets one line, at the end: an executed
+  (at the start, at each 10 %, and between those at the first step 10 s or more after the
+  last line), so ``tail -f runs/<run>/NN.log`` shows how far it got. The notebook's own output gets one line, at the end: an executed
   copy carries no bar noise.
 - ``jupyter``: a kernel that is not the runner's (JupyterLab): a tqdm widget bar in the cell's
   output (ipywidgets; without it tqdm's text bar on stderr).
@@ -19,7 +19,7 @@ Where the lines go depends on who runs the notebook (``mode()``):
 
 Nested loops report as one: the outermost loop running in this thread owns the bar or the
 lines, and every loop inside it moves that one bar by its share of the outer step (shape 2
-of 5 with M 3 of 8 done is (2 + 3/8) / 5 = 47 %), so a nested sweep is one bar, not one per
+of 5 with M 3 of 8 done is (2 + 3/8) / 5 = 48 %), so a nested sweep is one bar, not one per
 outer step, and a one-item outer loop still shows movement.
 """
 
@@ -100,7 +100,7 @@ def fraction(loops) -> float | None:
 
 
 def describe(loops, elapsed: float, f: float | None = None) -> str:
-    """One progress line: ``blockwise sweep: 47%, 2/5 shapes, M 3/8, 12 s, ~14 s left``
+    """One progress line: ``blockwise sweep: 48%, 2/5 shapes, M 3/8, 12 s, ~13 s left``
     (``f``: the share done, when the caller holds it; else ``fraction(loops)``)."""
     root = loops[0]
     f = fraction(loops) if f is None else f
@@ -240,7 +240,10 @@ def _sink(loops, how: str):
     if how == "runner":
         return _Lines(_append_to(os.environ[LOG_ENV]), _stdout)
     if how == "jupyter":
-        return _Widget(loops)
+        try:
+            return _Widget(loops)
+        except Exception as exc:  # noqa: BLE001 - a bar that cannot be drawn must not stop a sweep
+            _stderr(f"fp8lab.progress: no progress bar ({type(exc).__name__}: {exc}); plain lines instead")
     return _Lines(_stderr, lambda line: None)
 
 

@@ -243,6 +243,18 @@ def test_widget_redraws_are_throttled(monkeypatch, plain, clock):
     assert FakeBar.made[0].refreshes <= 1 / pg.WIDGET_REFRESH_S + 2
 
 
+def test_a_bar_that_cannot_be_drawn_falls_back_to_lines(monkeypatch, plain, capsys):
+    monkeypatch.setattr(pg, "_in_kernel", lambda: True)
+
+    def broken(**kw):
+        raise RuntimeError("no comm")
+    monkeypatch.setattr(pg, "_make_bar", broken)
+    assert list(pg.progress(range(3), desc="sweep", unit="points")) == [0, 1, 2]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "fp8lab.progress: no progress bar (RuntimeError: no comm); plain lines instead"
+    assert err[-1] == "sweep: 3 points in 0 s"
+
+
 def test_make_bar_without_ipywidgets_is_a_text_bar_on_stderr(monkeypatch):
     monkeypatch.setitem(sys.modules, "ipywidgets", None)     # import ipywidgets -> ImportError
     bar = pg._make_bar(total=3, desc="x", unit="it")
