@@ -30,6 +30,7 @@ import pandas as pd
 from . import procs, resources, tools
 from .results import atomic_write_bytes
 from .kernels import mma_blockwise as mb
+from .progress import progress as track
 
 ARCHS = ("sm_89", "sm_90")
 # -cubin: device code only (no host compile, no fatbin); -O3 only, no -G / -lineinfo.
@@ -238,7 +239,7 @@ def grid_jobs(configs="all", variants=mb.VARIANTS, archs=ARCHS, scale_lookup: st
 
 def build_grid(configs="all", variants=mb.VARIANTS, archs=ARCHS, *, scale_lookup: str = "per_warp",
                max_workers: int | None = None, cache_dir: Path | None = None, force: bool = False,
-               progress: bool = False) -> pd.DataFrame:
+               progress: bool = True) -> pd.DataFrame:
     """Compile (or read from the cache) every config x variant x arch; one row per kernel.
 
     The frame's ``attrs`` carry wall_s, n_kernels, n_compiled (fresh nvcc runs) and n_cached.
@@ -256,11 +257,8 @@ def build_grid(configs="all", variants=mb.VARIANTS, archs=ARCHS, *, scale_lookup
     with cf.ThreadPoolExecutor(max_workers=workers) as pool:
         futs = {pool.submit(compile_job, j, cache_dir=cache_dir, force=force, key=k): i
                 for i, (j, k) in enumerate(zip(jobs, keys))}
-        it = cf.as_completed(futs)
-        if progress:
-            from tqdm.auto import tqdm
-            it = tqdm(it, total=len(futs), desc="compile grid")
-        for fut in it:
+        for fut in track(cf.as_completed(futs), total=len(futs), desc="compile grid", unit="kernels",
+                         enabled=progress):
             rows[futs[fut]] = fut.result()
     wall = time.perf_counter() - t0
     df = pd.DataFrame(rows)

@@ -43,6 +43,7 @@ from pathlib import Path
 import yaml
 
 from . import clocks, provenance
+from . import progress as progress_lines
 from .paths import notebooks_dir, repo_root
 
 KINDS = {
@@ -450,7 +451,11 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
            str(output), "--cwd", str(spec.path.parent), "--kernel", kernel,
            "--params", json.dumps(params), "--result", str(result_file),
            "--parent-pid", str(os.getpid())]
-    log = open(out_dir / f"{spec.name}.log", "w")
+    log_path = out_dir / f"{spec.name}.log"
+    log_path.write_text("")
+    # Appending (O_APPEND): the kernel appends its sweeps' progress lines to the same file
+    # ($FP8LAB_PROGRESS_LOG, fp8lab.progress) while the executor writes to it through this.
+    log = open(log_path, "a")
     t0 = time.monotonic()
     timed_out = interrupted = False
     released: list[str] = []
@@ -460,7 +465,8 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
             with _STOPPER.critical():     # a stop signal right here would leave it unlisted
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True,
-                                        env={**os.environ, **(env or {}), clocks.STATE_ENV: str(state)})
+                                        env={**os.environ, **(env or {}), clocks.STATE_ENV: str(state),
+                                             progress_lines.LOG_ENV: str(log_path)})
                 with _LIVE_LOCK:
                     _LIVE[proc] = state
             proc.wait(timeout=limit)
@@ -493,7 +499,7 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
         result_file.unlink()
         return Outcome(spec.name, r["ok"], dt, output, cell=r.get("cell"),
                        error=(r.get("error") or "") + note if not r["ok"] else None)
-    tail = (out_dir / f"{spec.name}.log").read_text()[-800:].strip()
+    tail = log_path.read_text()[-800:].strip()
     return Outcome(spec.name, False, dt, output,
                    error=f"executor exited with status {proc.returncode}: {tail}")
 
@@ -708,6 +714,9 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
     run_id = run_dir.name
     started, t_start = provenance.utc_now(), time.time()
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
+    if cluster is None:
+        logs = run_dir / "gpu<id>" if gpu_ids is not None else run_dir
+        echo(f"  each notebook's sweeps report their progress as they run in {logs}/<notebook>.log")
     if chosen == "replot":
         gpu_nbs = [s.name for s in specs if s.kind == "gpu"]
         if gpu_nbs:

@@ -146,9 +146,9 @@ if run.mode == "measure":
         ceil_df = ce.measure_ceilings(ceilings=["fp32_fma", "bf16_tensor", "bf16_mma_sync", "fp8_tensor_blockwise"], rep_ms=100,
                                       sampler=sampler)
         sweep_df = ta.measure(sites, Ms, scalar_max_m=scalar_max_m, rep_ms=rep_ms, triton_mode=triton_mode,
-                              sampler=sampler, progress=print)
+                              sampler=sampler)
         step_df = ta.measure(step_sites, [ta.STEP_M], scalar_max_m=max(scalar_max_m, ta.STEP_M), rep_ms=rep_ms,
-                             triton_mode=triton_mode, sampler=sampler, progress=print)
+                             triton_mode=triton_mode, sampler=sampler)
         tiles_df = ta.wmma_tiles(tile_check_site, tile_check_m, rep_ms=rep_ms, sampler=sampler)
         num_df = ta.numerics(numerics_Ks)
     probe = ta.b9_gpu_probe()

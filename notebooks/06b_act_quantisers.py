@@ -108,7 +108,7 @@ if run.mode == "measure":
         ceil_df = ce.measure_ceilings(ceilings=["copy_bandwidth"], rep_ms=100, sampler=sampler)
         big = ceil_df[ceil_df["status"] == "measured"]["rate_p50"]
         qdf = qx.measure(Ms, Ks, rep_ms=rep_ms, big_copy_Bps=float(big.iloc[0]) if len(big) else None,
-                         sampler=sampler, progress=print)
+                         sampler=sampler)
     clock_summary = sampler.summary()
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
     assert k["bitwise_ok"].astype(bool).all(), k[~k["bitwise_ok"].astype(bool)][["arm", "M", "K", "status"]]

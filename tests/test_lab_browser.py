@@ -9,6 +9,10 @@ decoded (non-zero natural size). Afterwards nothing under data/, figures/ or not
 changed: a hand run writes to runs/scratch/ only. Screenshots of both notebooks go to
 runs/lab-test/<time>/ (the path is printed), with JupyterLab's log.
 
+A second JupyterLab on a fixture notebook with a nested sweep (fp8lab.progress, as the
+experiments' loops use it) checks that the sweep is one progress-bar widget that renders
+and fills to 100 %, and nothing else in the cell's output.
+
 Needs Chromium from the OS (`apt-get install chromium`; .ci/run installs it) and playwright
 (the cpu extra), which drives that browser: playwright's own browser downloads are never
 used. Without them the test skips, except under CI (CI set), where it fails.
@@ -16,6 +20,7 @@ used. Without them the test skips, except under CI (CI set), where it fails.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import os
@@ -49,6 +54,7 @@ SETTINGS = {
 # The open notebook as JupyterLab's own model holds it (window.jupyterapp: the server runs
 # with expose_app_in_browser), and the DOM's rendered images and tracebacks.
 STATE_JS = """() => {
+  if (!window.jupyterapp) return null;   // the page is still loading its extensions
   const w = window.jupyterapp.shell.currentWidget;
   if (!w || !w.content || !w.content.model || !w.sessionContext) return null;
   const cells = w.content.model.cells;
@@ -120,10 +126,11 @@ def _changes(before: dict, after: dict) -> list[str]:
                   + [f"added {k}" for k in after.keys() - before.keys()])
 
 
-def _run_all(browser, server, nb: str, shot: Path) -> dict:
+def _run_all(browser, server, nb: str, shot: Path, probe_js: str | None = None) -> dict:
     """Open ``nb`` in its own workspace (no tab of another test run restored), Run All
     Cells from the Run menu, wait until the kernel is idle with every cell run (or one
-    failed: JupyterLab stops there), screenshot the whole notebook; the final state."""
+    failed: JupyterLab stops there), screenshot the whole notebook; the final state, with
+    what ``probe_js`` returns from the finished page under "probe"."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     try:
         page.goto(server.page(f"/lab/workspaces/test-{Path(nb).stem}/tree/{nb}"))
@@ -149,6 +156,8 @@ def _run_all(browser, server, nb: str, shot: Path) -> dict:
                       "e.scrollTop = 0; }")
         page.wait_for_timeout(800)
         page.screenshot(path=str(shot))
+        if probe_js:
+            st["probe"] = page.evaluate(probe_js)
         return st
     finally:
         page.close()
@@ -204,3 +213,94 @@ def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
     scratch = ROOT.joinpath(*SCRATCH_FIGURES)
     redrawn = [p for p in scratch.glob(f"*/{Path(GPU_NB).stem}/*.png") if p.stat().st_mtime >= t0 - 1]
     assert redrawn, f"no redrawn figure of {GPU_NB} under {scratch}"
+
+
+# A sweep as the experiments write it (fp8lab.progress, an inner loop inside an outer one),
+# in a notebook of its own: what a person sees is one bar that fills, not a line per point.
+SWEEP_NB = "sweep.ipynb"
+SWEEP_CELLS = [
+    "import time\nfrom fp8lab import progress as pg\nprint('progress mode:', pg.mode())",
+    "for shape in pg.progress(range(3), desc='fixture sweep', unit='shapes'):\n"
+    "    for M in pg.progress(range(4), desc='M'):\n"
+    "        time.sleep(0.15)",
+]
+
+# The sweep cell's outputs as JupyterLab's model holds them, and the progress widgets the
+# page drew (ipywidgets 8: FloatProgress is .widget-hprogress, its .progress-bar as wide as the share done).
+WIDGET_JS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const cell = w.content.model.cells.get(w.content.model.cells.length - 1);
+  const outputs = [];
+  for (let j = 0; j < cell.outputs.length; j++) {
+    const o = cell.outputs.get(j).toJSON();
+    outputs.push({type: o.output_type, mimes: Object.keys(o.data || {}), text: o.text || ''});
+  }
+  const node = w.content.widgets[w.content.widgets.length - 1].node;
+  const bars = [...node.querySelectorAll('.widget-hprogress .progress-bar')].map(b => b.style.width);
+  const labels = [...node.querySelectorAll('.widget-html-content')].map(e => e.textContent.trim());
+  const first = w.content.widgets[w.content.widgets.length - 2].node.textContent;
+  return {outputs, bars, labels, first};
+}"""
+
+
+def test_a_sweep_shows_one_progress_bar_in_jupyterlab(tmp_path, capsys):
+    """The widget bar of fp8lab.progress renders in JupyterLab (ipywidgets in the kernel,
+    its extension in the server) and fills to 100 %; nested loops are one bar; nothing
+    else (no text fallback, no throttled lines) lands in the cell's output."""
+    import nbformat
+    chromium = _chromium()
+    _need(chromium is not None, "no Chromium (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    _need(sync_playwright is not None, "playwright is not installed (pip install -e '.[cpu,test]')")
+
+    root = tmp_path / "root"
+    (root / "notebooks").mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in SWEEP_CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "notebooks" / SWEEP_NB)
+    shots = ROOT / "runs" / "lab-test" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    shots.mkdir(parents=True)
+    with capsys.disabled():
+        print(f"\nJupyterLab progress-bar test: screenshot in {shots}")
+    # a progress log named in the environment would divert the bar into lines
+    env = {k: v for k, v in os.environ.items() if k not in ("FP8LAB_PROGRESS_LOG", "FP8LAB_PROGRESS")}
+    try:
+        with _environ(env), labserver.running(root, tmp_path / "lab", settings=SETTINGS,
+                                              extra=["--LabApp.expose_app_in_browser=True"]) as server, \
+                sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True)
+            try:
+                st = _run_all(browser, server, SWEEP_NB, shots / "sweep.png", probe_js=WIDGET_JS)
+            finally:
+                browser.close()
+    finally:
+        if (tmp_path / "lab" / "jupyterlab.log").is_file():
+            shutil.copy(tmp_path / "lab" / "jupyterlab.log", shots / "jupyterlab.log")
+    where = f"{SWEEP_NB} (screenshot and log in {shots})"
+    assert "timeout" not in st, f"{where}: {st['timeout']}: {st['ran']}/{st['code']} cells ran"
+    assert not st["errors"] and not st["tracebacks"], f"{where}: {st['errors']} {st['tracebacks']}"
+    probe = st["probe"]
+    assert "progress mode: jupyter" in probe["first"], f"{where}: {probe['first']!r}"
+    widgets = [o for o in probe["outputs"] if "application/vnd.jupyter.widget-view+json" in o["mimes"]]
+    assert len(widgets) == 1, f"{where}: one bar for the nested sweep expected, outputs: {probe['outputs']}"
+    assert len(probe["outputs"]) == 1, f"{where}: more than the bar in the output: {probe['outputs']}"
+    assert probe["bars"] == ["100%"], f"{where}: progress bars drawn (width): {probe['bars']}"
+    label = " ".join(probe["labels"]).replace("\u2007", " ")   # tqdm's widget pads with figure spaces
+    assert "fixture sweep: 100%" in label and "3/3 shapes" in label, f"{where}: labels {probe['labels']}"
+
+
+@contextlib.contextmanager
+def _environ(env: dict):
+    """os.environ replaced by ``env`` for the block (JupyterLab and its kernels inherit it)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

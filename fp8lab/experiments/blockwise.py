@@ -40,6 +40,7 @@ import pandas as pd
 
 from .. import shapes as shp
 from ..kernels import mma_blockwise as mb
+from ..progress import progress as track
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
@@ -752,8 +753,8 @@ def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per
     quant_arms = [a for a in arms if a in W8A8]
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     rows = []
-    for shape in shape_objs:
-        for M in Ms:
+    for shape in track(shape_objs, desc="blockwise sweep", unit="shapes"):
+        for M in track(Ms, desc="M"):
             cands, skipped = build_candidates(M, arms, N=shape.N, sms=sms, mma_variants=mma_variants,
                                               mma_configs=mma_configs,
                                               mma_seed_config=mma_seed_config, mma_always=mma_always,
@@ -799,7 +800,7 @@ def check_mma_family(shapes=A4_SHAPES, *, seed=0, swizzle=8) -> pd.DataFrame:
     import torch
 
     rows = []
-    for (M, N, K) in shapes:
+    for (M, N, K) in track(shapes, desc="A4 tile check", unit="shapes"):
         d = mb.generate_inputs(M, N, K, seed=seed + M, backend="torch")
         ref = mb.mma_blockwise_reference(**d)
         all_rows = np.arange(M)
@@ -823,7 +824,7 @@ def a5_lookups(M: int = 64, N: int = 520, K: int = 256, *, seed=1) -> pd.DataFra
     d = mb.generate_inputs(M, N, K, seed=seed, backend="torch")
     ref = mb.mma_blockwise_reference(**d)
     rows = []
-    for cfg in mb.configs():
+    for cfg in track(mb.configs(), desc="A5 scale lookups", unit="configs"):
         if cfg not in (mb.MMAConfig(64, 64, 32, 32, 4), mb.SEED_CONFIG, mb.MMAConfig(64, 256, 64, 64, 2),
                        mb.MMAConfig(16, 64, 16, 32, 4), mb.MMAConfig(128, 256, 64, 64, 2)):
             continue
@@ -893,7 +894,7 @@ def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzl
         torch.cuda.synchronize()
         chk = compare(out, ref, rows_chk)
         assert passes(chk), f"swizzle {s}: {chk}"
-    for rep in range(repeats):
+    for rep in track(range(repeats), desc="swizzle sweep", unit="repeats"):
         for s, c in cands.items():
             fn = lambda c=c, ops=s0: c.gemm(ops, ops.a, ops.a_scale, None)  # noqa: E731
             tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=0, sampler=sampler)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from .. import bench, devices
 from ..clocks import ClockSampler, timed
+from ..progress import progress as track
 
 __all__ = ["CEILINGS", "measure_ceilings", "ceilings_for_roofline", "COLUMNS"]
 
@@ -237,7 +238,7 @@ def measure_ceilings(copy_gib: float = 2.0, gemm_size: int = 8192, *,
     }
     rows = []
     try:
-        for name in wanted:
+        for name in track(wanted, desc="ceilings", unit="ceilings"):
             arm, unit, spec_kind = CEILINGS[name]
             row = {c: math.nan for c in COLUMNS}
             row.update(ceiling=name, arm=arm, unit=unit, check="", clock_reasons="", clock_source="",

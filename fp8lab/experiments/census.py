@@ -33,6 +33,7 @@ import pandas as pd
 
 from fp8lab import sass
 from fp8lab.arms import registry
+from fp8lab.progress import progress as track
 from fp8lab.tools import find_tool, have_tool
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
@@ -168,7 +169,8 @@ def probe_mma_types(archs=DEFAULT_ARCHS, types=PROBE_TYPES, *, wgmma: bool = Tru
         jobs_list += [("wgmma", "sm_90a", a, b) for a, b in itertools.product(types, types)]
     with tempfile.TemporaryDirectory(prefix="fp8lab-probe-") as tmp, \
             cf.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        rows = list(pool.map(lambda j: _probe_one(*j, ptxas=ptxas, tmp=Path(tmp)), jobs_list))
+        rows = list(track(pool.map(lambda j: _probe_one(*j, ptxas=ptxas, tmp=Path(tmp)), jobs_list),
+                          total=len(jobs_list), desc="ptxas probe", unit="type pairs"))
     df = pd.DataFrame(rows)
     df["a_bits"] = df["a"].map(_BITS)
     df["b_bits"] = df["b"].map(_BITS)
@@ -261,7 +263,7 @@ def census_fp8lab(archs=DEFAULT_ARCHS, *, triton: bool = True, triton_tiles=TRIT
                 frames_t, builds_t = _triton_census(archs, triton_tiles, tmp)
                 frames += frames_t
                 builds += builds_t
-            for fut in cf.as_completed(futs):
+            for fut in track(cf.as_completed(futs), total=len(futs), desc="nvcc census", unit="builds"):
                 src, arch = futs[fut]
                 cubin, reason = fut.result()
                 label = f"fp8lab/kernels/{src.name}"
@@ -285,8 +287,8 @@ def _triton_census(archs, tiles, tmp: Path):
         return [], [dict(arm="triton_blockwise", source="fp8lab/kernels/triton_blockwise.py",
                          arch=a, variant="", ok=False, reason=f"triton not importable: {e}")
                      for a in archs]
-    for arch in archs:
-        for variant in tb.VARIANTS:
+    for arch in track(archs, desc="triton census", unit="archs"):
+        for variant in track(tb.VARIANTS, desc="variant"):
             for tile in tiles:
                 tag = (f"{variant} {tile['BLOCK_M']}x{tile['BLOCK_N']}x{tb.DEFAULT_BLOCK_K[variant]}"
                        f" w{tile['num_warps']} s{tile['num_stages']}")
@@ -318,7 +320,7 @@ def census_binaries(paths, archs=DEFAULT_ARCHS, *, kernel_filter: str | None = N
     paths = [Path(p).expanduser() for p in paths]
     archs = [sass.normalise_arch(a) for a in archs]
     frames = []
-    for p in paths:
+    for p in track(paths, desc="binary census", unit="files"):
         try:
             got = sass.sass_census(p, arch=archs, kernel_filter=kernel_filter)
         except sass.NoDeviceCode:

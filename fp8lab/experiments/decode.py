@@ -29,6 +29,7 @@ import pandas as pd
 
 from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
+from ..progress import progress as track
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
@@ -186,10 +187,10 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     def timed(fn, sets):
         return clocks.timed(sampler, lambda: bench.bench(bench.rotating(fn, sets), method="graph", rep_ms=rep_ms))
 
-    for name in shape_names:
+    for name in track(shape_names, desc="decode sweep", unit="shapes"):
         sh = _shape(name)
         N, K = sh.N, sh.K
-        for fmt in formats:
+        for fmt in track(formats, desc="format"):
             sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m)
             b = wo.byte_count(fmt, N, K)
             # the split-K workspace at its largest before any graph captures its pointer

@@ -38,6 +38,7 @@ import pandas as pd
 
 from .. import clocks
 from ..kernels import weight_only as wo
+from ..progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:down_proj"
 DEFAULT_EXTRA_ALU = wo.EXTRA_ALU_LEVELS
@@ -346,7 +347,7 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
     # tested where the sum is one CTA's (tests/test_headroom_gpu.py).
     plain = wo.gemv_w16(x, pw)
     assert _relerr(plain, outs0.double()) < 1e-3, "EXTRA_ALU k=0 differs from the regular fp8 kernel"
-    for k in ks:
+    for k in track(ks, desc="headroom check", unit="ALU levels"):
         o = torch.full_like(outs0, float("nan"))
         wo.gemv_w16(x, pw, out=o, extra_alu=k)
         assert torch.isfinite(o).all(), f"EXTRA_ALU k={k}: non-finite outputs"
@@ -373,7 +374,7 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
 
     # k = 0 once more after the sweep (``repeat`` = 1): its distance from the first k = 0 is the
     # run-to-run spread C6's 2% bar is judged against (sweep_noise)
-    for k, rep in [(k, 0) for k in ks] + [(0, 1)]:
+    for k, rep in track([(k, 0) for k in ks] + [(0, 1)], desc="headroom sweep", unit="ALU levels"):
         outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
         timing, clk = timed(lambda p, o, k=k: wo.gemv_w16(x1, p, splits=splits, out=o, extra_alu=k),
                             list(zip(sets, outs)))
@@ -517,7 +518,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
 
     rows = point(math.nan, "unlocked")
     log = []
-    for f in mhz:
+    for f in track(mhz, desc="locked-clock sweep", unit="clocks"):
         with lock(sm_mhz=f) as state:
             log.append(dict(sm_mhz=f, status=str(state.status)))
             if state.status == "locked":

@@ -31,6 +31,7 @@ import pandas as pd
 from .. import bench, clocks, devices, shapes
 from ..arms import registry
 from ..kernels import weight_only as wo
+from ..progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"
 DEFAULT_MS = (1, 64, 1024, 8192)
@@ -171,7 +172,7 @@ def measure_prefill(shape_name: str = DEFAULT_SHAPE, Ms: Sequence[int] = DEFAULT
     def timed(fn):
         return clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
 
-    for M in Ms:
+    for M in track(Ms, desc="prefill sweep", unit="M values"):
         x = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)    # (M, K) bf16
         r = slice(0, min(check_rows, M))
         xr = x[r].double()

@@ -34,6 +34,7 @@ import pandas as pd
 
 from .. import bench, claims, clocks
 from ..kernels import quant_act as qa
+from ..progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
            "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
@@ -170,8 +171,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
         raise RuntimeError("measure() needs a CUDA device")
     l2 = bench.device_l2_bytes()
     rows = []
-    for K in Ks:
-        for M in Ms:
+    for K in track(Ks, desc="quantiser sweep", unit="K values"):
+        for M in track(Ms, desc="M"):
             if progress:
                 progress(f"M={M} K={K}")
             cnt = qa.byte_count(int(M), int(K))

@@ -32,7 +32,7 @@ NEAR_CAP = 240
 
 
 def run_spills(configs="all", variants=mb.VARIANTS, archs=compile_grid.ARCHS, *, cache_dir=None,
-               max_workers: int | None = None, force: bool = False, progress: bool = False) -> pd.DataFrame:
+               max_workers: int | None = None, force: bool = False, progress: bool = True) -> pd.DataFrame:
     """Compile (or read from the cache) the grid; one row per (config, variant, arch).
 
     ``attrs``: wall_s of this call, n_compiled / n_cached, workers, tool versions.

@@ -47,6 +47,7 @@ from .. import bench, claims, clocks, devices
 from .. import shapes as shp
 from ..arms import registry
 from ..kernels import seed001
+from ..progress import progress as track
 
 __all__ = ["SEED", "DEFAULT_SITES", "DEFAULT_MS", "DENSE_SITES", "STEP_M", "GEMM_ARMS", "W8A8_IMPLS",
            "FAMILY_IDS", "FAMILIES", "triton_config_for", "mma_config_for", "measure", "three_arms_view",
@@ -360,7 +361,7 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
         c.update(clk)
         return c
 
-    for i_site, shape in enumerate(site_shapes(sites)):
+    for i_site, shape in enumerate(track(site_shapes(sites), desc="three-arms sweep", unit="sites")):
         N, K = shape.N, shape.K
         site = _Site(shape, seed=seed + i_site)
         # the dequantiser, once per site
@@ -378,7 +379,7 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
         dequant_p50 = tm.p50_s
         dq_out = None
 
-        for M in Ms:
+        for M in track(Ms, desc="M"):
             if progress:
                 progress(f"{shape.site} M={M}")
             g = torch.Generator(device="cuda").manual_seed(seed * 1000 + M)
@@ -554,7 +555,7 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
     ref = seed001.reference_w8a16(d["a"], d["w"], d["w_scale"], rows=r_idx)
     cnt = seed001.flop_byte_count(M, N, K)
     rows = []
-    for c in configs:
+    for c in track(configs, desc="wmma tile check", unit="configs"):
         cid, cfg = seed001.wmma_config(c)
         r = {col: math.nan for col in COLUMNS}
         r.update(site=site, model=MODEL, N=N, K=K, M=M, arm="wmma_w8a16", role="gemm", kind="w8a16",
@@ -605,7 +606,7 @@ def numerics(Ks: Sequence[int] = (512, 2048, 7168, 18432), M: int = 64, N: int =
     from ..kernels import triton_blockwise as tb
 
     rows = []
-    for K in Ks:
+    for K in track(Ks, desc="B8 numerics", unit="K values"):
         d = seed001.generate_inputs(M, N, K, seed=seed + K)
         a, w, s = d["a"], d["w"], d["w_scale"]
         ref = seed001.reference_w8a16(a, w, s)                                   # (M, N) float64
