@@ -40,11 +40,14 @@ import pandas as pd
 
 from .. import shapes as shp
 from ..kernels import mma_blockwise as mb
+from ..peers import catalog as peers_catalog
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
 OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
 W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
+#: other people's blockwise FP8 GEMMs (issue 17): fp8lab.peers.sweeps.blockwise, a table of their own
+PEERS = peers_catalog.ids_for("05")
 #: What the ``quant`` column can name besides 'none': the CUDA quantiser, or the torch one
 #: when it is missing (:func:`pick_quantiser`). Legend texts and colours: fp8lab.arms.registry.
 QUANTISERS = ("quant_act_warp", "quant_act_reference")

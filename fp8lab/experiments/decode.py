@@ -29,11 +29,15 @@ import pandas as pd
 
 from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
+from ..peers import catalog as peers_catalog
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
+#: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
+#: their rows in a table of their own (the verdicts above read fp8lab's arms only)
+PEERS = peers_catalog.ids_for("08")
 #: the seed's figures
 SEED_C3_DRAM = (0.91, 0.94)
 SEED_C3_ISSUE = (0.13, 0.33)

@@ -1,0 +1,384 @@
+"""The peers' sweeps, one per notebook, writing that notebook's table columns plus PEER_COLUMNS.
+
+- :func:`decode` (notebook 08): every weight-only peer at every (shape, M), effective bandwidth
+  from the bytes of the tensors the peer built, beside the copy bandwidth measured in the same
+  run, CUDA-graph replay over rotated weight copies (decode.measure_decode's method).
+- :func:`prefill` (notebook 11): the same peers at prefill M, CUDA events with L2 flushed,
+  TFLOP/s per GHz from the NVML clock (prefill.measure_prefill's method).
+- :func:`blockwise` (notebook 05): the W8A8 blockwise peers on blockwise.make_operands' activations
+  and weights, each quantised by the peer, checked with blockwise.compare / passes.
+- :func:`quantisers` (notebook 06b): the per-token-group quantisers, bit for bit against
+  baselines.quant_act_reference.
+
+A peer that is not available gives one ``not-run`` row per (shape, M) with the reason and its
+install line, before torch is imported; a peer that fails its check or raises gives a
+``failed-check`` / ``error`` row. Peers' rows live in their own table (``peers``) so the
+notebooks' verdicts over fp8lab's arms read the tables they always read; figures draw both.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import pandas as pd
+
+from . import catalog, discover, harness
+from .harness import PEER_COLUMNS, error_text, status_row
+
+__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns"]
+
+
+def columns(host: Sequence[str]) -> list:
+    """The notebook table's columns followed by the peer columns it lacks."""
+    return list(host) + [c for c in PEER_COLUMNS if c not in host]
+
+
+def _check_ids(peers: Sequence[str], notebook: str) -> None:
+    allowed = catalog.ids_for(notebook)
+    bad = [p for p in peers if p not in allowed]
+    if bad:
+        raise ValueError(f"not peers of notebook {notebook}: {bad}; its peers: {list(allowed)}")
+
+
+def _available(peers, avail: Optional[Callable]) -> dict:
+    avail = avail or discover.availability
+    return {p: avail(p) for p in peers}
+
+
+# ------------------------------------------------------------------------------------------
+# weight-only: notebook 08 (decode) and 11 (prefill)
+# ------------------------------------------------------------------------------------------
+def _byte_split(prep: harness.Prepared, N: int, K: int, peer: str) -> tuple[dict, str]:
+    ts = [t for t in prep.weights(prep.state) if t is not None]
+    total = harness.tensor_bytes(ts)
+    codes = harness.tensor_bytes(ts[:1])
+    fmt = catalog.weight_stream_bytes(peer, N, K)
+    note = "" if abs(total - fmt) <= 0.01 * fmt else f"tensors hold {total} B, the format {fmt} B"
+    return {"weight_bytes": codes, "scale_bytes": total - codes, "stream_bytes": total}, note
+
+
+def _act_dtype(act: str):
+    import torch
+
+    return torch.float16 if act == "fp16" else torch.bfloat16
+
+
+def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], *, copy: dict, rep_ms: float = 40,
+           seed: int = 0, check_m: int = 4, sampler=None, same_copy: bool = True, avail=None,
+           prepare: Optional[dict] = None) -> pd.DataFrame:
+    """One row per (shape, peer, M) in decode.COLUMNS + PEER_COLUMNS. ``copy``: the run's
+    decode.measure_copy result. ``avail`` / ``prepare``: replace discovery / the adapters (tests)."""
+    from ..experiments import decode as dx
+
+    _check_ids(peers, "08")
+    cols = columns(dx.COLUMNS)
+    av = _available(peers, avail)
+    rows = []
+    live = [p for p in peers if av[p].ok]
+    for name in shape_names:
+        sh = dx._shape(name)
+        for p in peers:
+            if av[p].ok:
+                continue
+            for M in Ms:
+                rows.append(status_row(cols, dict(shape=name, N=sh.N, K=sh.K, M=M, arm=p, fmt=catalog.get(p).fmt,
+                                                  act=catalog.get(p).act), p, av[p].status()))
+    if not live:
+        return pd.DataFrame(rows, columns=cols)
+
+    import torch
+
+    from .. import bench, devices
+    from . import adapters
+
+    prepare = prepare or adapters.WEIGHT_ONLY
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    spec = devices.spec_for(props.name)
+    l2 = bench.device_l2_bytes()
+    same: dict = {}
+
+    def same_Bps(nbytes):
+        if not same_copy:
+            return math.nan
+        if nbytes not in same:
+            same[nbytes] = dx.same_size_copy(nbytes, l2, rep_ms=rep_ms)["Bps"]
+        return same[nbytes]
+
+    for name in shape_names:
+        sh = dx._shape(name)
+        N, K = sh.N, sh.K
+        for p in live:
+            pe = catalog.get(p)
+            base = dict(shape=name, N=N, K=K, arm=p, fmt=pe.fmt, act=pe.act)
+            try:
+                prep = prepare[p](adapters.dense_weight(N, K, seed))
+                tdt = _act_dtype(prep.act)
+                g = torch.Generator(device="cuda").manual_seed(seed + 1)
+                xc = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
+                err, nan_left = harness.check(prep, xc, rows=check_m)
+            except discover.PeerUnavailable as e:
+                rows += [status_row(cols, {**base, "M": M}, p, f"not-run: {e}", av[p].version) for M in Ms]
+                continue
+            except Exception as e:  # noqa: BLE001 - a peer failing must not stop the sweep
+                rows += [status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version) for M in Ms]
+                torch.cuda.empty_cache()
+                continue
+            if nan_left or not err < harness.CHECK_RELERR:
+                st = f"failed-check: relerr {err:.3g} vs float64 of its own dequantised weights, NaNs {nan_left}"
+                rows += [status_row(cols, {**base, "M": M, "check_relerr": err}, p, st, av[p].version) for M in Ms]
+                continue
+            b, note = _byte_split(prep, N, K, p)
+            n_sets = bench.n_rotation_sets(b["stream_bytes"], l2)
+            states = [prep.state] + [prep.clone(prep.state) for _ in range(n_sets - 1)]
+            for M in Ms:
+                try:
+                    x = torch.randn(M, K, device="cuda").to(tdt)
+                    outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in states]
+                    tm, clk, tnote = harness.time_rotated(lambda s, o: prep.call(s, x, o if prep.takes_out else None),
+                                                          list(zip(states, outs)), method="graph", rep_ms=rep_ms,
+                                                          sampler=sampler)
+                    r = dx._row(name, N, K, M, p, pe.fmt, prep.act, b, tm, clk, copy["rate_p50"], spec,
+                                splits=math.nan, grid="", ctas=math.nan, err=err, schedule=prep.config,
+                                same_Bps=same_Bps(b["stream_bytes"]))
+                    r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K),
+                                                  note="; ".join(x_ for x_ in (note, tnote) if x_)))
+                    rows.append(r)
+                    del outs
+                except Exception as e:  # noqa: BLE001
+                    rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
+                                           "error: timing: " + error_text(e), av[p].version))
+            del states, prep
+            torch.cuda.empty_cache()
+    return pd.DataFrame(rows, columns=cols)
+
+
+def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms: float = 100,
+            warmup_ms: float = 25, check_rows: int = 4, seed: int = 0, sampler=None, avail=None,
+            prepare: Optional[dict] = None) -> pd.DataFrame:
+    """One row per (M, peer) in prefill.COLUMNS + PEER_COLUMNS (CUDA events, L2 flushed)."""
+    from .. import shapes
+    from ..arms import registry
+    from ..experiments import prefill as px
+
+    _check_ids(peers, "11")
+    cols = columns(px.COLUMNS)
+    sh = shapes.get(shape_name)
+    N, K = sh.N, sh.K
+    av = _available(peers, avail)
+    rows = []
+    for p in peers:
+        if not av[p].ok:
+            rows += [status_row(cols, dict(shape=shape_name, N=N, K=K, M=M, arm=p, scheme=registry.scheme(p),
+                                           with_quant=False), p, av[p].status()) for M in Ms]
+    live = [p for p in peers if av[p].ok]
+    if not live:
+        return pd.DataFrame(rows, columns=cols)
+
+    import torch
+
+    from .. import bench, clocks, devices
+    from . import adapters
+
+    prepare = prepare or adapters.WEIGHT_ONLY
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    spec = devices.spec_for(props.name)
+    spec_per_ghz = spec.peak_flops("bf16") / spec.clock_hz * 1e9 / 1e12 if spec else math.nan
+    w = adapters.dense_weight(N, K, seed)
+    for p in live:
+        base = dict(shape=shape_name, N=N, K=K, arm=p, scheme=registry.scheme(p), with_quant=False)
+        try:
+            prep = prepare[p](w)
+        except discover.PeerUnavailable as e:
+            rows += [status_row(cols, {**base, "M": M}, p, f"not-run: {e}", av[p].version) for M in Ms]
+            continue
+        except Exception as e:  # noqa: BLE001
+            rows += [status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version) for M in Ms]
+            continue
+        tdt = _act_dtype(prep.act)
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        for M in Ms:
+            try:
+                x = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+                err, nan_left = harness.check(prep, x, rows=check_rows)
+                if nan_left or not err < harness.CHECK_RELERR:
+                    rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
+                                           f"failed-check: relerr {err:.3g}, NaNs {nan_left}", av[p].version))
+                    continue
+                out = torch.empty(M, N, dtype=tdt, device="cuda")
+                fn = lambda: prep.call(prep.state, x, out if prep.takes_out else None)  # noqa: E731
+                fn()
+                tm, clk = clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms,
+                                                                    rep_ms=rep_ms))
+            except Exception as e:  # noqa: BLE001
+                rows.append(status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version))
+                continue
+            flop = 2.0 * M * N * K
+            mhz = clk.get("sm_mhz_median", math.nan)
+            tf = flop / tm.p50_s / 1e12
+            r = {c: math.nan for c in cols}
+            r.update(base, M=M, flop=flop, time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
+                     tflops_p20=flop / tm.p80_s / 1e12, tflops_p50=tf, tflops_p80=flop / tm.p20_s / 1e12,
+                     quant_time_s=math.nan, tflops_per_ghz=tf / (mhz / 1e3) if mhz and mhz > 0 else math.nan,
+                     spec_tflops_per_ghz=spec_per_ghz, check_relerr=err, config=prep.config,
+                     timing_method=tm.method, n_samples=tm.n, **clk)
+            r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
+            rows.append(r)
+        del prep
+        torch.cuda.empty_cache()
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ------------------------------------------------------------------------------------------
+# blockwise W8A8: notebook 05
+# ------------------------------------------------------------------------------------------
+def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0, warmup_ms: float = 10,
+              rep_ms: float = 50, graph_threshold_s: float = 20e-6, graph_max_m: int = 64, max_sets: int = 16,
+              sampler=None, avail=None, prepare: Optional[dict] = None, log=None) -> pd.DataFrame:
+    """One row per (shape, M, peer) in blockwise.COLUMNS + PEER_COLUMNS, timed as
+    blockwise.run_point times fp8lab's arms (graph replay up to ``graph_max_m``, else auto)."""
+    from ..experiments import blockwise as bw
+
+    _check_ids(peers, "05")
+    cols = columns(bw.COLUMNS)
+    shape_objs = bw.resolve_shapes(shapes)
+    av = _available(peers, avail)
+
+    def base(shape, M, p):
+        return dict(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=p,
+                    variant="", path=catalog.get(p).library, config="", quant="none", poison="",
+                    weight_bytes=catalog.weight_stream_bytes(p, shape.N, shape.K))
+
+    rows = []
+    for shape in shape_objs:
+        for M in Ms:
+            rows += [status_row(cols, base(shape, M, p), p, av[p].status()) for p in peers if not av[p].ok]
+    live = [p for p in peers if av[p].ok]
+    if not live:
+        return pd.DataFrame(rows, columns=cols)
+
+    import torch
+
+    from .. import bench
+    from . import adapters
+
+    prepare = prepare or adapters.BLOCKWISE
+    for shape in shape_objs:
+        N, K = shape.N, shape.K
+        for M in Ms:
+            s0 = bw.make_operands(M, N, K, seed=seed + M)
+            # the peer quantises the same activations and weights fp8lab's arms get (the
+            # weights as their dequantised fp32 values: the peer's 128x128 blocks re-find them)
+            w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
+            rows_chk = bw.check_rows(M, seed=seed)
+            flop = 2.0 * M * N * K
+            method = "graph" if M <= graph_max_m else "auto"
+            for p in live:
+                b0 = base(shape, M, p)
+                try:
+                    prep = prepare[p](s0.x, w)
+                    got = harness.poisoned_call(prep, s0.x, M, N)
+                    ref = prep.extra["ref_x"][torch.as_tensor(rows_chk, device=got.device)] @ prep.w_ref.t()
+                    chk = bw.compare(got, ref, rows_chk)
+                    del got, ref
+                except discover.PeerUnavailable as e:
+                    rows.append(status_row(cols, b0, p, f"not-run: {e}", av[p].version))
+                    continue
+                except Exception as e:  # noqa: BLE001
+                    rows.append(status_row(cols, b0, p, "error: " + error_text(e), av[p].version))
+                    continue
+                if not bw.passes(chk):
+                    rows.append(status_row(cols, {**b0, **chk}, p, f"failed-check: relerr {chk['relerr']:.3g}, "
+                                           f"calc_diff {chk['calc_diff']:.3g}, NaNs {chk['nan_left']}", av[p].version))
+                    continue
+                try:
+                    per = harness.tensor_bytes(prep.state)
+                    n_sets = min(max_sets, bench.n_rotation_sets(per, bench.device_l2_bytes(), max_sets=10**6))
+                    states = [prep.state] + [prep.clone(prep.state) for _ in range(n_sets - 1)]
+                    fn = bench.rotating(lambda st: prep.call(st, None, None), [(st,) for st in states])
+                    for _ in range(n_sets):
+                        fn()
+                    torch.cuda.synchronize()
+                    tm, clk = bw._time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
+                                       sampler=sampler, method=method)
+                except Exception as e:  # noqa: BLE001
+                    rows.append(status_row(cols, {**b0, **chk}, p, "error: timing: " + error_text(e), av[p].version))
+                    continue
+                wb = harness.tensor_bytes(prep.weights(prep.state))
+                r = {c: math.nan for c in cols}
+                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
+                         poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
+                r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
+                rows.append(r)
+                if log:
+                    log(f"{shape.name} M={M} {p}: {tm.p50_s * 1e6:.1f} us")
+                del states, prep
+            del s0, w
+            torch.cuda.empty_cache()
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ------------------------------------------------------------------------------------------
+# per-token-group quantisers: notebook 06b
+# ------------------------------------------------------------------------------------------
+def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, rep_ms: float = 40,
+               warmup_ms: float = 10, seed: int = 0, sampler=None, avail=None,
+               make: Optional[dict] = None) -> pd.DataFrame:
+    """One row per (peer, M, K) in quantisers.COLUMNS + PEER_COLUMNS: codes and scales compared
+    bit for bit with baselines.quant_act_reference (the count of differing ones recorded; a peer
+    that rounds differently is reported, not failed), then timed on rotated inputs."""
+    from ..experiments import quantisers as qx
+
+    _check_ids(peers, "06b")
+    cols = columns(qx.COLUMNS)
+    av = _available(peers, avail)
+    rows = []
+    for K in Ks:
+        for M in Ms:
+            rows += [status_row(cols, dict(arm=p, M=M, K=K), p, av[p].status()) for p in peers if not av[p].ok]
+    live = [p for p in peers if av[p].ok]
+    if not live:
+        return pd.DataFrame(rows, columns=cols)
+
+    import torch
+
+    from .. import bench
+    from ..kernels import baselines
+    from ..kernels import quant_act as qa
+    from . import adapters
+
+    make = make or adapters.QUANTISERS
+    l2 = bench.device_l2_bytes()
+    for p in live:
+        try:
+            fn = make[p]()
+        except Exception as e:  # noqa: BLE001
+            st = f"not-run: {e}" if isinstance(e, discover.PeerUnavailable) else "error: " + error_text(e)
+            rows += [status_row(cols, dict(arm=p, M=M, K=K), p, st, av[p].version) for K in Ks for M in Ms]
+            continue
+        for K in Ks:
+            for M in Ms:
+                b0 = dict(arm=p, M=M, K=K)
+                try:
+                    nbytes = qa.byte_count(int(M), int(K))["bytes"]
+                    n_sets, resident = qx._n_sets(nbytes, l2)
+                    xs = [qx.make_input(M, K, seed=seed + M)]
+                    xs += [xs[0].clone() for _ in range(n_sets - 1)]
+                    rq, rs = baselines.quant_act_reference(xs[0])
+                    q, s = fn(xs[0])
+                    torch.cuda.synchronize()
+                    codes = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum().item())
+                    scales = int((s.float().reshape(M, -1) != rs).sum().item())
+                    tm, clk, tnote = harness.time_rotated(fn, [(x,) for x in xs], method="graph", rep_ms=rep_ms,
+                                                          warmup_ms=warmup_ms, sampler=sampler)
+                except Exception as e:  # noqa: BLE001
+                    rows.append(status_row(cols, b0, p, "error: " + error_text(e), av[p].version))
+                    continue
+                r = {c: math.nan for c in cols}
+                r.update(b0, bytes=float(nbytes), time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
+                         gbps_p50=nbytes / tm.p50_s / 1e9, bitwise_ok=codes == 0 and scales == 0,
+                         codes_differing=codes, scales_differing=scales, l2_resident=resident,
+                         timing_method=tm.method, rotation_sets=tm.rotation_sets, n_samples=tm.n, **clk)
+                r.update(harness.peer_columns(p, av[p].version, note=tnote))
+                rows.append(r)
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,159 @@
+"""fp8lab.peers on CPU: the catalog, discovery with fake probes, not-run rows for every missing
+peer in every notebook's sweep (never an exception, never a gap), the one peer style, and
+Marlin's kernel compiling for sm_90 with nvcc when its source has been unpacked."""
+
+import shutil
+
+import pytest
+
+from fp8lab import peers
+from fp8lab.arms import registry
+from fp8lab.experiments import blockwise as bw
+from fp8lab.experiments import decode as dx
+from fp8lab.experiments import prefill as px
+from fp8lab.experiments import quantisers as qx
+from fp8lab.peers import build, catalog, discover, harness, sweeps
+
+
+def _missing(pid):
+    return discover.Availability(pid, False, reason="nothing here (fake)", install=catalog.get(pid).install)
+
+
+def _present(pid):
+    return discover.Availability(pid, True, version="9.9")
+
+
+def test_catalog_rows_are_complete_and_registered():
+    for pid, p in catalog.PEERS.items():
+        assert pid.startswith(registry.PEER_PREFIX) and registry.is_peer(pid)
+        assert p.kind in catalog.KINDS and p.discover in ("import", "build")
+        assert p.install.strip() and p.licence.strip() and p.weight and p.scales and p.act
+        assert set(p.notebooks) <= set(catalog.NOTEBOOKS)
+        assert catalog.NOTEBOOKS[p.notebooks[0]] == p.kind
+        assert registry.entry(pid).kind == "arm" and registry.color(pid)
+    # the seed's subject is in 08 and 11; every notebook's arm list is its peers
+    assert "peer_marlin_int4" in dx.PEERS and "peer_marlin_int4" in px.PEERS
+    assert bw.PEERS == catalog.ids_for("05") and "peer_torchao_blockwise" in bw.PEERS
+    assert set(qx.PEERS) == {"peer_vllm_quant_group", "peer_sglang_quant_group"}
+    with pytest.raises(ValueError, match="unknown peer"):
+        catalog.get("peer_nope")
+
+
+def test_carried_says_which_can_reach_the_offline_box():
+    assert catalog.get("peer_torchao_blockwise").carries and catalog.get("peer_marlin_int4").carries
+    for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise", "peer_vllm_marlin_int4"):
+        assert not catalog.get(pid).carries
+
+
+@pytest.mark.parametrize("pid, N, K, want", [
+    ("peer_marlin_int4", 256, 128, 256 * 128 // 2 + 2 * 256),            # INT4 + fp16 scale per 128
+    ("peer_gemlite_w8a16_fp8", 256, 384, 256 * 384 + 4 * 256),          # e4m3 + fp32 per channel
+    ("peer_gemlite_w4a16_int4", 256, 256, 256 * 128 + 2 * 2 * 256 * 2),  # INT4 + bf16 scale and zero
+    ("peer_gemlite_w4a16_nvfp4", 16, 32, 16 * 16 + 16 * 2 + 4),         # e2m1 + e4m3 per 16 + fp32
+    ("peer_torchao_blockwise", 129, 256, 129 * 256 + 4 * 2 * 2),        # a ragged N block still has a scale
+])
+def test_weight_stream_bytes(pid, N, K, want):
+    assert catalog.weight_stream_bytes(pid, N, K) == want
+
+
+def test_quantisers_have_no_weight_stream():
+    with pytest.raises(ValueError, match="activations"):
+        catalog.weight_stream_bytes("peer_vllm_quant_group", 128, 128)
+
+
+def test_availability_from_a_probe_and_the_gpu_generation():
+    discover.reset()
+
+    def raises(p):
+        raise discover.PeerUnavailable(f"{p.module} is not installed")
+
+    a = discover.availability("peer_gemlite_w8a16_fp8", probe=raises, sm=90)
+    assert not a.ok and a.status() == ("not-run: gemlite is not installed; install: pip install "
+                                       "gemlite==0.6.0.post2")
+    ok = discover.availability("peer_gemlite_w8a16_fp8", probe=lambda p: None, sm=None)
+    assert ok.ok and ok.reason == ""
+    # DeepGEMM needs Hopper: sm_89 is not-run, sm_90 runs
+    assert not discover.availability("peer_deepgemm", probe=lambda p: None, sm=89).ok
+    assert "sm_90+" in discover.availability("peer_deepgemm", probe=lambda p: None, sm=89).reason
+    assert discover.availability("peer_deepgemm", probe=lambda p: None, sm=90).ok
+
+
+def test_a_package_that_breaks_at_import_is_a_reason_not_a_crash(monkeypatch):
+    import importlib
+
+    def boom(name):
+        raise OSError("libcudart.so.12: cannot open shared object file")
+
+    monkeypatch.setattr(importlib, "import_module", boom)
+    discover.reset()
+    a = discover.availability("peer_torchao_blockwise", sm=None)
+    assert not a.ok and "fails at import: OSError: libcudart" in a.reason
+    discover.reset()
+
+
+def _assert_not_run(df, host_cols, n):
+    assert list(df.columns) == sweeps.columns(host_cols)
+    assert len(df) == n
+    assert df["status"].str.startswith("not-run: nothing here (fake); install: ").all()
+    assert (df["install"] != "").all() and df["time_p50_s"].isna().all()
+    assert df["arm"].map(registry.is_peer).all()
+
+
+def test_every_sweep_gives_a_not_run_row_per_point_for_a_missing_peer():
+    d = sweeps.decode(["qwen3-8b:o_proj", "llama3-70b:down_proj"], [1, 16], dx.PEERS, copy={"rate_p50": 4e12},
+                      avail=_missing)
+    _assert_not_run(d, dx.COLUMNS, 2 * 2 * len(dx.PEERS))
+    assert set(d[d["arm"] == "peer_marlin_int4"]["M"]) == {1, 16}
+    p = sweeps.prefill("llama3-70b:o_proj", [1, 8192], px.PEERS, avail=_missing)
+    _assert_not_run(p, px.COLUMNS, 2 * len(px.PEERS))
+    assert (p["scheme"] == p["arm"].map(registry.scheme)).all()
+    b = sweeps.blockwise(["qwen3-8b:o_proj"], [1, 128, 4096], bw.PEERS, avail=_missing)
+    _assert_not_run(b, bw.COLUMNS, 3 * len(bw.PEERS))
+    assert (b["quant"] == "none").all() and (b["weight_bytes"] > 0).all()
+    q = sweeps.quantisers([1, 4096], [7168], qx.PEERS, avail=_missing)
+    _assert_not_run(q, qx.COLUMNS, 2 * len(qx.PEERS))
+
+
+def test_a_sweep_refuses_another_notebooks_peer():
+    with pytest.raises(ValueError, match="not peers of notebook 08"):
+        sweeps.decode(["qwen3-8b:o_proj"], [1], ["peer_torchao_blockwise"], copy={"rate_p50": 1.0}, avail=_missing)
+
+
+def test_status_rows_keep_text_columns_text():
+    cols = sweeps.columns(dx.COLUMNS)
+    r = harness.status_row(cols, dict(shape="s", M=1, arm="peer_marlin_int4"), "peer_marlin_int4", "not-run: x")
+    assert r["timing_method"] == "" and r["schedule"] == "" and r["library"].startswith("Marlin")
+    assert set(r) == set(cols)
+
+
+def test_peers_table_names_every_peer():
+    t = peers.table(avail=_missing)
+    assert list(t["peer"]) == list(catalog.PEERS) and (t["here"] == "no").all()
+    assert t.loc[t["peer"] == "peer_torchao_blockwise", "offline_box"].item() == "wheel 3.4 MB"
+
+
+def test_one_style_for_peers():
+    assert registry.style("peer_marlin_int4") == registry.PEER_STYLE
+    assert registry.style("gemv_w4a16_int4") == registry.OWN_STYLE
+    assert registry.style("peer_torchao_blockwise")["ls"] != registry.style("triton_blockwise")["ls"]
+
+
+def test_missing_marlin_source_names_the_script(tmp_path, monkeypatch):
+    monkeypatch.setenv(discover.MARLIN_SRC_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="peers_offline.py --sources"):
+        build.source_files()
+    from fp8lab.peers.__main__ import main
+
+    assert main(["check-compile"]) == 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_marlin_kernel_compiles_for_sm90():
+    """The CPU proof for the GPU box: Marlin's kernel file, from its own source, builds for
+    sm_90 with the flags torch's extension builder passes (needs the unpacked source)."""
+    try:
+        build.source_files()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    r = build.compile_check("sm_90")
+    assert r["ok"], r["errors"]
