@@ -2,8 +2,10 @@
 peer in every notebook's sweep (never an exception, never a gap), the one peer style, and
 Marlin's kernel compiling for sm_90 with nvcc when its source has been unpacked."""
 
+import math
 import shutil
 
+import pandas as pd
 import pytest
 
 from fp8lab import peers
@@ -157,3 +159,90 @@ def test_marlin_kernel_compiles_for_sm90():
         pytest.skip(str(e))
     r = build.compile_check("sm_90")
     assert r["ok"], r["errors"]
+
+
+# ------------------------------------------------------------------------------ report (CPU)
+from fp8lab.peers import report  # noqa: E402
+
+
+def _decode_peers(frac_by_shape, status="measured"):
+    rows = []
+    for shape, f in frac_by_shape.items():
+        rows.append(dict(shape=shape, M=1, arm=report.MARLIN, status=status, fraction_of_copy=f, bw_p50=f * 4e12,
+                         bw_p20=f * 3.9e12, bw_p80=f * 4.1e12, version="0.1.1"))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("low, verdict", [(report.C3_FRACTION, "holds-in-kind"), (report.C3_FRACTION - 0.001, "differs")])
+def test_marlin_c3_boundary(low, verdict):
+    v = report.marlin_c3(_decode_peers({"a": 0.95, "b": low}))
+    assert v.verdict == verdict and v.subject == "seed" and v.variant == "original Marlin"
+    assert f"{report.C3_FRACTION:.0%}" in v.rule
+
+
+def test_marlin_rows_say_why_not_run():
+    df = _decode_peers({"a": math.nan}, status="not-run: Marlin's extension is not built; install: x")
+    v = report.marlin_c3(df)
+    assert v.verdict == "not-run" and "not built" in v.reason
+    assert report.marlin_c3(None).reason == "Marlin was not in this run's peers"
+    assert report.marlin_c4(df).verdict == "not-run" and report.marlin_c5().verdict == "not-run"
+
+
+def _prefill(ratio, M=8192):
+    cub = dict(M=M, arm="cublas_bf16", with_quant=False, tflops_per_ghz=400.0, tflops_p50=700.0,
+               sm_mhz_median=1750.0)
+    mar = dict(M=M, arm=report.MARLIN, status="measured", tflops_per_ghz=400.0 * ratio, tflops_p50=650.0,
+               sm_mhz_median=1800.0)
+    return pd.DataFrame([mar]), pd.DataFrame([cub])
+
+
+@pytest.mark.parametrize("ratio, verdict", [(report.C7_HOLDS, "holds"), (report.C7_HOLDS - 1e-3, "holds-in-kind"),
+                                            (report.C7_KIND, "holds-in-kind"), (report.C7_KIND - 1e-3, "differs")])
+def test_marlin_c7_boundaries(ratio, verdict):
+    p, h = _prefill(ratio)
+    v = report.marlin_c7(p, h)
+    assert v.verdict == verdict, (ratio, v)
+    assert "M=8192" in v.our_figure
+
+
+def test_marlin_c7_needs_a_common_m():
+    p, h = _prefill(1.0)
+    h["M"] = 1024
+    assert report.marlin_c7(p, h).verdict == "not-run"
+
+
+def test_versus_best_peer_picks_each_side_best():
+    host = pd.DataFrame([dict(shape="s", M=1, arm="gemv_w8a16_fp8", bw_p50=4.0),
+                         dict(shape="s", M=1, arm="gemv_w4a16_int4", bw_p50=3.0),
+                         dict(shape="s", M=16, arm="gemv_w8a16_fp8", bw_p50=2.0)])
+    peer = pd.DataFrame([dict(shape="s", M=1, arm=report.MARLIN, status="measured", bw_p50=5.0),
+                         dict(shape="s", M=1, arm="peer_gemlite_w8a16_fp8", status="not-run: x", bw_p50=math.nan)])
+    t = report.versus_best_peer(host, peer, ["gemv_w8a16_fp8", "gemv_w4a16_int4"])
+    assert len(t) == 1 and t.iloc[0]["own_arm"] == "gemv_w8a16_fp8" and t.iloc[0]["best_peer"] == report.MARLIN
+    assert t.iloc[0]["own_over_peer"] == pytest.approx(0.8)
+    # lower-is-better metric: the ratio still reads > 1 when fp8lab's arm is ahead
+    host2 = host.assign(time_p50_s=[1.0, 2.0, 3.0])
+    peer2 = peer.assign(time_p50_s=[2.0, math.nan])
+    t2 = report.versus_best_peer(host2, peer2, ["gemv_w8a16_fp8"], metric="time_p50_s", higher=False)
+    assert t2.iloc[0]["own_over_peer"] == pytest.approx(2.0)
+    assert report.versus_best_peer(host, None, ["gemv_w8a16_fp8"]).empty
+
+
+def test_status_table_and_drawing():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = pd.concat([_decode_peers({"a": 0.9}), pd.DataFrame([dict(shape="a", M=1, arm="peer_gemlite_w8a16_fp8",
+                                                                   status="not-run: gemlite is not installed",
+                                                                   version="")])])
+    t = report.status_table(df, peers=["peer_gemlite_w4a16_nvfp4"])
+    assert list(t["peer"]) == [report.MARLIN, "peer_gemlite_w8a16_fp8", "peer_gemlite_w4a16_nvfp4"]
+    assert list(t["measured"]) == ["1/1", "0/1", "0/0"]
+    assert t.iloc[1]["status"].startswith("not-run: gemlite") and t.iloc[2]["status"] == "no rows"
+    fig, ax = plt.subplots()
+    assert report.draw(ax, df, "M", "bw_p50", scale=1e12, lo="bw_p20", hi="bw_p80") == [report.MARLIN]
+    line = ax.get_lines()[0]
+    assert line.get_linestyle() == "--" and line.get_color() == registry.color(report.MARLIN)
+    plt.close(fig)
