@@ -54,6 +54,7 @@ copy_gib = 2.0  # the copy that measures the bandwidth ceiling in this run, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's kernels (fp8lab.peers: torchao, vLLM, sgl-kernel, DeepGEMM): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -64,12 +65,15 @@ from IPython.display import Markdown, display
 from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "05_arms_over_m"
 run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
                                         mma_configs=mma_configs, triton_autotune=triton_autotune,
-                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms),
+                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms, peers=peers),
                         device="gpu", mode=mode)
+peer_ids = list(bw.PEERS) if peers == "all" else list(peers)
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -107,6 +111,10 @@ if run.mode == "measure":
         copy = bw.measure_copy_bandwidth(copy_gib, sampler=sampler)
         arms_df = bw.sweep(shapes=shapes, Ms=Ms, arms=arms, mma_configs=mma_configs or "all", with_quant=with_quant,
                            warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
+        # the peers on the same shapes and Ms, each quantising the same activations and weights
+        # with its own quantisers; a missing one is a not-run row with its install line
+        peer_df = peer_sweeps.blockwise(shapes, Ms, peer_ids, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler,
+                                        log=print)
     failed = arms_df["status"].str.startswith("failed-check")
     # a failed check is recorded and never timed; ours and the libraries must not fail it (the
     # CUTLASS arm comes from another module: its failures are shown below, not fatal here)
@@ -122,6 +130,10 @@ if run.mode == "measure":
     meta = {"clocks": sampler.summary(), **arms_df.attrs}
     run.write_table("arms", arms_df, meta=meta)
     run.write_table("copy", pd.DataFrame([copy]), meta=meta)
+    pm = peer_report.measured(peer_df)
+    assert (pm["relerr"] < bw.CHECK_RELERR).all() and (pm["nan_left"] == 0).all(), pm
+    if len(peer_df):
+        run.write_table("peers", peer_df, meta=meta)
     tt = bw.target_table(arms_df, copy["copy_Bps_p50"])
     run.write_table("targets", tt, meta=meta)
     run.write_table("crossovers", pd.concat([bw.crossovers(arms_df, quant=q)
@@ -143,7 +155,7 @@ def info_for(df, dev):
     return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
 
 
-def draw_rates(df, copy_Bps, dev):
+def draw_rates(df, copy_Bps, dev, peer=None):
     b = bw.best_rows(df)
     shapes_ = list(dict.fromkeys(b["shape"]))
     fig, axes = plt.subplots(2, len(shapes_), figsize=(4.3 * len(shapes_), 7.2), squeeze=False, sharex=True)
@@ -156,6 +168,9 @@ def draw_rates(df, copy_Bps, dev):
             axes[0, j].plot(h["M"], h["tflops_p50"], ls=ls, marker="o", ms=3, color=plotting.color(arm), label=label)
             axes[1, j].plot(h["M"], h["weight_Bps_p50"] / 1e12, ls=ls, marker="o", ms=3, color=plotting.color(arm),
                             label=label)
+        # other people's kernels (fp8lab.peers), dash-dotted with open diamonds
+        peer_report.draw(axes[0, j], peer, "M", "tflops_p50", where={"shape": shape})
+        peer_report.draw(axes[1, j], peer, "M", "weight_Bps_p50", scale=1e12, where={"shape": shape})
         if copy_Bps:
             axes[1, j].axhline(copy_Bps / 1e12, color="#555555", ls=":", lw=1)
             axes[1, j].text(g["M"].min(), copy_Bps / 1e12 * 1.03, "copy bandwidth (this run)", fontsize=7)
@@ -169,8 +184,9 @@ def draw_rates(df, copy_Bps, dev):
             ax.set_yscale("log")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.04))
-    fig.suptitle("Blockwise FP8 arms over M (dashed: activation quantisation inside the call)", fontsize=10)
-    plotting.save(fig, info_for(df, dev), "arms_over_m")
+    fig.suptitle("Blockwise FP8 arms over M (dashed: activation quantisation inside the call; dash-dot, open diamonds: peers)", fontsize=10)
+    plotting.save(fig, info_for(df, dev), "arms_over_m",
+                  footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
 
 
@@ -210,6 +226,7 @@ def draw_targets(tt, dev):
 
 devs = results.devices_with(NB, "arms")
 tables = {}
+peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
 for dev in devs:
     t = {name: results.load_table(dev, NB, name) for name in ("arms", "copy", "targets", "crossovers")
          if dev in results.devices_with(NB, name)}
@@ -224,7 +241,14 @@ for dev in devs:
     if len(notrun):
         display(notrun)
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
-    draw_rates(df, copy_Bps, dev)
+    draw_rates(df, copy_Bps, dev, peer_tables.get(dev))
+    if dev in peer_tables:
+        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
+        display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # the best fp8lab arm against the best peer of the same run (TFLOP/s, > 1: fp8lab ahead)
+        mine = bw.best_rows(df)
+        display(peer_report.versus_best_peer(mine[mine["quant"] == "none"], peer_tables[dev], list(bw.OURS),
+                                             metric="tflops_p50").round(3))
 
 if not devs:
     display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "

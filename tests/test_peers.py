@@ -242,7 +242,10 @@ def test_status_table_and_drawing():
     assert list(t["measured"]) == ["1/1", "0/1", "0/0"]
     assert t.iloc[1]["status"].startswith("not-run: gemlite") and t.iloc[2]["status"] == "no rows"
     fig, ax = plt.subplots()
+    # a device without a peers table, or with none measured, draws nothing (no KeyError on `where`)
+    assert report.draw(ax, None, "M", "bw_p50", where={"shape": "a"}) == []
+    assert report.draw(ax, df.iloc[1:], "M", "bw_p50", where={"shape": "a"}) == []
     assert report.draw(ax, df, "M", "bw_p50", scale=1e12, lo="bw_p20", hi="bw_p80") == [report.MARLIN]
     line = ax.get_lines()[0]
-    assert line.get_linestyle() == "--" and line.get_color() == registry.color(report.MARLIN)
+    assert line.get_linestyle() == registry.PEER_STYLE["ls"] and line.get_color() == registry.color(report.MARLIN)
     plt.close(fig)

@@ -107,7 +107,7 @@ _ROWS = (
 
     # --- peers (issue 17): other people's kernels, checked and timed through fp8lab's path
     # (fp8lab.peers.catalog holds their library, licence, install line and format). Drawn in one
-    # style of their own (style(): dashed, open markers) beside fp8lab's solid arms.
+    # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms.
     _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#BB5566", "W4A16", short="Marlin INT4"),
     _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#004488", "W8A16", short="gemlite FP8"),
     _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#66CCEE", "W8A16", short="gemlite INT8"),
@@ -238,7 +238,7 @@ def activation(id: str) -> Optional[str]:
 #: ids of other people's kernels (issue 17) start with this
 PEER_PREFIX = "peer_"
 #: the one style every peer is drawn in, and fp8lab's own arms' (matplotlib keyword arguments)
-PEER_STYLE = {"ls": "--", "marker": "D", "mfc": "none"}
+PEER_STYLE = {"ls": "-.", "marker": "D", "mfc": "none"}
 OWN_STYLE = {"ls": "-", "marker": "o"}
 
 
@@ -248,6 +248,7 @@ def is_peer(id: str) -> bool:
 
 
 def style(id: str) -> dict:
-    """Line style of ``id`` in a figure: peers dashed with open diamonds, everything else solid
+    """Line style of ``id`` in a figure: peers dash-dotted with open diamonds (dashes already mean
+    "with activation quantisation" in notebooks 05 and 11), everything else solid
     with filled circles (colours: :func:`color`)."""
     return dict(PEER_STYLE if is_peer(id) else OWN_STYLE)

@@ -19,7 +19,7 @@ __all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_N
 MARLIN = "peer_marlin_int4"
 SEED_SUBJECT = "seed"
 #: the figure note wherever peers of other formats are drawn together
-COMPARABLE_NOTE = ("peers dashed with open markers; formats differ (see the peers table): bandwidth "
+COMPARABLE_NOTE = ("peers dash-dotted with open diamonds; formats differ (see the peers table): bandwidth "
                    "counts each one's own weight + scale bytes, so it compares across formats; time does not")
 
 
@@ -31,10 +31,12 @@ def measured(df: Optional[pd.DataFrame]) -> pd.DataFrame:
 
 def draw(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0, lo: Optional[str] = None,
          hi: Optional[str] = None, where: Optional[dict] = None) -> list:
-    """Draw every measured peer of ``df`` on ``ax`` (y / scale against x), in the registry's
-    colour and the peer style; ``lo`` / ``hi``: p20 / p80 columns for error bars. Returns the
-    peer ids drawn."""
+    """Draw every measured peer of ``df`` on ``ax`` (y / scale against x) in the registry's colour
+    and the peer style (dash-dot, open diamonds); ``lo`` / ``hi``: p20 / p80 columns for error
+    bars. Returns the peer ids drawn."""
     m = measured(df)
+    if m.empty:                        # no peers table (older data, peers=[]) or none measured
+        return []
     for k, v in (where or {}).items():
         m = m[m[k] == v]
     drawn = []
