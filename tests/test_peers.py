@@ -249,3 +249,14 @@ def test_status_table_and_drawing():
     line = ax.get_lines()[0]
     assert line.get_linestyle() == registry.PEER_STYLE["ls"] and line.get_color() == registry.color(report.MARLIN)
     plt.close(fig)
+
+
+def test_readme_peers_table_is_the_catalogs():
+    from fp8lab import paths
+
+    text = (paths.repo_root() / "README.md").read_text()
+    i, j = text.index(peers.README_BEGIN), text.index(peers.README_END)
+    assert text[i + len(peers.README_BEGIN) + 1:j] == peers.readme_table(), \
+        "run `python -m fp8lab.peers readme` after changing fp8lab/peers/catalog.py"
+    for p in catalog.PEERS.values():
+        assert f"`{p.id}`" in text

@@ -32,3 +32,18 @@ def table(peers=None, *, avail=None):
                          version=a.version, reason=a.reason, licence=p.licence, install=p.install, weight=p.weight,
                          scales=p.scales, act=p.act, offline_box=p.carried or "wheel"))
     return pd.DataFrame(rows)
+
+
+README_BEGIN = "<!-- peers:begin (generated from fp8lab/peers/catalog.py by `python -m fp8lab.peers readme`) -->"
+README_END = "<!-- peers:end -->"
+
+
+def readme_table() -> str:
+    """The README's peers table (markdown), from the catalog: one row per peer."""
+    head = ("| peer | library | notebooks | install | version seen | licence | weights / scales | offline H200 |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+    rows = "".join(f"| `{p.id}` | {esc(p.library)} | {', '.join(p.notebooks)} | `{esc(p.install)}` | {esc(p.seen)} | "
+                   f"{p.licence} | {esc(p.weight)}; {esc(p.scales)}; {p.act} activations | "
+                   f"{esc(p.carried or 'wheel')} |\n" for p in PEERS.values())
+    return head + rows

@@ -1,4 +1,4 @@
-"""python -m fp8lab.peers status | build marlin | check-compile [--arch sm_90]"""
+"""python -m fp8lab.peers status | build marlin | check-compile [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -15,7 +15,18 @@ def main(argv=None) -> int:
     b.add_argument("--verbose", action="store_true")
     c = sub.add_parser("check-compile", help="compile Marlin's kernel file alone with nvcc (no GPU)")
     c.add_argument("--arch", default="sm_90")
+    sub.add_parser("readme", help="rewrite the README's peers table from the catalog")
     args = ap.parse_args(argv)
+    if args.cmd == "readme":
+        from .. import paths
+        from . import README_BEGIN, README_END, readme_table
+
+        path = paths.repo_root() / "README.md"
+        text = path.read_text()
+        i, j = text.index(README_BEGIN), text.index(README_END)
+        path.write_text(text[:i] + README_BEGIN + "\n" + readme_table() + text[j:])
+        print(f"rewrote the peers table in {path}")
+        return 0
     if args.cmd == "status":
         from . import table
 

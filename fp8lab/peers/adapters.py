@@ -173,11 +173,12 @@ def vllm_marlin_int4(w) -> Prepared:
     w_ref_kn, q_w, s, g_idx, sort_idx, _ = marlin_quantize(w.t().contiguous().to(torch.bfloat16),
                                                            scalar_types.uint4b8, 128, False)
     ws = mu.marlin_make_workspace_new(w.device)
-    state = (q_w, s, g_idx, sort_idx, ws)
+    zp = mu.marlin_make_empty_g_idx(w.device)                          # symmetric: no zero points
+    state = (q_w, s, g_idx, sort_idx, ws, zp)
 
     def call(st, x, out):
-        qw, sc, gi, si, wsp = st
-        return mu.apply_gptq_marlin_linear(input=x, weight=qw, weight_scale=sc, weight_zp=mu.marlin_make_empty_g_idx(x.device),
+        qw, sc, gi, si, wsp, z = st
+        return mu.apply_gptq_marlin_linear(input=x, weight=qw, weight_scale=sc, weight_zp=z,
                                            g_idx=gi, g_idx_sort_indices=si, workspace=wsp,
                                            wtype=scalar_types.uint4b8, output_size_per_partition=N,
                                            input_size_per_partition=K, is_k_full=True, bias=None)
@@ -187,31 +188,43 @@ def vllm_marlin_int4(w) -> Prepared:
 
 
 def vllm_marlin_fp8(w) -> Prepared:
-    """vLLM's FP8 Marlin (weight-only FP8 on GPUs without FP8 GEMMs, and on Hopper by choice):
-    per-channel e4m3 codes, repacked by ``prepare_fp8_layer_for_marlin``."""
+    """vLLM's FP8 Marlin (weight-only FP8; vLLM's choice on GPUs without FP8 GEMMs): per-channel
+    e4m3 codes. Quantised and repacked by vLLM's ``marlin_quant_fp8_torch``, which also returns
+    its own dequantised weights (the reference); on versions without it, by
+    ``prepare_fp8_layer_for_marlin`` on a layer holding codes quantised as vLLM's Fp8 layers do."""
     import torch
 
     try:
+        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
         from vllm.model_executor.layers.quantization.utils import marlin_utils_fp8 as mf
     except Exception as e:  # noqa: BLE001
         raise PeerUnavailable(f"vllm {_vllm_version()}: FP8 Marlin utilities not importable ({e})") from e
     N, K = w.shape
-    scale = (w.abs().amax(dim=1) / 448.0).clamp_min(1e-12)             # (N,) fp32
-    codes = (w / scale[:, None]).to(torch.float8_e4m3fn)               # (N, K) e4m3
-    w_ref = codes.double() * scale.to(torch.bfloat16).double()[:, None]   # Marlin keeps bf16 scales
-    layer = torch.nn.Module()
-    layer.weight = torch.nn.Parameter(codes.t().contiguous(), requires_grad=False)   # (K, N) as vLLM's Fp8 layer
-    layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
-    layer.output_size_per_partition, layer.input_size_per_partition = N, K
-    layer.orig_dtype = torch.bfloat16
-    mf.prepare_fp8_layer_for_marlin(layer)
+    wb = w.to(torch.bfloat16)
+    if hasattr(mf, "marlin_quant_fp8_torch"):
+        ref_kn, qw, sc = mf.marlin_quant_fp8_torch(wb, -1)
+        w_ref = ref_kn.t().double().contiguous()
+        ws = mu.marlin_make_workspace_new(w.device)
+        how = "marlin_quant_fp8_torch, per-channel"
+    else:
+        scale = (w.abs().amax(dim=1) / 448.0).clamp_min(1e-12)         # (N,) fp32
+        codes = (w / scale[:, None]).to(torch.float8_e4m3fn)           # (N, K) e4m3
+        w_ref = codes.double() * scale.to(torch.bfloat16).double()[:, None]   # Marlin keeps bf16 scales
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(codes.t().contiguous(), requires_grad=False)   # (K, N)
+        layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
+        layer.output_size_per_partition, layer.input_size_per_partition = N, K
+        layer.orig_dtype = torch.bfloat16
+        mf.prepare_fp8_layer_for_marlin(layer)
+        qw, sc, ws = layer.weight.data, layer.weight_scale.data, layer.workspace
+        how = "prepare_fp8_layer_for_marlin, per-channel"
 
     def call(st, x, out):
-        return mf.apply_fp8_marlin_linear(input=x, weight=st.weight, weight_scale=st.weight_scale,
-                                          workspace=st.workspace, size_n=N, size_k=K, bias=None)
+        return mf.apply_fp8_marlin_linear(input=x, weight=st[0], weight_scale=st[1], workspace=st[2], size_n=N,
+                                          size_k=K, bias=None)
 
-    return Prepared(layer, call, copy.deepcopy, lambda st: (st.weight, st.weight_scale), w_ref, "bf16",
-                    config="per-channel")
+    return Prepared((qw, sc, ws), call, lambda st: (st[0].clone(), st[1].clone(), torch.zeros_like(st[2])),
+                    lambda st: (st[0], st[1]), w_ref, "bf16", config=how)
 
 
 WEIGHT_ONLY = {
@@ -278,6 +291,23 @@ def vllm_blockwise(x, w) -> Prepared:
                                config="tuned config for this device" if cfg else "default config")
 
 
+_SGL_EXTRA: dict = {}
+
+
+def _sgl_group_quant(sgl_kernel, x, q, s):
+    """sgl-kernel's per-token-group FP8 quantiser. Newer versions take a trailing ``scale_ue8m0``
+    flag (fp32 scales here: False); which one is found on the first call, outside any timing."""
+    base = (x, q, s, 128, 1e-10, -448.0, 448.0)
+    if "extra" not in _SGL_EXTRA:
+        try:
+            sgl_kernel.sgl_per_token_group_quant_fp8(*base, False)
+            _SGL_EXTRA["extra"] = (False,)
+            return
+        except TypeError:
+            _SGL_EXTRA["extra"] = ()
+    sgl_kernel.sgl_per_token_group_quant_fp8(*base, *_SGL_EXTRA["extra"])
+
+
 def sglang_blockwise(x, w) -> Prepared:
     """sgl-kernel's CUTLASS ``fp8_blockwise_scaled_mm`` with its ``sgl_per_token_group_quant_fp8``
     (column-major activation scales, as it requires)."""
@@ -292,7 +322,7 @@ def sglang_blockwise(x, w) -> Prepared:
     _need(N % 128 == 0 and K % 128 == 0, f"sgl-kernel needs N and K multiples of 128, got N={N}, K={K}")
     a = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
     sa = torch.empty(K // 128, M, dtype=torch.float32, device=x.device).t()   # (M, K/128) M-major
-    sgl_kernel.sgl_per_token_group_quant_fp8(x.contiguous(), a, sa, 128, 1e-10, -448.0, 448.0)
+    _sgl_group_quant(sgl_kernel, x.contiguous(), a, sa)
     wp = w.reshape(N // 128, 128, K // 128, 128)
     sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)
     b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn)
@@ -304,7 +334,8 @@ def sglang_blockwise(x, w) -> Prepared:
 
     st = (a, sa, b, sb, bt, sbt)
     p = _blockwise_prepared(st, call, a, sa, b, sb)
-    p.clone = lambda s: (lambda b2, sb2: (s[0].clone(), s[1].t().contiguous().t(), b2, sb2, b2.t(), sb2.t()))(
+    # copies keep the layouts the kernel needs: M-major activation scales, column-major B views
+    p.clone = lambda s: (lambda b2, sb2: (s[0].clone(), s[1].t().clone().t(), b2, sb2, b2.t(), sb2.t()))(
         s[2].clone(), s[3].clone())
     return p
 
@@ -320,8 +351,11 @@ def deepgemm_blockwise(x, w) -> Prepared:
         raise PeerUnavailable(f"deep_gemm not importable ({e})") from e
     try:
         from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
-    except Exception as e:  # noqa: BLE001
-        raise PeerUnavailable(f"deep_gemm.utils lacks its casts in this version ({e})") from e
+    except Exception:  # noqa: BLE001 - older layouts keep them in deep_gemm.utils.math
+        try:
+            from deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
+        except Exception as e:  # noqa: BLE001
+            raise PeerUnavailable(f"deep_gemm lacks per_token_cast_to_fp8 / per_block_cast_to_fp8 here ({e})") from e
     M, K = x.shape
     N = w.shape[0]
     a, sa = per_token_cast_to_fp8(x, use_ue8m0=False)
@@ -367,7 +401,7 @@ def sglang_quant_group():
         M, K = x.shape
         q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
         s = torch.empty(M, K // 128, dtype=torch.float32, device=x.device)
-        sgl_kernel.sgl_per_token_group_quant_fp8(x, q, s, 128, 1e-10, -448.0, 448.0)
+        _sgl_group_quant(sgl_kernel, x, q, s)
         return q, s
     return fn
 

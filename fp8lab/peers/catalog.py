@@ -22,6 +22,8 @@ __all__ = ["Peer", "PEERS", "KINDS", "NOTEBOOKS", "get", "ids", "ids_for", "weig
 KINDS = ("weight_only", "blockwise", "quantiser")
 #: notebook key -> the harness its peers go through
 NOTEBOOKS = {"05": "blockwise", "08": "weight_only", "11": "weight_only", "06b": "quantiser"}
+_NOT_SEEN = "not seen here (written against its public API)"
+_GEMLITE = "0.6.0.post2 (sdist read; wheel built here)"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Peer:
     carried: str = ""       # how it reaches the offline H200 ("" = wheel under the limit)
     min_sm: int = 80
     note: str = ""
+    seen: str = _NOT_SEEN   # the version this adapter was written against, and how far it was checked
 
     @property
     def carries(self) -> bool:
@@ -61,24 +64,25 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build marlin  ({_MARLIN_SRC})",
          ("08", "11"), "int4",
          "INT4 codes + 8 (symmetric), 8 per int32 in Marlin's tile permutation", "per-group 128 along K, fp16",
-         "fp16", group=128, carried="source (~0.3 MB), built on the box with nvcc",
-         note="the seed's subject: Marlin's own Layer.pack quantises; K % 128 == 0, N % 256 == 0"),
+         "fp16", group=128, carried="source (~0.8 MB), built on the box with nvcc",
+         note="the seed's subject: Marlin's own Layer.pack quantises; K % 128 == 0, N % 256 == 0",
+         seen="0.1.1 @ 2f6d7c1 (source; kernel compiled for sm_90 here)"),
     Peer("peer_gemlite_w8a16_fp8", "weight_only", "gemlite A16W8_FP8", "gemlite", "gemlite", "import", "Apache-2.0",
          "pip install gemlite==0.6.0.post2", ("08", "11"), "fp8", "FP8 e4m3 codes, one byte each (K-major)",
-         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)"),
+         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
     Peer("peer_gemlite_w8a16_int8", "weight_only", "gemlite A16W8_INT8", "gemlite", "gemlite", "import", "Apache-2.0",
          "pip install gemlite==0.6.0.post2", ("08", "11"), "int8", "INT8 codes, one byte each (K-major)",
-         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)"),
+         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_int4", "weight_only", "gemlite A16W4_HQQ_INT", "gemlite", "gemlite", "import",
          "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "int4",
          "INT4 codes (asymmetric, with zero points), packed 8 per int32 over K",
          "per-group 128 along K, bf16 scale + bf16 zero", "bf16", group=128,
-         carried="sdist 0.2 MB (pure Python + Triton)"),
+         carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_nvfp4", "weight_only", "gemlite A16W4_NVFP", "gemlite", "gemlite", "import",
          "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "nvfp4",
          "FP4 e2m1 codes, two per byte", "per-group 16 along K, fp8 e4m3 + one fp32 tensor scale", "bf16",
          group=16, carried="sdist 0.2 MB (pure Python + Triton)",
-         note="Hopper has no FP4 MMA: Triton's dot_scaled decomposes it"),
+         note="Hopper has no FP4 MMA: Triton's dot_scaled decomposes it", seen=_GEMLITE),
     Peer("peer_vllm_marlin_fp8", "weight_only", "vLLM FP8 Marlin", "vllm", "vllm", "import", "Apache-2.0", _VLLM,
          ("08", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
          "per output channel, bf16 (Marlin layout)", "bf16",
@@ -91,7 +95,8 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
     Peer("peer_torchao_blockwise", "blockwise", "torchao blockwise_fp8_gemm (Triton)", "torchao", "torchao",
          "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05",), "fp8_blockwise",
          "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
-         group=128, carried="wheel 3.4 MB", note="N and K multiples of 128 (its weight quantiser's blocks)"),
+         group=128, carried="wheel 3.4 MB", note="N and K multiples of 128 (its weight quantiser's blocks)",
+         seen="0.18.0 (wheel read here)"),
     Peer("peer_vllm_blockwise", "blockwise", "vLLM w8a8_block_fp8_matmul (Triton)", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations, 128x128 weights, fp32", "e4m3", group=128,
