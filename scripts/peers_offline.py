@@ -3,8 +3,8 @@
 
     python scripts/peers_offline.py --wheels --sources [--marlin-git DIR]
 
-- ``wheelhouse/peers/``: torchao's wheel (for --python-version / --platform) and a wheel built
-  from gemlite's sdist (pure Python + Triton, ``pip wheel --no-deps``);
+- ``wheelhouse/peers/``: torchao's and ninja's wheels (for --python-version / --platform) and a
+  wheel built from gemlite's sdist (pure Python + Triton, ``pip wheel --no-deps``);
 - ``build/peers/src/marlin/``: the original Marlin's source (github.com/IST-DASLab/marlin), from
   a local git directory (``--marlin-git``, e.g. a mirror) with ``git archive``, else a shallow
   clone; stamped with its commit. Never committed (both folders are in .gitignore).
@@ -30,7 +30,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEELS = {"torchao": "0.18.0"}          # binary wheels
+# binary wheels; ninja lets torch build Marlin's extension in parallel (without it the build
+# falls back to setuptools, one file at a time)
+WHEELS = {"torchao": "0.18.0", "ninja": "1.13.2"}
 SDISTS = {"gemlite": "0.6.0.post2"}      # built into a wheel here
 MARLIN_URL = "https://github.com/IST-DASLab/marlin"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")

@@ -142,9 +142,11 @@ def gemlite_w4a16_nvfp4(w) -> Prepared:
     _need(K % 16 == 0, f"K must be a multiple of 16, got {K}")
     qz = WeightQuantizerMXFP(device=_device(), compute_dtype=torch.bfloat16)
     wb = w.to(torch.bfloat16)
-    Wq, sc, meta = qz.quantize_nvfp4(wb, index=True)
-    Wq, sc = Wq.view(N, K), sc.view(N, K // 16)
-    w_ref = qz.dequantize(Wq, sc, shape=(N, K), dtype=torch.float32, meta_scales=1.0 / meta).double()
+    Wq0, sc0, meta = qz.quantize_nvfp4(wb, index=True)                # (N*K/16, 16) codes, (N*K/16, 1) e4m3
+    # its own dequantise, on the shapes its quantiser returns (one scale row per 16 codes); the
+    # kernel multiplies by 1 / meta_scale (A16W4_NVFP stores the inverse)
+    w_ref = qz.dequantize(Wq0, sc0, shape=(N, K), dtype=torch.float32, meta_scales=1.0 / meta).double()
+    Wq, sc = Wq0.view(N, K), sc0.view(N, K // 16)
     layer = helper.A16W4_NVFP(device=_device(), dtype=torch.bfloat16).from_weights(Wq, scales=sc, meta_scale=meta)
     return _gemlite_prepared(layer, w_ref, "group 16")
 
