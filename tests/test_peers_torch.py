@@ -122,3 +122,148 @@ def test_marlin_refuses_shapes_it_does_not_take(monkeypatch):
     _marlin_module(monkeypatch)
     with pytest.raises(discover.PeerUnavailable, match="N % 256"):
         adapters.marlin_int4(torch.randn(128, 256))
+
+
+# ------------------------------------------------------------------ the sweeps' own logic on CPU
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from fp8lab import bench, clocks  # noqa: E402
+from fp8lab.experiments import decode as dx  # noqa: E402
+from fp8lab.experiments import prefill as px  # noqa: E402
+from fp8lab.peers import catalog, sweeps  # noqa: E402
+
+T = 1e-5   # every fake call takes 10 us
+
+
+def _timing(method="graph"):
+    return bench.Timing(np.full(8, T), method=method, rotation_sets=1)
+
+
+@pytest.fixture
+def cpu_sweeps(monkeypatch):
+    monkeypatch.setattr(sweeps, "DEVICE", "cpu")
+    monkeypatch.setattr(sweeps, "_device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(sweeps, "_l2_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(harness, "time_rotated",
+                        lambda fn, sets, **kw: (fn(*sets[0]), None) and (_timing(kw["method"]),
+                                                                         clocks.row_clocks(None, None, None), ""))
+    monkeypatch.setattr(sweeps, "_time_events",
+                        lambda fn, **kw: (fn(), None) and (_timing("events"), clocks.row_clocks(None, None, None)))
+
+
+def _ok(peer):
+    return discover.Availability(peer, True, version="9.9")
+
+
+def _w8(w, scale_by=1.0):
+    """A stand-in peer: int8 codes with one fp32 scale per row (N*K + 4N bytes), bf16 out."""
+    s = w.abs().amax(1) / 127
+    q = torch.round(w / s[:, None]).to(torch.int8)
+    ref = q.double() * s.double()[:, None]
+
+    def call(st, x, out):
+        return (scale_by * (x.float() @ (st[0].float() * st[1][:, None]).t())).to(torch.bfloat16)
+    return harness.Prepared((q, s), call, lambda st: (st[0].clone(), st[1].clone()), lambda st: st, ref, "bf16")
+
+
+def _unavailable(w):
+    raise discover.PeerUnavailable("needs N % 256 == 0 (fake)")
+
+
+def _broken(w):
+    raise RuntimeError("kernel exploded (fake)")
+
+
+FAKES = {"peer_gemlite_w8a16_fp8": _w8, "peer_gemlite_w8a16_int8": lambda w: _w8(w, 2.0),
+         "peer_marlin_int4": _unavailable, "peer_gemlite_w4a16_int4": _broken}
+
+
+def test_decode_sweep_rows_for_every_outcome(cpu_sweeps):
+    peers_ = list(FAKES)
+    df = sweeps.decode(["qwen3-8b:o_proj"], [1, 16], peers_, copy={"rate_p50": 4e12}, same_copy=False,
+                       avail=_ok, prepare=FAKES)
+    assert list(df.columns) == sweeps.columns(dx.COLUMNS) and len(df) == 2 * len(peers_)
+    st = df.groupby("arm")["status"].first()
+    assert st["peer_gemlite_w8a16_fp8"] == "measured"
+    assert st["peer_gemlite_w8a16_int8"].startswith("failed-check: relerr")
+    assert st["peer_marlin_int4"] == "not-run: needs N % 256 == 0 (fake)"
+    assert st["peer_gemlite_w4a16_int4"] == "error: RuntimeError: kernel exploded (fake)"
+    m = df[df["status"] == "measured"]
+    N = K = 4096
+    assert (m["stream_bytes"] == N * K + 4 * N).all() and (m["weight_bytes"] == N * K).all()
+    assert np.allclose(m["bw_p50"], (N * K + 4 * N) / T) and np.allclose(m["fraction_of_copy"], m["bw_p50"] / 4e12)
+    assert (m["check_relerr"] < harness.CHECK_RELERR).all() and (m["bytes_note"] == "").all()
+    assert (m["version"] == "9.9").all() and (m["format_bytes"] == catalog.weight_stream_bytes(
+        "peer_gemlite_w8a16_fp8", N, K)).all()
+    assert (m["timing_method"] == "graph").all() and set(m["M"]) == {1, 16}
+
+
+def test_decode_sweep_notes_bytes_that_differ_from_the_format(cpu_sweeps):
+    # an INT4 peer whose tensors hold 8-bit codes: its bandwidth counts what it really read, noted
+    df = sweeps.decode(["qwen3-8b:o_proj"], [1], ["peer_gemlite_w4a16_int4"], copy={"rate_p50": 4e12},
+                       same_copy=False, avail=_ok, prepare={"peer_gemlite_w4a16_int4": _w8})
+    r = df.iloc[0]
+    assert r["status"] == "measured" and r["stream_bytes"] == 4096 * 4096 + 4 * 4096
+    assert r["bytes_note"].startswith("tensors hold 16793600 B, the format")
+
+
+def test_prefill_sweep(cpu_sweeps):
+    df = sweeps.prefill("qwen3-8b:o_proj", [1, 64], ["peer_gemlite_w8a16_fp8", "peer_marlin_int4"], avail=_ok,
+                        prepare=FAKES)
+    assert list(df.columns) == sweeps.columns(px.COLUMNS)
+    m = df[df["status"] == "measured"]
+    assert len(m) == 2 and (m["scheme"] == "W8A16").all() and not m["with_quant"].any()
+    assert np.allclose(m["tflops_p50"], 2.0 * m["M"] * 4096 * 4096 / T / 1e12)
+    assert math.isnan(m["tflops_per_ghz"].iloc[0])            # no sampler: no clock, no per-GHz figure
+    assert (df[df["arm"] == "peer_marlin_int4"]["status"] == "not-run: needs N % 256 == 0 (fake)").all()
+
+
+def test_blockwise_sweep_checks_against_the_peers_own_operands(cpu_sweeps, monkeypatch):
+    from fp8lab.experiments import blockwise as bw
+    from fp8lab.kernels import baselines
+
+    monkeypatch.setattr(bw, "_time", lambda fn, **kw: (fn(), None) and (_timing("events"),
+                                                                        clocks.row_clocks(None, None, None)))
+
+    def peer(x, w, wrong=False):
+        a, sa = baselines.quant_act_reference(x)                 # stand-in for the peer's quantisers
+        b, sb = baselines.quant_weight_reference(w)
+
+        def call(st, _x, _o):
+            A = st[0].float() * st[1].repeat_interleave(128, 1)
+            B = st[2].float() * st[3].repeat_interleave(128, 0)[: st[2].shape[0]].repeat_interleave(128, 1)
+            return ((A @ B.t()) * (1.01 if wrong else 1.0)).to(torch.bfloat16)
+        from fp8lab.peers.adapters import _blockwise_prepared
+        return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb)
+
+    fakes = {"peer_torchao_blockwise": peer, "peer_vllm_blockwise": lambda x, w: peer(x, w, wrong=True)}
+    df = sweeps.blockwise([(256, 384)], [1, 7], list(fakes), avail=_ok, prepare=fakes)
+    assert list(df.columns) == sweeps.columns(bw.COLUMNS)
+    ok = df[df["arm"] == "peer_torchao_blockwise"]
+    assert (ok["status"] == "measured").all() and (ok["relerr"] < bw.CHECK_RELERR).all()
+    assert (ok["weight_bytes"] == 256 * 384 + 4 * 2 * 3).all() and (ok["nan_left"] == 0).all()
+    bad = df[df["arm"] == "peer_vllm_blockwise"]
+    assert bad["status"].str.startswith("failed-check: relerr").all()      # 1% off: caught
+
+
+def test_quantiser_sweep_counts_differences_without_failing(cpu_sweeps):
+    from fp8lab.kernels import baselines
+
+    def exact():
+        return baselines.quant_act_reference
+
+    def other_rounding():
+        def fn(x):
+            q, s = baselines.quant_act_reference(x)
+            return q, s * (1 + 2**-20)
+        return fn
+
+    df = sweeps.quantisers([1, 16], [256], ["peer_vllm_quant_group", "peer_sglang_quant_group"], avail=_ok,
+                           make={"peer_vllm_quant_group": exact, "peer_sglang_quant_group": other_rounding})
+    assert (df["status"] == "measured").all()
+    v = df[df["arm"] == "peer_vllm_quant_group"]
+    s = df[df["arm"] == "peer_sglang_quant_group"]
+    assert v["bitwise_ok"].all() and (v["codes_differing"] == 0).all()
+    assert not s["bitwise_ok"].any() and (s["scales_differing"] > 0).all()

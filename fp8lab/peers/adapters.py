@@ -22,13 +22,13 @@ from .harness import Prepared
 __all__ = ["WEIGHT_ONLY", "BLOCKWISE", "QUANTISERS", "dense_weight"]
 
 
-def dense_weight(N: int, K: int, seed: int = 0):
-    """(N, K) fp32 on the GPU: the weights every weight-only peer quantises, drawn the way the
-    decode sweep draws cuBLAS BF16's (0.02 N(0, 1), the same generator seed)."""
+def dense_weight(N: int, K: int, seed: int = 0, device="cuda"):
+    """(N, K) fp32: the weights every weight-only peer quantises, drawn the way the decode
+    sweep draws cuBLAS BF16's (0.02 N(0, 1), the same generator seed)."""
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return 0.02 * torch.randn(N, K, device="cuda", generator=g)
+    g = torch.Generator(device=device).manual_seed(seed)
+    return 0.02 * torch.randn(N, K, device=device, generator=g)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -358,8 +358,6 @@ def deepgemm_blockwise(x, w) -> Prepared:
             from deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
         except Exception as e:  # noqa: BLE001
             raise PeerUnavailable(f"deep_gemm lacks per_token_cast_to_fp8 / per_block_cast_to_fp8 here ({e})") from e
-    M, K = x.shape
-    N = w.shape[0]
     a, sa = per_token_cast_to_fp8(x, use_ue8m0=False)
     b, sb = per_block_cast_to_fp8(w, use_ue8m0=False)
     gemm = getattr(deep_gemm, "fp8_gemm_nt", None) or getattr(deep_gemm, "gemm_fp8_fp8_bf16_nt")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 __all__ = ["Prepared", "tensor_bytes", "relerr", "check", "poisoned_call", "time_rotated", "CHECK_RELERR",
            "PEER_COLUMNS", "peer_columns", "status_row", "error_text"]
@@ -91,8 +91,9 @@ def poisoned_call(prep: Prepared, x, M: int, N: int):
         got = out if got is None else got
     else:
         prep.call(prep.state, x, None)             # first call: autotuning, workspaces
-        t = torch.full((M, N), float("nan"), dtype=dt, device=x.device)
-        del t                                      # the block the allocator hands back next
+        # a NaN block of the output's size, freed: the caching allocator most likely hands it
+        # to the next call's output
+        torch.full((M, N), float("nan"), dtype=dt, device=x.device)
         got = prep.call(prep.state, x, None)
     _sync(got)
     return got

@@ -26,7 +26,44 @@ import pandas as pd
 from . import catalog, discover, harness
 from .harness import PEER_COLUMNS, error_text, status_row
 
-__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns"]
+__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "DEVICE"]
+
+#: where operands live; the CPU tests set "cpu" (with fakes for timing) to run the sweeps' own logic
+DEVICE = "cuda"
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).name
+
+
+def _free() -> None:
+    """Hand cached blocks back between peers (a peer's packed copies can be GBs)."""
+    if DEVICE == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _l2_bytes() -> int:
+    from .. import bench
+
+    return bench.device_l2_bytes()
+
+
+def _time_events(fn, *, warmup_ms, rep_ms, sampler):
+    """(Timing, clock columns) of ``fn`` with CUDA events and L2 flushed (prefill's method)."""
+    from .. import bench, clocks
+
+    return clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
 
 
 def columns(host: Sequence[str]) -> list:
@@ -93,9 +130,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     from . import adapters
 
     prepare = prepare or adapters.WEIGHT_ONLY
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    spec = devices.spec_for(props.name)
-    l2 = bench.device_l2_bytes()
+    spec = devices.spec_for(_device_name())
+    l2 = _l2_bytes()
     same: dict = {}
 
     def same_Bps(nbytes):
@@ -112,17 +148,17 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             pe = catalog.get(p)
             base = dict(shape=name, N=N, K=K, arm=p, fmt=pe.fmt, act=pe.act)
             try:
-                prep = prepare[p](adapters.dense_weight(N, K, seed))
+                prep = prepare[p](adapters.dense_weight(N, K, seed, device=DEVICE))
                 tdt = _act_dtype(prep.act)
-                g = torch.Generator(device="cuda").manual_seed(seed + 1)
-                xc = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
+                g = torch.Generator(device=DEVICE).manual_seed(seed + 1)
+                xc = torch.randn(check_m, K, device=DEVICE, generator=g).to(tdt)
                 err, nan_left = harness.check(prep, xc, rows=check_m)
             except discover.PeerUnavailable as e:
                 rows += [status_row(cols, {**base, "M": M}, p, f"not-run: {e}", av[p].version) for M in Ms]
                 continue
             except Exception as e:  # noqa: BLE001 - a peer failing must not stop the sweep
                 rows += [status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version) for M in Ms]
-                torch.cuda.empty_cache()
+                _free()
                 continue
             if nan_left or not err < harness.CHECK_RELERR:
                 st = f"failed-check: relerr {err:.3g} vs float64 of its own dequantised weights, NaNs {nan_left}"
@@ -133,8 +169,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             states = [prep.state] + [prep.clone(prep.state) for _ in range(n_sets - 1)]
             for M in Ms:
                 try:
-                    x = torch.randn(M, K, device="cuda").to(tdt)
-                    outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in states]
+                    x = torch.randn(M, K, device=DEVICE).to(tdt)
+                    outs = [torch.empty(M, N, dtype=tdt, device=DEVICE) for _ in states]
                     tm, clk, tnote = harness.time_rotated(lambda s, o: prep.call(s, x, o if prep.takes_out else None),
                                                           list(zip(states, outs)), method="graph", rep_ms=rep_ms,
                                                           sampler=sampler)
@@ -148,8 +184,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                 except Exception as e:  # noqa: BLE001
                     rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
                                            "error: timing: " + error_text(e), av[p].version))
-            del states, prep
-            torch.cuda.empty_cache()
+            states = prep = None                 # free the packed copies before the next peer
+            _free()
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -177,14 +213,13 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 
     import torch
 
-    from .. import bench, clocks, devices
+    from .. import devices
     from . import adapters
 
     prepare = prepare or adapters.WEIGHT_ONLY
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    spec = devices.spec_for(props.name)
+    spec = devices.spec_for(_device_name())
     spec_per_ghz = spec.peak_flops("bf16") / spec.clock_hz * 1e9 / 1e12 if spec else math.nan
-    w = adapters.dense_weight(N, K, seed)
+    w = adapters.dense_weight(N, K, seed, device=DEVICE)
     for p in live:
         base = dict(shape=shape_name, N=N, K=K, arm=p, scheme=registry.scheme(p), with_quant=False)
         try:
@@ -196,20 +231,19 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             rows += [status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version) for M in Ms]
             continue
         tdt = _act_dtype(prep.act)
-        g = torch.Generator(device="cuda").manual_seed(seed)
+        g = torch.Generator(device=DEVICE).manual_seed(seed)
         for M in Ms:
             try:
-                x = torch.randn(M, K, device="cuda", generator=g).to(tdt)
+                x = torch.randn(M, K, device=DEVICE, generator=g).to(tdt)
                 err, nan_left = harness.check(prep, x, rows=check_rows)
                 if nan_left or not err < harness.CHECK_RELERR:
                     rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
                                            f"failed-check: relerr {err:.3g}, NaNs {nan_left}", av[p].version))
                     continue
-                out = torch.empty(M, N, dtype=tdt, device="cuda")
+                out = torch.empty(M, N, dtype=tdt, device=DEVICE)
                 fn = lambda: prep.call(prep.state, x, out if prep.takes_out else None)  # noqa: E731
                 fn()
-                tm, clk = clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms,
-                                                                    rep_ms=rep_ms))
+                tm, clk = _time_events(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler)
             except Exception as e:  # noqa: BLE001
                 rows.append(status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version))
                 continue
@@ -224,8 +258,8 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
                      timing_method=tm.method, n_samples=tm.n, **clk)
             r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
             rows.append(r)
-        del prep
-        torch.cuda.empty_cache()
+        prep = None
+        _free()
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -266,7 +300,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0,
     for shape in shape_objs:
         N, K = shape.N, shape.K
         for M in Ms:
-            s0 = bw.make_operands(M, N, K, seed=seed + M)
+            s0 = bw.make_operands(M, N, K, seed=seed + M, device=DEVICE)
             # the peer quantises the same activations and weights fp8lab's arms get (the
             # weights as their dequantised fp32 values: the peer's 128x128 blocks re-find them)
             w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
@@ -293,12 +327,12 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0,
                     continue
                 try:
                     per = harness.tensor_bytes(prep.state)
-                    n_sets = min(max_sets, bench.n_rotation_sets(per, bench.device_l2_bytes(), max_sets=10**6))
+                    n_sets = min(max_sets, bench.n_rotation_sets(per, _l2_bytes(), max_sets=10**6))
                     states = [prep.state] + [prep.clone(prep.state) for _ in range(n_sets - 1)]
                     fn = bench.rotating(lambda st: prep.call(st, None, None), [(st,) for st in states])
                     for _ in range(n_sets):
                         fn()
-                    torch.cuda.synchronize()
+                    _sync()
                     tm, clk = bw._time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
                                        sampler=sampler, method=method)
                 except Exception as e:  # noqa: BLE001
@@ -312,9 +346,9 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0,
                 rows.append(r)
                 if log:
                     log(f"{shape.name} M={M} {p}: {tm.p50_s * 1e6:.1f} us")
-                del states, prep
+                states = prep = None
             del s0, w
-            torch.cuda.empty_cache()
+            _free()
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -342,13 +376,12 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
 
     import torch
 
-    from .. import bench
     from ..kernels import baselines
     from ..kernels import quant_act as qa
     from . import adapters
 
     make = make or adapters.QUANTISERS
-    l2 = bench.device_l2_bytes()
+    l2 = _l2_bytes()
     for p in live:
         try:
             fn = make[p]()
@@ -362,11 +395,11 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
                 try:
                     nbytes = qa.byte_count(int(M), int(K))["bytes"]
                     n_sets, resident = qx._n_sets(nbytes, l2)
-                    xs = [qx.make_input(M, K, seed=seed + M)]
+                    xs = [qx.make_input(M, K, seed=seed + M, device=DEVICE)]
                     xs += [xs[0].clone() for _ in range(n_sets - 1)]
                     rq, rs = baselines.quant_act_reference(xs[0])
                     q, s = fn(xs[0])
-                    torch.cuda.synchronize()
+                    _sync()
                     codes = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum().item())
                     scales = int((s.float().reshape(M, -1) != rs).sum().item())
                     tm, clk, tnote = harness.time_rotated(fn, [(x,) for x in xs], method="graph", rep_ms=rep_ms,
