@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 from .discover import PeerUnavailable, import_marlin
 from .harness import Prepared
@@ -88,8 +89,14 @@ def _gemlite_weights(st):
 
 
 def _gemlite_prepared(layer, w_ref, config):
+    # gemlite ships tuned configs for some GPUs (matched by device name); elsewhere (the H200
+    # among them) its first call per shape autotunes: the row says which
+    from gemlite import core
+
+    tag = getattr(core, "selected_tag", None)
+    cache = f"configs {os.path.basename(tag)}" if tag else "autotuned here (no shipped config for this GPU)"
     return Prepared(layer, _gemlite_layer_call, copy.deepcopy, _gemlite_weights, w_ref, "bf16", takes_out=False,
-                    config=config)
+                    config=f"{config}; {cache}")
 
 
 def gemlite_w8a16(w, fp8: bool) -> Prepared:
