@@ -107,20 +107,22 @@ _ROWS = (
 
     # --- peers (issue 17): other people's kernels, checked and timed through fp8lab's path
     # (fp8lab.peers.catalog holds their library, licence, install line and format). Drawn in one
-    # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms.
-    _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#BB5566", "W4A16", short="Marlin INT4"),
-    _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#004488", "W8A16", short="gemlite FP8"),
-    _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#66CCEE", "W8A16", short="gemlite INT8"),
+    # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms. Hues
+    # differ from the own arms of the notebooks each is drawn in (08 / 11: blues, reds, black;
+    # 05: Okabe-Ito); a library's FP / INT pair shares a family, FP dark and INT light.
+    _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#225522", "W4A16", short="Marlin INT4"),
+    _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#997700", "W8A16", short="gemlite FP8"),
+    _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#DDAA33", "W8A16", short="gemlite INT8"),
     _arm("peer_gemlite_w4a16_int4", "gemlite A16W4 INT4 (peer)", "#EE8866", "W4A16", short="gemlite INT4"),
-    _arm("peer_gemlite_w4a16_nvfp4", "gemlite A16W4 NVFP4 (peer)", "#AA3377", "W4A16", short="gemlite NVFP4"),
-    _arm("peer_vllm_marlin_fp8", "vLLM FP8 Marlin (peer)", "#222255", "W8A16", short="vLLM FP8 Marlin"),
-    _arm("peer_vllm_marlin_int4", "vLLM GPTQ-Marlin INT4 (peer)", "#663333", "W4A16", short="vLLM INT4 Marlin"),
-    _arm("peer_torchao_blockwise", "torchao blockwise FP8 (peer)", "#DDAA33", "W8A8", short="torchao"),
-    _arm("peer_vllm_blockwise", "vLLM Triton block FP8 (peer)", "#228833", "W8A8", short="vLLM block FP8"),
-    _arm("peer_sglang_blockwise", "sgl-kernel blockwise FP8 (peer)", "#EE7733", "W8A8", short="sgl-kernel"),
-    _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#0077BB", "W8A8", short="DeepGEMM"),
-    _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#BBCC33", short="vLLM quant"),
-    _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#FFAABB", short="sgl quant"),
+    _arm("peer_gemlite_w4a16_nvfp4", "gemlite A16W4 NVFP4 (peer)", "#EE7733", "W4A16", short="gemlite NVFP4"),
+    _arm("peer_vllm_marlin_fp8", "vLLM FP8 Marlin (peer)", "#663333", "W8A16", short="vLLM FP8 Marlin"),
+    _arm("peer_vllm_marlin_int4", "vLLM GPTQ-Marlin INT4 (peer)", "#6699CC", "W4A16", short="vLLM INT4 Marlin"),
+    _arm("peer_torchao_blockwise", "torchao blockwise FP8 (peer)", "#AAAA00", "W8A8", short="torchao"),
+    _arm("peer_vllm_blockwise", "vLLM Triton block FP8 (peer)", "#994455", "W8A8", short="vLLM block FP8"),
+    _arm("peer_sglang_blockwise", "sgl-kernel blockwise FP8 (peer)", "#666633", "W8A8", short="sgl-kernel"),
+    _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM"),
+    _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant"),
+    _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant"),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),
