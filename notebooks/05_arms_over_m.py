@@ -113,8 +113,8 @@ if run.mode == "measure":
                            warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
         # the peers on the same shapes and Ms, each quantising the same activations and weights
         # with its own quantisers; a missing one is a not-run row with its install line
-        peer_df = peer_sweeps.blockwise(shapes, Ms, peer_ids, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler,
-                                        log=print)
+        peer_df = peer_sweeps.blockwise(shapes, Ms, peer_ids, with_quant=with_quant, warmup_ms=warmup_ms,
+                                        rep_ms=rep_ms, sampler=sampler, log=print)
     failed = arms_df["status"].str.startswith("failed-check")
     # a failed check is recorded and never timed; ours and the libraries must not fail it (the
     # CUTLASS arm comes from another module: its failures are shown below, not fatal here)
@@ -169,8 +169,9 @@ def draw_rates(df, copy_Bps, dev, peer=None):
             axes[1, j].plot(h["M"], h["weight_Bps_p50"] / 1e12, ls=ls, marker="o", ms=3, color=plotting.color(arm),
                             label=label)
         # other people's kernels (fp8lab.peers), dash-dotted with open diamonds
-        peer_report.draw(axes[0, j], peer, "M", "tflops_p50", where={"shape": shape})
-        peer_report.draw(axes[1, j], peer, "M", "weight_Bps_p50", scale=1e12, where={"shape": shape})
+        # (their GEMMs alone, as the solid lines; with their own quantiser: the peers table)
+        peer_report.draw(axes[0, j], peer, "M", "tflops_p50", where={"shape": shape, "quant": "none"})
+        peer_report.draw(axes[1, j], peer, "M", "weight_Bps_p50", scale=1e12, where={"shape": shape, "quant": "none"})
         if copy_Bps:
             axes[1, j].axhline(copy_Bps / 1e12, color="#555555", ls=":", lw=1)
             axes[1, j].text(g["M"].min(), copy_Bps / 1e12 * 1.03, "copy bandwidth (this run)", fontsize=7)
@@ -247,8 +248,13 @@ for dev in devs:
         display(peer_report.status_table(peer_tables[dev], peer_ids))
         # the best fp8lab arm against the best peer of the same run (TFLOP/s, > 1: fp8lab ahead)
         mine = bw.best_rows(df)
-        display(peer_report.versus_best_peer(mine[mine["quant"] == "none"], peer_tables[dev], list(bw.OURS),
-                                             metric="tflops_p50").round(3))
+        pt = peer_tables[dev]
+        display(peer_report.versus_best_peer(mine[mine["quant"] == "none"], pt[pt["quant"] == "none"],
+                                             list(bw.OURS), metric="tflops_p50").round(3))
+        # with activation quantisation inside the call (ours: the quantiser of the table above;
+        # each peer: its own), as seed 000 timed vLLM's kernels
+        display(peer_report.versus_best_peer(mine[mine["quant"] != "none"], pt[pt["quant"] != "none"],
+                                             list(bw.OURS), metric="tflops_p50").round(3))
 
 if not devs:
     display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "

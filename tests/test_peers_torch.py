@@ -227,7 +227,7 @@ def test_blockwise_sweep_checks_against_the_peers_own_operands(cpu_sweeps, monke
     monkeypatch.setattr(bw, "_time", lambda fn, **kw: (fn(), None) and (_timing("events"),
                                                                         clocks.row_clocks(None, None, None)))
 
-    def peer(x, w, wrong=False):
+    def peer(x, w, wrong=False, wrong_quant=False):
         a, sa = baselines.quant_act_reference(x)                 # stand-in for the peer's quantisers
         b, sb = baselines.quant_weight_reference(w)
 
@@ -235,17 +235,29 @@ def test_blockwise_sweep_checks_against_the_peers_own_operands(cpu_sweeps, monke
             A = st[0].float() * st[1].repeat_interleave(128, 1)
             B = st[2].float() * st[3].repeat_interleave(128, 0)[: st[2].shape[0]].repeat_interleave(128, 1)
             return ((A @ B.t()) * (1.01 if wrong else 1.0)).to(torch.bfloat16)
-        from fp8lab.peers.adapters import _blockwise_prepared
-        return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb)
 
-    fakes = {"peer_torchao_blockwise": peer, "peer_vllm_blockwise": lambda x, w: peer(x, w, wrong=True)}
+        def with_quant(st, x):
+            qa, qs = baselines.quant_act_reference(x)
+            return call((qa, qs * (1.02 if wrong_quant else 1.0), st[2], st[3]), None, None)
+        from fp8lab.peers.adapters import _blockwise_prepared
+        return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant)
+
+    fakes = {"peer_torchao_blockwise": peer, "peer_vllm_blockwise": lambda x, w: peer(x, w, wrong=True),
+             "peer_sglang_blockwise": lambda x, w: peer(x, w, wrong_quant=True)}
     df = sweeps.blockwise([(256, 384)], [1, 7], list(fakes), avail=_ok, prepare=fakes)
     assert list(df.columns) == sweeps.columns(bw.COLUMNS)
     ok = df[df["arm"] == "peer_torchao_blockwise"]
+    assert list(ok["quant"]) == ["none", sweeps.QUANT_OWN] * 2
     assert (ok["status"] == "measured").all() and (ok["relerr"] < bw.CHECK_RELERR).all()
     assert (ok["weight_bytes"] == 256 * 384 + 4 * 2 * 3).all() and (ok["nan_left"] == 0).all()
     bad = df[df["arm"] == "peer_vllm_blockwise"]
-    assert bad["status"].str.startswith("failed-check: relerr").all()      # 1% off: caught
+    assert len(bad) == 2 and bad["status"].str.startswith("failed-check: relerr").all()   # 1% off: caught, not timed
+    q = df[df["arm"] == "peer_sglang_blockwise"].set_index(["M", "quant"])["status"]
+    assert (q.xs("none", level="quant") == "measured").all()
+    assert q.xs(sweeps.QUANT_OWN, level="quant").str.startswith("failed-check").all()   # its quantiser is off
+    # without with_quant: one row per point
+    df1 = sweeps.blockwise([(256, 384)], [7], ["peer_torchao_blockwise"], with_quant=False, avail=_ok, prepare=fakes)
+    assert list(df1["quant"]) == ["none"]
 
 
 def test_quantiser_sweep_counts_differences_without_failing(cpu_sweeps):

@@ -251,14 +251,15 @@ WEIGHT_ONLY = {
 # blockwise W8A8: prepare(x (M, K) bf16, w (N, K) fp32) -> Prepared whose state holds the
 # peer-quantised activations too (quantised outside the timed call, as fp8lab's quant=none rows)
 # ------------------------------------------------------------------------------------------
-def _blockwise_prepared(state, call, a, sa, b, sb, config="", act_layout=None):
-    """Reference weights and activations from the peer's own codes and fp32 scales."""
+def _blockwise_prepared(state, call, a, sa, b, sb, config="", with_quant=None):
+    """Reference weights and activations from the peer's own codes and fp32 scales.
+    ``with_quant(state, x)``: the peer's activation quantiser and GEMM in one call (x bf16)."""
     N, K = b.shape
     M = a.shape[0]
     A = a.double() * sa.double().reshape(M, -1).repeat_interleave(128, 1)[:, :K]
     B = b.double() * sb.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
     return Prepared(state, call, lambda st: tuple(t.clone() for t in st), lambda st: (st[2], st[3]), B, "e4m3",
-                    takes_out=False, config=config, extra={"ref_x": A})
+                    takes_out=False, config=config, extra={"ref_x": A, "with_quant": with_quant})
 
 
 def torchao_blockwise(x, w) -> Prepared:
@@ -272,8 +273,12 @@ def torchao_blockwise(x, w) -> Prepared:
     _need(N % 128 == 0 and K % 128 == 0, f"torchao's weight quantiser needs N and K multiples of 128, got N={N}, K={K}")
     a, sa = bq.fp8_blockwise_act_quant(x.contiguous())
     b, sb = bq.fp8_blockwise_weight_quant(w.contiguous())
+    def with_quant(st, x):
+        qa, qs = bq.fp8_blockwise_act_quant(x)
+        return bq.blockwise_fp8_gemm(qa, qs, st[2], st[3])
+
     return _blockwise_prepared((a, sa, b, sb), lambda st, _x, _o: bq.blockwise_fp8_gemm(st[0], st[1], st[2], st[3]),
-                               a, sa, b, sb)
+                               a, sa, b, sb, with_quant=with_quant)
 
 
 def vllm_blockwise(x, w) -> Prepared:
@@ -296,7 +301,11 @@ def vllm_blockwise(x, w) -> Prepared:
     def call(st, _x, _o):
         return fu.w8a8_block_fp8_matmul(st[0], st[2], st[1], st[3], [128, 128], output_dtype=torch.bfloat16)
 
-    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb,
+    def with_quant(st, x):
+        qa, qs = fu.per_token_group_quant_fp8(x, 128)
+        return fu.w8a8_block_fp8_matmul(qa, st[2], qs, st[3], [128, 128], output_dtype=torch.bfloat16)
+
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant,
                                config="tuned config for this device" if cfg else "default config")
 
 
@@ -341,8 +350,15 @@ def sglang_blockwise(x, w) -> Prepared:
     def call(st, _x, _o):
         return sgl_kernel.fp8_blockwise_scaled_mm(st[0], st[4], st[1], st[5], torch.bfloat16)
 
+    def with_quant(st, x):
+        m = x.shape[0]
+        qa = torch.empty(m, K, dtype=torch.float8_e4m3fn, device=x.device)
+        qs = torch.empty(K // 128, m, dtype=torch.float32, device=x.device).t()
+        _sgl_group_quant(sgl_kernel, x, qa, qs)
+        return sgl_kernel.fp8_blockwise_scaled_mm(qa, st[4], qs, st[5], torch.bfloat16)
+
     st = (a, sa, b, sb, bt, sbt)
-    p = _blockwise_prepared(st, call, a, sa, b, sb)
+    p = _blockwise_prepared(st, call, a, sa, b, sb, with_quant=with_quant)
     # copies keep the layouts the kernel needs: M-major activation scales, column-major B views
     p.clone = lambda s: (lambda b2, sb2: (s[0].clone(), s[1].t().clone().t(), b2, sb2, b2.t(), sb2.t()))(
         s[2].clone(), s[3].clone())
@@ -374,7 +390,11 @@ def deepgemm_blockwise(x, w) -> Prepared:
         gemm((st[0], st[1]), (st[2], st[3]), out)
         return out
 
-    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb)
+    def with_quant(st, x):
+        qa, qs = per_token_cast_to_fp8(x, use_ue8m0=False)
+        return call((qa, qs, st[2], st[3]), None, None)
+
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant)
 
 
 BLOCKWISE = {

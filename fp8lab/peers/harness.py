@@ -33,7 +33,7 @@ CHECK_RELERR = 1e-2
 
 #: columns every peer row carries besides its notebook's own table columns
 PEER_COLUMNS = ["status", "peer", "library", "version", "licence", "install", "weight_format", "scale_format",
-                "peer_act", "format_bytes", "bytes_note"]
+                "peer_act", "format_bytes", "bytes_note", "config"]
 
 
 @dataclass

@@ -175,8 +175,9 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                                                           list(zip(states, outs)), method="graph", rep_ms=rep_ms,
                                                           sampler=sampler)
                     r = dx._row(name, N, K, M, p, pe.fmt, prep.act, b, tm, clk, copy["rate_p50"], spec,
-                                splits=math.nan, grid="", ctas=math.nan, err=err, schedule=prep.config,
+                                splits=math.nan, grid="", ctas=math.nan, err=err, schedule="",
                                 same_Bps=same_Bps(b["stream_bytes"]))
+                    r["config"] = prep.config
                     r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K),
                                                   note="; ".join(x_ for x_ in (note, tnote) if x_)))
                     rows.append(r)
@@ -266,11 +267,18 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 # ------------------------------------------------------------------------------------------
 # blockwise W8A8: notebook 05
 # ------------------------------------------------------------------------------------------
-def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0, warmup_ms: float = 10,
-              rep_ms: float = 50, graph_threshold_s: float = 20e-6, graph_max_m: int = 64, max_sets: int = 16,
-              sampler=None, avail=None, prepare: Optional[dict] = None, log=None) -> pd.DataFrame:
+#: the ``quant`` column of a peer row timed with its own activation quantiser inside the call
+QUANT_OWN = "own quantiser"
+
+
+def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bool = True, seed: int = 0,
+              warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6, graph_max_m: int = 64,
+              max_sets: int = 16, sampler=None, avail=None, prepare: Optional[dict] = None, log=None) -> pd.DataFrame:
     """One row per (shape, M, peer) in blockwise.COLUMNS + PEER_COLUMNS, timed as
-    blockwise.run_point times fp8lab's arms (graph replay up to ``graph_max_m``, else auto)."""
+    blockwise.run_point times fp8lab's arms (graph replay up to ``graph_max_m``, else auto): on
+    the activations the peer quantised beforehand (``quant`` = none), and, with ``with_quant``,
+    again with the peer's own activation quantiser inside the timed call (``quant`` =
+    QUANT_OWN; what seed 000 timed), checked against the same float64 reference."""
     from ..experiments import blockwise as bw
 
     _check_ids(peers, "05")
@@ -314,7 +322,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0,
                     got = harness.poisoned_call(prep, s0.x, M, N)
                     ref = prep.extra["ref_x"][torch.as_tensor(rows_chk, device=got.device)] @ prep.w_ref.t()
                     chk = bw.compare(got, ref, rows_chk)
-                    del got, ref
+                    del got
                 except discover.PeerUnavailable as e:
                     rows.append(status_row(cols, b0, p, f"not-run: {e}", av[p].version))
                     continue
@@ -346,10 +354,52 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, seed: int = 0,
                 rows.append(r)
                 if log:
                     log(f"{shape.name} M={M} {p}: {tm.p50_s * 1e6:.1f} us")
-                states = prep = None
+                if with_quant and prep.extra.get("with_quant") is not None:
+                    rows.append(_with_quant_row(cols, b0, p, av[p].version, prep, states, s0.x, ref, rows_chk, flop,
+                                                wb, method, bw, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                                graph_threshold_s=graph_threshold_s, sampler=sampler))
+                    if log:
+                        log(f"{shape.name} M={M} {p} + {QUANT_OWN}: {rows[-1]['status']}, "
+                            f"{rows[-1]['time_p50_s'] * 1e6:.1f} us")
+                states = prep = ref = None
             del s0, w
             _free()
     return pd.DataFrame(rows, columns=cols)
+
+
+def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, wb, method, bw, **timing) -> dict:
+    """The row of one blockwise peer timed with its own activation quantiser inside the call."""
+    import torch
+
+    qcall = prep.extra["with_quant"]
+    base = {**b0, "quant": QUANT_OWN}
+    M, N = x.shape[0], prep.w_ref.shape[0]
+    try:
+        torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=x.device)   # poison the allocator
+        got = qcall(prep.state, x)
+        _sync()
+        chk = bw.compare(got, ref, rows_chk)
+        del got
+    except Exception as e:  # noqa: BLE001
+        return status_row(cols, base, p, "error: " + error_text(e), version)
+    if not bw.passes(chk):
+        return status_row(cols, {**base, **chk}, p, f"failed-check: relerr {chk['relerr']:.3g}", version)
+    try:
+        from .. import bench
+
+        xs = [x] + [x.clone() for _ in range(len(states) - 1)]
+        fn = bench.rotating(qcall, list(zip(states, xs)))
+        for _ in range(len(states)):
+            fn()
+        _sync()
+        tm, clk = bw._time(fn, method=method, **timing)
+    except Exception as e:  # noqa: BLE001
+        return status_row(cols, {**base, **chk}, p, "error: timing: " + error_text(e), version)
+    r = {c: math.nan for c in cols}
+    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
+             poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
+    r.update(harness.peer_columns(p, version, nbytes=catalog.weight_stream_bytes(p, N, x.shape[1])))
+    return r
 
 
 # ------------------------------------------------------------------------------------------
