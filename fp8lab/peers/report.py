@@ -19,8 +19,8 @@ __all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_N
 MARLIN = "peer_marlin_int4"
 SEED_SUBJECT = "seed"
 #: the figure note wherever peers of other formats are drawn together
-COMPARABLE_NOTE = ("peers dash-dotted with open diamonds; formats differ (see the peers table): bandwidth "
-                   "counts each one's own weight + scale bytes, so it compares across formats; time does not")
+COMPARABLE_NOTE = ("dash-dot, open diamonds: other libraries' kernels (peers); each one's bandwidth counts "
+                   "its own format's weight + scale bytes")
 
 
 def measured(df: Optional[pd.DataFrame]) -> pd.DataFrame:
