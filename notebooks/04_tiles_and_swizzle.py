@@ -50,6 +50,7 @@ copy_gib = 2.0  # the copy that measures the bandwidth ceiling, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+marlin = True  # A8's Marlin half on the seed's own kernel: the original Marlin (fp8lab.peers) at the M=1 point
 
 # %%
 import matplotlib.pyplot as plt
@@ -61,6 +62,8 @@ from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "04_tiles_and_swizzle"
 run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, mma_always=mma_always,
@@ -68,7 +71,7 @@ run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_co
                                         triton_autotune=triton_autotune, swizzle_shape=swizzle_shape,
                                         swizzle_M=swizzle_M, swizzles=swizzles, swizzle_repeats=swizzle_repeats,
                                         stream_shape=stream_shape, copy_gib=copy_gib, warmup_ms=warmup_ms,
-                                        rep_ms=rep_ms), device="gpu", mode=mode)
+                                        rep_ms=rep_ms, marlin=marlin), device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -122,6 +125,11 @@ if run.mode == "measure":
         wo_row = bw.weight_only_point(stream_shape, 1, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler)
         print("weight-only:", wo_row["status"], wo_row["time_p50_s"])
         stream_df = pd.concat([stream_df, pd.DataFrame([wo_row], columns=bw.COLUMNS)], ignore_index=True)
+        # ... and the seed's own subject, the original Marlin, the same way as notebook 08's peers
+        # (a not-run row with its build line when it is not built here)
+        marlin_df = (peer_sweeps.decode([stream_shape], [1], ["peer_marlin_int4"], rep_ms=rep_ms, sampler=sampler,
+                                        copy={"rate_p50": copy["copy_Bps_p50"]}, same_copy=False)
+                     if marlin else None)
         sel = bw.tile_selection(tiles_df)["per_point"]
         pick = sel[(sel["shape"] == bw.resolve_shapes([swizzle_shape])[0].name) & (sel["M"] == swizzle_M)]
         swz_cfg = pick.iloc[0]["config"] if len(pick) else None
@@ -139,6 +147,9 @@ if run.mode == "measure":
     run.write_table("m1_stream", stream_df, meta=meta)
     run.write_table("swizzle", swz_df, meta=meta)
     run.write_table("copy", pd.DataFrame([copy]), meta=meta)
+    if marlin_df is not None:
+        print("Marlin:", marlin_df["status"].iloc[0], marlin_df["time_p50_s"].iloc[0])
+        run.write_table("peers", marlin_df, meta=meta)
 
 # %% [markdown]
 # ## Results
@@ -256,7 +267,7 @@ def draw_stream(stream, copy_Bps, dev):
 devs = results.devices_with(NB, "tile_sweep")
 tables = {}
 for dev in devs:
-    t = {name: results.load_table(dev, NB, name) for name in ("tile_sweep", "m1_stream", "swizzle", "copy")
+    t = {name: results.load_table(dev, NB, name) for name in ("tile_sweep", "m1_stream", "swizzle", "copy", "peers")
          if dev in results.devices_with(NB, name)}
     tables[dev] = t
     draw_tiles(t["tile_sweep"], dev)
@@ -307,6 +318,8 @@ for dev, t in tables.items():
     verdicts.append(bw.verdict_a8(t["m1_stream"], copy_Bps) if "m1_stream" in t else
                     claims.Verdict("A8", "not-run", "no M=1 table", reason="not measured"))
     verdicts.append(bw.verdict_a9(t["tile_sweep"]))
+    if "peers" in t and "m1_stream" in t:   # the seed's subject, Marlin, where it ran (or why not)
+        verdicts.append(peer_report.marlin_a8(t["peers"], t["m1_stream"], stream_shape))
     display(pd.DataFrame([dict(claim=v.claim, verdict=v.verdict, our_figure=v.our_figure, reason=v.reason)
                           for v in verdicts]))
     if run.mode == "measure" and dev == run.device:

@@ -260,3 +260,28 @@ def test_readme_peers_table_is_the_catalogs():
         "run `python -m fp8lab.peers readme` after changing fp8lab/peers/catalog.py"
     for p in catalog.PEERS.values():
         assert f"`{p.id}`" in text
+
+
+def _a8_tables(marlin_s, w8_s):
+    peers_df = pd.DataFrame([dict(shape="qwen3-8b:o_proj", M=1, arm=report.MARLIN, status="measured",
+                                  time_p50_s=marlin_s, stream_bytes=8.4e6)])
+    stream = pd.DataFrame([dict(shape="qwen3-8b:o_proj", M=1, arm="triton_blockwise", status="measured", quant="none",
+                                time_p50_s=w8_s, weight_bytes=16.8e6),
+                           dict(shape="qwen3-8b:o_proj", M=1, arm="mma_blockwise", status="measured", quant="none",
+                                time_p50_s=w8_s * 3, weight_bytes=16.8e6),
+                           dict(shape="qwen3-8b:o_proj", M=1, arm="gemv_w8a16_fp8", status="measured", quant="none",
+                                time_p50_s=w8_s / 10, weight_bytes=16.8e6)])     # not W8A8: not the yardstick
+    return peers_df, stream
+
+
+@pytest.mark.parametrize("marlin_s, verdict", [(4.9e-6, "holds"), (5.0e-6, "differs")])
+def test_marlin_a8_boundary(marlin_s, verdict):
+    v = report.marlin_a8(*_a8_tables(marlin_s, 5.0e-6))
+    assert v.verdict == verdict and v.subject == "seed" and "triton_blockwise 5.0 us" in v.our_figure
+
+
+def test_marlin_a8_not_run_says_why():
+    p, s = _a8_tables(1e-6, 5e-6)
+    p["status"] = "not-run: Marlin's extension is not built; install: x"
+    assert "not built" in report.marlin_a8(p, s).reason
+    assert report.marlin_a8(None, s).verdict == "not-run"

@@ -14,7 +14,7 @@ from ..arms import registry
 from . import catalog
 
 __all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "marlin_c3", "marlin_c4",
-           "marlin_c5", "marlin_c7", "SEED_SUBJECT", "MARLIN"]
+           "marlin_c5", "marlin_c7", "marlin_a8", "SEED_SUBJECT", "MARLIN"]
 
 MARLIN = "peer_marlin_int4"
 SEED_SUBJECT = "seed"
@@ -184,3 +184,25 @@ def marlin_c7(peers_df: Optional[pd.DataFrame], prefill_df: pd.DataFrame):
         return _v("C7", "holds", fig, rule)
     return _v("C7", "holds-in-kind" if ratio >= C7_KIND else "differs", fig, rule,
               f"Marlin at {ratio:.0%} of cuBLAS BF16 per GHz (seed: 95-97%)")
+
+
+def marlin_a8(peers_df: Optional[pd.DataFrame], stream_df: pd.DataFrame, shape: str = "qwen3-8b:o_proj"):
+    """A8's Marlin half on the seed's own kernel: at M = 1 on ``shape``, Marlin's time (notebook
+    04's peers table) against the fastest W8A8 blockwise arm's (its ``m1_stream`` table, GEMM
+    alone), both from the same run. holds if Marlin is faster, differs if not."""
+    from ..experiments import blockwise as bw
+
+    rule = f"holds if Marlin INT4's M=1 time < the fastest W8A8 arm's at {shape} (same run, GEMM alone); differs otherwise"
+    m = measured(peers_df)
+    m = m[(m["arm"] == MARLIN) & (m["M"] == 1) & (m["shape"] == shape)] if not m.empty else m
+    w8 = stream_df[(stream_df["status"] == "measured") & (stream_df["M"] == 1) & (stream_df["shape"] == shape)
+                   & (stream_df["quant"] == "none") & stream_df["arm"].isin(bw.W8A8)]
+    if m.empty or w8.empty:
+        why = _marlin_status(peers_df) if m.empty else f"no W8A8 arm measured at {shape} M=1"
+        return _v("A8", "not-run", "Marlin or a W8A8 arm not measured at M=1", rule, why or "no Marlin row at M=1")
+    r, b = m.iloc[0], w8.loc[w8["time_p50_s"].idxmin()]
+    fig = (f"{shape} M=1: Marlin INT4 {r['time_p50_s'] * 1e6:.1f} us ({r['stream_bytes'] / 1e6:.1f} MB of weights + "
+           f"scales) vs {b['arm']} {b['time_p50_s'] * 1e6:.1f} us ({b['weight_bytes'] / 1e6:.1f} MB)")
+    if r["time_p50_s"] < b["time_p50_s"]:
+        return _v("A8", "holds", fig, rule)
+    return _v("A8", "differs", fig, rule, f"{b['arm']} is at least as fast as Marlin at M=1 here")
