@@ -279,3 +279,12 @@ def test_quantiser_sweep_counts_differences_without_failing(cpu_sweeps):
     s = df[df["arm"] == "peer_sglang_quant_group"]
     assert v["bitwise_ok"].all() and (v["codes_differing"] == 0).all()
     assert not s["bitwise_ok"].any() and (s["scales_differing"] > 0).all()
+
+
+def test_the_compile_check_uses_torchs_nvcc_flags():
+    """The CPU compile check of Marlin's kernel passes nvcc what torch's extension builder will
+    on the GPU box; the list kept for machines without torch must not fall behind torch's."""
+    from torch.utils import cpp_extension
+
+    assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(build.NVCC_FLAGS)
+    assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(build.nvcc_flags())

@@ -21,13 +21,25 @@ from typing import Optional
 
 from . import discover
 
-__all__ = ["KERNEL", "BINDING", "NVCC_FLAGS", "source_files", "compile_check", "build_marlin"]
+__all__ = ["KERNEL", "BINDING", "NVCC_FLAGS", "nvcc_flags", "source_files", "compile_check", "build_marlin"]
 
 KERNEL = "marlin/marlin_cuda_kernel.cu"
 BINDING = "marlin/marlin_cuda.cpp"
-#: what torch.utils.cpp_extension passes nvcc anyway (Marlin's device code calls a constexpr
-#: host function, ceildiv, which needs --expt-relaxed-constexpr), plus Marlin's -O3
-NVCC_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr")
+#: what torch.utils.cpp_extension passes nvcc for every CUDA extension (its COMMON_NVCC_FLAGS, as
+#: of torch 2.13: Marlin's device code calls a constexpr host function, ceildiv, which needs
+#: --expt-relaxed-constexpr, and must build without half operators), plus -O3; the check reads
+#: torch's own list when torch imports
+NVCC_FLAGS = ("-O3", "-std=c++17", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+              "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr")
+
+
+def nvcc_flags() -> tuple:
+    try:
+        from torch.utils import cpp_extension
+
+        return ("-O3", "-std=c++17", *cpp_extension.COMMON_NVCC_FLAGS)
+    except Exception:  # noqa: BLE001 - no torch here (the CPU machine): the list above
+        return NVCC_FLAGS
 
 
 def source_files(src: Optional[Path] = None) -> tuple[Path, Path]:
@@ -63,7 +75,7 @@ def compile_check(arch: str = "sm_90", src: Optional[Path] = None, nvcc: str = "
     _, cu = source_files(src)
     exe = shutil.which(nvcc) or nvcc
     with tempfile.TemporaryDirectory() as d:
-        cmd = [exe, f"-arch={arch}", *NVCC_FLAGS, "-c", str(cu), "-o", str(Path(d) / "marlin.o")]
+        cmd = [exe, f"-arch={arch}", *nvcc_flags(), "-c", str(cu), "-o", str(Path(d) / "marlin.o")]
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         ok = p.returncode == 0 and (Path(d) / "marlin.o").exists()
