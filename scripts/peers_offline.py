@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WHEELS = {"torchao": "0.18.0", "ninja": "1.13.2"}
 SDISTS = {"gemlite": "0.6.0.post2"}      # built into a wheel here
 MARLIN_URL = "https://github.com/IST-DASLab/marlin"
+MARLIN_PATHS = ("marlin", "setup.py", "LICENSE", "README.md")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -68,7 +69,8 @@ def marlin_source(dest: Path, git_dir: str | None) -> str:
         commit = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], check=True,
                                 capture_output=True, text=True).stdout.strip()
         tar = Path(d) / "marlin.tar"
-        _run(["git", f"--git-dir={git_dir}", "archive", "-o", str(tar), "HEAD"])
+        # the package, its build script and licence; not its images, GPTQ scripts or benchmarks
+        _run(["git", f"--git-dir={git_dir}", "archive", "-o", str(tar), "HEAD", *MARLIN_PATHS])
         dest.mkdir(parents=True, exist_ok=True)
         with tarfile.open(tar) as t:
             t.extractall(dest, filter="data")

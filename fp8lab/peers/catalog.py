@@ -64,7 +64,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build marlin  ({_MARLIN_SRC})",
          ("08", "11"), "int4",
          "INT4 codes + 8 (symmetric), 8 per int32 in Marlin's tile permutation", "per-group 128 along K, fp16",
-         "fp16", group=128, carried="source (~0.8 MB), built on the box with nvcc",
+         "fp16", group=128, carried="source (~0.1 MB), built on the box with nvcc",
          note="the seed's subject: Marlin's own Layer.pack quantises; K % 128 == 0, N % 256 == 0",
          seen="0.1.1 @ 2f6d7c1 (source; kernel compiled for sm_90 here)"),
     Peer("peer_gemlite_w8a16_fp8", "weight_only", "gemlite A16W8_FP8", "gemlite", "gemlite", "import", "Apache-2.0",
