@@ -73,7 +73,7 @@ run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_qu
                                         mma_configs=mma_configs, triton_autotune=triton_autotune,
                                         copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms, peers=peers),
                         device="gpu", mode=mode)
-peer_ids = list(bw.PEERS) if peers == "all" else list(peers)
+peer_ids = peer_sweeps.resolve(peers, "05")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring

@@ -63,7 +63,7 @@ from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "06b_act_quantisers"
 run = results.start_run(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms, peers=peers), device="gpu", mode=mode)
-peer_ids = list(qx.PEERS) if peers == "all" else list(peers)
+peer_ids = peer_sweeps.resolve(peers, "06b")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -190,6 +190,9 @@ for dev in devs:
     if dev in peer_tables:
         display(Markdown(f"**{dev}**: peers (other people's quantisers, checked and timed the same way)"))
         display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # fp8lab's kernels against the fastest peer of the same run (time; > 1: fp8lab ahead)
+        display(peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
+                                             metric="time_p50_s", higher=False).round(3))
 
 if not devs:
     display(Markdown("**No measured data for this notebook yet.** Run it on a GPU (mode `measure`) to time "

@@ -78,7 +78,7 @@ run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=
                                         rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
                                         schedules=list(schedules), seed=seed, peers=peers),
                         device="gpu", mode=mode)
-peer_ids = list(dx.PEERS) if peers == "all" else list(peers)
+peer_ids = peer_sweeps.resolve(peers, "08")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring

@@ -59,7 +59,7 @@ NB = "11_prefill"
 run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed,
                                         peers=peers),
                         device="gpu", mode=mode)
-peer_ids = list(px.PEERS) if peers == "all" else list(peers)
+peer_ids = peer_sweeps.resolve(peers, "11")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring

@@ -285,3 +285,13 @@ def test_marlin_a8_not_run_says_why():
     p["status"] = "not-run: Marlin's extension is not built; install: x"
     assert "not built" in report.marlin_a8(p, s).reason
     assert report.marlin_a8(None, s).verdict == "not-run"
+
+
+def test_the_peers_parameter():
+    assert sweeps.resolve("all", "08") == list(dx.PEERS)
+    assert sweeps.resolve([], "05") == [] and sweeps.resolve(None, "05") == []
+    assert sweeps.resolve(["peer_torchao_blockwise"], "05") == ["peer_torchao_blockwise"]
+    with pytest.raises(ValueError, match="peers must be 'all'"):
+        sweeps.resolve("peer_marlin_int4", "08")              # a bare id, not a list
+    with pytest.raises(ValueError, match="not peers of notebook 11"):
+        sweeps.resolve(["peer_marlin"], "11")

@@ -26,7 +26,7 @@ import pandas as pd
 from . import catalog, discover, harness
 from .harness import PEER_COLUMNS, error_text, status_row
 
-__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "DEVICE"]
+__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN"]
 
 #: where operands live; the CPU tests set "cpu" (with fakes for timing) to run the sweeps' own logic
 DEVICE = "cuda"
@@ -69,6 +69,22 @@ def _time_events(fn, *, warmup_ms, rep_ms, sampler):
 def columns(host: Sequence[str]) -> list:
     """The notebook table's columns followed by the peer columns it lacks."""
     return list(host) + [c for c in PEER_COLUMNS if c not in host]
+
+
+def resolve(peers, notebook: str) -> list:
+    """A notebook's ``peers`` parameter -> peer ids: "all" (the notebook's whole list), a list of
+    ids, or [] / None (none). ValueError naming the notebook's peers for anything else, so a
+    typo fails before any measuring, not after."""
+    if peers is None:
+        return []
+    if isinstance(peers, str):
+        if peers == "all":
+            return list(catalog.ids_for(notebook))
+        raise ValueError(f"peers must be 'all', a list of ids or []; got {peers!r}; "
+                         f"notebook {notebook}'s peers: {list(catalog.ids_for(notebook))}")
+    ids = list(peers)
+    _check_ids(ids, notebook)
+    return ids
 
 
 def _check_ids(peers: Sequence[str], notebook: str) -> None:
