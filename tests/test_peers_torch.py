@@ -288,3 +288,17 @@ def test_the_compile_check_uses_torchs_nvcc_flags():
 
     assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(build.NVCC_FLAGS)
     assert set(cpp_extension.COMMON_NVCC_FLAGS) <= set(build.nvcc_flags())
+
+
+def test_decode_checks_every_m(cpu_sweeps):
+    """A kernel right at M = 4 (the first check) but wrong at M = 16 is not timed at M = 16."""
+    def wrong_above_8(w):
+        p = _w8(w)
+        good = p.call
+        p.call = lambda st, x, out: good(st, x, out) * (1.0 if x.shape[0] <= 8 else 1.5)
+        return p
+
+    df = sweeps.decode(["qwen3-8b:o_proj"], [1, 16], ["peer_gemlite_w8a16_fp8"], copy={"rate_p50": 4e12},
+                       same_copy=False, avail=_ok, prepare={"peer_gemlite_w8a16_fp8": wrong_above_8})
+    st = df.set_index("M")["status"]
+    assert st[1] == "measured" and st[16].startswith("failed-check: relerr") and "at M=16" in st[16]

@@ -186,6 +186,15 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             for M in Ms:
                 try:
                     x = torch.randn(M, K, device=DEVICE).to(tdt)
+                    # each M may take another kernel config (Marlin's m blocks, gemlite's GEMV / GEMM
+                    # split): check this one too, on its first rows, before timing it
+                    err_m, nan_m = harness.check(prep, x, rows=check_m)
+                    if nan_m or not err_m < harness.CHECK_RELERR:
+                        rows.append(status_row(cols, {**base, "M": M, "check_relerr": err_m}, p,
+                                               f"failed-check: relerr {err_m:.3g} at M={M}, NaNs {nan_m}",
+                                               av[p].version))
+                        continue
+                    err = max(err, err_m)
                     outs = [torch.empty(M, N, dtype=tdt, device=DEVICE) for _ in states]
                     tm, clk, tnote = harness.time_rotated(lambda s, o: prep.call(s, x, o if prep.takes_out else None),
                                                           list(zip(states, outs)), method="graph", rep_ms=rep_ms,
