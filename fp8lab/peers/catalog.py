@@ -43,7 +43,7 @@ class Peer:
     act: str                # activation dtype it takes
     group: int = 0          # elements per weight scale along K (0: one per output channel)
     carried: str = ""       # how it reaches the offline H200 ("" = wheel under the limit)
-    min_sm: int = 80
+    min_sm: int = 80        # FP8 tensor-core GEMMs need sm_89 (Ada) or sm_90 (Hopper, wgmma / TMA)
     note: str = ""
     seen: str = _NOT_SEEN   # the version this adapter was written against, and how far it was checked
 
@@ -96,16 +96,17 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05",), "fp8_blockwise",
          "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
          group=128, carried="wheel 3.4 MB", note="N and K multiples of 128 (its weight quantiser's blocks)",
+         min_sm=89,
          seen="0.18.0 (wheel read here)"),
     Peer("peer_vllm_blockwise", "blockwise", "vLLM w8a8_block_fp8_matmul (Triton)", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations, 128x128 weights, fp32", "e4m3", group=128,
-         carried="not carried: the vllm wheel is far over the 64 MiB transfer limit",
+         carried="not carried: the vllm wheel is far over the 64 MiB transfer limit", min_sm=89,
          note="its tuned configs where it ships them for the device, else its default"),
     Peer("peer_sglang_blockwise", "blockwise", "sgl-kernel fp8_blockwise_scaled_mm (CUTLASS)", "sgl_kernel",
          "sgl-kernel", "import", "Apache-2.0", _SGL, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations (M-major), 128x128 weights, fp32", "e4m3", group=128,
-         carried="not carried: the sgl-kernel wheel is ~535 MB"),
+         carried="not carried: the sgl-kernel wheel is ~535 MB", min_sm=90),
     Peer("peer_deepgemm", "blockwise", "DeepGEMM fp8_gemm_nt", "deep_gemm", "deep_gemm", "import", "MIT",
          "pip install git+https://github.com/deepseek-ai/DeepGEMM (builds with nvcc, needs CUTLASS)", ("05",),
          "fp8_blockwise", "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
