@@ -22,7 +22,7 @@
 # | --- | --- | --- |
 # | **A6** | decode (M = 1..64) wants short, narrow tiles so enough thread blocks exist; prefill wants big tiles | `mma_blockwise` (per_block) over several tiles at every (shape, M); the tile-by-M selection is *derived from the sweep* (no threshold typed in) |
 # | **A7** | the swizzle (launch order for L2 reuse) took down_proj (N=4096, K=12288) at M=4096 from 7144 to 5614 us (-21%) | swizzle group 1 (off), 2, 4, 8, 16 at that point, each timed several times, interleaved |
-# | **A8** | at M=1 the 16 MB of o_proj weights should stream in a fraction of the 175 us the first kernel took; Marlin (weight-only) beats the W8A8 kernel there. The seed timed the W8A8 kernels *with* activation quantisation ("Marlin doesn't need that step") | the W8A8 arms at M=1 with the activation quantiser inside the timed call, fp8lab's weight-only kernel, Marlin when a `peer_marlin*` arm is in the table, and the seed's kernel (per_slice, seed tile) against the weight-streaming floor (weight bytes / copy bandwidth, measured in this run) |
+# | **A8** | at M=1 the 16 MB of o_proj weights should stream in a fraction of the 175 us the first kernel took; Marlin (weight-only) beats the W8A8 kernel there. The seed timed the W8A8 kernels *with* activation quantisation ("Marlin doesn't need that step") | the W8A8 arms at M=1 with the activation quantiser inside the timed call, fp8lab's weight-only kernel, vLLM's FP8 Marlin (the seed's MarlinFP8, `peer_vllm_marlin_fp8`) when it ran, the original INT4 Marlin beside it, and the seed's kernel (per_slice, seed tile) against the weight-streaming floor (weight bytes / copy bandwidth, measured in this run) |
 #
 # A9 (down_proj at large M behind Triton) is judged in notebook 05, whose sweep has the CUTLASS arm.
 #
@@ -51,6 +51,7 @@ copy_gib = 2.0  # the copy that measures the bandwidth ceiling, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+marlin = True  # A8's Marlin half on the seed's own kernel: the original Marlin (fp8lab.peers) at the M=1 point
 
 # %%
 import matplotlib.pyplot as plt
@@ -62,6 +63,8 @@ from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "04_tiles_and_swizzle"
 run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, mma_always=mma_always,
@@ -69,7 +72,7 @@ run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_co
                                         triton_autotune=triton_autotune, swizzle_shape=swizzle_shape,
                                         swizzle_M=swizzle_M, swizzles=swizzles, swizzle_repeats=swizzle_repeats,
                                         stream_shape=stream_shape, copy_gib=copy_gib, warmup_ms=warmup_ms,
-                                        rep_ms=rep_ms), device="gpu", mode=mode)
+                                        rep_ms=rep_ms, marlin=marlin), device="gpu", mode=mode)
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -126,6 +129,11 @@ if run.mode == "measure":
         wo_row = bw.weight_only_point(stream_shape, 1, warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler)
         print("weight-only:", wo_row["status"], wo_row["time_p50_s"])
         stream_df = pd.concat([stream_df, pd.DataFrame([wo_row], columns=bw.COLUMNS)], ignore_index=True)
+        # ... and the seed's own subject, the original Marlin, the same way as notebook 08's peers
+        # (a not-run row with its build line when it is not built here)
+        marlin_df = (peer_sweeps.decode([stream_shape], [1], ["peer_marlin_int4", bw.PEER_MARLIN], rep_ms=rep_ms, sampler=sampler,
+                                        copy={"rate_p50": copy["copy_Bps_p50"]}, same_copy=False)
+                     if marlin else None)
         sel = bw.tile_selection(tiles_df)["per_point"]
         pick = sel[(sel["shape"] == bw.resolve_shapes([swizzle_shape])[0].name) & (sel["M"] == swizzle_M)]
         swz_cfg = pick.iloc[0]["config"] if len(pick) else None
@@ -143,6 +151,9 @@ if run.mode == "measure":
     run.write_table("m1_stream", stream_df, meta=meta)
     run.write_table("swizzle", swz_df, meta=meta)
     run.write_table("copy", pd.DataFrame([copy]), meta=meta)
+    if marlin_df is not None:
+        print(marlin_df[["arm", "status", "time_p50_s"]].to_string(index=False))
+        run.write_table("peers", marlin_df, meta=meta)
 
 # %% [markdown]
 # ## Results
@@ -276,7 +287,7 @@ def draw_stream(stream, copy_Bps, dev):
 devs = results.devices_with(NB, "tile_sweep")
 tables = {}
 for dev in devs:
-    t = {name: results.load_table(dev, NB, name) for name in ("tile_sweep", "m1_stream", "swizzle", "copy")
+    t = {name: results.load_table(dev, NB, name) for name in ("tile_sweep", "m1_stream", "swizzle", "copy", "peers")
          if dev in results.devices_with(NB, name)}
     tables[dev] = t
     draw_tiles(t["tile_sweep"], dev)
@@ -324,7 +335,11 @@ for dev, t in tables.items():
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
     verdicts = [bw.verdict_a6(t["tile_sweep"])]
     verdicts.append(bw.verdict_a7(t.get("swizzle", pd.DataFrame())))
-    verdicts += bw.verdict_a8(t.get("m1_stream", pd.DataFrame(columns=bw.COLUMNS)), copy_Bps)
+    # A8's seed half: Marlin (the seed's MarlinFP8) from the peers table of the same run
+    stream_and_peers = pd.concat([t.get("m1_stream", pd.DataFrame(columns=bw.COLUMNS))]
+                                 + ([t["peers"][[c for c in t["peers"].columns if c in bw.COLUMNS]]]
+                                    if "peers" in t else []), ignore_index=True)
+    verdicts += bw.verdict_a8(stream_and_peers, copy_Bps)
     display(pd.DataFrame([dict(claim=v.claim, subject=v.subject, verdict=v.verdict, our_figure=v.our_figure,
                                reason=v.reason, rule=v.rule) for v in verdicts]))
     if run.mode == "measure" and dev == run.device:

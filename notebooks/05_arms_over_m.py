@@ -55,6 +55,7 @@ copy_gib = 2.0  # the copy that measures the bandwidth ceiling in this run, GiB
 warmup_ms = 10.0
 rep_ms = 50.0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's kernels (fp8lab.peers: torchao, vLLM, sgl-kernel, DeepGEMM): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -65,12 +66,15 @@ from IPython.display import Markdown, display
 from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "05_arms_over_m"
 run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
                                         mma_configs=mma_configs, triton_autotune=triton_autotune,
-                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms),
+                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms, peers=peers),
                         device="gpu", mode=mode)
+peer_ids = peer_sweeps.resolve(peers, "05")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -108,6 +112,10 @@ if run.mode == "measure":
         copy = bw.measure_copy_bandwidth(copy_gib, sampler=sampler)
         arms_df = bw.sweep(shapes=shapes, Ms=Ms, arms=arms, mma_configs=mma_configs or "all", with_quant=with_quant,
                            warmup_ms=warmup_ms, rep_ms=rep_ms, sampler=sampler, log=print)
+        # the peers on the same shapes and Ms, each quantising the same activations and weights
+        # with its own quantisers; a missing one is a not-run row with its install line
+        peer_df = peer_sweeps.blockwise(shapes, Ms, peer_ids, with_quant=with_quant, warmup_ms=warmup_ms,
+                                        rep_ms=rep_ms, sampler=sampler, log=print)
     failed = arms_df["status"].str.startswith("failed-check")
     # a failed check is recorded and never timed; ours and the libraries must not fail it (the
     # CUTLASS arm comes from another module: its failures are shown below, not fatal here)
@@ -123,6 +131,10 @@ if run.mode == "measure":
     meta = {"clocks": sampler.summary(), **arms_df.attrs}
     run.write_table("arms", arms_df, meta=meta)
     run.write_table("copy", pd.DataFrame([copy]), meta=meta)
+    pm = peer_report.measured(peer_df)
+    assert (pm["relerr"] < bw.CHECK_RELERR).all() and (pm["nan_left"] == 0).all(), pm
+    if len(peer_df):
+        run.write_table("peers", peer_df, meta=meta)
     tt = bw.target_table(arms_df, copy["copy_Bps_p50"])
     run.write_table("targets", tt, meta=meta)
     run.write_table("crossovers", pd.concat([bw.crossovers(arms_df, quant=q)
@@ -144,7 +156,7 @@ def info_for(df, dev):
     return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
 
 
-def draw_rates(df, copy_Bps, dev):
+def draw_rates(df, copy_Bps, dev, peer=None):
     """Colour = arm (registry), line style = with or without the activation quantiser: the legend
     names each arm once and the two styles once."""
     from matplotlib.lines import Line2D
@@ -159,6 +171,10 @@ def draw_rates(df, copy_Bps, dev):
             ls = "-" if quant == "none" else "--"
             axes[0, j].plot(h["M"], h["tflops_p50"], ls=ls, marker="o", ms=3, color=plotting.color(arm))
             axes[1, j].plot(h["M"], h["weight_Bps_p50"] / 1e12, ls=ls, marker="o", ms=3, color=plotting.color(arm))
+        # other people's kernels (fp8lab.peers), dash-dotted with open diamonds
+        # (their GEMMs alone, as the solid lines; with their own quantiser: the peers table)
+        peer_report.draw(axes[0, j], peer, "M", "tflops_p50", where={"shape": shape, "quant": "none"})
+        peer_report.draw(axes[1, j], peer, "M", "weight_Bps_p50", scale=1e12, where={"shape": shape, "quant": "none"})
         if copy_Bps:
             axes[1, j].axhline(copy_Bps / 1e12, color="#555555", ls=":", lw=1)
             axes[1, j].text(g["M"].min(), copy_Bps / 1e12 * 1.03, "copy bandwidth (this run)", fontsize=7)
@@ -172,12 +188,16 @@ def draw_rates(df, copy_Bps, dev):
             ax.set_yscale("log")
     arms_here = [a for a in dict.fromkeys(b["arm"])]
     handles = [Line2D([], [], color=plotting.color(a), marker="o", ms=3, label=registry.label(a)) for a in arms_here]
+    peer_here = list(dict.fromkeys(peer_report.measured(peer)["arm"])) if peer is not None else []
+    handles += [Line2D([], [], color=plotting.color(a), ls="-.", marker="D", mfc="none", ms=4,
+                       label=registry.label(a)) for a in peer_here]
     handles += [Line2D([], [], color="#444444", ls="-", label="pre-quantised activations"),
                 Line2D([], [], color="#444444", ls="--", label="+ activation quantisation in the call")]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.04))
     fig.suptitle("Blockwise FP8 arms over M (dashed: W8A8 arms with the activation quantiser inside the call)",
                  fontsize=10)
-    plotting.save(fig, info_for(df, dev), "arms_over_m")
+    plotting.save(fig, info_for(df, dev), "arms_over_m",
+                  footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
 
 
@@ -218,6 +238,7 @@ def draw_targets(tt, dev):
 
 devs = results.devices_with(NB, "arms")
 tables = {}
+peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
 for dev in devs:
     t = {name: results.load_table(dev, NB, name) for name in ("arms", "copy", "targets", "crossovers")
          if dev in results.devices_with(NB, name)}
@@ -232,7 +253,19 @@ for dev in devs:
     if len(notrun):
         display(notrun)
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
-    draw_rates(df, copy_Bps, dev)
+    draw_rates(df, copy_Bps, dev, peer_tables.get(dev))
+    if dev in peer_tables:
+        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
+        display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # the best fp8lab arm against the best peer of the same run (TFLOP/s, > 1: fp8lab ahead)
+        mine = bw.best_rows(df)
+        pt = peer_tables[dev]
+        display(peer_report.versus_best_peer(mine[mine["quant"] == "none"], pt[pt["quant"] == "none"],
+                                             list(bw.OURS), metric="tflops_p50").round(3))
+        # with activation quantisation inside the call (ours: the quantiser of the table above;
+        # each peer: its own), as seed 000 timed vLLM's kernels
+        display(peer_report.versus_best_peer(mine[mine["quant"] != "none"], pt[pt["quant"] != "none"],
+                                             list(bw.OURS), metric="tflops_p50").round(3))
 
 if not devs:
     display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "

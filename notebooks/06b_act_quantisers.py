@@ -46,6 +46,7 @@ Ms = [1, 16, 256, 1024, 4096, 8192]  # tokens
 Ks = [7168]  # hidden sizes (multiples of 128); 7168 is DeepSeek-V3's
 rep_ms = 40  # timing window per measurement, milliseconds
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's quantisers (fp8lab.peers: vLLM, sgl-kernel): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -57,9 +58,12 @@ from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 from fp8lab.experiments import quantisers as qx
 from fp8lab.kernels import quant_act as qa
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "06b_act_quantisers"
-run = results.start_run(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms), device="gpu", mode=mode)
+run = results.start_run(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms, peers=peers), device="gpu", mode=mode)
+peer_ids = peer_sweeps.resolve(peers, "06b")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -109,6 +113,9 @@ if run.mode == "measure":
         big = ceil_df[ceil_df["status"] == "measured"]["rate_p50"]
         qdf = qx.measure(Ms, Ks, rep_ms=rep_ms, big_copy_Bps=float(big.iloc[0]) if len(big) else None,
                          sampler=sampler)
+        # the peers' per-token-group quantisers on the same inputs (bit-for-bit differences
+        # counted, not fatal: their rounding is theirs); a missing one is a not-run row
+        peer_q = peer_sweeps.quantisers(Ms, Ks, peer_ids, rep_ms=rep_ms, sampler=sampler)
     clock_summary = sampler.summary()
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
     assert k["bitwise_ok"].astype(bool).all(), k[~k["bitwise_ok"].astype(bool)][["arm", "M", "K", "status"]]
@@ -117,6 +124,8 @@ if run.mode == "measure":
     # every check passed: only now does anything reach data/
     run.write_table("ceilings", ceil_df, meta={"clocks": clock_summary})
     run.write_table("quantisers", qdf, meta={"clocks": clock_summary})
+    if len(peer_q):
+        run.write_table("peers", peer_q, meta={"clocks": clock_summary})
     display(qdf[["arm", "M", "K", "time_p50_s", "gbps_p50", "copy_gbps_p50", "fraction_of_copy", "l2_resident"]])
 
 # %% [markdown]
@@ -132,6 +141,7 @@ ARM_STYLE = {"quant_act_naive": "o-", "quant_act_warp": "s-", "quant_act_16t": "
              "torch_reference": "v:"}
 devs = results.devices_with(NB, "quantisers")
 tables = {}
+peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
 for dev in devs:
     qdf = results.load_table(dev, NB, "quantisers")
     meta = qdf.attrs["meta"]
@@ -152,6 +162,8 @@ for dev in devs:
             w = d[d["arm"] == "quant_act_warp"].set_index("M")["time_p50_s"]
             ratio = g.set_index("M")["time_p50_s"] / w
             a2.plot(ratio.index, ratio.values, style, color=col, label=registry.label(arm), ms=5)
+        # other people's quantisers (fp8lab.peers), dash-dotted with open diamonds
+        peer_report.draw(a1, peer_tables.get(dev), "M", "gbps_p50", scale=1e3, where={"K": K})
         c = d[d["arm"] == "quant_act_warp"].sort_values("M")
         a1.plot(c["M"], c["copy_gbps_p50"] / 1e3, "k--", lw=1, label="copy, same bytes")
         if d["l2_resident"].astype(bool).any():
@@ -175,6 +187,12 @@ for dev in devs:
         fig.tight_layout()
         plotting.save(fig, info, f"bandwidth_k{K}")
         plt.show()
+    if dev in peer_tables:
+        display(Markdown(f"**{dev}**: peers (other people's quantisers, checked and timed the same way)"))
+        display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # fp8lab's kernels against the fastest peer of the same run (time; > 1: fp8lab ahead)
+        display(peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
+                                             metric="time_p50_s", higher=False).round(3))
 
 if not devs:
     display(Markdown("**No measured data for this notebook yet.** Run it on a GPU (mode `measure`) to time "

@@ -61,6 +61,7 @@ splits = None  # split-K factor of the weight-only kernels; None: chosen per sha
 schedules = ["splitk", "streamk"]  # launch schedules timed for the weight-only kernels; plots use the faster
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's kernels (fp8lab.peers: Marlin, gemlite, vLLM): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -74,13 +75,16 @@ from fp8lab import roofline as rl
 from fp8lab.arms import registry
 from fp8lab.experiments import decode as dx
 from fp8lab.kernels import weight_only as wo
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 from fp8lab.tools import have_tool
 
 NB = "08_decode_bandwidth"
 run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
                                         rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
-                                        schedules=list(schedules), seed=seed),
+                                        schedules=list(schedules), seed=seed, peers=peers),
                         device="gpu", mode=mode)
+peer_ids = peer_sweeps.resolve(peers, "08")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -154,6 +158,10 @@ if run.mode == "measure":
                                              copy=copy, sampler=sampler, splits=splits, schedule=sch,
                                              cublas=(i == 0))
                            for i, sch in enumerate(schedules)], ignore_index=True)
+        # the peers after fp8lab's arms, under the same sampler and copy ceiling; a missing
+        # peer is a not-run row with its install line
+        peer_sweep = peer_sweeps.decode(shape_names, Ms, peer_ids, copy=copy, rep_ms=rep_ms, seed=seed,
+                                        sampler=sampler)
     clock_summary = sampler.summary()
     assert len(sweep) == len(shape_names) * len(Ms) * (len(formats) * len(schedules) + 1)
     assert (sweep["check_relerr"] < 1e-2).all()
@@ -161,6 +169,8 @@ if run.mode == "measure":
     # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
     assert (sweep["fraction_of_copy"] < 1.25).all(), sweep[["arm", "M", "fraction_of_copy"]]
     assert (sweep["fraction_of_spec"] < 1.0).all()
+    pm = peer_report.measured(peer_sweep)
+    assert (pm["check_relerr"] < 1e-2).all() and (pm["fraction_of_copy"] < 1.25).all(), pm
     if ncu and have_tool("ncu"):
         from fp8lab import profile
         from fp8lab.paths import cache_dir
@@ -185,6 +195,8 @@ if run.mode == "measure":
         assert (wk["issue_factor"] >= 1 - 1e-6).all() and (wk["active_fraction"] <= 1.1).all(), wk
     # every check passed (sweep and ncu): only now does anything reach data/
     run.write_table("decode", sweep, meta={"clocks": clock_summary, "copy": copy})
+    if len(peer_sweep):
+        run.write_table("peers", peer_sweep, meta={"clocks": clock_summary, "copy": copy})
     if static is not None:
         run.write_table("sass_static", static)
     if ncu and have_tool("ncu"):
@@ -212,7 +224,7 @@ def info_for(dev, df):
     return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
 
 
-def draw_bandwidth(df, info):
+def draw_bandwidth(df, info, peer=None):
     shp = list(dict.fromkeys(df["shape"]))
     fig, axes = plt.subplots(1, len(shp), figsize=(5.2 * len(shp), 4.0), squeeze=False, sharey=True)
     for ax, sn in zip(axes[0], shp):
@@ -224,6 +236,8 @@ def draw_bandwidth(df, info):
             ax.errorbar(a["M"], a["bw_p50"] / 1e12, yerr=[(a["bw_p50"] - a["bw_p20"]) / 1e12,
                                                           (a["bw_p80"] - a["bw_p50"]) / 1e12],
                         marker="o", ms=4, capsize=2, label=registry.label(arm), color=plotting.color(arm))
+        # other people's kernels (fp8lab.peers), dash-dotted with open diamonds
+        peer_report.draw(ax, peer, "M", "bw_p50", scale=1e12, lo="bw_p20", hi="bw_p80", where={"shape": sn})
         cp = d["copy_Bps"].iloc[0] / 1e12
         ax.axhline(cp, ls="--", color="#555555", lw=1, label=f"copy {cp:.2f} TB/s")
         ax.axhline(0.9 * cp, ls=":", color="#555555", lw=1, label="90% of copy")
@@ -233,7 +247,8 @@ def draw_bandwidth(df, info):
         ax.set_title(f"{sn} (N={d['N'].iloc[0]}, K={d['K'].iloc[0]})")
     axes[0][0].set_ylabel("effective bandwidth (TB/s, weights + scales)")
     axes[0][0].legend(fontsize=8, loc="lower left")
-    plotting.save(fig, info, "decode_bandwidth")
+    plotting.save(fig, info, "decode_bandwidth",
+                  footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
 
 
@@ -261,6 +276,7 @@ def draw_m1(df, info):
 
 devs = results.devices_with(NB, "decode")
 tables = {}
+peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
 for dev in devs:
     full = results.load_table(dev, NB, "decode")
     # split-K vs stream-K where both were timed; everything below uses the faster per point
@@ -272,8 +288,13 @@ for dev in devs:
     df = dx.best_schedule(full)
     tables[dev] = df
     info = info_for(dev, df)
-    draw_bandwidth(df, info)
+    draw_bandwidth(df, info, peer_tables.get(dev))
     draw_m1(df, info)
+    if dev in peer_tables:
+        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
+        display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # fp8lab's weight-only arms against the best peer of the same run (bandwidth, > 1: ahead)
+        display(peer_report.versus_best_peer(df, peer_tables[dev], list(wo.ARMS.values())).round(3))
     display(dx.targets(df).round(4))
     display(dx.parity(df).round(4))
 
@@ -490,8 +511,14 @@ for dev, df in tables.items():
     st = results.load_table(dev, NB, "sass_static") if dev in results.devices_with(NB, "sass_static") else static
     model = s if s is not None and "issue_predicted_pct" in s else None
     act_of = df.loc[df["arm"] != dx.CUBLAS, "act"].iloc[0]   # the dtype that run measured
-    verdicts = (dx.c3_verdicts(df, s) + dx.c4_verdicts(df) + dx.c5_verdicts(s, st, act_of)
-                + [dx.c8_verdict(model)])
+    marlin_rows = (peer_tables[dev][peer_tables[dev]["arm"].astype(str).str.startswith(dx.MARLIN_PREFIX)]
+                   if dev in peer_tables else df.iloc[:0])
+    with_marlin = pd.concat([df, marlin_rows], ignore_index=True)
+    # C3's seed row: Marlin's M=1 bandwidth by timing (ncu profiles fp8lab's kernels only); C4
+    # and C5 judge Marlin's rows by the same rules as fp8lab's kernels
+    verdicts = ([v for v in dx.c3_verdicts(df, s) if v.subject != "seed"]
+                + [peer_report.marlin_c3(peer_tables.get(dev))]
+                + dx.c4_verdicts(with_marlin) + dx.c5_verdicts(s, st, act_of) + [dx.c8_verdict(model)])
     own = run.mode == "measure" and dev == run.device
     if own:
         claims.record(run, verdicts)

@@ -41,6 +41,7 @@ arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "
 rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's kernels (fp8lab.peers: Marlin, gemlite, vLLM): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -51,10 +52,14 @@ from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import prefill as px
 from fp8lab.kernels import triton_w8a16 as tw
+from fp8lab.peers import report as peer_report
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "11_prefill"
-run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed),
+run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed,
+                                        peers=peers),
                         device="gpu", mode=mode)
+peer_ids = peer_sweeps.resolve(peers, "11")  # a typo fails here, before any measuring
 plotting.apply_style()
 print(run.summary())
 overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
@@ -87,12 +92,18 @@ if run.mode == "measure":
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     with clocks.ClockSampler(uuid=uuid, interval_s=0.01) as sampler:
         sweep = px.measure_prefill(shape_name, Ms, arms, rep_ms=rep_ms, seed=seed, sampler=sampler)
+        # the peers on the same shape and Ms, the same way (a missing one: a not-run row)
+        peer_sweep = peer_sweeps.prefill(shape_name, Ms, peer_ids, rep_ms=rep_ms, seed=seed, sampler=sampler)
     clock_summary = sampler.summary()
     assert (sweep["check_relerr"] < 1e-2).all()
     assert (sweep["tflops_p20"] <= sweep["tflops_p50"]).all() and (sweep["tflops_p50"] <= sweep["tflops_p80"]).all()
     # faster than the FP8 datasheet would be a timing or counting bug
     assert (sweep["tflops_p50"] < 2000).all(), sweep[["arm", "M", "tflops_p50"]]
+    pm = peer_report.measured(peer_sweep)
+    assert (pm["check_relerr"] < 1e-2).all() and (pm["tflops_p50"] < 2000).all(), pm
     run.write_table("prefill", sweep, meta={"clocks": clock_summary, "quantiser": sweep.attrs["quantiser"]})
+    if len(peer_sweep):
+        run.write_table("peers", peer_sweep, meta={"clocks": clock_summary})
     display(sweep[["M", "arm", "time_p50_s", "tflops_p50", "sm_mhz_median", "tflops_per_ghz", "config"]].round(3))
 
 # %% [markdown]
@@ -105,7 +116,7 @@ if run.mode == "measure":
 # 989.5 TFLOP/s / (132 x 4096 FLOP/clk) = 1.83 GHz, not the 1.98 GHz boost).
 
 # %%
-def draw(df, info):
+def draw(df, info, peer=None):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(14, 4.6), gridspec_kw=dict(wspace=0.75, width_ratios=[1, 1]))
     for arm in px.ARMS:
         for wq in (False, True):
@@ -117,6 +128,8 @@ def draw(df, info):
                                                        d["tflops_p80"] - d["tflops_p50"]],
                         marker="o", ms=4, capsize=2, color=c, ls="--" if wq else "-",
                         label=registry.label(arm + ("+quant" if wq else ""), with_scheme=True))
+    # other people's kernels (fp8lab.peers), dash-dotted with open diamonds
+    peer_report.draw(a1, peer, "M", "tflops_p50", lo="tflops_p20", hi="tflops_p80")
     a1.set_xscale("log", base=2)
     ms = sorted(df["M"].unique())
     a1.set_xticks(ms, [str(m) for m in ms])
@@ -143,17 +156,26 @@ def draw(df, info):
     a2.set_xlim(0, np.nanmax([d["tflops_per_ghz"].max(), spec]) * 1.6)
     a2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     a2.set_title("C7: at the same clock")
-    plotting.save(fig, info, "prefill_tflops")
+    plotting.save(fig, info, "prefill_tflops",
+                  footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
 
 
 devs = results.devices_with(NB, "prefill")
 tables = {}
+peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
 for dev in devs:
     df = results.load_table(dev, NB, "prefill")
     tables[dev] = df
     own = run.mode == "measure" and dev == run.device
-    draw(df, run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True))
+    draw(df, run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True),
+         peer_tables.get(dev))
+    if dev in peer_tables:
+        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
+        display(peer_report.status_table(peer_tables[dev], peer_ids))
+        # fp8lab's W8A16 arms against the best weight-only peer of the same run (TFLOP/s, > 1: ahead)
+        display(peer_report.versus_best_peer(df, peer_tables[dev], list(px.W8A16_ARMS), keys=("M",),
+                                             metric="tflops_p50").round(3))
     display(px.best_by_scheme(df, with_quant=True)[["M", "scheme", "arm", "time_p50_s", "tflops_p50"]].round(3))
 
 if not devs:
@@ -179,7 +201,9 @@ for xd in overlay.cross_device(NB, devices, run):
 
 # %%
 for dev, df in tables.items():
-    verdicts = px.c7_verdicts(df) + [px.c9_verdict(df)]
+    # C7's Marlin row from the peers table (the original Marlin, timed beside cuBLAS in this run)
+    verdicts = ([v for v in px.c7_verdicts(df) if not (v.subject == "seed" and v.variant == "")]
+                + [px.c9_verdict(df)] + [peer_report.marlin_c7(peer_tables.get(dev), df)])
     if run.mode == "measure" and dev == run.device:
         claims.record(run, verdicts)
     for v in verdicts:

@@ -64,6 +64,7 @@ def emitted() -> dict:
         *qx.ARMS, *qx.DIAGNOSTIC_ARMS, *qx.TARGET_ARMS, *qa.VARIANTS,
         *(arm for arm, _, _ in ce.CEILINGS.values()),
         spills.ARM, *census.ARM_ACTIVATION,
+        *bw.PEERS, *dx.PEERS, *px.PEERS, *qx.PEERS,                # other people's kernels (issue 17)
     }
     return {
         "arm": arms,

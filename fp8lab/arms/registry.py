@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["Entry", "UnknownId", "KINDS", "SCHEMES", "ENTRIES", "entry", "ids", "label", "short_label",
-           "color", "scheme", "activation"]
+           "color", "scheme", "activation", "PEER_PREFIX", "is_peer", "style"]
 
 KINDS = ("arm", "ceiling", "format", "variant", "quantiser", "family")
 SCHEMES = ("W8A8", "W8A16", "W4A16", "W16A16")
@@ -104,6 +104,25 @@ _ROWS = (
     _arm("copy_d2d", "device-to-device copy", "#009988", short="copy"),
     _arm("fma_peak", "fma_peak (FP32 FMA kernel)", "#999933", short="fma_peak"),
     _arm("hmma_peak", "hmma_peak (BF16 mma.sync kernel)", "#77AADD", "W16A16", short="hmma_peak"),
+
+    # --- peers (issue 17): other people's kernels, checked and timed through fp8lab's path
+    # (fp8lab.peers.catalog holds their library, licence, install line and format). Drawn in one
+    # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms. Hues
+    # differ from the own arms of the notebooks each is drawn in (08 / 11: blues, reds, black;
+    # 05: Okabe-Ito); a library's FP / INT pair shares a family, FP dark and INT light.
+    _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#225522", "W4A16", short="Marlin INT4"),
+    _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#997700", "W8A16", short="gemlite FP8"),
+    _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#DDAA33", "W8A16", short="gemlite INT8"),
+    _arm("peer_gemlite_w4a16_int4", "gemlite A16W4 INT4 (peer)", "#EE8866", "W4A16", short="gemlite INT4"),
+    _arm("peer_gemlite_w4a16_nvfp4", "gemlite A16W4 NVFP4 (peer)", "#EE7733", "W4A16", short="gemlite NVFP4"),
+    _arm("peer_vllm_marlin_fp8", "vLLM FP8 Marlin (peer)", "#663333", "W8A16", short="vLLM FP8 Marlin"),
+    _arm("peer_vllm_marlin_int4", "vLLM GPTQ-Marlin INT4 (peer)", "#6699CC", "W4A16", short="vLLM INT4 Marlin"),
+    _arm("peer_torchao_blockwise", "torchao blockwise FP8 (peer)", "#AAAA00", "W8A8", short="torchao"),
+    _arm("peer_vllm_blockwise", "vLLM Triton block FP8 (peer)", "#994455", "W8A8", short="vLLM block FP8"),
+    _arm("peer_sglang_blockwise", "sgl-kernel blockwise FP8 (peer)", "#666633", "W8A8", short="sgl-kernel"),
+    _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM"),
+    _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant"),
+    _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant"),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),
@@ -216,3 +235,22 @@ def activation(id: str) -> Optional[str]:
     """The activation precision of ``id``'s scheme ('A8', 'A16'), or None."""
     s = scheme(id)
     return s[s.index("A"):] if s else None
+
+
+#: ids of other people's kernels (issue 17) start with this
+PEER_PREFIX = "peer_"
+#: the one style every peer is drawn in, and fp8lab's own arms' (matplotlib keyword arguments)
+PEER_STYLE = {"ls": "-.", "marker": "D", "mfc": "none"}
+OWN_STYLE = {"ls": "-", "marker": "o"}
+
+
+def is_peer(id: str) -> bool:
+    """True for a peer arm (another library's kernel), False for fp8lab's own ids."""
+    return _split(id)[0].id.startswith(PEER_PREFIX)
+
+
+def style(id: str) -> dict:
+    """Line style of ``id`` in a figure: peers dash-dotted with open diamonds (dashes already mean
+    "with activation quantisation" in notebooks 05 and 11), everything else solid
+    with filled circles (colours: :func:`color`)."""
+    return dict(PEER_STYLE if is_peer(id) else OWN_STYLE)

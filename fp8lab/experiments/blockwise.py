@@ -40,12 +40,15 @@ import pandas as pd
 
 from .. import shapes as shp
 from ..kernels import mma_blockwise as mb
+from ..peers import catalog as peers_catalog
 from ..progress import progress as track
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
 OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
 W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
+#: other people's blockwise FP8 GEMMs (issue 17): fp8lab.peers.sweeps.blockwise, a table of their own
+PEERS = peers_catalog.ids_for("05")
 #: What the ``quant`` column can name besides 'none': the CUDA quantiser, or the torch one
 #: when it is missing (:func:`pick_quantiser`). Legend texts and colours: fp8lab.arms.registry.
 QUANTISERS = ("quant_act_warp", "quant_act_reference")
@@ -1343,9 +1346,11 @@ def verdict_a7(swz: pd.DataFrame):
 
 
 #: Marlin runs here as a peer arm (issue 17): any arm id starting with this.
-PEER_MARLIN = "peer_marlin"
-MARLIN_HOWTO = ("Marlin not measured in this run: install vLLM on the GPU box (its Marlin FP8 kernel is the "
-                "peer arm of issue 17, ids 'peer_marlin*') and re-run notebook 04")
+#: A8's seed half: the seed's Marlin was vLLM's MarlinFP8 (FP8 weights, bf16 activations); the
+#: original INT4 Marlin reads half the bytes and is shown beside it, not judged as the seed's kernel
+PEER_MARLIN = "peer_vllm_marlin_fp8"
+MARLIN_HOWTO = ("vLLM's FP8 Marlin (the seed's MarlinFP8) not measured in this run: install vLLM on the GPU box "
+                "(pip install vllm; peer arm peer_vllm_marlin_fp8 of issue 17) and re-run notebook 04")
 
 
 def _best_w8a8_quant(m: pd.DataFrame):
@@ -1371,7 +1376,7 @@ def verdict_a8(df: pd.DataFrame, copy_Bps: float | None, shape="qwen3-8b:o_proj"
     rule_a = (f"{shape} M=1: holds if t(weight-only) < t(best W8A8 arm + activation quantiser) and, where timed, "
               f"t(per_slice seed tile + quantiser) >= {A8_FLOOR_X:g}x the streaming floor (weight bytes / copy "
               f"bandwidth of the run); else differs")
-    rule_s = f"{shape} M=1: holds if t({PEER_MARLIN}*) < t(best W8A8 arm + activation quantiser); else differs"
+    rule_s = f"{shape} M=1: holds if t({PEER_MARLIN}) < t(best W8A8 arm + activation quantiser); else differs"
     rows = []
     # --- analogue
     wo = m[m["arm"].str.startswith("gemv_w")]
@@ -1400,7 +1405,7 @@ def verdict_a8(df: pd.DataFrame, copy_Bps: float | None, shape="qwen3-8b:o_proj"
     # --- seed: Marlin
     mar = m[m["arm"].str.startswith(PEER_MARLIN)]
     if mar.empty or best is None:
-        rows.append(_v("A8", "not-run", f"{shape} M=1: no {PEER_MARLIN}* timing" if mar.empty else
+        rows.append(_v("A8", "not-run", f"{shape} M=1: no {PEER_MARLIN} timing" if mar.empty else
                        "no W8A8 timing with the quantiser", MARLIN_HOWTO if mar.empty else
                        "the W8A8 arms were not timed with activation quantisation", subject="seed", rule=rule_s))
     else:

@@ -29,12 +29,16 @@ import pandas as pd
 
 from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
+from ..peers import catalog as peers_catalog
 from ..progress import progress as track
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
+#: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
+#: their rows in a table of their own (the verdicts above read fp8lab's arms only)
+PEERS = peers_catalog.ids_for("08")
 #: the seed's figures
 SEED_C3_DRAM = (0.91, 0.94)
 SEED_C3_ISSUE = (0.13, 0.33)
@@ -631,7 +635,9 @@ def _c4_one(p: pd.DataFrame, subject: str):
             f"holds-in-kind within {C4_KIND:.1%}; differs beyond")
     if p.empty:
         if subject == "seed":
-            return _v("C4", "not-run", "Marlin not measured", MARLIN_NOT_RUN, subject=subject, rule=rule)
+            return _v("C4", "not-run", "no same-width FP / INT pair of Marlin kernels measured at M = 1",
+                      MARLIN_NOT_RUN + " (the original Marlin is INT4 only; vLLM's Marlin has FP8 and INT8)",
+                      subject=subject, rule=rule)
         return _v("C4", "not-run", "no FP / INT pair measured at M = 1", "a pair's arms were not in the sweep",
                   subject=subject, rule=rule)
     worst = p.loc[p["rel_diff"].abs().idxmax()]

@@ -31,6 +31,7 @@ import pandas as pd
 from .. import bench, clocks, devices, shapes
 from ..arms import registry
 from ..kernels import weight_only as wo
+from ..peers import catalog as peers_catalog
 from ..progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"
@@ -39,6 +40,8 @@ ARMS = ("cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "
 SCHEME = {arm: registry.scheme(arm) for arm in ARMS}     # the table's ``scheme`` column
 W8A16_ARMS = ("gemv_w8a16_fp8", "triton_w8a16")
 W8A8_ARMS = ("cublaslt_blockwise", "triton_blockwise")
+#: other people's weight-only kernels at prefill M (issue 17): fp8lab.peers.sweeps.prefill
+PEERS = peers_catalog.ids_for("11")
 SEED_C7 = (0.95, 0.97)
 SEED_C7_CUBLAS_OF_SPEC = 0.99
 #: C7 bars: the seed's 95% with a little slack; below C7_KIND the weight-only cost is a different size

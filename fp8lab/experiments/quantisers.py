@@ -34,6 +34,7 @@ import pandas as pd
 
 from .. import bench, claims, clocks
 from ..kernels import quant_act as qa
+from ..peers import catalog as peers_catalog
 from ..progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
@@ -49,6 +50,8 @@ GRAPH_BELOW_S = 200e-6            # the whole target range (M <= 8192 at K = 716
 MAX_SETS = 256
 ARMS = (*qa.VARIANTS, "torch_reference")
 DIAGNOSTIC_ARMS = ("traffic_copy",)
+#: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
+PEERS = peers_catalog.ids_for("06b")
 TIMINGS = ("auto", "events", "graph")
 # The 80%-of-copy performance target is reported on the first of these present in the data: the warp kernel built
 # for bandwidth when it was measured, else the seed's one-warp-per-group kernel.

@@ -1,0 +1,49 @@
+"""Peers: other people's kernels (Marlin, gemlite, torchao, vLLM, sgl-kernel, DeepGEMM) run
+through fp8lab's own check-then-time path beside fp8lab's arms (issue 17).
+
+- :mod:`.catalog`: every peer's library, licence, install line and format (pure data);
+- :mod:`.discover`: is it here (import probe / source build), which version;
+- :mod:`.adapters`: fp8lab's weights -> the peer's own operands and float64 reference;
+- :mod:`.harness`: poisoned check, rotated timing, NVML clocks, peer columns;
+- :mod:`.sweeps`: one sweep per notebook (05, 08, 11, 06b), a not-run row for a missing peer;
+- :mod:`.build`: the original Marlin built from its own source (``python -m fp8lab.peers build``).
+
+Nothing here imports torch at import time.
+"""
+
+from .catalog import PEERS, Peer, get, ids, ids_for, weight_stream_bytes
+from .discover import Availability, PeerUnavailable, availability
+
+__all__ = ["PEERS", "Peer", "get", "ids", "ids_for", "weight_stream_bytes", "Availability", "PeerUnavailable",
+           "availability", "table"]
+
+
+def table(peers=None, *, avail=None):
+    """One row per peer: id, library, notebooks, availability here, version, licence, install
+    line, format, how it reaches the offline box (a pandas DataFrame)."""
+    import pandas as pd
+
+    avail = avail or availability
+    rows = []
+    for pid in (peers or PEERS):
+        p = get(pid)
+        a = avail(pid)
+        rows.append(dict(peer=pid, library=p.library, notebooks=", ".join(p.notebooks), here="yes" if a.ok else "no",
+                         version=a.version, reason=a.reason, licence=p.licence, install=p.install, weight=p.weight,
+                         scales=p.scales, act=p.act, offline_box=p.carried or "wheel"))
+    return pd.DataFrame(rows)
+
+
+README_BEGIN = "<!-- peers:begin (generated from fp8lab/peers/catalog.py by `python -m fp8lab.peers readme`) -->"
+README_END = "<!-- peers:end -->"
+
+
+def readme_table() -> str:
+    """The README's peers table (markdown), from the catalog: one row per peer."""
+    head = ("| peer | library | notebooks | install | version seen | licence | weights / scales | offline H200 |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+    esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+    rows = "".join(f"| `{p.id}` | {esc(p.library)} | {', '.join(p.notebooks)} | `{esc(p.install)}` | {esc(p.seen)} | "
+                   f"{p.licence} | {esc(p.weight)}; {esc(p.scales)}; {p.act} activations | "
+                   f"{esc(p.carried or 'wheel')} |\n" for p in PEERS.values())
+    return head + rows

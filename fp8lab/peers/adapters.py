@@ -1,0 +1,436 @@
+"""One adapter per peer: fp8lab's generated weights -> the peer's own operands (through the
+peer's own quantisation and packing functions) -> :class:`~fp8lab.peers.harness.Prepared`.
+
+The float64 reference weights come from what the peer stored (its codes and scales as its
+kernel reads them, or its own dequantise function), never from fp8lab's emulators. GPU only;
+each adapter imports its peer lazily and raises :class:`~fp8lab.peers.discover.PeerUnavailable`
+(-> a not-run row) for a shape or GPU the peer does not support, naming the constraint.
+
+The vLLM, sgl-kernel and DeepGEMM adapters are written against those libraries' public Python
+APIs and have not run on the shared H200 (their wheels are over its transfer limit): an API
+that moved in another version gives a not-run row naming the version and the error.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+
+from .discover import PeerUnavailable, import_marlin
+from .harness import Prepared
+
+__all__ = ["WEIGHT_ONLY", "BLOCKWISE", "QUANTISERS", "dense_weight"]
+
+
+def dense_weight(N: int, K: int, seed: int = 0, device="cuda"):
+    """(N, K) fp32: the weights every weight-only peer quantises, drawn the way the decode
+    sweep draws cuBLAS BF16's (0.02 N(0, 1), the same generator seed)."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    return 0.02 * torch.randn(N, K, device=device, generator=g)
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise PeerUnavailable(msg)
+
+
+def _device():
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}"
+
+
+# ------------------------------------------------------------------------------------------
+# weight-only: prepare(w (N, K) fp32 cuda) -> Prepared; call(state, x (M, K), out) -> (M, N)
+# ------------------------------------------------------------------------------------------
+def marlin_int4(w) -> Prepared:
+    """The original Marlin: fp16 activations, INT4 weights with fp16 scales per 128 along K.
+    Scales are Marlin's test recipe (max |w| of the group / 7.5, so codes span 0..15 around 8);
+    ``marlin.Layer.pack`` rounds, clamps and permutes them as Marlin's users do."""
+    import torch
+
+    marlin = import_marlin()
+    N, K = w.shape
+    _need(K % 128 == 0 and N % 256 == 0, f"Marlin needs K % 128 == 0 and N % 256 == 0, got N={N}, K={K}")
+    g = 128
+    maxq = 15
+    wt = w.t().contiguous().half()                                     # (K, N) fp16
+    grp = wt.reshape(K // g, g, N)
+    s = (grp.abs().amax(dim=1) * (2 / maxq)).clamp_min(1e-6).half()    # (K/g, N) fp16
+    q = torch.clamp(torch.round(grp / s[:, None, :]).int() + (maxq + 1) // 2, 0, maxq)
+    fake = ((q - (maxq + 1) // 2).half() * s[:, None, :]).reshape(K, N)   # (K, N) fp16 fake-quantised
+    del grp, q
+    layer = marlin.Layer(K, N, groupsize=g).to(w.device)
+    linear = torch.nn.Linear(K, N, bias=False, device=w.device, dtype=torch.half)
+    linear.weight.data = fake.t().contiguous()
+    layer.pack(linear, s.t().contiguous())                             # Marlin's own quantise + pack
+    w_ref = fake.t().double()                                          # (N, K): what pack encoded
+    del linear, fake
+    state = (layer.B, layer.s, torch.zeros(N // 128 * 16, dtype=torch.int, device=w.device))
+
+    def call(st, x, out):
+        B, sc, ws = st
+        marlin.mul(x, B, out, sc, ws, -1, -1, -1, 16)
+        return out
+
+    return Prepared(state, call, lambda st: (st[0].clone(), st[1].clone(), torch.zeros_like(st[2])),
+                    lambda st: (st[0], st[1]), w_ref, "fp16", takes_out=True, config="groupsize 128, max_par 16")
+
+
+def _gemlite_layer_call(st, x, out):
+    return st.forward_auto_no_warmup(x)
+
+
+def _gemlite_weights(st):
+    return (st.W_q, st.scales, st.zeros if st.zeros.numel() else None)
+
+
+def _gemlite_prepared(layer, w_ref, config):
+    # gemlite ships tuned configs for some GPUs (matched by device name); elsewhere (the H200
+    # among them) its first call per shape autotunes: the row says which
+    from gemlite import core
+
+    tag = getattr(core, "selected_tag", None)
+    cache = f"configs {os.path.basename(tag)}" if tag else "autotuned here (no shipped config for this GPU)"
+    return Prepared(layer, _gemlite_layer_call, copy.deepcopy, _gemlite_weights, w_ref, "bf16", takes_out=False,
+                    config=f"{config}; {cache}")
+
+
+def gemlite_w8a16(w, fp8: bool) -> Prepared:
+    """gemlite's A16W8 (FP8 e4m3 or INT8 codes, one fp32 scale per output channel): its own
+    ``from_weights`` quantises and packs; the reference is its stored codes x scales."""
+    import torch
+    from gemlite import helper
+
+    cls = helper.A16W8_FP8 if fp8 else helper.A16W8_INT8
+    layer = cls(device=_device(), dtype=torch.bfloat16).from_weights(w.to(torch.bfloat16))
+    Wq, sc = layer.W_q, layer.scales                                   # (K, N) codes, (1, N) fp32
+    _need(Wq.dim() == 2 and Wq.element_size() == 1, f"unexpected gemlite W_q {tuple(Wq.shape)} {Wq.dtype}")
+    w_ref = (Wq.double() * sc.double().reshape(1, -1)).t().contiguous()
+    return _gemlite_prepared(layer, w_ref, f"W_group_mode {layer.W_group_mode}")
+
+
+def gemlite_w4a16_int4(w, group: int = 128) -> Prepared:
+    """gemlite's A16W4_HQQ_INT: asymmetric INT4 codes with a scale and a zero point per group of
+    128 along K (min-max, HQQ's layout without its optimiser); gemlite packs them and stores
+    the zero as -zero * scale in bf16. The reference is codes x its stored scale + its stored zero."""
+    import torch
+    from gemlite import helper
+
+    N, K = w.shape
+    _need(K % group == 0, f"K must be a multiple of {group}, got {K}")
+    grp = w.reshape(N, K // group, group)
+    lo, hi = grp.amin(-1), grp.amax(-1)
+    scale = ((hi - lo) / 15).clamp_min(1e-8)
+    zero = -lo / scale
+    q = torch.clamp(torch.round(grp / scale[..., None] + zero[..., None]), 0, 15).to(torch.uint8).reshape(N, K)
+    layer = helper.A16W4_HQQ_INT(device=_device(), dtype=torch.bfloat16).from_weights(
+        q, scale.to(torch.bfloat16), zero.to(torch.bfloat16))
+    sc = layer.scales.double()                                         # (K/g, N)
+    zs = layer.zeros.double()
+    if layer.W_group_mode == 4:                                        # W = q * scale + (-zero * scale)
+        w_ref = q.double().reshape(N, K // group, group) * sc.t()[..., None] + zs.t()[..., None]
+    else:                                                              # W = (q - zero) * scale
+        w_ref = (q.double().reshape(N, K // group, group) - zs.t()[..., None]) * sc.t()[..., None]
+    return _gemlite_prepared(layer, w_ref.reshape(N, K), f"group {group}, W_group_mode {layer.W_group_mode}")
+
+
+def gemlite_w4a16_nvfp4(w) -> Prepared:
+    """gemlite's A16W4_NVFP: its own NVFP4 quantiser (e2m1 codes, e4m3 scale per 16, one fp32
+    tensor scale), packed by ``from_weights``; the reference is its own ``dequantize``."""
+    import torch
+    from gemlite import helper
+    from gemlite.quant_utils import WeightQuantizerMXFP
+
+    N, K = w.shape
+    _need(K % 16 == 0, f"K must be a multiple of 16, got {K}")
+    qz = WeightQuantizerMXFP(device=_device(), compute_dtype=torch.bfloat16)
+    wb = w.to(torch.bfloat16)
+    Wq0, sc0, meta = qz.quantize_nvfp4(wb, index=True)                # (N*K/16, 16) codes, (N*K/16, 1) e4m3
+    # its own dequantise, on the shapes its quantiser returns (one scale row per 16 codes); the
+    # kernel multiplies by 1 / meta_scale (A16W4_NVFP stores the inverse)
+    w_ref = qz.dequantize(Wq0, sc0, shape=(N, K), dtype=torch.float32, meta_scales=1.0 / meta).double()
+    Wq, sc = Wq0.view(N, K), sc0.view(N, K // 16)
+    layer = helper.A16W4_NVFP(device=_device(), dtype=torch.bfloat16).from_weights(Wq, scales=sc, meta_scale=meta)
+    return _gemlite_prepared(layer, w_ref, "group 16")
+
+
+def _vllm_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("vllm")
+    except md.PackageNotFoundError:
+        return "?"
+
+
+def vllm_marlin_int4(w) -> Prepared:
+    """vLLM's GPTQ-Marlin with uint4b8 codes, group 128: its test helper ``marlin_quantize``
+    quantises and repacks and returns its own dequantised weights (the reference)."""
+    import torch
+
+    try:
+        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
+        from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
+        from vllm.scalar_type import scalar_types
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"vllm {_vllm_version()}: Marlin utilities not importable ({e})") from e
+    N, K = w.shape
+    w_ref_kn, q_w, s, g_idx, sort_idx, _ = marlin_quantize(w.t().contiguous().to(torch.bfloat16),
+                                                           scalar_types.uint4b8, 128, False)
+    ws = mu.marlin_make_workspace_new(w.device)
+    zp = mu.marlin_make_empty_g_idx(w.device)                          # symmetric: no zero points
+    state = (q_w, s, g_idx, sort_idx, ws, zp)
+
+    def call(st, x, out):
+        qw, sc, gi, si, wsp, z = st
+        return mu.apply_gptq_marlin_linear(input=x, weight=qw, weight_scale=sc, weight_zp=z,
+                                           g_idx=gi, g_idx_sort_indices=si, workspace=wsp,
+                                           wtype=scalar_types.uint4b8, output_size_per_partition=N,
+                                           input_size_per_partition=K, is_k_full=True, bias=None)
+
+    return Prepared(state, call, lambda st: tuple(t.clone() for t in st), lambda st: (st[0], st[1]),
+                    w_ref_kn.t().double().contiguous(), "bf16", config="uint4b8 group 128")
+
+
+def vllm_marlin_fp8(w) -> Prepared:
+    """vLLM's FP8 Marlin (weight-only FP8; vLLM's choice on GPUs without FP8 GEMMs): per-channel
+    e4m3 codes. Quantised and repacked by vLLM's ``marlin_quant_fp8_torch``, which also returns
+    its own dequantised weights (the reference); on versions without it, by
+    ``prepare_fp8_layer_for_marlin`` on a layer holding codes quantised as vLLM's Fp8 layers do."""
+    import torch
+
+    try:
+        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
+        from vllm.model_executor.layers.quantization.utils import marlin_utils_fp8 as mf
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"vllm {_vllm_version()}: FP8 Marlin utilities not importable ({e})") from e
+    N, K = w.shape
+    wb = w.to(torch.bfloat16)
+    if hasattr(mf, "marlin_quant_fp8_torch"):
+        ref_kn, qw, sc = mf.marlin_quant_fp8_torch(wb, -1)
+        w_ref = ref_kn.t().double().contiguous()
+        ws = mu.marlin_make_workspace_new(w.device)
+        how = "marlin_quant_fp8_torch, per-channel"
+    else:
+        scale = (w.abs().amax(dim=1) / 448.0).clamp_min(1e-12)         # (N,) fp32
+        codes = (w / scale[:, None]).to(torch.float8_e4m3fn)           # (N, K) e4m3
+        w_ref = codes.double() * scale.to(torch.bfloat16).double()[:, None]   # Marlin keeps bf16 scales
+        layer = torch.nn.Module()
+        layer.weight = torch.nn.Parameter(codes.t().contiguous(), requires_grad=False)   # (K, N)
+        layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
+        layer.output_size_per_partition, layer.input_size_per_partition = N, K
+        layer.orig_dtype = torch.bfloat16
+        mf.prepare_fp8_layer_for_marlin(layer)
+        qw, sc, ws = layer.weight.data, layer.weight_scale.data, layer.workspace
+        how = "prepare_fp8_layer_for_marlin, per-channel"
+
+    def call(st, x, out):
+        return mf.apply_fp8_marlin_linear(input=x, weight=st[0], weight_scale=st[1], workspace=st[2], size_n=N,
+                                          size_k=K, bias=None)
+
+    return Prepared((qw, sc, ws), call, lambda st: (st[0].clone(), st[1].clone(), torch.zeros_like(st[2])),
+                    lambda st: (st[0], st[1]), w_ref, "bf16", config=how)
+
+
+WEIGHT_ONLY = {
+    "peer_marlin_int4": marlin_int4,
+    "peer_gemlite_w8a16_fp8": lambda w: gemlite_w8a16(w, fp8=True),
+    "peer_gemlite_w8a16_int8": lambda w: gemlite_w8a16(w, fp8=False),
+    "peer_gemlite_w4a16_int4": gemlite_w4a16_int4,
+    "peer_gemlite_w4a16_nvfp4": gemlite_w4a16_nvfp4,
+    "peer_vllm_marlin_fp8": vllm_marlin_fp8,
+    "peer_vllm_marlin_int4": vllm_marlin_int4,
+}
+
+
+# ------------------------------------------------------------------------------------------
+# blockwise W8A8: prepare(x (M, K) bf16, w (N, K) fp32) -> Prepared whose state holds the
+# peer-quantised activations too (quantised outside the timed call, as fp8lab's quant=none rows)
+# ------------------------------------------------------------------------------------------
+def _blockwise_prepared(state, call, a, sa, b, sb, config="", with_quant=None):
+    """Reference weights and activations from the peer's own codes and fp32 scales.
+    ``with_quant(state, x)``: the peer's activation quantiser and GEMM in one call (x bf16)."""
+    N, K = b.shape
+    M = a.shape[0]
+    A = a.double() * sa.double().reshape(M, -1).repeat_interleave(128, 1)[:, :K]
+    B = b.double() * sb.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+    return Prepared(state, call, lambda st: tuple(t.clone() for t in st), lambda st: (st[2], st[3]), B, "e4m3",
+                    takes_out=False, config=config, extra={"ref_x": A, "with_quant": with_quant})
+
+
+def torchao_blockwise(x, w) -> Prepared:
+    """torchao's Triton ``blockwise_fp8_gemm`` with its own quantisers (1x128 activations,
+    128x128 weights, fp32 scales, row-major)."""
+    try:
+        from torchao.kernel import blockwise_quantization as bq
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"torchao.kernel.blockwise_quantization not importable ({e})") from e
+    N, K = w.shape
+    _need(N % 128 == 0 and K % 128 == 0, f"torchao's weight quantiser needs N and K multiples of 128, got N={N}, K={K}")
+    a, sa = bq.fp8_blockwise_act_quant(x.contiguous())
+    b, sb = bq.fp8_blockwise_weight_quant(w.contiguous())
+    def with_quant(st, x):
+        qa, qs = bq.fp8_blockwise_act_quant(x)
+        return bq.blockwise_fp8_gemm(qa, qs, st[2], st[3])
+
+    return _blockwise_prepared((a, sa, b, sb), lambda st, _x, _o: bq.blockwise_fp8_gemm(st[0], st[1], st[2], st[3]),
+                               a, sa, b, sb, with_quant=with_quant)
+
+
+def vllm_blockwise(x, w) -> Prepared:
+    """vLLM's Triton ``w8a8_block_fp8_matmul`` (its tuned config for this device and N, K where it
+    ships one, else its default) with its ``per_token_group_quant_fp8``; weights by 128x128 blocks."""
+    import torch
+
+    try:
+        from vllm.model_executor.layers.quantization.utils import fp8_utils as fu
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"vllm {_vllm_version()}: fp8_utils not importable ({e})") from e
+    N, K = w.shape
+    a, sa = fu.per_token_group_quant_fp8(x.contiguous(), 128)
+    nb, kb = math.ceil(N / 128), K // 128
+    wp = torch.nn.functional.pad(w, (0, 0, 0, nb * 128 - N)).reshape(nb, 128, kb, 128)
+    sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)          # (nb, kb) fp32
+    b = (wp / sb[:, None, :, None]).reshape(nb * 128, K)[:N].to(torch.float8_e4m3fn).contiguous()
+    cfg = fu.get_w8a8_block_fp8_configs(N, K, 128, 128) if hasattr(fu, "get_w8a8_block_fp8_configs") else None
+
+    def call(st, _x, _o):
+        return fu.w8a8_block_fp8_matmul(st[0], st[2], st[1], st[3], [128, 128], output_dtype=torch.bfloat16)
+
+    def with_quant(st, x):
+        qa, qs = fu.per_token_group_quant_fp8(x, 128)
+        return fu.w8a8_block_fp8_matmul(qa, st[2], qs, st[3], [128, 128], output_dtype=torch.bfloat16)
+
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant,
+                               config="tuned config for this device" if cfg else "default config")
+
+
+_SGL_EXTRA: dict = {}
+
+
+def _sgl_group_quant(sgl_kernel, x, q, s):
+    """sgl-kernel's per-token-group FP8 quantiser. Newer versions take a trailing ``scale_ue8m0``
+    flag (fp32 scales here: False); which one is found on the first call, outside any timing."""
+    base = (x, q, s, 128, 1e-10, -448.0, 448.0)
+    if "extra" not in _SGL_EXTRA:
+        try:
+            sgl_kernel.sgl_per_token_group_quant_fp8(*base, False)
+            _SGL_EXTRA["extra"] = (False,)
+            return
+        except TypeError:
+            _SGL_EXTRA["extra"] = ()
+    sgl_kernel.sgl_per_token_group_quant_fp8(*base, *_SGL_EXTRA["extra"])
+
+
+def sglang_blockwise(x, w) -> Prepared:
+    """sgl-kernel's CUTLASS ``fp8_blockwise_scaled_mm`` with its ``sgl_per_token_group_quant_fp8``
+    (column-major activation scales, as it requires)."""
+    import torch
+
+    try:
+        import sgl_kernel
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"sgl_kernel not importable ({e})") from e
+    M, K = x.shape
+    N = w.shape[0]
+    _need(N % 128 == 0 and K % 128 == 0, f"sgl-kernel needs N and K multiples of 128, got N={N}, K={K}")
+    a = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
+    sa = torch.empty(K // 128, M, dtype=torch.float32, device=x.device).t()   # (M, K/128) M-major
+    _sgl_group_quant(sgl_kernel, x.contiguous(), a, sa)
+    wp = w.reshape(N // 128, 128, K // 128, 128)
+    sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)
+    b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn)
+    bt = b.t()                                                          # (K, N) column-major view
+    sbt = sb.t()
+
+    def call(st, _x, _o):
+        return sgl_kernel.fp8_blockwise_scaled_mm(st[0], st[4], st[1], st[5], torch.bfloat16)
+
+    def with_quant(st, x):
+        m = x.shape[0]
+        qa = torch.empty(m, K, dtype=torch.float8_e4m3fn, device=x.device)
+        qs = torch.empty(K // 128, m, dtype=torch.float32, device=x.device).t()
+        _sgl_group_quant(sgl_kernel, x, qa, qs)
+        return sgl_kernel.fp8_blockwise_scaled_mm(qa, st[4], qs, st[5], torch.bfloat16)
+
+    st = (a, sa, b, sb, bt, sbt)
+    p = _blockwise_prepared(st, call, a, sa, b, sb, with_quant=with_quant)
+    # copies keep the layouts the kernel needs: M-major activation scales, column-major B views
+    p.clone = lambda s: (lambda b2, sb2: (s[0].clone(), s[1].t().clone().t(), b2, sb2, b2.t(), sb2.t()))(
+        s[2].clone(), s[3].clone())
+    return p
+
+
+def deepgemm_blockwise(x, w) -> Prepared:
+    """DeepGEMM's ``fp8_gemm_nt`` (1x128 activations, 128x128 weights; it lays out the scales
+    for TMA itself), operands quantised by its own test utilities when they import."""
+    import torch
+
+    try:
+        import deep_gemm
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"deep_gemm not importable ({e})") from e
+    try:
+        from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+    except Exception:  # noqa: BLE001 - older layouts keep them in deep_gemm.utils.math
+        try:
+            from deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
+        except Exception as e:  # noqa: BLE001
+            raise PeerUnavailable(f"deep_gemm lacks per_token_cast_to_fp8 / per_block_cast_to_fp8 here ({e})") from e
+    a, sa = per_token_cast_to_fp8(x, use_ue8m0=False)
+    b, sb = per_block_cast_to_fp8(w, use_ue8m0=False)
+    gemm = getattr(deep_gemm, "fp8_gemm_nt", None) or getattr(deep_gemm, "gemm_fp8_fp8_bf16_nt")
+
+    def call(st, _x, _o):
+        out = torch.empty(st[0].shape[0], st[2].shape[0], dtype=torch.bfloat16, device=st[0].device)
+        gemm((st[0], st[1]), (st[2], st[3]), out)
+        return out
+
+    def with_quant(st, x):
+        qa, qs = per_token_cast_to_fp8(x, use_ue8m0=False)
+        return call((qa, qs, st[2], st[3]), None, None)
+
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant)
+
+
+BLOCKWISE = {
+    "peer_torchao_blockwise": torchao_blockwise,
+    "peer_vllm_blockwise": vllm_blockwise,
+    "peer_sglang_blockwise": sglang_blockwise,
+    "peer_deepgemm": deepgemm_blockwise,
+}
+
+
+# ------------------------------------------------------------------------------------------
+# per-token-group quantisers: fn(x (M, K) bf16) -> (q (M, K) e4m3, s (M, K/128) fp32)
+# ------------------------------------------------------------------------------------------
+def vllm_quant_group():
+    try:
+        from vllm.model_executor.layers.quantization.utils.fp8_utils import per_token_group_quant_fp8
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"vllm {_vllm_version()}: per_token_group_quant_fp8 not importable ({e})") from e
+    return lambda x: per_token_group_quant_fp8(x, 128)
+
+
+def sglang_quant_group():
+    import torch
+
+    try:
+        import sgl_kernel
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"sgl_kernel not importable ({e})") from e
+
+    def fn(x):
+        M, K = x.shape
+        q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
+        s = torch.empty(M, K // 128, dtype=torch.float32, device=x.device)
+        _sgl_group_quant(sgl_kernel, x, q, s)
+        return q, s
+    return fn
+
+
+QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group}

@@ -1,0 +1,165 @@
+"""Is a peer here? Import probes, versions, and where a source build lives.
+
+A peer is *available* when its module imports (pip-installed peers) or its extension has been
+built from its own source into an ignored folder (``build/peers/<name>``; the original Marlin).
+Anything else -- not installed, the wrong GPU, an import that raises -- is an
+:class:`Availability` with ``ok=False``, the reason in one line and the install line, which
+the sweeps turn into a ``not-run`` row: never an exception, never a silent gap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import paths
+from . import catalog
+
+__all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
+           "reset"]
+
+MARLIN_SRC_ENV = "FP8LAB_MARLIN_SRC"
+MARLIN_BUILD_ENV = "FP8LAB_MARLIN_BUILD"
+
+
+class PeerUnavailable(RuntimeError):
+    """A peer that cannot run here (missing, unsupported GPU or shape): becomes a not-run row."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    peer: str
+    ok: bool
+    version: str = ""
+    reason: str = ""        # why not (one line), "" when ok
+    install: str = ""
+
+    def status(self) -> str:
+        """The table's status text of a peer that did not run."""
+        return f"not-run: {self.reason}; install: {self.install}"
+
+
+def marlin_src() -> Path:
+    """Where Marlin's source is unpacked: $FP8LAB_MARLIN_SRC, else build/peers/src/marlin (ignored)."""
+    env = os.environ.get(MARLIN_SRC_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "marlin"
+
+
+def marlin_build_dir() -> Path:
+    """Where ``python -m fp8lab.peers build marlin`` puts the extension: $FP8LAB_MARLIN_BUILD, else
+    build/peers/marlin (ignored)."""
+    env = os.environ.get(MARLIN_BUILD_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "marlin"
+
+
+def _marlin_version() -> str:
+    info = marlin_build_dir() / "build_info.json"
+    if info.exists():
+        try:
+            d = json.loads(info.read_text())
+            return f"{d.get('version', '?')} (source {d.get('source_commit', '?')[:12]}, built with {d.get('nvcc', '?')})"
+        except (OSError, ValueError):
+            pass
+    try:
+        return md.version("marlin")
+    except md.PackageNotFoundError:
+        return "source build"
+
+
+def import_marlin():
+    """Marlin's Python package (``mul``, ``Layer``): installed, or its source beside the
+    extension built here. PeerUnavailable saying which part is missing."""
+    try:
+        import torch  # noqa: F401 - the extension links against libtorch: torch loads first
+    except ImportError as e:
+        raise PeerUnavailable(f"torch is not importable ({e})") from e
+    try:
+        return importlib.import_module("marlin")
+    except ImportError:
+        pass
+    build, src = marlin_build_dir(), marlin_src()
+    if not any(build.glob("marlin_cuda*.so")):
+        raise PeerUnavailable(f"Marlin's extension is not built (no marlin_cuda*.so in {build})")
+    if not (src / "marlin" / "__init__.py").exists():
+        raise PeerUnavailable(f"Marlin's source is not at {src} (set ${MARLIN_SRC_ENV})")
+    for p in (str(build), str(src)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        return importlib.import_module("marlin")
+    except ImportError as e:
+        raise PeerUnavailable(f"Marlin does not import: {str(e).splitlines()[0][:200]}") from e
+
+
+def _probe_import(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise PeerUnavailable(f"{module} is not installed ({str(e).splitlines()[0][:160]})") from e
+    except Exception as e:  # noqa: BLE001 - a package that breaks at import (ABI, CUDA) is a reason, not a crash
+        raise PeerUnavailable(f"{module} fails at import: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+
+
+def _version(p: catalog.Peer) -> str:
+    if p.discover == "build":
+        return _marlin_version()
+    for name in (p.dist, p.module):
+        if not name:
+            continue
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    mod = sys.modules.get(p.module)
+    return str(getattr(mod, "__version__", "?"))
+
+
+def _gpu_sm() -> Optional[int]:
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability()
+        return 10 * major + minor
+    except Exception:  # noqa: BLE001 - no torch, or no driver: not a GPU box
+        return None
+
+
+_CACHE: dict = {}
+
+
+def reset() -> None:
+    """Forget cached probes (tests; a build that just finished)."""
+    _CACHE.clear()
+
+
+def availability(peer_id: str, *, probe: Optional[Callable[[catalog.Peer], None]] = None,
+                 sm: Optional[int] = -1) -> Availability:
+    """Can ``peer_id`` run here? ``probe`` replaces the import probe (tests); ``sm`` the
+    device's compute capability as 10 * major + minor (-1: ask torch; None: no GPU)."""
+    p = catalog.get(peer_id)
+    key = (peer_id, probe, sm)
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        if probe is not None:
+            probe(p)
+        elif p.discover == "build":
+            import_marlin()
+        else:
+            _probe_import(p.module)
+        cap = _gpu_sm() if sm == -1 else sm
+        if cap is not None and cap < p.min_sm:
+            raise PeerUnavailable(f"needs sm_{p.min_sm}+, this GPU is sm_{cap}")
+        a = Availability(peer_id, True, version=_version(p), install=p.install)
+    except PeerUnavailable as e:
+        a = Availability(peer_id, False, reason=str(e), install=p.install)
+    _CACHE[key] = a
+    return a

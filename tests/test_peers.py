@@ -1,0 +1,297 @@
+"""fp8lab.peers on CPU: the catalog, discovery with fake probes, not-run rows for every missing
+peer in every notebook's sweep (never an exception, never a gap), the one peer style, and
+Marlin's kernel compiling for sm_90 with nvcc when its source has been unpacked."""
+
+import math
+import shutil
+
+import pandas as pd
+import pytest
+
+from fp8lab import peers
+from fp8lab.arms import registry
+from fp8lab.experiments import blockwise as bw
+from fp8lab.experiments import decode as dx
+from fp8lab.experiments import prefill as px
+from fp8lab.experiments import quantisers as qx
+from fp8lab.peers import build, catalog, discover, harness, sweeps
+
+
+def _missing(pid):
+    return discover.Availability(pid, False, reason="nothing here (fake)", install=catalog.get(pid).install)
+
+
+def _present(pid):
+    return discover.Availability(pid, True, version="9.9")
+
+
+def test_catalog_rows_are_complete_and_registered():
+    for pid, p in catalog.PEERS.items():
+        assert pid.startswith(registry.PEER_PREFIX) and registry.is_peer(pid)
+        assert p.kind in catalog.KINDS and p.discover in ("import", "build")
+        assert p.install.strip() and p.licence.strip() and p.weight and p.scales and p.act
+        assert set(p.notebooks) <= set(catalog.NOTEBOOKS)
+        assert catalog.NOTEBOOKS[p.notebooks[0]] == p.kind
+        assert registry.entry(pid).kind == "arm" and registry.color(pid)
+    # the seed's subject is in 08 and 11; every notebook's arm list is its peers
+    assert "peer_marlin_int4" in dx.PEERS and "peer_marlin_int4" in px.PEERS
+    assert bw.PEERS == catalog.ids_for("05") and "peer_torchao_blockwise" in bw.PEERS
+    assert set(qx.PEERS) == {"peer_vllm_quant_group", "peer_sglang_quant_group"}
+    with pytest.raises(ValueError, match="unknown peer"):
+        catalog.get("peer_nope")
+
+
+def test_carried_says_which_can_reach_the_offline_box():
+    assert catalog.get("peer_torchao_blockwise").carries and catalog.get("peer_marlin_int4").carries
+    for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise", "peer_vllm_marlin_int4"):
+        assert not catalog.get(pid).carries
+
+
+@pytest.mark.parametrize("pid, N, K, want", [
+    ("peer_marlin_int4", 256, 128, 256 * 128 // 2 + 2 * 256),            # INT4 + fp16 scale per 128
+    ("peer_gemlite_w8a16_fp8", 256, 384, 256 * 384 + 4 * 256),          # e4m3 + fp32 per channel
+    ("peer_gemlite_w4a16_int4", 256, 256, 256 * 128 + 2 * 2 * 256 * 2),  # INT4 + bf16 scale and zero
+    ("peer_gemlite_w4a16_nvfp4", 16, 32, 16 * 16 + 16 * 2 + 4),         # e2m1 + e4m3 per 16 + fp32
+    ("peer_torchao_blockwise", 129, 256, 129 * 256 + 4 * 2 * 2),        # a ragged N block still has a scale
+])
+def test_weight_stream_bytes(pid, N, K, want):
+    assert catalog.weight_stream_bytes(pid, N, K) == want
+
+
+def test_quantisers_have_no_weight_stream():
+    with pytest.raises(ValueError, match="activations"):
+        catalog.weight_stream_bytes("peer_vllm_quant_group", 128, 128)
+
+
+def test_availability_from_a_probe_and_the_gpu_generation():
+    discover.reset()
+
+    def raises(p):
+        raise discover.PeerUnavailable(f"{p.module} is not installed")
+
+    a = discover.availability("peer_gemlite_w8a16_fp8", probe=raises, sm=90)
+    assert not a.ok and a.status() == ("not-run: gemlite is not installed; install: pip install "
+                                       "gemlite==0.6.0.post2")
+    ok = discover.availability("peer_gemlite_w8a16_fp8", probe=lambda p: None, sm=None)
+    assert ok.ok and ok.reason == ""
+    # DeepGEMM needs Hopper: sm_89 is not-run, sm_90 runs
+    assert not discover.availability("peer_deepgemm", probe=lambda p: None, sm=89).ok
+    assert "sm_90+" in discover.availability("peer_deepgemm", probe=lambda p: None, sm=89).reason
+    assert discover.availability("peer_deepgemm", probe=lambda p: None, sm=90).ok
+
+
+def test_a_package_that_breaks_at_import_is_a_reason_not_a_crash(monkeypatch):
+    import importlib
+
+    def boom(name):
+        raise OSError("libcudart.so.12: cannot open shared object file")
+
+    monkeypatch.setattr(importlib, "import_module", boom)
+    discover.reset()
+    a = discover.availability("peer_torchao_blockwise", sm=None)
+    assert not a.ok and "fails at import: OSError: libcudart" in a.reason
+    discover.reset()
+
+
+def _assert_not_run(df, host_cols, n):
+    assert list(df.columns) == sweeps.columns(host_cols)
+    assert len(df) == n
+    assert df["status"].str.startswith("not-run: nothing here (fake); install: ").all()
+    assert (df["install"] != "").all() and df["time_p50_s"].isna().all()
+    assert df["arm"].map(registry.is_peer).all()
+
+
+def test_every_sweep_gives_a_not_run_row_per_point_for_a_missing_peer():
+    d = sweeps.decode(["qwen3-8b:o_proj", "llama3-70b:down_proj"], [1, 16], dx.PEERS, copy={"rate_p50": 4e12},
+                      avail=_missing)
+    _assert_not_run(d, dx.COLUMNS, 2 * 2 * len(dx.PEERS))
+    assert set(d[d["arm"] == "peer_marlin_int4"]["M"]) == {1, 16}
+    p = sweeps.prefill("llama3-70b:o_proj", [1, 8192], px.PEERS, avail=_missing)
+    _assert_not_run(p, px.COLUMNS, 2 * len(px.PEERS))
+    assert (p["scheme"] == p["arm"].map(registry.scheme)).all()
+    b = sweeps.blockwise(["qwen3-8b:o_proj"], [1, 128, 4096], bw.PEERS, avail=_missing)
+    _assert_not_run(b, bw.COLUMNS, 3 * len(bw.PEERS))
+    assert (b["quant"] == "none").all() and (b["weight_bytes"] > 0).all()
+    q = sweeps.quantisers([1, 4096], [7168], qx.PEERS, avail=_missing)
+    _assert_not_run(q, qx.COLUMNS, 2 * len(qx.PEERS))
+
+
+def test_a_sweep_refuses_another_notebooks_peer():
+    with pytest.raises(ValueError, match="not peers of notebook 08"):
+        sweeps.decode(["qwen3-8b:o_proj"], [1], ["peer_torchao_blockwise"], copy={"rate_p50": 1.0}, avail=_missing)
+
+
+def test_status_rows_keep_text_columns_text():
+    cols = sweeps.columns(dx.COLUMNS)
+    r = harness.status_row(cols, dict(shape="s", M=1, arm="peer_marlin_int4"), "peer_marlin_int4", "not-run: x")
+    assert r["timing_method"] == "" and r["schedule"] == "" and r["library"].startswith("Marlin")
+    assert set(r) == set(cols)
+
+
+def test_peers_table_names_every_peer():
+    t = peers.table(avail=_missing)
+    assert list(t["peer"]) == list(catalog.PEERS) and (t["here"] == "no").all()
+    assert t.loc[t["peer"] == "peer_torchao_blockwise", "offline_box"].item() == "wheel 3.4 MB"
+
+
+def test_one_style_for_peers():
+    assert registry.style("peer_marlin_int4") == registry.PEER_STYLE
+    assert registry.style("gemv_w4a16_int4") == registry.OWN_STYLE
+    assert registry.style("peer_torchao_blockwise")["ls"] != registry.style("triton_blockwise")["ls"]
+
+
+def test_missing_marlin_source_names_the_script(tmp_path, monkeypatch):
+    monkeypatch.setenv(discover.MARLIN_SRC_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="peers_offline.py --sources"):
+        build.source_files()
+    from fp8lab.peers.__main__ import main
+
+    assert main(["check-compile"]) == 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_marlin_kernel_compiles_for_sm90():
+    """The CPU proof for the GPU box: Marlin's kernel file, from its own source, builds for
+    sm_90 with the flags torch's extension builder passes (needs the unpacked source)."""
+    try:
+        build.source_files()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    r = build.compile_check("sm_90")
+    assert r["ok"], r["errors"]
+
+
+# ------------------------------------------------------------------------------ report (CPU)
+from fp8lab.peers import report  # noqa: E402
+
+
+def _decode_peers(frac_by_shape, status="measured"):
+    rows = []
+    for shape, f in frac_by_shape.items():
+        rows.append(dict(shape=shape, M=1, arm=report.MARLIN, status=status, fraction_of_copy=f, bw_p50=f * 4e12,
+                         bw_p20=f * 3.9e12, bw_p80=f * 4.1e12, version="0.1.1"))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("low, verdict", [(report.C3_FRACTION, "holds-in-kind"), (report.C3_FRACTION - 0.001, "differs")])
+def test_marlin_c3_boundary(low, verdict):
+    v = report.marlin_c3(_decode_peers({"a": 0.95, "b": low}))
+    assert v.verdict == verdict and v.subject == "seed" and v.variant == "original Marlin"
+    assert f"{report.C3_FRACTION:.0%}" in v.rule
+
+
+def test_marlin_rows_say_why_not_run():
+    df = _decode_peers({"a": math.nan}, status="not-run: Marlin's extension is not built; install: x")
+    v = report.marlin_c3(df)
+    assert v.verdict == "not-run" and "not built" in v.reason
+    assert report.marlin_c3(None).reason == "Marlin was not in this run's peers"
+    assert report.marlin_c4(df).verdict == "not-run" and report.marlin_c5().verdict == "not-run"
+
+
+def _prefill(ratio, M=8192):
+    cub = dict(M=M, arm="cublas_bf16", with_quant=False, tflops_per_ghz=400.0, tflops_p50=700.0,
+               sm_mhz_median=1750.0)
+    mar = dict(M=M, arm=report.MARLIN, status="measured", tflops_per_ghz=400.0 * ratio, tflops_p50=650.0,
+               sm_mhz_median=1800.0)
+    return pd.DataFrame([mar]), pd.DataFrame([cub])
+
+
+@pytest.mark.parametrize("ratio, verdict", [(report.C7_HOLDS, "holds"), (report.C7_HOLDS - 1e-3, "holds-in-kind"),
+                                            (report.C7_KIND, "holds-in-kind"), (report.C7_KIND - 1e-3, "differs")])
+def test_marlin_c7_boundaries(ratio, verdict):
+    p, h = _prefill(ratio)
+    v = report.marlin_c7(p, h)
+    assert v.verdict == verdict, (ratio, v)
+    assert "M=8192" in v.our_figure
+
+
+def test_marlin_c7_needs_a_common_m():
+    p, h = _prefill(1.0)
+    h["M"] = 1024
+    assert report.marlin_c7(p, h).verdict == "not-run"
+
+
+def test_versus_best_peer_picks_each_side_best():
+    host = pd.DataFrame([dict(shape="s", M=1, arm="gemv_w8a16_fp8", bw_p50=4.0),
+                         dict(shape="s", M=1, arm="gemv_w4a16_int4", bw_p50=3.0),
+                         dict(shape="s", M=16, arm="gemv_w8a16_fp8", bw_p50=2.0)])
+    peer = pd.DataFrame([dict(shape="s", M=1, arm=report.MARLIN, status="measured", bw_p50=5.0),
+                         dict(shape="s", M=1, arm="peer_gemlite_w8a16_fp8", status="not-run: x", bw_p50=math.nan)])
+    t = report.versus_best_peer(host, peer, ["gemv_w8a16_fp8", "gemv_w4a16_int4"])
+    assert len(t) == 1 and t.iloc[0]["own_arm"] == "gemv_w8a16_fp8" and t.iloc[0]["best_peer"] == report.MARLIN
+    assert t.iloc[0]["own_over_peer"] == pytest.approx(0.8)
+    # lower-is-better metric: the ratio still reads > 1 when fp8lab's arm is ahead
+    host2 = host.assign(time_p50_s=[1.0, 2.0, 3.0])
+    peer2 = peer.assign(time_p50_s=[2.0, math.nan])
+    t2 = report.versus_best_peer(host2, peer2, ["gemv_w8a16_fp8"], metric="time_p50_s", higher=False)
+    assert t2.iloc[0]["own_over_peer"] == pytest.approx(2.0)
+    assert report.versus_best_peer(host, None, ["gemv_w8a16_fp8"]).empty
+
+
+def test_status_table_and_drawing():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = pd.concat([_decode_peers({"a": 0.9}), pd.DataFrame([dict(shape="a", M=1, arm="peer_gemlite_w8a16_fp8",
+                                                                   status="not-run: gemlite is not installed",
+                                                                   version="")])])
+    t = report.status_table(df, peers=["peer_gemlite_w4a16_nvfp4"])
+    assert list(t["peer"]) == [report.MARLIN, "peer_gemlite_w8a16_fp8", "peer_gemlite_w4a16_nvfp4"]
+    assert list(t["measured"]) == ["1/1", "0/1", "0/0"]
+    assert t.iloc[1]["status"].startswith("not-run: gemlite") and t.iloc[2]["status"] == "no rows"
+    fig, ax = plt.subplots()
+    # a device without a peers table, or with none measured, draws nothing (no KeyError on `where`)
+    assert report.draw(ax, None, "M", "bw_p50", where={"shape": "a"}) == []
+    assert report.draw(ax, df.iloc[1:], "M", "bw_p50", where={"shape": "a"}) == []
+    assert report.draw(ax, df, "M", "bw_p50", scale=1e12, lo="bw_p20", hi="bw_p80") == [report.MARLIN]
+    line = ax.get_lines()[0]
+    assert line.get_linestyle() == registry.PEER_STYLE["ls"] and line.get_color() == registry.color(report.MARLIN)
+    plt.close(fig)
+
+
+def test_readme_peers_table_is_the_catalogs():
+    from fp8lab import paths
+
+    text = (paths.repo_root() / "README.md").read_text()
+    i, j = text.index(peers.README_BEGIN), text.index(peers.README_END)
+    assert text[i + len(peers.README_BEGIN) + 1:j] == peers.readme_table(), \
+        "run `python -m fp8lab.peers readme` after changing fp8lab/peers/catalog.py"
+    for p in catalog.PEERS.values():
+        assert f"`{p.id}`" in text
+
+
+def _a8_tables(marlin_s, w8_s):
+    peers_df = pd.DataFrame([dict(shape="qwen3-8b:o_proj", M=1, arm=report.MARLIN, status="measured",
+                                  time_p50_s=marlin_s, stream_bytes=8.4e6)])
+    stream = pd.DataFrame([dict(shape="qwen3-8b:o_proj", M=1, arm="triton_blockwise", status="measured", quant="none",
+                                time_p50_s=w8_s, weight_bytes=16.8e6),
+                           dict(shape="qwen3-8b:o_proj", M=1, arm="mma_blockwise", status="measured", quant="none",
+                                time_p50_s=w8_s * 3, weight_bytes=16.8e6),
+                           dict(shape="qwen3-8b:o_proj", M=1, arm="gemv_w8a16_fp8", status="measured", quant="none",
+                                time_p50_s=w8_s / 10, weight_bytes=16.8e6)])     # not W8A8: not the yardstick
+    return peers_df, stream
+
+
+@pytest.mark.parametrize("marlin_s, verdict", [(4.9e-6, "holds"), (5.0e-6, "differs")])
+def test_marlin_a8_boundary(marlin_s, verdict):
+    v = report.marlin_a8(*_a8_tables(marlin_s, 5.0e-6))
+    assert v.verdict == verdict and v.subject == "seed" and "triton_blockwise 5.0 us" in v.our_figure
+
+
+def test_marlin_a8_not_run_says_why():
+    p, s = _a8_tables(1e-6, 5e-6)
+    p["status"] = "not-run: Marlin's extension is not built; install: x"
+    assert "not built" in report.marlin_a8(p, s).reason
+    assert report.marlin_a8(None, s).verdict == "not-run"
+
+
+def test_the_peers_parameter():
+    assert sweeps.resolve("all", "08") == list(dx.PEERS)
+    assert sweeps.resolve([], "05") == [] and sweeps.resolve(None, "05") == []
+    assert sweeps.resolve(["peer_torchao_blockwise"], "05") == ["peer_torchao_blockwise"]
+    with pytest.raises(ValueError, match="peers must be 'all'"):
+        sweeps.resolve("peer_marlin_int4", "08")              # a bare id, not a list
+    with pytest.raises(ValueError, match="not peers of notebook 11"):
+        sweeps.resolve(["peer_marlin"], "11")
