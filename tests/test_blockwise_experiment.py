@@ -364,7 +364,7 @@ def test_verdict_a8_weight_only_against_w8a8_with_quantiser():
     ana, seed = _a8(_a8_rows(t_w8q=11.98e-6) + [wo(9.63e-6)])
     assert ana.verdict == "holds" and "9.63 us" in ana.our_figure and "11.98 us" in ana.our_figure
     assert seed.verdict == "not-run" and seed.reason == bw.MARLIN_HOWTO
-    assert "Marlin not measured in this run" in seed.reason
+    assert "FP8 Marlin" in seed.reason and "not measured in this run" in seed.reason
     # at the boundary: equal times do not "beat"
     assert _a8(_a8_rows(t_w8q=9.63e-6) + [wo(9.63e-6)])[0].verdict == "differs"
     # no weight-only timing: not-run (not holds-in-kind)
@@ -381,9 +381,9 @@ def test_verdict_a8_streaming_floor_boundary(x, want):
 
 def test_verdict_a8_seed_row_from_peer_marlin():
     rows = _a8_rows(t_w8q=12e-6)
-    fast = _a8(rows + [_row("qwen3-8b:o_proj", 1, "peer_marlin_fp8", 10e-6)])[1]
-    assert fast.verdict == "holds" and fast.subject == "seed" and "peer_marlin_fp8" in fast.our_figure
-    slow = _a8(rows + [_row("qwen3-8b:o_proj", 1, "peer_marlin_fp8", 12e-6)])[1]
+    fast = _a8(rows + [_row("qwen3-8b:o_proj", 1, "peer_vllm_marlin_fp8", 10e-6)])[1]
+    assert fast.verdict == "holds" and fast.subject == "seed" and "peer_vllm_marlin_fp8" in fast.our_figure
+    slow = _a8(rows + [_row("qwen3-8b:o_proj", 1, "peer_vllm_marlin_fp8", 12e-6)])[1]
     assert slow.verdict == "differs"
     # an arm that is not Marlin does not count
     assert _a8(rows + [_row("qwen3-8b:o_proj", 1, "peer_vllm_triton", 1e-6)])[1].verdict == "not-run"
