@@ -278,3 +278,75 @@ def test_analogue_rule_is_one_line_from_the_constant():
 def test_label_for_mma_blockwise():
     d = "void fp8lab::mma_blockwise_kernel<fp8lab::TileConfig<64, 128, 64, 64, 3>, 1, 0>(fp8lab::MmaParams)"
     assert census._label("mma_blockwise", "x", d) == "mma_blockwise per_block 64x128x128 w64x64 s3"
+
+
+# ---------------------------------------------------------------------------------------
+# The kill path end to end: the runner stopped while notebook 09's census builds
+
+_BUILD_CELL = """
+from pathlib import Path
+from fp8lab.experiments import census
+census.find_tool = lambda name: {fake!r}
+census.have_tool = lambda name: True
+census.census_fp8lab(["sm_89"], triton=False, kernels_dir=Path({src!r}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
+def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
+    """A killed 09 left /tmp/fp8lab-census-* and its nvcc running: the runner stops the
+    kernel with SIGTERM, on which the census kills its tools and removes its folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import nbformat
+    import yaml
+
+    from fp8lab import binaries, procs
+    root = Path(__file__).resolve().parent.parent
+    systmp, pids, src = tmp_path / "systmp", tmp_path / "pids", tmp_path / "src"
+    for d in (systmp, pids, src):
+        d.mkdir()
+    shutil.copy(FIX / "mma_pair.cu", src / "mma_pair.cu")
+    fake = tmp_path / "fake_nvcc"
+    fake.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/tmpxft_scratch\"\necho $$ > {pids}/$$\nexec sleep 120\n")
+    fake.chmod(0o755)
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell('mode = "auto"')
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [p, nbformat.v4.new_code_cell(_BUILD_CELL.format(fake=str(fake), src=str(src)))]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, nbdir / "90_build.ipynb")
+    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
+        {"id": "90", "name": "90_build", "title": "build", "kind": "host", "timeout": 300}]}))
+    runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab import cli, runner\n"
+                  "runner.manifest_path = lambda: Path(sys.argv[1])\nsys.exit(cli.main(sys.argv[2:]))\n")
+    env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(systmp),
+           "FP8LAB_DATA_DIR": str(tmp_path / "data"), "FP8LAB_FIGURES_DIR": str(tmp_path / "figs")}
+    proc = subprocess.Popen([sys.executable, "-c", runner_src, str(nbdir / "manifest.yaml"), "run", "--mode",
+                             "replot", "--no-progress", "--out", str(tmp_path / "run")],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        t_end = time.monotonic() + 120
+        while not list(pids.iterdir()) and time.monotonic() < t_end and proc.poll() is None:
+            time.sleep(0.1)
+        assert list(pids.iterdir()), f"the fake nvcc never started: {proc.communicate() if proc.poll() is not None else ''}"
+        assert [d for d in systmp.iterdir() if d.name.startswith(binaries.TEMP_PREFIX)]
+        os.kill(proc.pid, signal.SIGTERM)            # stop the run
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    tool = int(next(pids.iterdir()).name)
+    t_end = time.monotonic() + 10
+    while procs.alive(tool) and time.monotonic() < t_end:
+        time.sleep(0.1)
+    assert not procs.alive(tool), "the census's nvcc outlived the run"
+    left = [d.name for d in systmp.iterdir() if d.name.startswith(binaries.TEMP_PREFIX) or "tmpxft" in d.name]
+    assert left == [], f"the kill path left {left}"

@@ -12,11 +12,16 @@ Three pieces, all without a GPU:
 - :func:`census_fp8lab` compiles fp8lab's own kernels (every standalone
   ``fp8lab/kernels/*.cu`` for every arch it compiles for, and the Triton blockwise
   kernel for sm_89 / sm_90) and returns the per-kernel opcode census.
-- :func:`census_binaries` does the same for user-supplied ``.so`` / ``.whl`` files (a vLLM
-  wheel, a PyTorch extension), restricted to the asked architectures.
+- :func:`census_user_binaries` does the same for user-supplied ``.whl`` / ``.so`` / cubin
+  files through :mod:`fp8lab.binaries` (function names read first, only matching cubins of
+  the asked architectures disassembled, in parallel); their tables go to their own folder
+  (:func:`binaries_folder`), never over fp8lab's own census.
 
 :func:`kernel_summary` gives one row per kernel (MMA families, operand bits, activation
-class) and :func:`c1_verdict` turns the probe and the summary into the claim's verdict.
+class); :func:`post_table` / :func:`post_figure` the post-sized census per kernel family and
+arch (the table ``python -m fp8lab census`` prints); :func:`c1_verdict` (subject
+``analogue``: fp8lab's kernels and the ptxas probe) and :func:`c1_seed_verdict` (subject
+``seed``: Marlin kernels of a supplied binary) the claim's verdict rows.
 """
 
 from __future__ import annotations
@@ -486,8 +491,13 @@ def post_figure(summary: pd.DataFrame, title: str, *, width: float = 8.0):
     Returns the figure (blog width: ``width`` inches)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
     s = summary.copy()
-    s["bar"] = s["library"] + "  ·  " + s["arch"]
+    lib = s["library"].astype(str)
+    heads = {x.split("!", 1)[0] for x in lib}
+    if len(heads) == 1 and lib.str.contains("!").all():   # one wheel: its members on the bars
+        lib = lib.str.split("!", n=1).str[1]
+    s["bar"] = lib + "  ·  " + s["arch"]
     s["segment"] = s["activation"] + " · " + s["mma_family"]
     s.loc[s["mma_family"] == "none", "segment"] = "no MMA"
     bars = list(dict.fromkeys(s["bar"]))
@@ -523,6 +533,7 @@ def post_figure(summary: pd.DataFrame, title: str, *, width: float = 8.0):
     ax.set_yticks(range(len(bars)), bars)
     ax.invert_yaxis()
     ax.set_xlim(0, max(total.max(), 1) * 1.08)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("kernels (count; each number is one piece of the bar; grey text: FP8 conversion opcodes)")
     ax.set_title(title)
     ax.grid(axis="y", visible=False)
