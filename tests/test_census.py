@@ -350,3 +350,17 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
     assert not procs.alive(tool), "the census's nvcc outlived the run"
     left = [d.name for d in systmp.iterdir() if d.name.startswith(binaries.TEMP_PREFIX) or "tmpxft" in d.name]
     assert left == [], f"the kill path left {left}"
+
+
+def test_post_figure_says_only_what_it_shows():
+    """No 'hatched' legend note without a warpgroup MMA, no conversions note without one."""
+    import matplotlib
+    matplotlib.use("Agg")
+    post = census.post_table(census.own_kernel_rows(pd.DataFrame(
+        _kernel("w.whl!lib/a.so", "k_w8a16", {"HMMA.16816.F32.BF16": 4})).assign(arm="w.whl!lib/a.so")))
+    fig = census.post_figure(post, "t")
+    assert "hatched" not in fig.legends[0].get_title().get_text()
+    assert "conversion" not in fig.axes[0].get_xlabel()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["lib/a.so  ·  sm_89"]  # the wheel's member
+    assert census.c1_checks(_summary(_kernel("a", "k", {"FFMA": 1}, arch="sm_120")
+                                     + _kernel("a", "k", {"FFMA": 1}, arch="sm_80")))["archs"] == ["sm_80", "sm_120"]

@@ -246,7 +246,7 @@ def probe_checks(probe: pd.DataFrame) -> dict:
         n_mixed=int(len(mixed)), n_mixed_accepted=int(mixed["accepted"].sum()),
         mixed_accepted=mixed.loc[mixed["accepted"], ["instruction", "arch", "a", "b"]].to_dict("records"),
         n_controls=int(len(ctrl)), controls_ok=bool(len(ctrl)) and bool(ctrl["accepted"].all()),
-        archs=sorted(set(probe["arch"])),
+        archs=sorted(set(probe["arch"]), key=binaries._arch_key),
     )
 
 
@@ -534,14 +534,17 @@ def post_figure(summary: pd.DataFrame, title: str, *, width: float = 8.0):
     ax.invert_yaxis()
     ax.set_xlim(0, max(total.max(), 1) * 1.08)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("kernels (count; each number is one piece of the bar; grey text: FP8 conversion opcodes)")
+    ax.set_xlabel("kernels (count; each number is one piece of the bar"
+                  + ("; grey text: FP8 conversion opcodes)" if any(conv.get(b) for b in bars) else ")"))
     ax.set_title(title)
     ax.grid(axis="y", visible=False)
     handles = [Patch(facecolor=(segment_color(seg_act.get(g, "no MMA")) if g != "no MMA" else NO_MMA_GREY),
                      hatch="///" if "GMMA" in g else None, edgecolor="white", label=g) for g in segs]
     fig.tight_layout()
     # below the axes, as a figure legend: savefig's tight box (plotting's style) keeps it
-    fig.legend(handles=handles, title="activation (MMA operands) · MMA instruction (hatched: warpgroup MMA)",
+    title = "activation (MMA operands) · MMA instruction" + (
+        " (hatched: warpgroup MMA)" if any("GMMA" in g for g in segs) else "")
+    fig.legend(handles=handles, title=title,
                loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(segs)), fontsize=8,
                title_fontsize=8, frameon=False)
     return fig
@@ -610,7 +613,7 @@ def c1_checks(summary: pd.DataFrame) -> dict:
         fp8_mma_not_a8=fp8_mma.loc[fp8_mma["act"] == "A16", "label"].tolist(),
         n_fp8_mma_unknown=int((fp8_mma["act"] == "unknown").sum()),
         n_unknown=int((summary["act"] == "unknown").sum()),
-        archs=sorted(set(summary["arch"])),
+        archs=sorted(set(summary["arch"]), key=binaries._arch_key),
     )
 
 
