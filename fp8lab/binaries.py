@@ -36,6 +36,7 @@ import threading
 import zipfile
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -94,6 +95,11 @@ def resolve_inputs(paths: Iterable, cwd=None) -> list[Path]:
 def _read_elf(path: Path):
     """(e_machine, e_flags, ABI version, [(symbol index, name, STT type, section name)])
     of a little-endian ELF64; ValueError if it is not one."""
+    return _read_elf_sections(path)[:4]
+
+
+def _read_elf_sections(path: Path):
+    """:func:`_read_elf` plus {name: bytes} of the sections that tell a cubin's arch suffix."""
     data = Path(path).read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path}: not a little-endian ELF64 file")
@@ -114,6 +120,8 @@ def _read_elf(path: Path):
 
     shstr = sections[e_shstrndx][2] if sections else 0
     names = [cstr(shstr, s[0]) for s in sections]
+    arch_sections = {n: data[s[2]:s[2] + s[3]] for n, s in zip(names, sections)
+                     if n in _ARCH_SECTIONS}
     symbols = []
     for s in sections:
         if s[1] != 2:  # SHT_SYMTAB
@@ -126,14 +134,39 @@ def _read_elf(path: Path):
                 continue
             sec = names[st_shndx] if 0 < st_shndx < len(names) else ""
             symbols.append((k, cstr(strtab, st_name), st_info & 0xF, sec))
-    return e_machine, e_flags, data[8], symbols
+    return e_machine, e_flags, data[8], symbols, arch_sections
 
 
-def cubin_arch(e_flags: int, abi_version: int) -> str:
-    """The SM of a cubin from its ELF flags: bits 8-15 in the current CUDA ELF ABI (v8+,
-    CUDA 12.8 on), bits 0-7 before (the 'a'/'f' suffix is not decoded)."""
+_ARCH_SECTIONS = (".note.nv.tkinfo", ".nv.compat")
+_TK_ARCH = re.compile(rb"(?:-arch[= ]|--gpu-name[= ]|-gpu-name[= ])\s*sm_(\d+)([af]?)\b")
+
+
+def cubin_arch(e_flags: int, abi_version: int, sections: dict | None = None) -> str:
+    """The SM of a cubin: the number from its ELF flags (bits 8-15 in the current CUDA ELF
+    ABI, v8+, CUDA 12.8 on; bits 0-7 before), the 'a' / 'f' suffix from its sections, as
+    cuobjdump reads it (sm_90 and sm_90a cubins have the same e_flags):
+
+    - ``.note.nv.tkinfo`` holds the compiler's options (``-arch sm_90a``, ``--gpu-name sm_90a``);
+    - without that note, ``.nv.compat`` attribute 0x09 = 1 marks an arch-specific ('a') cubin.
+    """
     sm = (e_flags >> 8) & 0xFF if abi_version >= 8 else e_flags & 0xFF
+    sections = sections or {}
+    tk = _TK_ARCH.search(sections.get(".note.nv.tkinfo", b""))
+    if tk and int(tk.group(1)) == sm:
+        return f"sm_{sm}{tk.group(2).decode()}"
+    compat = sections.get(".nv.compat", b"")
+    for i in range(0, len(compat) - 3, 4):  # (format 0x02 = 16-bit value, attribute, value)
+        if compat[i] == 0x02 and compat[i + 1] == 0x09:
+            return f"sm_{sm}a" if int.from_bytes(compat[i + 2:i + 4], "little") == 1 else f"sm_{sm}"
+        if compat[i] != 0x02:  # other formats carry a size: stop rather than misread
+            break
     return f"sm_{sm}"
+
+
+def bare_cubin_arch(path) -> str:
+    """The SM of a bare cubin file, suffix included (``sm_90a``)."""
+    _m, flags, abi, _s, sections = _read_elf_sections(Path(path))
+    return cubin_arch(flags, abi, sections)
 
 
 def cubin_functions(path) -> list[tuple[int, str]]:
@@ -203,6 +236,32 @@ class Children:
                 pass
 
 
+@contextmanager
+def sigterm_as_interrupt():
+    """While the block runs, SIGTERM raises KeyboardInterrupt in the main thread, so the
+    census's own clean-up runs (tool processes killed, temp folder removed): the runner
+    stops a notebook by SIGTERM to the kernel's process group, and Python's default action
+    for SIGTERM ends the process at once, leaving /tmp/fp8lab-census-* behind. On the way
+    out a SIGTERM that arrived is sent again to the handler that was there before (by
+    default: the process ends, as it was asked to). Outside the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def on_term(signum, _frame):
+        got.append(signum)
+        if len(got) == 1:
+            raise KeyboardInterrupt("SIGTERM")
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if got:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 # --------------------------------------------------------------------------------------
 # The census
 
@@ -250,10 +309,9 @@ def extract_cubins(path: Path, library: str, archs, rx, workdir: Path,
     the temp folder) once its cubins are out, so a large wheel never sits unpacked whole."""
     if is_cubin(path):
         try:
-            _m, flags, abi, _ = _read_elf(path)
+            found = [(path, bare_cubin_arch(path))]
         except (ValueError, struct.error, IndexError) as exc:
             return [], f"cubin not readable ({exc})"
-        found = [(path, cubin_arch(flags, abi))]
     else:
         try:
             return _extract_from_host(path, library, archs, rx, workdir, children)
@@ -425,12 +483,13 @@ def default_workers() -> int:
 
 def census(paths: Iterable, *, archs=None, kernel_filter: str | None = None,
            workers: int | None = None, tool: str = "auto", cwd=None,
-           demangle_names: bool = True) -> Census:
+           demangle_names: bool = True, keep_ops: bool = False) -> Census:
     """Filter-first census of binaries (wheel, .so, cubin, fatbin); see the module doc.
 
     ``archs``: list of 'sm_80'-like names (None: all); ``kernel_filter``: regex searched
-    in the mangled function names (None: all). Raises CensusError on bad input before
-    running any tool."""
+    in the mangled function names (None: all); ``keep_ops``: each kernel keeps its opcode
+    Counter under ``ops`` (for notebook 09's per-kernel tables). Raises CensusError on bad
+    input before running any tool."""
     files = resolve_inputs(paths, cwd=cwd)
     try:
         archs = None if not archs else [sass.normalise_arch(a) for a in archs]
@@ -451,7 +510,7 @@ def census(paths: Iterable, *, archs=None, kernel_filter: str | None = None,
 
     result = Census()
     seen: set[tuple[str, str, str]] = set()
-    with owned_temp_dir(TEMP_PREFIX) as tmp_s:
+    with sigterm_as_interrupt(), owned_temp_dir(TEMP_PREFIX) as tmp_s:
         tmp = Path(tmp_s)
         (tmp / "tooltmp").mkdir()
         children = Children(tmp / "tooltmp")
@@ -500,7 +559,8 @@ def census(paths: Iterable, *, archs=None, kernel_filter: str | None = None,
     names = {k["kernel"] for k in result.kernels}
     dm = sass.demangle(names) if demangle_names and names else {n: n for n in names}
     for k in result.kernels:
-        k.update(describe_kernel(k.pop("ops"), dm.get(k["kernel"], k["kernel"])))
+        ops = k["ops"] if keep_ops else k.pop("ops")
+        k.update(describe_kernel(ops, dm.get(k["kernel"], k["kernel"])))
         k["demangled"] = dm.get(k["kernel"], k["kernel"])
     result.kernels.sort(key=lambda k: (k["library"], _arch_key(k["arch"]), k["kernel"]))
     return result
@@ -579,15 +639,21 @@ def scalar_type_name(type_id: int) -> str | None:
 
 
 _MARLIN_ARGS = re.compile(r"\bMarlin<([^>]*)>")
-_WEIGHT_RULES = [  # (regex on the lower-cased name, weight type), first match wins
+_WEIGHT_RULES = [  # (regex on the lower-cased name, weight type), first match wins: exact types first
     (re.compile(r"u4b8|uint4b8"), "uint4b8"),
     (re.compile(r"u8b128|uint8b128"), "uint8b128"),
     (re.compile(r"nvfp4"), "nvfp4"),
     (re.compile(r"mxfp4"), "mxfp4"),
-    (re.compile(r"w4a\d+|\bint4\b|_int4|int4_|\bs4\b|e2m1|fp4"), "4-bit"),
-    (re.compile(r"w8a\d+|\bint8\b|_int8|int8_"), "int8"),
+    (re.compile(r"e2m1|fp4"), "fp4 e2m1"),
     (re.compile(r"fp8|e4m3"), "fp8 e4m3"),
+    (re.compile(r"e5m2"), "fp8 e5m2"),
+    (re.compile(r"\bint8\b|_int8|int8_"), "int8"),
+    (re.compile(r"\bint4\b|_int4|int4_|\bs4\b"), "int4"),
+    (re.compile(r"w4a\d+"), "4-bit"),   # the scheme says the width, not the format
+    (re.compile(r"w8a\d+"), "8-bit"),
 ]
+# Words in a name that look like a type and are not one (fp8lab's own namespace).
+_NOT_A_TYPE = re.compile(r"fp8lab")
 
 
 def weight_type(demangled: str) -> str:
@@ -605,7 +671,7 @@ def weight_type(demangled: str) -> str:
                 name = scalar_type_name(int(num.group(1)))
                 if name:
                     return name
-    low = demangled.lower()
+    low = _NOT_A_TYPE.sub("", demangled.lower())
     for rx, name in _WEIGHT_RULES:
         if rx.search(low):
             return name

@@ -30,38 +30,47 @@
 # The notebook (1) asks ptxas which operand-type pairs the `mma.sync` and `wgmma`
 # instructions accept and what SASS each becomes, (2) compiles fp8lab's own kernels for each
 # architecture and counts their instructions, (3) optionally does the same for binaries you
-# give it (a vLLM wheel, a PyTorch extension), and (4) records C1's verdict from those counts.
+# give it (a vLLM wheel, a PyTorch extension: the seed's own subject, Marlin), and (4)
+# records C1's verdicts: an `analogue` row from fp8lab's kernels, a `seed` row from Marlin
+# kernels when you give a binary that holds them.
 #
 # Host-only: needs nvcc/ptxas and cuobjdump (pip: `nvidia-cuda-cuobjdump`), no GPU.
 
 # %% tags=["parameters"]
 mode = "auto"  # ignored: a host-only notebook always computes
-binaries = []  # .so / .whl / .cubin paths to census, e.g. ["vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl"]
+binaries = []  # .whl / .so / .cubin paths (relative: from where you typed the command), e.g. ["vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl"]
 archs = ["sm_80", "sm_89", "sm_90"]  # architectures to compile for / to read from the binaries
-kernel_filter = ""  # regex on mangled kernel names in binaries; empty keeps all, e.g. Marlin|marlin
+kernel_filter = ""  # regex on mangled kernel names in binaries, applied before disassembly; e.g. Marlin|marlin
+binaries_out = ""  # folder for the binaries' tables and figure (default data/cpu/09_sass_census/binaries/<name>/)
 
 # %%
 import time
 
 import matplotlib.pyplot as plt
-from matplotlib.colors import LogNorm
-from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
+from fp8lab import binaries as fp8bin
 from fp8lab import claims, plotting, results
 from fp8lab.experiments import census
 from fp8lab.tools import tool_version
 
 NB = "09_sass_census"
 t_start = time.perf_counter()
-run = results.start_run(NB, params=dict(mode=mode, binaries=list(binaries), archs=list(archs),
-                                        kernel_filter=kernel_filter), device="cpu")
+# The user's binaries are checked before any work: a missing file, a file that is not a CUDA
+# binary, or an output folder that is fp8lab's own census is one line here, not a failure
+# minutes later. Relative paths count from where the command was typed.
+user_files = census.resolve_binaries(binaries) if binaries else []
+run = results.start_run(NB, params=dict(mode=mode, binaries=[str(f) for f in user_files], archs=list(archs),
+                                        kernel_filter=kernel_filter, binaries_out=binaries_out), device="cpu")
+user_dirs = {f: census.binaries_folder(run.data_root, run.device, NB, f, binaries_out) for f in user_files}
 plotting.apply_style()
 pd.set_option("display.max_colwidth", 80)
 print(run.summary())
-print({t: tool_version(t) for t in ("nvcc", "ptxas", "cuobjdump")})
+print({t: tool_version(t) for t in ("nvcc", "ptxas", "cuobjdump", "nvdisasm")})
+for f, d in user_dirs.items():
+    print(f"binary {f} -> {d}")
 
 # %% [markdown]
 # ## 1. The PTX type table, asked of ptxas
@@ -107,9 +116,11 @@ display(rejected.rename("ptxas error for the mixed 16-bit x 8-bit pairs").to_fra
 # %%
 cen, builds = census.census_fp8lab(archs)
 kern = census.kernel_summary(cen)
-run.write_table("census", cen)
+post = census.post_table(census.own_kernel_rows(cen))
+run.write_table("census", cen)       # per kernel and opcode: the detail behind every figure
 run.write_table("kernels", kern)
 run.write_table("builds", builds)
+run.write_table("census_summary", post)   # the post's table (the same as `python -m fp8lab census`)
 display(builds)
 display(kern[["label", "arch", "act", "mma_types", "n_mma", "fp8_converts", "local_mem", "instructions"]])
 
@@ -123,10 +134,27 @@ if len(a8_89):
     assert (a8_89["mma_fp8"] > 0).all(), a8_89[["label", "mma_types"]]
 
 # %% [markdown]
-# ## 3. Binaries you supply
+# ## 3. The post's table: per library and architecture
 #
-# With `binaries` set (a `.whl` is unpacked and every shared object in it read), each kernel
-# for the asked architectures is censused and classified A16 / A8 / A4 from its name only:
+# One row per (kernel family, architecture, activation dtype, weight type, MMA instruction):
+# how many kernels, and every conversion opcode any of them contains, in full. The
+# activation dtype is read from the MMA instruction's operands (`HMMA.16816.F32.BF16` is
+# bf16, `QMMA.16832.F32.E4M3.E4M3` fp8 e4m3), the weight type from the kernel's name when
+# it states one (`?` otherwise). `python -m fp8lab census <binary>` prints the same table for
+# any binary, without Jupyter.
+
+# %%
+print(census.format_post_table(post))
+
+# %% [markdown]
+# ## 4. Binaries you supply
+#
+# Each binary in `binaries` (a `.whl` is read member by member) goes through
+# `fp8lab.binaries`: each cubin's function names are read first, and only cubins of the
+# asked architectures with a function matching `kernel_filter` are disassembled, in
+# parallel. Its tables and figure go to its own folder (`binaries/<name>/`, never the
+# tables above, which decide C1 for fp8lab's kernels). For C1, a kernel's activation class
+# comes from its name only:
 #
 # - **Marlin** (vLLM, sglang): the first template argument of `Marlin<...>` is the activation
 #   type: a C++ 16-bit type in older Marlin (`__nv_bfloat16`, `half`), or a vLLM `ScalarType`
@@ -136,61 +164,50 @@ if len(a8_89):
 #   `blockwise_fp8` -> A8; `w4a4` -> A4. Anything else is `unknown` and left out of the verdict.
 
 # %%
-if binaries:
-    ucen = census.census_binaries(binaries, archs, kernel_filter=kernel_filter or None)
-    ukern = census.kernel_summary(ucen)
-    # The full opcode table of a large wheel is tens of MB: keep the per-kernel summary and
-    # the family counts per (binary, arch, activation class).
-    fam = ucen.merge(ukern[["binary", "arch", "kernel", "act"]], on=["binary", "arch", "kernel"])
-    ufam = (fam.groupby(["binary", "arch", "act", "family"])
-               .agg(kernels=("kernel", "nunique"), count=("count", "sum")).reset_index())
-    run.write_table("binaries_kernels", ukern)
-    run.write_table("binaries_families", ufam)
-    display(ukern.groupby(["arch", "act", "mma_families"]).size().rename("kernels").to_frame())
-else:
-    ukern = None
-    print("no binaries given: the verdict below comes from fp8lab's own kernels")
+user_kernels = []
+for f, folder in user_dirs.items():
+    res = census.census_user_binaries([f], archs, kernel_filter)[f]
+    tabs = census.binary_tables(res)
+    name = census.binary_name(f)
+    tabs["census_summary"].insert(0, "binary", name)     # its summary rows, named after it
+    census.write_tables(folder, tabs, dict(run.meta, binary=str(f), archs=list(archs),
+                                           kernel_filter=kernel_filter))
+    print(fp8bin.render(res))
+    if len(tabs["census_summary"]):
+        fig = census.post_figure(tabs["census_summary"], f"{name}: MMA instruction per kernel")
+        plotting.save_in(fig, folder, "census", run.figure_info().footnote() + f" · {f.name}")
+        plt.show()
+    print(f"tables and figure of {f.name}: {folder}")
+    user_kernels.append(tabs["census_kernels"].assign(binary=name))
+ukern = pd.concat(user_kernels, ignore_index=True) if user_kernels else None
+if not user_files:
+    print("no binaries given: the seed row of C1 (Marlin in a vLLM wheel) is not-run")
 
 # %% [markdown]
-# ## 4. Figures, drawn from the tables in `data/`
+# ## 5. Figures, drawn from the tables in `data/`
+#
+# The per-kernel, per-opcode counts behind both figures are the `census` table in
+# `data/cpu/09_sass_census/` (every kernel, every instruction family).
 
 # %%
 kern_d = results.load_table("cpu", NB, "kernels")
 cen_d = results.load_table("cpu", NB, "census")
-kern_d["row"] = kern_d["label"] + "  ·  " + kern_d["arch"] + "  [" + kern_d["act"] + "]"
-order = kern_d.sort_values(["arch", "arm", "label"])["row"].tolist()
-cen_d = cen_d.merge(kern_d[["binary", "arch", "kernel", "row"]], on=["binary", "arch", "kernel"])
+post_d = results.load_table("cpu", NB, "census_summary")
+fig = census.post_figure(post_d, "fp8lab's kernels: which MMA instruction each one issues")
+plotting.save(fig, run, "census")
+plt.show()
 
-
-def heatmap(ax, counts, title, cbar_label):
-    """Counts on a log colour scale; zero cells blank (grey) so 'absent' reads at a glance."""
-    data = counts.to_numpy(dtype=float)
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#eeeeee")
-    norm = LogNorm(vmin=1, vmax=max(data.max(), 10))
-    im = ax.imshow(np.ma.masked_equal(data, 0), aspect="auto", cmap=cmap, norm=norm)
-    ax.set_xticks(range(counts.shape[1]), counts.columns, rotation=45, ha="right")
-    ax.set_yticks(range(counts.shape[0]), counts.index)
-    ax.grid(False)
-    for (i, j), val in np.ndenumerate(data):
-        if val:
-            ax.text(j, i, f"{int(val)}", ha="center", va="center", fontsize=7,
-                    color="white" if norm(val) < 0.55 else "black")
-    ax.set_title(title)
-    ax.figure.colorbar(im, ax=ax, pad=0.01).set_label(cbar_label)
-
-
+# %%
 MMA_COLS = ["HMMA", "HGMMA", "QMMA", "QGMMA", "IMMA", "IGMMA", "F2FP.FP8", "F2FP.BF16", "F2FP.F16"]
-fams = cen_d.pivot_table(index="row", columns="family", values="count", aggfunc="sum", fill_value=0)
-mma_counts = fams.reindex(index=order, columns=MMA_COLS, fill_value=0)
-mma_counts = mma_counts.loc[:, (mma_counts > 0).any()]
+fams = cen_d.pivot_table(index=["binary", "arch", "kernel"], columns="family", values="count",
+                         aggfunc="sum", fill_value=0)
+mma_cols = [c for c in MMA_COLS if c in fams.columns and (fams[c] > 0).any()]
 
-# The post-sized view: one row per kernel family (arm), activation class and architecture; a cell
-# says how many of the family's kernels contain that instruction at all ("k/n"), coloured by k/n.
+# One row per kernel family (arm), activation class and architecture; a cell says how many of
+# the family's kernels contain that instruction at all ("k/n"), coloured by k/n.
 kern_d["group"] = kern_d["arm"] + "  [" + kern_d["act"] + "]  ·  " + kern_d["arch"]
 keys = ["binary", "arch", "kernel"]
-per_kernel = cen_d.pivot_table(index=keys, columns="family", values="count", aggfunc="sum", fill_value=0)
-per_kernel = per_kernel.reindex(columns=mma_counts.columns, fill_value=0)
+per_kernel = fams.reindex(columns=mma_cols, fill_value=0)
 per_kernel = per_kernel.reindex(pd.MultiIndex.from_frame(kern_d[keys]), fill_value=0)   # kernels with none too
 present = (per_kernel > 0).groupby(kern_d["group"].to_numpy()).sum()
 n_kern = kern_d.groupby("group").size()
@@ -217,66 +234,24 @@ plotting.save(fig, run, "mma_census")
 plt.show()
 
 # %% [markdown]
-# The same census per kernel (every build, static instruction counts): long, for reference.
+# ## 6. Verdicts
+#
+# Two rows for C1: `analogue`, fp8lab's own kernels of the same designs (with the ptxas
+# probe); `seed`, the Marlin kernels of a supplied binary (a vLLM wheel), as the seed counted
+# them, or `not-run` with the command that produces it.
 
 # %%
-fig, ax = plt.subplots(figsize=(6.5 + 0.8 * mma_counts.shape[1], 0.32 * len(order) + 1.8))
-heatmap(ax, mma_counts, "Tensor-core instructions and FP8 conversions per kernel",
-        "static instructions in the kernel (count)")
-ax.set_xlabel("SASS family: HMMA/HGMMA 16-bit operands, QMMA/QGMMA FP8,\n"
-              "F2FP.FP8 FP8 conversion, F2FP.BF16 fp32 -> bf16 output pack")
-fig.tight_layout()  # keep tick labels inside the figure, above the provenance footnote
-plotting.save(fig, run, "mma_census_per_kernel")
-plt.show()
-
-# %%
-top = (cen_d.groupby("family")["count"].sum().sort_values(ascending=False).index[:16].tolist())
-cols = [c for c in MMA_COLS if c in fams.columns] + [c for c in top if c not in MMA_COLS]
-cols += [c for c in ("LDL", "STL") if c in fams.columns and c not in cols]  # spills, always shown
-fig, ax = plt.subplots(figsize=(6.0 + 0.5 * len(cols), 0.32 * len(order) + 2.0))
-heatmap(ax, fams.reindex(index=order, columns=cols, fill_value=0),
-        "Instruction families per kernel and architecture", "static instructions (count)")
-ax.set_xlabel("SASS instruction family (LDL/STL: local memory, i.e. spills; blank: none)")
-fig.tight_layout()
-plotting.save(fig, run, "families_heatmap")
-plt.show()
-
-# %%
-if binaries:
-    uk = results.load_table("cpu", NB, "binaries_kernels")
-    uk["mma_class"] = np.select(
-        [uk["mma_fp8"] > 0, uk["mma_fp4"] > 0, uk["mma_int"] > 0, uk["mma_16bit"] > 0],
-        ["FP8 MMA (QMMA/QGMMA)", "FP4 MMA", "integer MMA", "16-bit MMA only (HMMA/HGMMA)"],
-        default="no MMA")
-    tab = uk.groupby(["arch", "act", "mma_class"]).size().unstack("mma_class", fill_value=0)
-    colors = {"16-bit MMA only (HMMA/HGMMA)": "#0072B2", "FP8 MMA (QMMA/QGMMA)": "#E69F00",
-              "FP4 MMA": "#D55E00", "integer MMA": "#009E73", "no MMA": "#BBBBBB"}
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(tab) + 1.5))
-    left = np.zeros(len(tab))
-    labels = [f"{a}  {c}" for a, c in tab.index]
-    for c in [c for c in colors if c in tab.columns]:
-        ax.barh(labels, tab[c], left=left, color=colors[c], label=c)
-        left += tab[c].to_numpy()
-    ax.invert_yaxis()
-    ax.set_xlabel("kernels (count)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("architecture, activation class (from the kernel name)")
-    ax.set_title("Supplied binaries: which MMA each kernel issues")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    plotting.save(fig, run, "binaries_mma_classes")
-    plt.show()
-
-# %% [markdown]
-# ## 5. Verdict
-
-# %%
-source = "the supplied binaries" if binaries else "fp8lab's own kernels"
-basis = ukern if binaries else kern
-v = census.c1_verdict(basis, probe, source=source)
-rows = claims.record(run, [claims.Verdict(claim="C1", verdict=v["verdict"], our_figure=v["our_figure"],
-                                          reason=v["reason"])])
-display(rows[["claim", "verdict", "seed_figure", "our_figure", "reason"]])
+v = census.c1_verdict(kern, probe, source="fp8lab's own kernels")
+vs = census.c1_seed_verdict(ukern, [f.name for f in user_files])
+rows = claims.record(run, [
+    claims.Verdict(claim="C1", verdict=v["verdict"], our_figure=v["our_figure"], reason=v["reason"],
+                   subject="analogue", rule=v["rule"]),
+    claims.Verdict(claim="C1", verdict=vs["verdict"], our_figure=vs["our_figure"], reason=vs["reason"],
+                   subject="seed", rule=vs["rule"]),
+])
+for r in rows.itertuples():
+    print(f"C1 [{r.subject}] {r.verdict}: {r.our_figure}" + (f" -- {r.reason}" if r.reason else ""))
+display(rows[["claim", "subject", "verdict", "seed_figure", "our_figure", "reason", "rule"]])
 
 # %%
 chk = v["checks"]["census"]
@@ -297,9 +272,10 @@ display(Markdown(f"""
   fp16 HMMA: {emul_txt}. On sm_90 only `wgmma` (Triton with BLOCK_M >= 64) reaches the FP8
   tensor cores; `mma.sync` e4m3 (the CUDA `mma_blockwise` kernel, Triton's small-M fallback)
   runs at the fp16 rate.
-- A16 kernels censused ({source}): {chk['n_a16']} ({chk['n_a16_hmma_only']} of
+- A16 kernels censused (fp8lab's own): {chk['n_a16']} ({chk['n_a16_hmma_only']} of
   {chk['n_a16_with_mma']} with MMAs issue only 16-bit MMAs).
-- **C1: {v['verdict']}**. {v['reason']}
+- **C1 (analogue, fp8lab's kernels): {v['verdict']}**. {v['reason']}
+- **C1 (seed, Marlin): {vs['verdict']}**: {vs['our_figure']}. {vs['reason']}
 
 Census run time on this machine: {time.perf_counter() - t_start:.0f} s.
 """))

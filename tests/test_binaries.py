@@ -166,7 +166,11 @@ def test_describe_kernel_and_names():
     assert binaries.scalar_type_name(u4b8) == "uint4b8"
     assert binaries.scalar_type_name(4 | 3 << 8 | 1 << 16) == "fp8 e4m3"
     assert binaries.weight_type(f"void Marlin<__nv_bfloat16, {u4b8}l, 256, 4>(int)") == "uint4b8"
-    assert binaries.weight_type("gemm_w8a16_kernel") == "int8"
+    # w8a16 says the width, not the format; fp8lab's namespace is not a type
+    assert binaries.weight_type("gemm_w8a16_kernel") == "8-bit"
+    assert binaries.weight_type("void fp8lab::wo::gemv_w8a16_fp8<1>()") == "fp8 e4m3"
+    assert binaries.weight_type("fp8lab::hmma_peak::hmma_peak_kernel(const __nv_bfloat16 *)") == "?"
+    assert binaries.weight_type("gemv_w4a16_int4") == "int4"
     assert binaries.weight_type("void mma_bf16()") == "?"
 
 
@@ -308,3 +312,90 @@ def test_bare_cubin_notes(mma_pair_cubin, tmp_path, own_tmp):
     broken.write_bytes(bytes(data))
     r = binaries.census([broken])
     assert r.kernels == [] and r.notes[0][1].startswith("cubin not readable")
+
+
+# ---------------------------------------------------------------------------------------
+# sm_90a vs sm_90 in a bare cubin
+
+@pytest.fixture(scope="session")
+def sm90a_cubin(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cubin90a") / "mma_pair_sm_90a.cubin"
+    run_tool("nvcc", ["-cubin", "-arch=sm_90a", "-o", out, SRC])
+    return out
+
+
+def test_bare_cubin_tells_sm_90a_from_sm_90(sm90_cubin, sm90a_cubin, own_tmp):
+    """Same e_flags; the suffix comes from the cubin's sections, as cuobjdump reads it."""
+    assert binaries._read_elf(sm90_cubin)[1] == binaries._read_elf(sm90a_cubin)[1]
+    assert binaries.bare_cubin_arch(sm90_cubin) == "sm_90"
+    assert binaries.bare_cubin_arch(sm90a_cubin) == "sm_90a"
+    # without the compiler's note, .nv.compat's attribute 0x09 tells 'a'
+    _m, flags, abi, _s, sec = binaries._read_elf_sections(sm90a_cubin)
+    assert binaries.cubin_arch(flags, abi, {".nv.compat": sec[".nv.compat"]}) == "sm_90a"
+    _m, flags, abi, _s, sec = binaries._read_elf_sections(sm90_cubin)
+    assert binaries.cubin_arch(flags, abi, {".nv.compat": sec[".nv.compat"]}) == "sm_90"
+    # --arch sm_90 takes the family (sm_90 and sm_90a) and reports which; sm_90a only itself
+    r = binaries.census([sm90_cubin, sm90a_cubin], archs=["sm_90"], kernel_filter="bf16")
+    assert sorted((k["library"], k["arch"]) for k in r.kernels) == [
+        (sm90_cubin.name, "sm_90"), (sm90a_cubin.name, "sm_90a")]
+    r = binaries.census([sm90_cubin, sm90a_cubin], archs=["sm_90a"], kernel_filter="bf16")
+    assert [k["arch"] for k in r.kernels] == ["sm_90a"]
+    assert r.notes == [(sm90_cubin.name, "no cubin for the requested architectures (has sm_90)")]
+    assert "sm_90a" in binaries.render(r)
+
+
+# ---------------------------------------------------------------------------------------
+# The kill path: SIGTERM (what the runner sends the kernel's process group) cleans up
+
+_KILLED = """
+import sys, tempfile
+tempfile.tempdir = sys.argv[1]
+from pathlib import Path
+from fp8lab import binaries
+from fp8lab.experiments import census
+fake = sys.argv[2]
+if sys.argv[3] == "nvcc":     # notebook 09's build of fp8lab's kernels
+    census.find_tool = lambda name: fake
+    census.have_tool = lambda name: True
+    census.census_fp8lab(["sm_89"], triton=False, kernels_dir=Path(sys.argv[4]))
+else:                         # a user binary through fp8lab.binaries
+    binaries.find_tool = lambda name: fake
+    binaries.census([sys.argv[4]], kernel_filter="bf16", tool="nvdisasm")
+"""
+
+
+@pytest.mark.parametrize("what", ["nvcc", "nvdisasm"])
+def test_sigterm_kills_tools_and_removes_the_temp_folder(what, tmp_path, mma_pair_cubin):
+    import os
+    import signal
+    import time
+    systmp = tmp_path / "systmp"
+    systmp.mkdir()
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    fake = tmp_path / "fake_tool"
+    # a tool that writes a scratch file into its TMPDIR and runs for a minute
+    fake.write_text(f"#!/bin/sh\necho x > \"$TMPDIR/tmpxft_scratch\"\necho $$ > {pids}/$$\nexec sleep 60\n")
+    fake.chmod(0o755)
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SRC, src / "mma_pair.cu")
+    target = src if what == "nvcc" else mma_pair_cubin
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(systmp), str(fake), what, str(target)],
+                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+    try:
+        t_end = time.monotonic() + 60
+        while not list(pids.iterdir()) and time.monotonic() < t_end and proc.poll() is None:
+            time.sleep(0.05)
+        assert list(pids.iterdir()), "the fake tool never started"
+        assert [p.name for p in systmp.iterdir() if p.name.startswith(binaries.TEMP_PREFIX)]
+        os.kill(proc.pid, signal.SIGTERM)   # the process only: its own clean-up must kill the tool
+        assert proc.wait(timeout=20) == -signal.SIGTERM   # it still ends, as asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    tool_pid = int(next(pids.iterdir()).name)
+    from fp8lab import procs
+    assert not procs.alive(tool_pid)
+    assert list(systmp.iterdir()) == []     # no fp8lab-census-*, no tmpxft_* left
