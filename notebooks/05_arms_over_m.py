@@ -49,7 +49,7 @@ Ms = [1, 16, 128, 1024, 4096]  # tokens; the full sweep: [2**i for i in range(14
 arms = ["mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16",
         "cublas_fp8_tensorwise"]  # the last: FP8 with one scale per tensor, the reference for the speedup target
 with_quant = True  # also time the W8A8 arms with activation quantisation inside the call
-mma_configs = 3  # mma_blockwise tiles per M by the rule in blockwise.mma_candidates; 0 = all 16
+mma_configs = 3  # mma_blockwise tiles per M by the rule in blockwise.mma_candidates (0: all 16)
 triton_autotune = "limited"  # "limited" (a few configs per problem) or "full"
 copy_gib = 2.0  # the copy that measures the bandwidth ceiling in this run, GiB
 warmup_ms = 10.0

@@ -295,3 +295,48 @@ def test_the_peers_parameter():
         sweeps.resolve("peer_marlin_int4", "08")              # a bare id, not a list
     with pytest.raises(ValueError, match="not peers of notebook 11"):
         sweeps.resolve(["peer_marlin"], "11")
+
+
+def test_marlin_without_l2_hint_patches_exactly_the_hinted_copy():
+    from fp8lab.peers import build
+    src = ('  asm volatile(\n    "{\\n"\n    "   .reg .b64 p;\\n"\n'
+           '    "   createpolicy.fractional.L2::evict_first.b64 p, 1.0;"\n'
+           '    "   cp.async.cg.shared.global.L2::cache_hint [%0], [%1], %2, p;\\n"\n    "}\\n" :: );\n')
+    out = build.without_l2_hint(src)
+    assert "createpolicy" not in out and "cache_hint" not in out
+    assert "cp.async.cg.shared.global [%0], [%1], %2;" in out
+    with pytest.raises(ValueError, match="found it 0 times"):
+        build.without_l2_hint("no such copy")
+    with pytest.raises(ValueError, match="found it 2 times"):
+        build.without_l2_hint(src + src)
+
+
+def test_marlin_variant_falls_back_only_when_the_probe_fails(monkeypatch):
+    from fp8lab.peers import discover
+    monkeypatch.delenv(discover.MARLIN_VARIANT_ENV, raising=False)
+    calls = []
+
+    def fake(variant, timeout=180.0):
+        calls.append(variant)
+        return (variant != "as-is", "error: AcceleratorError: illegal instruction" if variant == "as-is" else "ok")
+    monkeypatch.setattr(discover, "probe_marlin", fake)
+    discover.MARLIN_CHOICE.clear()
+    assert discover.choose_marlin_variant() == "no-l2-hint" and calls == ["as-is", "no-l2-hint"]
+    assert "illegal instruction" in discover.MARLIN_CHOICE["why"]
+    discover.MARLIN_CHOICE.clear()
+    monkeypatch.setattr(discover, "probe_marlin", lambda v, timeout=180.0: (False, f"error {v}"))
+    with pytest.raises(discover.PeerUnavailable, match="no Marlin build passed.*error as-is.*error no-l2-hint"):
+        discover.choose_marlin_variant()
+    discover.MARLIN_CHOICE.clear()
+    monkeypatch.setenv(discover.MARLIN_VARIANT_ENV, "bogus")
+    with pytest.raises(discover.PeerUnavailable, match="must be one of"):
+        discover.choose_marlin_variant()
+    discover.MARLIN_CHOICE.clear()
+
+
+def test_marlin_source_holds_the_hinted_copy_once():
+    from fp8lab.peers import build, discover
+    cu = discover.marlin_src() / "marlin" / "marlin_cuda_kernel.cu"
+    if not cu.exists():
+        pytest.skip(f"Marlin's source is not at {cu.parent}")
+    assert "createpolicy" not in build.without_l2_hint(cu.read_text())

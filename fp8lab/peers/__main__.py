@@ -6,6 +6,14 @@ import argparse
 import sys
 
 
+def _gpu() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -13,6 +21,8 @@ def main(argv=None) -> int:
     b = sub.add_parser("build", help="build a peer from its own source (marlin)")
     b.add_argument("what", choices=["marlin"])
     b.add_argument("--verbose", action="store_true")
+    pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
+    pm.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile Marlin's kernel file alone with nvcc (no GPU)")
     c.add_argument("--arch", default="sm_90")
     sub.add_parser("readme", help="rewrite the README's peers table from the catalog")
@@ -36,15 +46,23 @@ def main(argv=None) -> int:
             print(table()[["peer", "here", "version", "reason", "licence", "install"]].to_string(index=False))
         return 0
     if args.cmd == "build":
-        from . import build
+        from . import build, discover
 
-        try:
-            out = build.build_marlin(verbose=args.verbose)
-        except (FileNotFoundError, ImportError) as e:
-            print(f"cannot build Marlin: {e}", file=sys.stderr)
-            return 2
-        print(f"built Marlin into {out}")
-        return 0
+        rc = 0
+        for variant in discover.MARLIN_VARIANTS:
+            try:
+                out = build.build_marlin(verbose=args.verbose, variant=variant)
+            except (FileNotFoundError, ImportError, ValueError, RuntimeError) as e:
+                print(f"cannot build Marlin ({variant}): {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+                rc = 2
+                continue
+            ok, line = discover.probe_marlin(variant) if _gpu() else (None, "no GPU: not probed")
+            print(f"built Marlin ({variant}) into {out}; probe: {line}")
+        return rc
+    if args.cmd == "probe-marlin":
+        from . import probe
+
+        return probe.marlin(args.variant)
     from . import build
 
     try:

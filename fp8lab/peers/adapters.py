@@ -77,7 +77,16 @@ def marlin_int4(w) -> Prepared:
         return out
 
     return Prepared(state, call, lambda st: (st[0].clone(), st[1].clone(), torch.zeros_like(st[2])),
-                    lambda st: (st[0], st[1]), w_ref, "fp16", takes_out=True, config="groupsize 128, max_par 16")
+                    lambda st: (st[0], st[1]), w_ref, "fp16", takes_out=True, config=_marlin_config())
+
+
+def _marlin_config() -> str:
+    """Marlin's config column: its settings, and which build ran when it is not the source as it is."""
+    from .discover import MARLIN_CHOICE
+
+    v = MARLIN_CHOICE.get("variant", "as-is")
+    extra = "" if v == "as-is" else f"; build {v} (L2 evict_first hint removed), probes: {MARLIN_CHOICE.get('why', '')}"
+    return "groupsize 128, max_par 16" + extra
 
 
 def _gemlite_layer_call(st, x, out):

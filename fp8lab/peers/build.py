@@ -94,16 +94,39 @@ def _setuptools_build(cpp: Path, cu: Path, out: Path, verbose: bool) -> None:
               script_args=["-q" if not verbose else "-v", "build_ext", "--build-lib", str(out), "--build-temp", tmp])
 
 
-def build_marlin(src: Optional[Path] = None, out: Optional[Path] = None, verbose: bool = False) -> Path:
+#: the weight-load copy of Marlin's kernel with its L2 cache hint (``cp_async4_stream``'s body)
+_HINTED_COPY = re.compile(r"createpolicy\.fractional\.L2::evict_first\.b64 p, 1\.0;\"\s*"
+                          r"\"\s*cp\.async\.cg\.shared\.global\.L2::cache_hint \[%0\], \[%1\], %2, p;")
+
+
+def without_l2_hint(cu_text: str) -> str:
+    """Marlin's kernel source with the weight loads' L2 evict_first hint removed: the same
+    16-byte cp.async, no cache policy (discover.MARLIN_VARIANTS says why). ValueError when the
+    source does not hold the hinted copy exactly once (another Marlin version: look first)."""
+    n = len(_HINTED_COPY.findall(cu_text))
+    if n != 1:
+        raise ValueError(f"expected Marlin's hinted cp.async once in its kernel source, found it {n} times")
+    return _HINTED_COPY.sub('"\n    "   cp.async.cg.shared.global [%0], [%1], %2;', cu_text)
+
+
+def build_marlin(src: Optional[Path] = None, out: Optional[Path] = None, verbose: bool = False,
+                 variant: str = "as-is") -> Path:
     """Build marlin_cuda with torch.utils.cpp_extension.load into ``out``; writes build_info.json
-    (source version and commit, nvcc, torch, arch list). Returns the folder."""
+    (source version and commit, variant, nvcc, torch, arch list). ``variant`` "no-l2-hint" builds
+    a copy of the kernel source with :func:`without_l2_hint` applied. Returns the folder."""
     import torch
     from torch.utils import cpp_extension
 
     src = Path(src) if src else discover.marlin_src()
     cpp, cu = source_files(src)
-    out = Path(out) if out else discover.marlin_build_dir()
+    out = Path(out) if out else discover.marlin_build_dir(variant)
     out.mkdir(parents=True, exist_ok=True)
+    if variant != "as-is":
+        patched = out / "src"
+        patched.mkdir(exist_ok=True)
+        (patched / cpp.name).write_text(cpp.read_text())
+        (patched / cu.name).write_text(without_l2_hint(cu.read_text()))
+        cpp, cu = patched / cpp.name, patched / cu.name
     if torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         major, minor = torch.cuda.get_device_capability()
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
@@ -129,7 +152,7 @@ def build_marlin(src: Optional[Path] = None, out: Optional[Path] = None, verbose
     except Exception:  # noqa: BLE001 - the version is provenance, not a requirement
         pass
     (out / "build_info.json").write_text(json.dumps(dict(
-        version=_setup_version(src), source_commit=_source_commit(src), source=str(src), nvcc=nvcc_v,
+        version=_setup_version(src), source_commit=_source_commit(src), source=str(src), variant=variant, nvcc=nvcc_v,
         torch=torch.__version__, arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", "")), indent=1))
     discover.reset()
     return out

@@ -51,11 +51,84 @@ def marlin_src() -> Path:
     return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "marlin"
 
 
-def marlin_build_dir() -> Path:
+#: Marlin builds, in the order they are tried: its source as it is, and the same source with the
+#: L2 ``evict_first`` cache hint of its weight loads removed (``cp.async ... L2::cache_hint`` with a
+#: ``createpolicy.fractional`` policy; Triton stopped emitting such fractional cp.async policies
+#: because ptxas miscompiled them). The second is used only when the first fails its probe.
+MARLIN_VARIANTS = ("as-is", "no-l2-hint")
+MARLIN_VARIANT_ENV = "FP8LAB_MARLIN_VARIANT"
+
+
+def marlin_build_dir(variant: str = "as-is") -> Path:
     """Where ``python -m fp8lab.peers build marlin`` puts the extension: $FP8LAB_MARLIN_BUILD, else
-    build/peers/marlin (ignored)."""
+    build/peers/marlin (ignored); the ``no-l2-hint`` variant beside it, in marlin-no-l2-hint."""
+    if variant not in MARLIN_VARIANTS:
+        raise ValueError(f"Marlin variant must be one of {MARLIN_VARIANTS}, got {variant!r}")
     env = os.environ.get(MARLIN_BUILD_ENV)
-    return Path(env) if env else paths.repo_root() / "build" / "peers" / "marlin"
+    base = Path(env) if env else paths.repo_root() / "build" / "peers" / "marlin"
+    return base if variant == "as-is" else base.with_name(base.name + "-" + variant)
+
+
+#: what the variant in use was chosen by, for the peer's config column ("" until chosen)
+MARLIN_CHOICE: dict = {}
+
+
+def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
+    """Run one small Marlin multiply, checked, in a separate process (a kernel that faults
+    leaves a CUDA context unusable, so it must not be this one): (ok, one line). Cached in the
+    build folder against the extension's mtime, so a box probes each build once."""
+    build = marlin_build_dir(variant)
+    so = next(build.glob("marlin_cuda*.so"), None)
+    if so is None:
+        return False, f"not built (no marlin_cuda*.so in {build})"
+    cache = build / "probe.json"
+    stamp = f"{so.name}:{so.stat().st_mtime_ns}"
+    if cache.exists():
+        try:
+            d = json.loads(cache.read_text())
+            if d.get("stamp") == stamp:
+                return bool(d["ok"]), str(d["line"])
+        except (ValueError, KeyError):
+            pass
+    import subprocess
+    import sys as _sys
+    cmd = [_sys.executable, "-m", "fp8lab.peers", "probe-marlin", "--variant", variant]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           cwd=str(paths.repo_root()), env={**os.environ, MARLIN_VARIANT_ENV: variant})
+        lines = [ln for ln in (r.stdout + r.stderr).strip().splitlines() if ln.strip()]
+        ok = r.returncode == 0 and bool(lines) and lines[-1].startswith("ok")
+        line = lines[-1][:240] if lines else f"exit status {r.returncode}, no output"
+        if not ok:
+            err = [ln for ln in lines if "Error" in ln or "error" in ln]
+            line = (err[-1] if err else line)[:240]
+    except subprocess.TimeoutExpired:
+        ok, line = False, f"the probe did not finish in {timeout:g} s"
+    cache.write_text(json.dumps(dict(stamp=stamp, ok=ok, line=line)))
+    return ok, line
+
+
+def choose_marlin_variant() -> str:
+    """The Marlin build this process imports: $FP8LAB_MARLIN_VARIANT, else the first of
+    MARLIN_VARIANTS whose separate-process probe passes; PeerUnavailable with every probe's
+    line when none does."""
+    forced = os.environ.get(MARLIN_VARIANT_ENV)
+    if forced:
+        if forced not in MARLIN_VARIANTS:
+            raise PeerUnavailable(f"${MARLIN_VARIANT_ENV}={forced!r}: must be one of {MARLIN_VARIANTS}")
+        MARLIN_CHOICE.setdefault("variant", forced)
+        MARLIN_CHOICE.setdefault("why", f"${MARLIN_VARIANT_ENV}")
+        return forced
+    if "variant" in MARLIN_CHOICE:
+        return MARLIN_CHOICE["variant"]
+    tried = []
+    for v in MARLIN_VARIANTS:
+        ok, line = probe_marlin(v)
+        if ok:
+            MARLIN_CHOICE.update(variant=v, why="; ".join(tried + [f"{v}: {line}"]))
+            return v
+        tried.append(f"{v}: {line}")
+    raise PeerUnavailable("no Marlin build passed its separate-process probe: " + "; ".join(tried))
 
 
 def _marlin_version() -> str:
@@ -83,7 +156,7 @@ def import_marlin():
         return importlib.import_module("marlin")
     except ImportError:
         pass
-    build, src = marlin_build_dir(), marlin_src()
+    build, src = marlin_build_dir(choose_marlin_variant()), marlin_src()
     if not any(build.glob("marlin_cuda*.so")):
         raise PeerUnavailable(f"Marlin's extension is not built (no marlin_cuda*.so in {build})")
     if not (src / "marlin" / "__init__.py").exists():
