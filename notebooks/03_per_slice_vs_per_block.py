@@ -40,7 +40,7 @@
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.shapes)
 Ms = [1, 16, 128, 1024, 4096]  # tokens; A3's headline needs o_proj at M = 4096
-mma_configs = 2  # tiles per M picked by the rule in blockwise.mma_candidates (plus the seed's); 0 = all 16
+mma_configs = 2  # tiles per M picked by the rule in blockwise.mma_candidates (plus the seed's) (0: all 16)
 include_triton = True  # time triton_blockwise too (A3's "~4x slower than Triton")
 triton_autotune = "limited"  # "limited" (a few configs per problem) or "full"
 a4_Ms = [1, 7, 83, 4097]  # A4's odd M values (N = 264, K = 384)

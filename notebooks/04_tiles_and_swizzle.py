@@ -37,7 +37,7 @@
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.shapes)
 Ms = [1, 16, 128, 1024, 4096]  # tokens
-mma_configs = 3  # tiles per M picked by the rule in blockwise.mma_candidates; 0 = all 16
+mma_configs = 3  # tiles per M picked by the rule in blockwise.mma_candidates (0: all 16)
 # tiles timed at every M besides the rule's picks: a decode tile, the seed's, two prefill tiles
 mma_always = ["16x64x128_w16x32_s4", "64x128x128_w64x64_s3", "128x128x128_w64x32_s3", "256x128x128_w64x64_s2"]
 include_triton = True  # time triton_blockwise too (A9)
