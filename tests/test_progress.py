@@ -350,6 +350,7 @@ SWEEPS = {
     "fp8lab/experiments/quantisers.py": ("measure",),
     "fp8lab/experiments/ceilings.py": ("measure_ceilings",),
     "fp8lab/experiments/census.py": ("probe_mma_types", "census_fp8lab", "_triton_census"),
+    "fp8lab/peers/sweeps.py": ("decode", "prefill", "blockwise", "quantisers"),
     "fp8lab/compile_grid.py": ("build_grid",),
 }
 

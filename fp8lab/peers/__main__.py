@@ -21,6 +21,7 @@ def main(argv=None) -> int:
     b = sub.add_parser("build", help="build a peer from its own source (marlin)")
     b.add_argument("what", choices=["marlin"])
     b.add_argument("--verbose", action="store_true")
+    b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile Marlin's kernel file alone with nvcc (no GPU)")
@@ -48,17 +49,24 @@ def main(argv=None) -> int:
     if args.cmd == "build":
         from . import build, discover
 
-        rc = 0
-        for variant in discover.MARLIN_VARIANTS:
-            try:
-                out = build.build_marlin(verbose=args.verbose, variant=variant)
-            except (FileNotFoundError, ImportError, ValueError, RuntimeError) as e:
-                print(f"cannot build Marlin ({variant}): {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
-                rc = 2
-                continue
-            ok, line = discover.probe_marlin(variant) if _gpu() else (None, "no GPU: not probed")
-            print(f"built Marlin ({variant}) into {out}; probe: {line}")
-        return rc
+        if args.variant is None:
+            # each variant in its own process: torch's JIT loader renames a second extension of
+            # the same name built in one process (marlin_cuda_v1), which Marlin cannot import
+            import subprocess
+            rc = 0
+            for variant in discover.MARLIN_VARIANTS:
+                cmd = [sys.executable, "-m", "fp8lab.peers", "build", "marlin", "--variant", variant]
+                rc = max(rc, subprocess.run(cmd + (["--verbose"] if args.verbose else [])).returncode)
+            return rc
+        variant = args.variant
+        try:
+            out = build.build_marlin(verbose=args.verbose, variant=variant)
+        except (FileNotFoundError, ImportError, ValueError, RuntimeError) as e:
+            print(f"cannot build Marlin ({variant}): {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+            return 2
+        ok, line = discover.probe_marlin(variant) if _gpu() else (None, "no GPU: not probed")
+        print(f"built Marlin ({variant}) into {out}; probe: {line}")
+        return 0
     if args.cmd == "probe-marlin":
         from . import probe
 

@@ -145,6 +145,11 @@ def build_marlin(src: Optional[Path] = None, out: Optional[Path] = None, verbose
     so = next(out.glob("marlin_cuda*.so"), None)
     if so is None:
         raise RuntimeError(f"the build finished without marlin_cuda*.so in {out}")
+    if so.name.split(".")[0] != "marlin_cuda":
+        # torch's JIT loader renames a second module of one name in one process (marlin_cuda_v1):
+        # Marlin's package imports marlin_cuda, so such a build cannot be used
+        raise RuntimeError(f"{so.name}: built under another module name; build each variant in its own "
+                           "process (python -m fp8lab.peers build marlin does)")
     nvcc_v = ""
     try:
         nvcc_v = subprocess.run([cpp_extension._join_cuda_home("bin", "nvcc"), "--version"], capture_output=True,

@@ -23,6 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
+from ..progress import progress as track
 from . import catalog, discover, harness
 from .harness import PEER_COLUMNS, error_text, status_row
 
@@ -157,10 +158,10 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             same[nbytes] = dx.same_size_copy(nbytes, l2, rep_ms=rep_ms)["Bps"]
         return same[nbytes]
 
-    for name in shape_names:
+    for name in track(shape_names, desc="peers decode", unit="shapes"):
         sh = dx._shape(name)
         N, K = sh.N, sh.K
-        for p in live:
+        for p in track(live, desc="peer", unit="peers"):
             pe = catalog.get(p)
             base = dict(shape=name, N=N, K=K, arm=p, fmt=pe.fmt, act=pe.act)
             try:
@@ -246,7 +247,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     spec = devices.spec_for(_device_name())
     spec_per_ghz = spec.peak_flops("bf16") / spec.clock_hz * 1e9 / 1e12 if spec else math.nan
     w = adapters.dense_weight(N, K, seed, device=DEVICE)
-    for p in live:
+    for p in track(live, desc="peers prefill", unit="peers"):
         base = dict(shape=shape_name, N=N, K=K, arm=p, scheme=registry.scheme(p), with_quant=False)
         try:
             prep = prepare[p](w)
@@ -258,7 +259,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             continue
         tdt = _act_dtype(prep.act)
         g = torch.Generator(device=DEVICE).manual_seed(seed)
-        for M in Ms:
+        for M in track(Ms, desc="M"):
             try:
                 x = torch.randn(M, K, device=DEVICE, generator=g).to(tdt)
                 err, nan_left = harness.check(prep, x, rows=check_rows)
@@ -330,9 +331,9 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     from . import adapters
 
     prepare = prepare or adapters.BLOCKWISE
-    for shape in shape_objs:
+    for shape in track(shape_objs, desc="peers blockwise", unit="shapes"):
         N, K = shape.N, shape.K
-        for M in Ms:
+        for M in track(Ms, desc="M"):
             s0 = bw.make_operands(M, N, K, seed=seed + M, device=DEVICE)
             # the peer quantises the same activations and weights fp8lab's arms get (the
             # weights as their dequantised fp32 values: the peer's 128x128 blocks re-find them)
@@ -457,7 +458,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
 
     make = make or adapters.QUANTISERS
     l2 = _l2_bytes()
-    for p in live:
+    for p in track(live, desc="peer quantisers", unit="peers"):
         try:
             fn = make[p]()
         except Exception as e:  # noqa: BLE001
