@@ -512,10 +512,17 @@ def running_cell(executed: Path) -> int | None:
         nb = nbformat.read(executed, as_version=4)
     except Exception:  # noqa: BLE001 - no copy yet (killed before the first cell), or torn
         return None
-    for i, c in enumerate(nb.cells):
-        if (c.get("metadata", {}).get("papermill") or {}).get("status") == "running":
+    status = [(c.get("metadata", {}).get("papermill") or {}).get("status") for c in nb.cells]
+    for i, st in enumerate(status):
+        if st == "running":
             return i
-    return None
+    # papermill saves the copy on a timer too, so a kill can land between saves: then the cell
+    # that was running is the first code cell after the last one the copy shows completed
+    done = [i for i, st in enumerate(status) if st == "completed"]
+    if not done:
+        return None
+    later = [i for i in range(done[-1] + 1, len(nb.cells)) if nb.cells[i].cell_type == "code"]
+    return later[0] if later else done[-1]
 
 
 def execute_with_retries(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout=None,

@@ -186,3 +186,28 @@ def test_stop_during_two_lanes_releases_both_gpus(world):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
     _assert_released(world, holders)
+
+
+def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
+    """A timeout or stop names the cell that was running: the one papermill marked running, or,
+    when the kill landed between two saves of the copy, the first code cell after the last one
+    the copy shows completed; 'before any cell' only when none completed."""
+    import nbformat
+
+    from fp8lab import runner
+
+    def nb_with(statuses):
+        nb = nbformat.v4.new_notebook()
+        for st in statuses:
+            c = nbformat.v4.new_code_cell("pass") if st != "md" else nbformat.v4.new_markdown_cell("x")
+            if st not in ("md", None):
+                c.metadata["papermill"] = {"status": st}
+            nb.cells.append(c)
+        p = tmp_path / f"nb{len(list(tmp_path.iterdir()))}.ipynb"
+        nbformat.write(nb, p)
+        return p
+
+    assert runner.running_cell(nb_with(["completed", "running", "pending"])) == 1
+    assert runner.running_cell(nb_with(["completed"] * 6 + ["md", "pending", "pending"])) == 7
+    assert runner.running_cell(nb_with(["pending", "pending"])) is None
+    assert runner.running_cell(tmp_path / "missing.ipynb") is None
