@@ -340,3 +340,20 @@ def test_marlin_source_holds_the_hinted_copy_once():
     if not cu.exists():
         pytest.skip(f"Marlin's source is not at {cu.parent}")
     assert "createpolicy" not in build.without_l2_hint(cu.read_text())
+
+
+def test_peer_imports_cache_their_triton_autotuning_and_nothing_else(monkeypatch, tmp_path):
+    """A peer module imported through discover gets TRITON_CACHE_AUTOTUNING while it imports
+    (its autotuners are built then); the setting is gone afterwards, so fp8lab's own tune per run."""
+    import os
+    import sys
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    (tmp_path / "fakepeer_mod.py").write_text("import os\nSEEN = os.environ.get('TRITON_CACHE_AUTOTUNING')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("fakepeer_mod", None)
+    mod = discover.import_peer_module("fakepeer_mod")
+    assert mod.SEEN == "1" and "TRITON_CACHE_AUTOTUNING" not in os.environ
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    with discover.triton_autotune_cache():
+        assert os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
+    assert os.environ["TRITON_CACHE_AUTOTUNING"] == "0"

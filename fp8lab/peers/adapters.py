@@ -17,7 +17,7 @@ import copy
 import math
 import os
 
-from .discover import PeerUnavailable, import_marlin
+from .discover import PeerUnavailable, import_marlin, import_peer_module
 from .harness import Prepared
 
 __all__ = ["WEIGHT_ONLY", "BLOCKWISE", "QUANTISERS", "dense_weight"]
@@ -275,7 +275,7 @@ def torchao_blockwise(x, w) -> Prepared:
     """torchao's Triton ``blockwise_fp8_gemm`` with its own quantisers (1x128 activations,
     128x128 weights, fp32 scales, row-major)."""
     try:
-        from torchao.kernel import blockwise_quantization as bq
+        bq = import_peer_module("torchao.kernel.blockwise_quantization")
     except Exception as e:  # noqa: BLE001
         raise PeerUnavailable(f"torchao.kernel.blockwise_quantization not importable ({e})") from e
     N, K = w.shape

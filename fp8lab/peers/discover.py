@@ -9,6 +9,7 @@ the sweeps turn into a ``not-run`` row: never an exception, never a silent gap.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata as md
 import json
@@ -170,9 +171,44 @@ def import_marlin():
         raise PeerUnavailable(f"Marlin does not import: {str(e).splitlines()[0][:200]}") from e
 
 
+@contextlib.contextmanager
+def triton_autotune_cache():
+    """Triton autotuners created inside (at a peer module's import) keep their results on disk
+    (TRITON_CACHE_AUTOTUNING; Triton's cache folder): a peer such as torchao's blockwise GEMM
+    tunes 48 configs per (N, K, log2 M) bucket, minutes per notebook, and with the cache a box
+    tunes each bucket once (a deployment keeps its tuning too). Scoped to the peers' imports:
+    fp8lab's own autotuners are built later, outside it, and tune in every run."""
+    old_env = os.environ.get("TRITON_CACHE_AUTOTUNING")
+    os.environ["TRITON_CACHE_AUTOTUNING"] = "1"
+    knobs, old = None, None
+    try:
+        import triton
+        knobs = getattr(getattr(triton, "knobs", None), "autotuning", None)
+        if knobs is not None:
+            old = knobs.cache
+            knobs.cache = True
+    except Exception:  # noqa: BLE001 - no Triton, or one without knobs: the variable is enough
+        knobs = None
+    try:
+        yield
+    finally:
+        if knobs is not None:
+            knobs.cache = old
+        if old_env is None:
+            os.environ.pop("TRITON_CACHE_AUTOTUNING", None)
+        else:
+            os.environ["TRITON_CACHE_AUTOTUNING"] = old_env
+
+
+def import_peer_module(module: str):
+    """``importlib.import_module`` with the peer's Triton autotuners caching (triton_autotune_cache)."""
+    with triton_autotune_cache():
+        return importlib.import_module(module)
+
+
 def _probe_import(module: str) -> None:
     try:
-        importlib.import_module(module)
+        import_peer_module(module)
     except ImportError as e:
         raise PeerUnavailable(f"{module} is not installed ({str(e).splitlines()[0][:160]})") from e
     except Exception as e:  # noqa: BLE001 - a package that breaks at import (ABI, CUDA) is a reason, not a crash
