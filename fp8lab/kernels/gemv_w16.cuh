@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "gemv_w16_params.h"
 
 namespace fp8lab {
@@ -322,18 +323,7 @@ __device__ __forceinline__ uint4 ldg_u128(const uint4* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
+// cp.async and ldmatrix: common/ptx.cuh.
 
 template <bool BF16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -479,7 +469,7 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
   for (int kp = 0; kp < 4; ++kp) {
     uint32_t b[NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) ldmatrix_x4(b[j], rows[j] + (u * kStepK + 32 * kp) * 2);
+    for (int j = 0; j < NT; ++j) ptx::ldmatrix_x4(b[j], rows[j] + (u * kStepK + 32 * kp) * 2);
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {
       const int kk = 2 * kp + sub;
@@ -620,7 +610,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 
   // Shared memory: two activation chunks [8 NT rows][kActStride] and the zero region.
   constexpr int kBufBytes = 8 * NT * kActStride * 2;
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t smem_base = ptx::smem_u32(smem);
   const uint32_t zero_smem = smem_base + 2 * kBufBytes;
   for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
 
@@ -634,7 +624,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
       const int m = idx / kSegs;
       const int seg = idx - m * kSegs;
       const int k = kc + 8 * seg;
-      if (k < kend) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
     }
   };
 
@@ -676,14 +666,14 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
     }
   }
   load_chunk(0);
-  cp_async_commit();
+  ptx::cp_async_commit();
   const int iters = (nsteps + kRing - 1) / kRing;
   const int mi = lane >> 3;   // ldmatrix.x4: matrix mi = (k16 sub-step 2 kp + mi / 2, k half mi % 2)
   const int r8 = lane & 7;    // its row: token m = 8 j + lane % 8
   for (int it = 0; it < iters; ++it) {
     if (it + 1 < iters) load_chunk(it + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();
     __syncthreads();
     if (active) {
       const uint32_t buf = smem_base + (it & 1) * kBufBytes;
@@ -872,7 +862,7 @@ __device__ __forceinline__ void load_chunk_sk(const WoParams& p, const unsigned 
     const int slot = seg / kSegsPerStep;
     const int sk = slot == 0 ? cstep : (slot == 1 ? s1 : s2);
     const int k = sk * kStepK + 8 * (seg - slot * kSegsPerStep);
-    if (slot < valid) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    if (slot < valid) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
   }
 }
 
@@ -907,7 +897,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   if (nunits <= 0) return;   // CTA-uniform (the host launches none such)
 
   constexpr int kBufBytes = 8 * NT * kActStride * 2;
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t smem_base = ptx::smem_u32(smem);
   const uint32_t zero_smem = smem_base + 2 * kBufBytes;
   for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
@@ -984,7 +974,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     for (int u = 0; u < kRing; ++u) cstep = cstep + 1 == steps ? 0 : cstep + 1;
   };
   chunk(0);
-  cp_async_commit();
+  ptx::cp_async_commit();
   const int nchunks = (nunits + kRing - 1) / kRing;
   const int mi = lane >> 3;
   const int r8 = lane & 7;
@@ -1009,8 +999,8 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
           if (u == 0) {
             __syncthreads();
             if (it + 1 < nchunks) chunk(it + 1);
-            cp_async_commit();
-            cp_async_wait<1>();
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<1>();
             __syncthreads();
           }
           ring_step<F, BF16, NT>(f[u], acc, rows, u, lane, i, wlimit, wnext, snext);

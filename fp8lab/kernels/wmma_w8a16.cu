@@ -35,6 +35,8 @@
 #include <mma.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
+
 namespace fp8lab {
 namespace wmma_w8a16 {
 
@@ -110,18 +112,7 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 fills the 16 bytes with zeros (rows past M).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-}
+// cp.async (rows past M zero-filled: cp_async_16_zfill), commit / wait and smem_u32: common/ptx.cuh.
 
 // wmma fragment loads from shared memory. wmma::load_matrix_sync takes a generic pointer and nvcc
 // keeps the generic load (LD.E, 4 per fragment); the same PTX instruction with the .shared state
@@ -136,13 +127,13 @@ __device__ __forceinline__ void load_a(FragA& f, const bf16* p, unsigned ldm) {
   uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
   asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)), "r"(ldm));
+               : "r"(ptx::smem_u32(p)), "r"(ldm));
 }
 __device__ __forceinline__ void load_b(FragB& f, const bf16* p, unsigned ldm) {
   uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
   asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)), "r"(ldm));
+               : "r"(ptx::smem_u32(p)), "r"(ldm));
 }
 
 template <typename OutT>
@@ -168,7 +159,7 @@ struct TileLoader {
       const int gm = m0 + row;
       const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
       if constexpr (Cfg::kWideSmem) {
-        cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+        ptx::cp_async_16_zfill(ptx::smem_u32(As + row * Cfg::LDS + col), src, gm < p.M);
       } else {
         areg[i] = gm < p.M ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
       }
@@ -222,7 +213,8 @@ struct TileLoader {
   __device__ __forceinline__ void finish_a(bf16* As) {
     const int tid = threadIdx.x;
     if constexpr (Cfg::kWideSmem) {
-      cp_async_commit_wait_all();
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
     } else {
 #pragma unroll
       for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
@@ -363,12 +355,6 @@ wmma_w8a16_kernel(const Params p) {
 // cp.async bookkeeping: one commit group per block (possibly empty-in-effect but always committed),
 // so "wait until <= STAGES - 2 groups are pending" at the bottom of iteration i means the group of
 // block i + 1 has landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::THREADS)
 wmma_w8a16_pipelined_kernel(const Params p) {
@@ -408,17 +394,17 @@ wmma_w8a16_pipelined_kernel(const Params p) {
   for (int st = 0; st < S - 1; ++st) {
     const int kb = min(kb_begin + st, kb_end - 1);
     ld.issue(p, As0 + st * Cfg::A_STAGE, m0, n0, kb);
-    cp_async_commit();
+    ptx::cp_async_commit();
     ld.store_w(Ws0 + st * Cfg::W_STAGE);
   }
-  cp_async_wait_pending<S - 2>();
+  ptx::cp_async_wait<S - 2>();
   __syncthreads();
 
   int cur = 0;           // stage of block kb
   int pre = S - 1;       // stage of block kb + S - 1 (the one freed by the last barrier)
   for (int kb = kb_begin; kb < kb_end; ++kb) {
     ld.issue(p, As0 + pre * Cfg::A_STAGE, m0, n0, min(kb + S - 1, kb_end - 1));
-    cp_async_commit();
+    ptx::cp_async_commit();
     const float scale = __ldg(w_scale_row + kb);
     const bf16* As = As0 + cur * Cfg::A_STAGE + (wm * Cfg::WM) * Cfg::LDS;
     const bf16* Ws = Ws0 + cur * Cfg::W_STAGE + (wn * Cfg::WN) * Cfg::LDS;
@@ -457,14 +443,14 @@ wmma_w8a16_pipelined_kernel(const Params p) {
           acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
 
     ld.store_w(Ws0 + pre * Cfg::W_STAGE);
-    cp_async_wait_pending<S - 2>();
+    ptx::cp_async_wait<S - 2>();
     __syncthreads();
     cur = cur + 1 == S ? 0 : cur + 1;
     pre = pre + 1 == S ? 0 : pre + 1;
   }
   // The clamped loads of the last S - 1 iterations may still be in flight into smem the epilogue
   // is about to overwrite.
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
   float* Cs = reinterpret_cast<float*>(smem_raw);
@@ -566,8 +552,8 @@ wmma_w8a16_il_kernel(const Params p) {
   const int warp = tid / 32;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
   // This warp's fragment origin in stage 0 (bytes, shared window).
-  const uint32_t a_frag0 = smem_addr(As0) + static_cast<uint32_t>(wm * Cfg::WM) * LDS_B;
-  const uint32_t w_frag0 = smem_addr(Ws0) + static_cast<uint32_t>(wn * Cfg::WN) * LDS_B;
+  const uint32_t a_frag0 = ptx::smem_u32(As0) + static_cast<uint32_t>(wm * Cfg::WM) * LDS_B;
+  const uint32_t w_frag0 = ptx::smem_u32(Ws0) + static_cast<uint32_t>(wn * Cfg::WN) * LDS_B;
 
   // This thread's W chunks: chunk i = chunk 0 + i * THREADS / 32 warps = + 16 * i * THREADS / 256
   // rows, same column (THREADS / 32 is even), so one row/column pair per thread serves all chunks.
@@ -585,7 +571,7 @@ wmma_w8a16_il_kernel(const Params p) {
       const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
       const int gm = m0 + row;
       const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
-      cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+      ptx::cp_async_16_zfill(ptx::smem_u32(As + row * Cfg::LDS + col), src, gm < p.M);
     }
   };
   auto load_w = [&](int kb) {
@@ -620,12 +606,12 @@ wmma_w8a16_il_kernel(const Params p) {
   for (int st = 0; st < S - 1; ++st) {
     const int kb = min(kb_begin + st, kb_end - 1);
     issue_a(st, kb);
-    cp_async_commit();
+    ptx::cp_async_commit();
     load_w(kb);
 #pragma unroll
     for (int i = 0; i < WC; ++i) store_w(i, st);
   }
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
   FragA fa[2][Cfg::FM];
@@ -641,7 +627,7 @@ wmma_w8a16_il_kernel(const Params p) {
     const int nxt = cur + 1 == S ? 0 : cur + 1;
     const int kload = min(kb + S - 1, kb_end - 1);
     issue_a(pre, kload);
-    cp_async_commit();
+    ptx::cp_async_commit();
     load_w(kload);
     const float scale = __ldg(w_scale_row + kb);
     const uint32_t a_cur = a_frag0 + cur * A_STAGE_B, w_cur = w_frag0 + cur * W_STAGE_B;
@@ -677,13 +663,13 @@ wmma_w8a16_il_kernel(const Params p) {
         for (int e = 0; e < blk[i][j].num_elements; ++e)
           acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
 
-    cp_async_wait_pending<S - 3>();
+    ptx::cp_async_wait<S - 3>();
     __syncthreads();
     cur = nxt;
     pre = pre + 1 == S ? 0 : pre + 1;
   }
   // Clamped loads of the last iterations may still be in flight into smem the epilogue overwrites.
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
   float* Cs = reinterpret_cast<float*>(smem_raw);
