@@ -15,11 +15,16 @@ working tree, with the flags the project's own builds use:
   (default /tmp/torchcpu/torch/include; a CPU torch is enough: nothing is linked).
 
 Then splits ``cuobjdump -sass`` per kernel function, drops the /*addr*/ column, and compares the
-instruction text and encodings. Per function it prints one of:
+instruction text and encodings, and the registers / stack / shared / local bytes that
+``cuobjdump -res-usage`` reports (a difference there is reported as "differs" with both values).
+Per function it prints one of:
   identical            same instructions, same encodings (control bits included)
   control bits only    same instruction text, different scheduling/encoding words
   order only           same multiset of instructions, different order
+  same opcodes         same count of every opcode; registers, operands or order differ
   differs              instruction counts differ (the opcode deltas follow)
+--show SUBSTR prints a unified diff of the instruction text of each function whose name contains
+SUBSTR and that is not identical.
 A TU that does not build at one side for an arch is reported as such, not compared.
 Exit status 0 when every compared function is identical.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures as cf
+import difflib
 import hashlib
 import os
 import re
@@ -114,6 +120,20 @@ def sass_by_function(cuobjdump: str, cubin: Path) -> dict[str, list[str]]:
     return funcs
 
 
+def resources_by_function(cuobjdump: str, cubin: Path) -> dict[str, str]:
+    """{mangled function name: 'REG:n STACK:n SHARED:n LOCAL:n'} from cuobjdump -res-usage."""
+    text = subprocess.run([cuobjdump, "-res-usage", str(cubin)], check=True, capture_output=True, text=True).stdout
+    out, cur = {}, None
+    for ln in text.splitlines():
+        m = re.match(r"\s*Function (\S+):", ln)
+        if m:
+            cur = m.group(1)
+        elif cur and "REG:" in ln:
+            out[cur] = " ".join(f for f in ln.split() if f.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
+            cur = None
+    return out
+
+
 def _split(line: str) -> tuple[str, str]:
     """(instruction text, encoding words) of one stripped line."""
     i = line.find("/* 0x")
@@ -136,6 +156,8 @@ def compare(a: list[str], b: list[str]) -> tuple[str, str]:
         return "order only", f"{len(ta)} instructions, {moved} positions differ"
     ca = collections.Counter(_opcode(x) for x in ta)
     cb = collections.Counter(_opcode(x) for x in tb)
+    if ca == cb:
+        return "same opcodes", f"{len(ta)} instructions"
     delta = {k: cb[k] - ca[k] for k in sorted(set(ca) | set(cb)) if cb[k] != ca[k]}
     return "differs", f"{len(ta)} -> {len(tb)} instructions; opcode deltas {delta}"
 
@@ -147,6 +169,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated TU names to restrict to")
     ap.add_argument("--keep", type=Path, help="keep cubins here (reused when the tree's hash matches)")
+    ap.add_argument("--show", default="", help="print the SASS diff of non-identical functions containing this")
     args = ap.parse_args(argv)
     nvcc, cuobjdump = _tool("nvcc"), _tool("cuobjdump")
     work = Path(tempfile.mkdtemp(prefix="sass_identical_"))
@@ -190,16 +213,24 @@ def main(argv=None) -> int:
             worst = worst or (1 if (cb is None) != (ch is None) else 0)
             continue
         fa, fb = sass_by_function(cuobjdump, cb), sass_by_function(cuobjdump, ch)
+        ra, rb = resources_by_function(cuobjdump, cb), resources_by_function(cuobjdump, ch)
         for name in sorted(set(fa) | set(fb)):
             if name not in fa or name not in fb:
                 print(f"{label} {name}: only in {'head' if name in fb else 'base'}")
                 worst = 1
                 continue
             verdict, detail = compare(fa[name], fb[name])
+            if ra.get(name) != rb.get(name):
+                verdict = "differs" if verdict == "identical" else verdict
+                detail = f"{detail}; resources {ra.get(name)} -> {rb.get(name)}".lstrip("; ")
             tally[verdict] += 1
             if verdict != "identical":
                 worst = 1
             print(f"{label} {name}: {verdict}{' (' + detail + ')' if detail else ''}")
+            if args.show and args.show in name and verdict != "identical":
+                sys.stdout.writelines(difflib.unified_diff([_split(x)[0] + "\n" for x in fa[name]],
+                                                           [_split(x)[0] + "\n" for x in fb[name]],
+                                                           "base", "head", n=2))
     print("summary:", dict(tally))
     shutil.rmtree(work, ignore_errors=True)
     return worst
