@@ -7,7 +7,7 @@
 //
 // Include it as "common/ptx.cuh" from a file in fp8lab/kernels/: nvcc looks next to the including
 // file first, so every build (torch extensions, nvcc -cubin, the census) finds it without an -I.
-// Every build cache that hashes kernel sources lists this file (kernels/_build.py PTX_HEADERS).
+// Every build cache that hashes kernel sources lists this file (kernels/_build.py COMMON_HEADERS).
 //
 // Clobbers: an asm statement's operands tell the compiler only about registers. These helpers
 // move data between global and shared memory through 32-bit shared-window addresses the
