@@ -33,3 +33,70 @@ def test_every_binding_uses_the_shared_builder():
     for mod in (mma_blockwise, seed001, weight_only, cutlass_blockwise_sm90):
         src = inspect.getsource(mod.load_extension)
         assert "load_torch_extension(" in src and "extension_digest(" in src, mod.__name__
+
+
+# --- issue 18: the shared PTX helpers live in one header, and every cache key hashes it ---------
+
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _include_closure(paths) -> set:
+    """Every file reachable from ``paths`` through quoted #includes found next to the including
+    file (nvcc's first place to look; the kernels include "common/ptx.cuh" that way)."""
+    seen, todo = set(), [Path(p).resolve() for p in paths]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for inc in _QUOTED_INCLUDE.findall(p.read_text()):
+            q = (p.parent / inc).resolve()
+            if q.is_file():
+                todo.append(q)
+    return seen
+
+
+def test_common_headers_are_found():
+    assert _build.KERNEL_DIR / "common" / "ptx.cuh" in _build.COMMON_HEADERS
+
+
+def test_every_cache_key_hashes_every_header_its_sources_include():
+    from fp8lab.kernels import mma_blockwise, seed001, weight_only
+    keys = {"mma_blockwise cubins (compile_grid)": mma_blockwise.SOURCES,
+            "mma_blockwise extension": mma_blockwise.EXT_DIGEST_SOURCES,
+            "weight_only cubins (_compile)": weight_only.SOURCES,
+            "gemv_w16 extension": weight_only.EXT_DIGEST_SOURCES,
+            "gemv_w16_xalu extension": weight_only.XALU_EXT_DIGEST_SOURCES,
+            "seed001 extension": seed001.EXT_DIGEST_SOURCES}
+    for name, key in keys.items():
+        hashed = {Path(p).resolve() for p in key}
+        missing = sorted(str(p.relative_to(_build.KERNEL_DIR)) for p in _include_closure(key) - hashed)
+        assert not missing, f"{name}'s cache key misses included files {missing}: an edit there would not rebuild"
+
+
+def test_include_closure_sees_a_missing_header(tmp_path):
+    # The check above would pass vacuously if the walk found nothing.
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "h.cuh").write_text("#pragma once\n")
+    (tmp_path / "k.cu").write_text('#include <stdint.h>\n#include "common/h.cuh"\n')
+    assert _include_closure([tmp_path / "k.cu"]) == {(tmp_path / "k.cu").resolve(),
+                                                     (tmp_path / "common" / "h.cuh").resolve()}
+
+
+# asm text of the shared helpers, and the names their copies used to have.
+_PTX_HELPER = re.compile(r'"\s*(cp\.async|ldmatrix)|__cvta_generic_to_shared|'
+                         r'\bvoid\s+(cp_async\w*|ldmatrix\w*)\s*\(')
+
+
+def test_ptx_helpers_are_defined_only_in_the_common_header():
+    files = [p for p in sorted(_build.KERNEL_DIR.rglob("*"))
+             if p.suffix in (".cu", ".cuh", ".h", ".hpp", ".cpp") and p.parent.name != "common"]
+    assert any(p.name == "gemv_w16.cuh" for p in files)
+    copies = [f"{p.relative_to(_build.KERNEL_DIR)}:{n}" for p in files
+              for n, line in enumerate(p.read_text().splitlines(), 1)
+              if not line.lstrip().startswith("//") and _PTX_HELPER.search(line)]
+    assert not copies, f"cp.async / ldmatrix / cvta helpers defined outside kernels/common/ptx.cuh: {copies}"
+    assert _PTX_HELPER.search((_build.KERNEL_DIR / "common" / "ptx.cuh").read_text())

@@ -43,6 +43,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "gemv_w16_params.h"
 
 namespace fp8lab {
@@ -322,18 +323,7 @@ __device__ __forceinline__ uint4 ldg_u128(const uint4* p) {
                : "l"(p));
   return v;
 }
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
+// cp.async and ldmatrix: common/ptx.cuh.
 
 template <bool BF16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -424,6 +414,42 @@ struct Strides {
   static constexpr int kS = F == kNvfp4 ? 64 : (FormatTraits<F>::kBits == 8 ? 8 : 16);
 };
 
+template <int TM, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[TM][NT][4]) {
+#pragma unroll
+  for (int t = 0; t < TM; ++t)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+}
+
+// wp: this lane's first uint4 and sp: this thread's first scale word at step `step` of the warp
+// whose first 16-row tile is tile16 (see the pack layout in weight_only.py; w, scales: the packed
+// arrays, steps: K steps per super-tile, g = lane / 4). A 4-bit warp with TM = 1 owns half of a
+// 32-row super-tile: loads q = 2 sub, +1. Used by the split-K body once and by the stream-K body at
+// each tile its load cursor enters. (g comes from the caller: recomputed here, ptxas allocated the
+// stream-K body's registers differently.)
+template <int F, int NT>
+__device__ __forceinline__ void seek_frag(const uint4* w, const uint32_t* scales, int steps, int tile16, int step,
+                                          int lane, int g, const uint4*& wp, const uint32_t*& sp) {
+  using T = Tiling<F, NT>;
+  using S = Strides<F>;
+  constexpr int TM = T::kTM;
+  const int super = tile16 / T::kTilesPerSuper;
+  const int sub = tile16 % T::kTilesPerSuper;
+  const size_t sstep = static_cast<size_t>(super) * steps + step;
+  wp = w + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
+  sp = scales + sstep * S::kS;
+  if constexpr (T::kBits == 8) {
+    sp += g;                                                 // [g]
+  } else if constexpr (T::kGroup) {
+    sp += 2 * g + (TM == 1 ? sub : 0);                       // [g][tile]
+  } else {
+    sp += 2 * (4 * g + (lane & 3)) + (TM == 1 ? sub : 0);    // [g][q][tile]
+  }
+}
+
 // wp: this lane's first uint4 of the step; sp: this thread's first scale word of the step.
 template <int F, int NT>
 __device__ __forceinline__ void load_frag(Frag<F, NT>& f, const uint4* wp, const uint32_t* sp) {
@@ -466,12 +492,7 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
   }
   float gacc[TM][NT][4];
   if constexpr (T::kGroup) {
-#pragma unroll
-    for (int t = 0; t < TM; ++t)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) gacc[t][j][e] = 0.f;
+    zero_acc(gacc);
   }
   // rows[j]: this lane's ldmatrix row address for n8 tile j at K offset 0 of the chunk (see
   // gemv_body); the K offset of step u, k16 pair kp is an immediate.
@@ -479,7 +500,7 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
   for (int kp = 0; kp < 4; ++kp) {
     uint32_t b[NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) ldmatrix_x4(b[j], rows[j] + (u * kStepK + 32 * kp) * 2);
+    for (int j = 0; j < NT; ++j) ptx::ldmatrix_x4(b[j], rows[j] + (u * kStepK + 32 * kp) * 2);
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub) {
       const int kk = 2 * kp + sub;
@@ -551,9 +572,11 @@ __device__ __forceinline__ void ring_step(Frag<F, NT>& f, float (&acc)[Tiling<F,
 // tile t and n8 tile j: c0 (n = g, m = 2q), c1 (g, 2q + 1), c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
 // emit_tile: the CTA's sums for its warp's rows, scaled by out_factor, either stored (direct: the
 // CTA did the tile's whole K) or added to the fp32 workspace with red.add (a partial sum).
-template <bool BF16, int NT, int TM>
-__device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[TM][NT][4], int tile16, int g,
-                                          int q, bool active, int m0, int mb, bool direct) {
+// for_each_output: f(acc element (t, j, e), its output index (m0 + m) N + n) for each of the
+// thread's elements inside the output (active warp, n < N, m < mb).
+template <int NT, int TM, class F>
+__device__ __forceinline__ void for_each_output(const WoParams& p, int tile16, int g, int q, bool active, int m0,
+                                                int mb, F&& f) {
 #pragma unroll
   for (int t = 0; t < TM; ++t) {
 #pragma unroll
@@ -562,18 +585,23 @@ __device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[
       for (int e = 0; e < 4; ++e) {
         const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
         const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const float v = acc[t][j][e] * p.out_factor;
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          if (direct) {
-            store16<BF16>(p.out, idx, v);
-          } else {
-            atomicAdd(p.ws + idx, v);
-          }
-        }
+        if (active && n < p.N && m < mb) f(t, j, e, static_cast<size_t>(m0 + m) * p.N + n);
       }
     }
   }
+}
+
+template <bool BF16, int NT, int TM>
+__device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[TM][NT][4], int tile16, int g,
+                                          int q, bool active, int m0, int mb, bool direct) {
+  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
+    const float v = acc[t][j][e] * p.out_factor;
+    if (direct) {
+      store16<BF16>(p.out, idx, v);
+    } else {
+      atomicAdd(p.ws + idx, v);
+    }
+  });
 }
 
 // finalize_tile: run by the CTA whose contribution completed the tile (after the fences):
@@ -581,22 +609,38 @@ __device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[
 template <bool BF16, int NT, int TM>
 __device__ __forceinline__ void finalize_tile(const WoParams& p, int tile16, int g, int q, bool active, int m0,
                                               int mb) {
+  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
+    const float v = __ldcg(p.ws + idx);
+    __stcg(p.ws + idx, 0.f);
+    store16<BF16>(p.out, idx, v);
+  });
+}
+
+// Shared memory of both bodies: two activation chunks [8 NT rows][kActStride] bf16, then the zero
+// region that rows m >= M read. zero_act_pad zeroes it (the caller's first barrier publishes it)
+// and returns its shared-window address.
+template <int NT>
+__host__ __device__ constexpr int act_buf_bytes() {
+  return 8 * NT * kActStride * 2;
+}
+template <int NT>
+__device__ __forceinline__ uint32_t zero_act_pad(unsigned char* smem) {
+  constexpr int kBufBytes = act_buf_bytes<NT>();
+  uint32_t* const zero = reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes);
+  for (int i = threadIdx.x; i < kZeroBytes / 4; i += kThreads) zero[i] = 0u;
+  return ptx::smem_u32(smem) + 2 * kBufBytes;
+}
+
+// rows[j]: this lane's ldmatrix.x4 row address in the chunk at buf for n8 tile j: matrix mi =
+// lane / 8 (k16 sub-step 2 kp + mi / 2, k half mi % 2), row r8 = lane % 8 (token m = 8 j + r8);
+// tokens past mb read the zero region.
+template <int NT>
+__device__ __forceinline__ void act_rows(uint32_t (&rows)[NT], uint32_t buf, uint32_t zero_smem, int mb, int mi,
+                                         int r8) {
 #pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) {
-          const size_t idx = static_cast<size_t>(m0 + m) * p.N + n;
-          const float v = __ldcg(p.ws + idx);
-          __stcg(p.ws + idx, 0.f);
-          store16<BF16>(p.out, idx, v);
-        }
-      }
-    }
+  for (int j = 0; j < NT; ++j) {
+    const int m = 8 * j + r8;
+    rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
   }
 }
 
@@ -618,11 +662,9 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   const int tile16 = (blockIdx.x * kWarps + warp) * TM;   // first 16-row tile of this warp
   const bool active = tile16 < p.n_tiles16;                // warp-uniform
 
-  // Shared memory: two activation chunks [8 NT rows][kActStride] and the zero region.
-  constexpr int kBufBytes = 8 * NT * kActStride * 2;
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t zero_smem = smem_base + 2 * kBufBytes;
-  for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
+  constexpr int kBufBytes = act_buf_bytes<NT>();
+  const uint32_t smem_base = ptx::smem_u32(smem);
+  const uint32_t zero_smem = zero_act_pad<NT>(smem);
 
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
   const int kend = (st0 + nsteps) * kStepK;
@@ -634,33 +676,18 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
       const int m = idx / kSegs;
       const int seg = idx - m * kSegs;
       const int k = kc + 8 * seg;
-      if (k < kend) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
     }
   };
 
-  // This lane's weights and this thread's scales at step st0 (see the pack layout in
-  // weight_only.py). A 4-bit warp with TM = 1 owns half of a 32-row super-tile: loads q = 2 sub, +1.
-  const int super = tile16 / T::kTilesPerSuper;
-  const int sub = tile16 % T::kTilesPerSuper;
   const int g = lane >> 2;
-  const size_t sstep = static_cast<size_t>(super) * p.steps + st0;
-  const uint4* wnext = static_cast<const uint4*>(p.w) + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
-  const uint32_t* snext = reinterpret_cast<const uint32_t*>(p.scales) + sstep * S::kS;
-  if constexpr (T::kBits == 8) {
-    snext += g;                                                 // [g]
-  } else if constexpr (T::kGroup) {
-    snext += 2 * g + (TM == 1 ? sub : 0);                       // [g][tile]
-  } else {
-    snext += 2 * (4 * g + (lane & 3)) + (TM == 1 ? sub : 0);    // [g][q][tile]
-  }
+  const uint4* wnext;
+  const uint32_t* snext;
+  seek_frag<F, NT>(static_cast<const uint4*>(p.w), reinterpret_cast<const uint32_t*>(p.scales), p.steps, tile16, st0,
+                   lane, g, wnext, snext);
 
   float acc[TM][NT][4];
-#pragma unroll
-  for (int t = 0; t < TM; ++t)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+  zero_acc(acc);
 
   // Register ring: buffer u holds step kRing * it + u; it is refilled with step + kRing right after
   // it is consumed, so the two other steps stay in flight meanwhile.
@@ -676,23 +703,19 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
     }
   }
   load_chunk(0);
-  cp_async_commit();
+  ptx::cp_async_commit();
   const int iters = (nsteps + kRing - 1) / kRing;
   const int mi = lane >> 3;   // ldmatrix.x4: matrix mi = (k16 sub-step 2 kp + mi / 2, k half mi % 2)
   const int r8 = lane & 7;    // its row: token m = 8 j + lane % 8
   for (int it = 0; it < iters; ++it) {
     if (it + 1 < iters) load_chunk(it + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<1>();
     __syncthreads();
     if (active) {
       const uint32_t buf = smem_base + (it & 1) * kBufBytes;
       uint32_t rows[NT];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int m = 8 * j + r8;
-        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
-      }
+      act_rows<NT>(rows, buf, zero_smem, mb, mi, r8);
 #pragma unroll
       for (int u = 0; u < kRing; ++u) {
         const int st = kRing * it + u;
@@ -726,7 +749,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 
 template <int NT>
 constexpr int smem_bytes() {
-  return 2 * 8 * NT * kActStride * 2 + kZeroBytes;
+  return 2 * act_buf_bytes<NT>() + kZeroBytes;
 }
 
 // One __global__ per format, named after the arm (gemv_w8a16_fp8 ...), so the SASS census and
@@ -872,7 +895,7 @@ __device__ __forceinline__ void load_chunk_sk(const WoParams& p, const unsigned 
     const int slot = seg / kSegsPerStep;
     const int sk = slot == 0 ? cstep : (slot == 1 ? s1 : s2);
     const int k = sk * kStepK + 8 * (seg - slot * kSegsPerStep);
-    if (slot < valid) cp_async16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    if (slot < valid) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
   }
 }
 
@@ -906,10 +929,9 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   const int nunits = min(p.tiles_x * steps, u0 + p.units_per_cta) - u0;
   if (nunits <= 0) return;   // CTA-uniform (the host launches none such)
 
-  constexpr int kBufBytes = 8 * NT * kActStride * 2;
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t zero_smem = smem_base + 2 * kBufBytes;
-  for (int i = tid; i < kZeroBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes)[i] = 0u;
+  constexpr int kBufBytes = act_buf_bytes<NT>();
+  const uint32_t smem_base = ptx::smem_u32(smem);
+  const uint32_t zero_smem = zero_act_pad<NT>(smem);
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
 
   // The only divisions: where the CTA starts (tile cx0, step cs0).
@@ -928,30 +950,11 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   int ls = cs0;
   const uint4* wnext;
   const uint32_t* snext;
-  auto seek = [&]() {   // as gemv_body computes them at (tile16, st0)
-    const int tile16 = (lx * kWarps + warp) * TM;
-    const int super = tile16 / T::kTilesPerSuper;
-    const int sub = tile16 % T::kTilesPerSuper;
-    const size_t sstep = static_cast<size_t>(super) * steps + ls;
-    wnext = w0 + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
-    snext = s0p + sstep * S::kS;
-    if constexpr (T::kBits == 8) {
-      snext += g;
-    } else if constexpr (T::kGroup) {
-      snext += 2 * g + (TM == 1 ? sub : 0);
-    } else {
-      snext += 2 * (4 * g + (lane & 3)) + (TM == 1 ? sub : 0);
-    }
-  };
+  auto seek = [&]() { seek_frag<F, NT>(w0, s0p, steps, (lx * kWarps + warp) * TM, ls, lane, g, wnext, snext); };
   seek();
 
   float acc[TM][NT][4];
-#pragma unroll
-  for (int t = 0; t < TM; ++t)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+  zero_acc(acc);
 
   // Prologue: units 0..2, which may already cross tile boundaries (steps < 3 or a CTA starting
   // at a tile's last steps). The ring starts zeroed: a warp that never loads computes on zeros.
@@ -984,7 +987,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     for (int u = 0; u < kRing; ++u) cstep = cstep + 1 == steps ? 0 : cstep + 1;
   };
   chunk(0);
-  cp_async_commit();
+  ptx::cp_async_commit();
   const int nchunks = (nunits + kRing - 1) / kRing;
   const int mi = lane >> 3;
   const int r8 = lane & 7;
@@ -997,11 +1000,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     for (int it = a / kRing; kRing * it < b; ++it) {
       const uint32_t buf = smem_base + (it & 1) * kBufBytes;
       uint32_t rows[NT];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int m = 8 * j + r8;
-        rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
-      }
+      act_rows<NT>(rows, buf, zero_smem, mb, mi, r8);
 #pragma unroll
       for (int u = 0; u < kRing; ++u) {
         const int i = kRing * it + u;
@@ -1009,8 +1008,8 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
           if (u == 0) {
             __syncthreads();
             if (it + 1 < nchunks) chunk(it + 1);
-            cp_async_commit();
-            cp_async_wait<1>();
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<1>();
             __syncthreads();
           }
           ring_step<F, BF16, NT>(f[u], acc, rows, u, lane, i, wlimit, wnext, snext);
@@ -1040,12 +1039,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     if (a == ce) {
       const int done = ce - seg0;
       store_or_reduce_tile<F, BF16, NT>(p, acc, cx, done, cbeg == 0 && done == steps, m0, mb, &s_last);
-#pragma unroll
-      for (int t = 0; t < TM; ++t)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
+      zero_acc(acc);
       ++cx;
       cbeg = 0;
       seg0 = ce;

@@ -51,6 +51,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "mma_blockwise_params.h"
 
 namespace fp8lab {
@@ -88,32 +89,10 @@ struct TileConfig {
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte async copy global -> shared; src_bytes = 0 zero-fills the destination and reads nothing,
-// which is how M/N tails are predicated without branching around the copy.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
-  const int src_bytes = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 b16 matrices = four (8 rows x 16 bytes) tiles of e4m3. Thread l receives, from
-// matrix i, the 4 bytes at row l/4, byte 4*(l%4): exactly the m16n8k32 8-bit fragment pattern
-// (4 consecutive K elements, groupID = l/4, threadID_in_group = l%4).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
+// smem_u32, cp.async and ldmatrix come from common/ptx.cuh. ldmatrix.x4 here: four 8x8 b16
+// matrices = four (8 rows x 16 bytes) tiles of e4m3; thread l receives, from matrix i, the 4 bytes
+// at row l/4, byte 4*(l%4): exactly the m16n8k32 8-bit fragment pattern (4 consecutive K elements,
+// groupID = l/4, threadID_in_group = l%4).
 
 // D = A(16x32 e4m3, row) * B(32x8 e4m3, col) + C, fp32 accumulate.
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
@@ -161,7 +140,7 @@ __device__ __forceinline__ void load_stage(const MmaParams& p, uint32_t sA, uint
       const bool ok = gm < p.M;
       // Out-of-range rows point at row 0 (always valid memory); src_bytes = 0 reads nothing.
       const uint8_t* src = p.a + static_cast<size_t>(ok ? gm : 0) * p.K + k0 + ch * 16;
-      cp_async_16(sA + swz(row, ch), src, ok);
+      ptx::cp_async_16_zfill(sA + swz(row, ch), src, ok);
     }
   }
 #pragma unroll
@@ -172,7 +151,7 @@ __device__ __forceinline__ void load_stage(const MmaParams& p, uint32_t sA, uint
       const int gn = n0 + row;
       const bool ok = gn < p.N;
       const uint8_t* src = p.b + static_cast<size_t>(ok ? gn : 0) * p.K + k0 + ch * 16;
-      cp_async_16(sB + swz(row, ch), src, ok);
+      ptx::cp_async_16_zfill(sB + swz(row, ch), src, ok);
     }
   }
 }
@@ -190,7 +169,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[Cfg::MI][4], uint3
     // -> registers a[0..3] in the fragment order above.
     const int row = warp_m * Cfg::WM + mi * 16 + (j & 1) * 8 + r;
     const int chunk = 2 * ks + (j >> 1);
-    ldmatrix_x4(af[mi], sA + swz(row, chunk));
+    ptx::ldmatrix_x4(af[mi], sA + swz(row, chunk));
   }
 #pragma unroll
   for (int np = 0; np < Cfg::NI / 2; ++np) {
@@ -199,7 +178,7 @@ __device__ __forceinline__ void load_fragments(uint32_t (&af)[Cfg::MI][4], uint3
     const int row = warp_n * Cfg::WN + np * 16 + (j >> 1) * 8 + r;
     const int chunk = 2 * ks + (j & 1);
     uint32_t q[4];
-    ldmatrix_x4(q, sB + swz(row, chunk));
+    ptx::ldmatrix_x4(q, sB + swz(row, chunk));
     bf[2 * np][0] = q[0];
     bf[2 * np][1] = q[1];
     bf[2 * np + 1][0] = q[2];
@@ -215,7 +194,7 @@ template <class Cfg, int VARIANT, int LOOKUP>
 __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaParams p) {
   constexpr int MI = Cfg::MI, NI = Cfg::NI;
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t sA0 = smem_u32(smem);                                          // [STAGES][BM][128] e4m3
+  const uint32_t sA0 = ptx::smem_u32(smem);                                     // [STAGES][BM][128] e4m3
   const uint32_t sB0 = sA0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;                 // [STAGES][BN][128] e4m3
 
   // --- which tile: grouped launch order (swizzle) ---
@@ -262,7 +241,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
   for (int s = 0; s < Cfg::STAGES - 1; ++s) {
     if (s < kblocks)
       load_stage<Cfg>(p, sA0 + s * Cfg::A_STAGE_BYTES, sB0 + s * Cfg::B_STAGE_BYTES, m0, n0, s, tid);
-    cp_async_commit();  // commit even when empty so the group count stays in step with kb
+    ptx::cp_async_commit();  // commit even when empty so the group count stays in step with kb
   }
 
   // Per-block scale products from the previous block (kPerBlockInplace only).
@@ -272,7 +251,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
 
   for (int kb = 0; kb < kblocks; ++kb) {
     // Groups committed so far: (STAGES-1) + kb; the one for block kb must be complete.
-    cp_async_wait<Cfg::STAGES - 2>();
+    ptx::cp_async_wait<Cfg::STAGES - 2>();
     __syncthreads();  // block kb visible to all warps, and everyone is done reading block kb-1's slot
     {
       const int nk = kb + Cfg::STAGES - 1;
@@ -280,7 +259,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
         const int slot = nk % Cfg::STAGES;
         load_stage<Cfg>(p, sA0 + slot * Cfg::A_STAGE_BYTES, sB0 + slot * Cfg::B_STAGE_BYTES, m0, n0, nk, tid);
       }
-      cp_async_commit();
+      ptx::cp_async_commit();
     }
 
     // Scales of this K block, issued before the MMAs so their latency hides behind them.
@@ -376,7 +355,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
       for (int mi = 0; mi < MI; ++mi) s_prev[mi][0] = s[mi][0], s_prev[mi][1] = s[mi][1];
     }
   }
-  cp_async_wait<0>();  // only empty groups can be pending here; drain them before exit
+  ptx::cp_async_wait<0>();  // only empty groups can be pending here; drain them before exit
 
   if (VARIANT == kPerBlockInplace) {
     // back from the last block's scale domain (kblocks >= 1, so s_prev holds S_last)

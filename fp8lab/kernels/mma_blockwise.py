@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._build import COMMON_HEADERS
+
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "mma_blockwise.cuh"
 PARAMS_HEADER = KERNEL_DIR / "mma_blockwise_params.h"
@@ -40,7 +42,8 @@ EXT_SOURCES = (KERNEL_DIR / "mma_blockwise_ext.cpp", KERNEL_DIR / "mma_blockwise
                  for t in ("per_slice", "per_block", "per_cta_tile", "per_cta_first_col", "inplace")))
 EXT_HEADERS = (KERNEL_DIR / "mma_blockwise_ext_tables.h",)
 # Every file a compile depends on: the cache keys hash all of them.
-SOURCES = (HEADER, PARAMS_HEADER, CONFIGS_HEADER, STANDALONE_SOURCE)
+SOURCES = (HEADER, PARAMS_HEADER, CONFIGS_HEADER, STANDALONE_SOURCE, *COMMON_HEADERS)
+EXT_DIGEST_SOURCES = (*SOURCES, *EXT_HEADERS, *EXT_SOURCES)   # the extension's cache key
 
 BK = 128            # K per pipeline stage == the scale block along K
 SCALE_BLOCK = 128
@@ -314,7 +317,7 @@ def load_extension(verbose: bool = False):
     from ._build import extension_digest, load_torch_extension
 
     _EXT = load_torch_extension("mma_blockwise", EXT_SOURCES,
-                                digest=extension_digest((*SOURCES, *EXT_HEADERS, *EXT_SOURCES), torch),
+                                digest=extension_digest(EXT_DIGEST_SOURCES, torch),
                                 include_paths=[KERNEL_DIR], verbose=verbose)
     return _EXT
 

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._build import COMMON_HEADERS
+
 KERNEL_DIR = Path(__file__).resolve().parent
 SCALAR_SOURCE = KERNEL_DIR / "scalar_tiled.cu"
 WMMA_SOURCE = KERNEL_DIR / "wmma_w8a16.cu"
@@ -38,6 +40,7 @@ QUANT_SOURCE = KERNEL_DIR / "quant_act.cu"
 DEQUANT_SOURCE = KERNEL_DIR / "seed001_dequant.cu"
 BINDING_SOURCE = KERNEL_DIR / "seed001_ext.cpp"
 EXT_SOURCES = (BINDING_SOURCE, SCALAR_SOURCE, WMMA_SOURCE, QUANT_SOURCE, DEQUANT_SOURCE)
+EXT_DIGEST_SOURCES = (*EXT_SOURCES, *COMMON_HEADERS)   # the cache key: sources + included headers
 
 BK = 128                 # K per wmma stage == the scale block along K
 SCALE_BLOCK = 128
@@ -511,7 +514,7 @@ def load_extension(verbose: bool = False):
 
     from ._build import extension_digest, load_torch_extension
 
-    _EXT = load_torch_extension("seed001", EXT_SOURCES, digest=extension_digest(EXT_SOURCES, torch),
+    _EXT = load_torch_extension("seed001", EXT_SOURCES, digest=extension_digest(EXT_DIGEST_SOURCES, torch),
                                 include_paths=[KERNEL_DIR], cuda_cflags=["-O3", "-lineinfo"],
                                 verbose=verbose)
     return _EXT

@@ -46,6 +46,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import dequant, formats
+from ._build import COMMON_HEADERS
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "gemv_w16.cuh"
@@ -53,7 +54,9 @@ PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
 STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
 CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
 EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu")
-SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE)
+SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE, *COMMON_HEADERS)
+# What each extension's cache key hashes: its sources and every header they include.
+EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
 
 FORMATS = ("fp8", "int8", "nvfp4", "int4")
 FORMAT_ID = {f: i for i, f in enumerate(FORMATS)}   # the C++ enum Format
@@ -669,7 +672,7 @@ def load_extension(verbose: bool = False):
     from ._build import extension_digest, load_torch_extension
 
     _EXT = load_torch_extension("gemv_w16", EXT_SOURCES,
-                                digest=extension_digest((HEADER, PARAMS_HEADER, *EXT_SOURCES), torch),
+                                digest=extension_digest(EXT_DIGEST_SOURCES, torch),
                                 include_paths=[KERNEL_DIR], verbose=verbose)
     return _EXT
 
@@ -678,6 +681,7 @@ _XALU_EXT = None
 #: the EXTRA_ALU levels instantiated (extra dependent integer instructions per weight element)
 EXTRA_ALU_LEVELS = (0, 1, 2, 4, 8, 16)
 XALU_EXT_SOURCES = (KERNEL_DIR / "gemv_w16_xalu_ext.cpp", KERNEL_DIR / "gemv_w16_xalu_ext.cu")
+XALU_EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *XALU_EXT_SOURCES)
 XALU_KERNEL = "gemv_w8a16_fp8_xalu"
 
 
@@ -692,7 +696,7 @@ def load_xalu_extension(verbose: bool = False):
     from ._build import extension_digest, load_torch_extension
 
     _XALU_EXT = load_torch_extension("gemv_w16_xalu", XALU_EXT_SOURCES,
-                                     digest=extension_digest((HEADER, PARAMS_HEADER, *XALU_EXT_SOURCES), torch),
+                                     digest=extension_digest(XALU_EXT_DIGEST_SOURCES, torch),
                                      include_paths=[KERNEL_DIR], verbose=verbose)
     return _XALU_EXT
 

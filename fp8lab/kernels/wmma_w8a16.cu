@@ -35,6 +35,8 @@
 #include <mma.h>
 #include <stdint.h>
 
+#include "common/ptx.cuh"
+
 namespace fp8lab {
 namespace wmma_w8a16 {
 
@@ -110,18 +112,17 @@ __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t two_codes) {
   return *reinterpret_cast<const uint32_t*>(&b);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+// 16 e4m3 codes (one uint4, byte 0 first) -> 8 bf16x2 words in the same order, exactly.
+__device__ __forceinline__ void e4m3x16_to_bf16x16(const uint4& w, uint32_t (&b)[8]) {
+  const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    b[2 * j] = e4m3x2_to_bf16x2(q[j] & 0xFFFFu);
+    b[2 * j + 1] = e4m3x2_to_bf16x2(q[j] >> 16);
+  }
 }
 
-// 16-byte global -> shared copy; src_bytes = 0 fills the 16 bytes with zeros (rows past M).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-}
+// cp.async (rows past M zero-filled: cp_async_16_zfill), commit / wait and smem_u32: common/ptx.cuh.
 
 // wmma fragment loads from shared memory. wmma::load_matrix_sync takes a generic pointer and nvcc
 // keeps the generic load (LD.E, 4 per fragment); the same PTX instruction with the .shared state
@@ -132,18 +133,21 @@ using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 static_assert(sizeof(FragA) == 16 && sizeof(FragB) == 16, "a bf16 16x16x16 operand fragment is 4 registers");
 
-__device__ __forceinline__ void load_a(FragA& f, const bf16* p, unsigned ldm) {
+__device__ __forceinline__ void ldsm_a(FragA& f, uint32_t addr, unsigned ldm) {
   uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
   asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)), "r"(ldm));
+               : "r"(addr), "r"(ldm));
 }
-__device__ __forceinline__ void load_b(FragB& f, const bf16* p, unsigned ldm) {
+__device__ __forceinline__ void ldsm_b(FragB& f, uint32_t addr, unsigned ldm) {
   uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
   asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)), "r"(ldm));
+               : "r"(addr), "r"(ldm));
 }
+// The same loads from a generic pointer into shared memory.
+__device__ __forceinline__ void load_a(FragA& f, const bf16* p, unsigned ldm) { ldsm_a(f, ptx::smem_u32(p), ldm); }
+__device__ __forceinline__ void load_b(FragB& f, const bf16* p, unsigned ldm) { ldsm_b(f, ptx::smem_u32(p), ldm); }
 
 template <typename OutT>
 __device__ __forceinline__ OutT from_float(float x);
@@ -151,6 +155,103 @@ template <>
 __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// The pieces every kernel variant below shares.
+
+// This CTA's output tile (m0, n0) and K-block range. Grouped launch order: kGroupM tile rows share
+// each column of W tiles while it is in L2. blockIdx.y is the K split.
+struct CtaTile {
+  int m0, n0;                // first row / column of the output tile
+  int kb_begin, kb_end;      // K blocks [kb_begin, kb_end) of this split
+  const float* w_scale_row;  // the tile's row of weight scales, one per K block
+};
+template <class Cfg>
+__device__ __forceinline__ CtaTile cta_tile(const Params& p) {
+  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
+  const int pid = blockIdx.x;
+  const int width = kGroupM * tiles_n;
+  const int first_m = (pid / width) * kGroupM;
+  const int group_rows = min(tiles_m - first_m, kGroupM);
+  const int pid_m = first_m + (pid % width) % group_rows;
+  const int pid_n = (pid % width) / group_rows;
+  CtaTile t;
+  t.m0 = pid_m * Cfg::BM;
+  t.n0 = pid_n * Cfg::BN;
+  const int KB = p.K / BK;
+  t.kb_begin = blockIdx.y * p.kb_per_split;
+  t.kb_end = min(KB, t.kb_begin + p.kb_per_split);
+  t.w_scale_row = p.w_scale + static_cast<size_t>(t.n0 / 128) * KB;
+  return t;
+}
+
+template <class Cfg>
+__device__ __forceinline__ void zero_frags(FragC (&f)[Cfg::FM][Cfg::FN]) {
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(f[i][j], 0.f);
+}
+
+// acc += scale * blk: one 128-wide K block's fp32 sums promoted with the block's one weight scale.
+// One scalar for the whole fragment, so the (unspecified) element order of a wmma fragment does
+// not matter.
+template <class Cfg>
+__device__ __forceinline__ void promote(FragC (&acc)[Cfg::FM][Cfg::FN], const FragC (&blk)[Cfg::FM][Cfg::FN],
+                                        float scale) {
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+#pragma unroll
+      for (int e = 0; e < blk[i][j].num_elements; ++e)
+        acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+}
+
+// Epilogue: fragments -> fp32 staging tile in shared memory (smem_raw; the caller has passed a
+// barrier after the last read of the operand tiles) -> row-major global stores, guarded for ragged M
+// and N: OutT into c, or fp32 into this split's slice of partial when the grid has K splits.
+// p by value, as the kernels hold it: through a reference ptxas cannot tell that the stores to c /
+// partial leave p.M and p.N alone, and schedules the guard differently (scripts/sass_identical.py).
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void store_tile(const Params p, const FragC (&acc)[Cfg::FM][Cfg::FN],
+                                           unsigned char* smem_raw, int m0, int n0, int wm, int wn) {
+  float* Cs = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j)
+      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
+                              Cfg::LDC, wmma::mem_row_major);
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
+    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
+    const int gm = m0 + r, gn = n0 + cc;
+    if (gm >= p.M || gn >= p.N) continue;
+    const float v = Cs[r * Cfg::LDC + cc];
+    const size_t o = static_cast<size_t>(gm) * p.N + gn;
+    if (split) {
+      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
+    } else {
+      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
+    }
+  }
+}
+
+// 16-byte chunk `chunk` (8 bf16) of the BM x 128 A tile of K block kb: its element offset in the
+// stage (row-major, LDS), its source, and whether its row is inside M. Rows past M read row 0 (a
+// valid address) and are zero-filled.
+struct AChunk {
+  int smem_offset;
+  const bf16* src;
+  bool in;
+};
+template <class Cfg>
+__device__ __forceinline__ AChunk a_chunk(const Params& p, int m0, int kb, int chunk) {
+  const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
+  const int gm = m0 + row;
+  return {row * Cfg::LDS + col, p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col, gm < p.M};
+}
 
 // One thread's share of the tile traffic of one K block.
 template <class Cfg>
@@ -163,14 +264,11 @@ struct TileLoader {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
-      const int chunk = tid + i * Cfg::THREADS;
-      const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
-      const int gm = m0 + row;
-      const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
+      const AChunk c = a_chunk<Cfg>(p, m0, kb, tid + i * Cfg::THREADS);
       if constexpr (Cfg::kWideSmem) {
-        cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+        ptx::cp_async_16_zfill(ptx::smem_u32(As + c.smem_offset), c.src, c.in);
       } else {
-        areg[i] = gm < p.M ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+        areg[i] = c.in ? *reinterpret_cast<const uint4*>(c.src) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
@@ -196,13 +294,8 @@ struct TileLoader {
     for (int i = 0; i < Cfg::W_CHUNKS; ++i) {
       const int chunk = tid + i * Cfg::THREADS;
       const int row = chunk / (BK / 16), col = (chunk % (BK / 16)) * 16;
-      const uint32_t q[4] = {wreg[i].x, wreg[i].y, wreg[i].z, wreg[i].w};
       uint32_t b[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        b[2 * j] = e4m3x2_to_bf16x2(q[j] & 0xFFFFu);
-        b[2 * j + 1] = e4m3x2_to_bf16x2(q[j] >> 16);
-      }
+      e4m3x16_to_bf16x16(wreg[i], b);
       bf16* dst = Ws + row * Cfg::LDS + col;
       if constexpr (Cfg::kWideSmem) {
         reinterpret_cast<uint4*>(dst)[0] = make_uint4(b[0], b[1], b[2], b[3]);
@@ -222,7 +315,8 @@ struct TileLoader {
   __device__ __forceinline__ void finish_a(bf16* As) {
     const int tid = threadIdx.x;
     if constexpr (Cfg::kWideSmem) {
-      cp_async_commit_wait_all();
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
     } else {
 #pragma unroll
       for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
@@ -247,29 +341,15 @@ wmma_w8a16_kernel(const Params p) {
   bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [2][BM][LDS]
   bf16* const Ws0 = As0 + 2 * Cfg::A_STAGE;                // [2][BN][LDS]
 
-  // Grouped launch order: kGroupM tile rows share each column of W tiles while it is in L2.
-  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
-  const int pid = blockIdx.x;
-  const int width = kGroupM * tiles_n;
-  const int first_m = (pid / width) * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
-  const int pid_m = first_m + (pid % width) % group_rows;
-  const int pid_n = (pid % width) / group_rows;
-  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
-
-  const int KB = p.K / BK;
-  const int kb_begin = blockIdx.y * p.kb_per_split;
-  const int kb_end = min(KB, kb_begin + p.kb_per_split);
-  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;  // one scale per K block
+  const CtaTile t = cta_tile<Cfg>(p);
+  const int m0 = t.m0, n0 = t.n0, kb_begin = t.kb_begin, kb_end = t.kb_end;
+  const float* w_scale_row = t.w_scale_row;
 
   const int warp = threadIdx.x / 32;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
 
   FragC acc[Cfg::FM][Cfg::FN];
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  zero_frags<Cfg>(acc);
 
   TileLoader<Cfg> ld;
   ld.issue(p, As0, m0, n0, kb_begin);
@@ -290,10 +370,7 @@ wmma_w8a16_kernel(const Params p) {
 
     // One 128-wide K block into a fresh fp32 fragment ...
     FragC blk[Cfg::FM][Cfg::FN];
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+    zero_frags<Cfg>(blk);
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       FragA fa[Cfg::FM];
@@ -307,44 +384,16 @@ wmma_w8a16_kernel(const Params p) {
 #pragma unroll
         for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[i], fb[j], blk[i][j]);
     }
-    // ... promoted once with the block's one weight scale. One scalar for the whole fragment, so
-    // the (unspecified) element order of a wmma fragment does not matter.
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-        for (int e = 0; e < blk[i][j].num_elements; ++e)
-          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+    // ... promoted once with the block's one weight scale.
+    promote<Cfg>(acc, blk, scale);
 
     if (more) ld.finish(As0 + (cur ^ 1) * Cfg::A_STAGE, Ws0 + (cur ^ 1) * Cfg::W_STAGE);
     __syncthreads();
     scale = next_scale;
   }
 
-  // Epilogue: fragments -> fp32 staging tile in shared memory (the loop ended on a barrier, so the
-  // operand tiles are dead) -> row-major global stores, guarded for ragged M and N.
-  float* Cs = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
-                              Cfg::LDC, wmma::mem_row_major);
-  __syncthreads();
-  const bool split = gridDim.y > 1;
-  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
-    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
-    const int gm = m0 + r, gn = n0 + cc;
-    if (gm >= p.M || gn >= p.N) continue;
-    const float v = Cs[r * Cfg::LDC + cc];
-    const size_t o = static_cast<size_t>(gm) * p.N + gn;
-    if (split) {
-      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
-    } else {
-      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
-    }
-  }
+  // The loop ended on a barrier, so the operand tiles are dead: the epilogue may reuse them.
+  store_tile<Cfg, OutT>(p, acc, smem_raw, m0, n0, wm, wn);
 }
 
 // Pipelined variant (Config::PIPE >= 2; issue 6, B3). Same arithmetic as wmma_w8a16_kernel (one
@@ -363,12 +412,6 @@ wmma_w8a16_kernel(const Params p) {
 // cp.async bookkeeping: one commit group per block (possibly empty-in-effect but always committed),
 // so "wait until <= STAGES - 2 groups are pending" at the bottom of iteration i means the group of
 // block i + 1 has landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::THREADS)
 wmma_w8a16_pipelined_kernel(const Params p) {
@@ -379,28 +422,15 @@ wmma_w8a16_pipelined_kernel(const Params p) {
   bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [S][BM][LDS]
   bf16* const Ws0 = As0 + S * Cfg::A_STAGE;                // [S][BN][LDS]
 
-  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
-  const int pid = blockIdx.x;
-  const int width = kGroupM * tiles_n;
-  const int first_m = (pid / width) * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
-  const int pid_m = first_m + (pid % width) % group_rows;
-  const int pid_n = (pid % width) / group_rows;
-  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
-
-  const int KB = p.K / BK;
-  const int kb_begin = blockIdx.y * p.kb_per_split;
-  const int kb_end = min(KB, kb_begin + p.kb_per_split);
-  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;
+  const CtaTile t = cta_tile<Cfg>(p);
+  const int m0 = t.m0, n0 = t.n0, kb_begin = t.kb_begin, kb_end = t.kb_end;
+  const float* w_scale_row = t.w_scale_row;
 
   const int warp = threadIdx.x / 32;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
 
   FragC acc[Cfg::FM][Cfg::FN];
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  zero_frags<Cfg>(acc);
 
   TileLoader<Cfg> ld;
   // Prologue: blocks kb_begin .. kb_begin + S - 2 into stages 0 .. S - 2 (clamped past the end).
@@ -408,26 +438,23 @@ wmma_w8a16_pipelined_kernel(const Params p) {
   for (int st = 0; st < S - 1; ++st) {
     const int kb = min(kb_begin + st, kb_end - 1);
     ld.issue(p, As0 + st * Cfg::A_STAGE, m0, n0, kb);
-    cp_async_commit();
+    ptx::cp_async_commit();
     ld.store_w(Ws0 + st * Cfg::W_STAGE);
   }
-  cp_async_wait_pending<S - 2>();
+  ptx::cp_async_wait<S - 2>();
   __syncthreads();
 
   int cur = 0;           // stage of block kb
   int pre = S - 1;       // stage of block kb + S - 1 (the one freed by the last barrier)
   for (int kb = kb_begin; kb < kb_end; ++kb) {
     ld.issue(p, As0 + pre * Cfg::A_STAGE, m0, n0, min(kb + S - 1, kb_end - 1));
-    cp_async_commit();
+    ptx::cp_async_commit();
     const float scale = __ldg(w_scale_row + kb);
     const bf16* As = As0 + cur * Cfg::A_STAGE + (wm * Cfg::WM) * Cfg::LDS;
     const bf16* Ws = Ws0 + cur * Cfg::W_STAGE + (wn * Cfg::WN) * Cfg::LDS;
 
     FragC blk[Cfg::FM][Cfg::FN];
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+    zero_frags<Cfg>(blk);
     FragA fa[2][Cfg::FM];
     FragB fb[2][Cfg::FN];
 #pragma unroll
@@ -448,46 +475,20 @@ wmma_w8a16_pipelined_kernel(const Params p) {
 #pragma unroll
         for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[b][i], fb[b][j], blk[i][j]);
     }
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-        for (int e = 0; e < blk[i][j].num_elements; ++e)
-          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+    promote<Cfg>(acc, blk, scale);
 
     ld.store_w(Ws0 + pre * Cfg::W_STAGE);
-    cp_async_wait_pending<S - 2>();
+    ptx::cp_async_wait<S - 2>();
     __syncthreads();
     cur = cur + 1 == S ? 0 : cur + 1;
     pre = pre + 1 == S ? 0 : pre + 1;
   }
   // The clamped loads of the last S - 1 iterations may still be in flight into smem the epilogue
   // is about to overwrite.
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
-  float* Cs = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
-                              Cfg::LDC, wmma::mem_row_major);
-  __syncthreads();
-  const bool split = gridDim.y > 1;
-  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
-    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
-    const int gm = m0 + r, gn = n0 + cc;
-    if (gm >= p.M || gn >= p.N) continue;
-    const float v = Cs[r * Cfg::LDC + cc];
-    const size_t o = static_cast<size_t>(gm) * p.N + gn;
-    if (split) {
-      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
-    } else {
-      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
-    }
-  }
+  store_tile<Cfg, OutT>(p, acc, smem_raw, m0, n0, wm, wn);
 }
 
 // Interleaved variant (Config::SCHED == 1; issue 6, B3). Same arithmetic as wmma_w8a16_kernel (a
@@ -514,18 +515,6 @@ wmma_w8a16_pipelined_kernel(const Params p) {
 // cp.async bookkeeping: one commit group per block. At the bottom of iteration kb the groups issued
 // in iterations <= kb cover blocks up to kb + STAGES - 1; block kb + 2 must have landed (its fragments
 // are read from iteration kb + 1's last k-step on), so at most STAGES - 3 groups may stay pending.
-__device__ __forceinline__ void ldsm_a(FragA& f, uint32_t addr, unsigned ldm) {
-  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
-  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr), "r"(ldm));
-}
-__device__ __forceinline__ void ldsm_b(FragB& f, uint32_t addr, unsigned ldm) {
-  uint32_t* r = reinterpret_cast<uint32_t*>(&f.x[0]);
-  asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr), "r"(ldm));
-}
 
 // Chunk q (16 e4m3 codes) of a BN x 128 W tile -> (row, first code). 32 consecutive chunks (one
 // warp) cover 8 rows x 64 codes; lanes 8p .. 8p + 7 (one 16-byte store phase) cover rows 2p, 2p + 1
@@ -548,26 +537,16 @@ wmma_w8a16_il_kernel(const Params p) {
   bf16* const As0 = reinterpret_cast<bf16*>(smem_raw);     // [S][BM][LDS]
   bf16* const Ws0 = As0 + S * Cfg::A_STAGE;                // [S][BN][LDS]
 
-  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
-  const int pid = blockIdx.x;
-  const int width = kGroupM * tiles_n;
-  const int first_m = (pid / width) * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
-  const int pid_m = first_m + (pid % width) % group_rows;
-  const int pid_n = (pid % width) / group_rows;
-  const int m0 = pid_m * Cfg::BM, n0 = pid_n * Cfg::BN;
-
-  const int KB = p.K / BK;
-  const int kb_begin = blockIdx.y * p.kb_per_split;
-  const int kb_end = min(KB, kb_begin + p.kb_per_split);
-  const float* w_scale_row = p.w_scale + static_cast<size_t>(n0 / 128) * KB;
+  const CtaTile t = cta_tile<Cfg>(p);
+  const int m0 = t.m0, n0 = t.n0, kb_begin = t.kb_begin, kb_end = t.kb_end;
+  const float* w_scale_row = t.w_scale_row;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
   // This warp's fragment origin in stage 0 (bytes, shared window).
-  const uint32_t a_frag0 = smem_addr(As0) + static_cast<uint32_t>(wm * Cfg::WM) * LDS_B;
-  const uint32_t w_frag0 = smem_addr(Ws0) + static_cast<uint32_t>(wn * Cfg::WN) * LDS_B;
+  const uint32_t a_frag0 = ptx::smem_u32(As0) + static_cast<uint32_t>(wm * Cfg::WM) * LDS_B;
+  const uint32_t w_frag0 = ptx::smem_u32(Ws0) + static_cast<uint32_t>(wn * Cfg::WN) * LDS_B;
 
   // This thread's W chunks: chunk i = chunk 0 + i * THREADS / 32 warps = + 16 * i * THREADS / 256
   // rows, same column (THREADS / 32 is even), so one row/column pair per thread serves all chunks.
@@ -581,11 +560,8 @@ wmma_w8a16_il_kernel(const Params p) {
     bf16* As = As0 + stage * Cfg::A_STAGE;
 #pragma unroll
     for (int i = 0; i < Cfg::A_CHUNKS; ++i) {
-      const int chunk = tid + i * Cfg::THREADS;
-      const int row = chunk / (BK / 8), col = (chunk % (BK / 8)) * 8;
-      const int gm = m0 + row;
-      const bf16* src = p.a + static_cast<size_t>(gm < p.M ? gm : 0) * p.K + kb * BK + col;
-      cp_async_16(As + row * Cfg::LDS + col, src, gm < p.M ? 16 : 0);
+      const AChunk c = a_chunk<Cfg>(p, m0, kb, tid + i * Cfg::THREADS);
+      ptx::cp_async_16_zfill(ptx::smem_u32(As + c.smem_offset), c.src, c.in);
     }
   };
   auto load_w = [&](int kb) {
@@ -597,35 +573,27 @@ wmma_w8a16_il_kernel(const Params p) {
     }
   };
   auto store_w = [&](int i, int stage) {
-    const uint32_t q[4] = {wreg[i].x, wreg[i].y, wreg[i].z, wreg[i].w};
     uint32_t b[8];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      b[2 * j] = e4m3x2_to_bf16x2(q[j] & 0xFFFFu);
-      b[2 * j + 1] = e4m3x2_to_bf16x2(q[j] >> 16);
-    }
+    e4m3x16_to_bf16x16(wreg[i], b);
     bf16* dst = w_dst0 + stage * Cfg::W_STAGE + i * W_ROW_STEP * Cfg::LDS;
     reinterpret_cast<uint4*>(dst)[0] = make_uint4(b[0], b[1], b[2], b[3]);
     reinterpret_cast<uint4*>(dst)[1] = make_uint4(b[4], b[5], b[6], b[7]);
   };
 
   FragC acc[Cfg::FM][Cfg::FN];
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  zero_frags<Cfg>(acc);
 
   // Prologue: blocks kb_begin .. kb_begin + S - 2 into stages 0 .. S - 2 (clamped past the end).
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     const int kb = min(kb_begin + st, kb_end - 1);
     issue_a(st, kb);
-    cp_async_commit();
+    ptx::cp_async_commit();
     load_w(kb);
 #pragma unroll
     for (int i = 0; i < WC; ++i) store_w(i, st);
   }
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
   FragA fa[2][Cfg::FM];
@@ -641,17 +609,14 @@ wmma_w8a16_il_kernel(const Params p) {
     const int nxt = cur + 1 == S ? 0 : cur + 1;
     const int kload = min(kb + S - 1, kb_end - 1);
     issue_a(pre, kload);
-    cp_async_commit();
+    ptx::cp_async_commit();
     load_w(kload);
     const float scale = __ldg(w_scale_row + kb);
     const uint32_t a_cur = a_frag0 + cur * A_STAGE_B, w_cur = w_frag0 + cur * W_STAGE_B;
     const uint32_t a_nxt = a_frag0 + nxt * A_STAGE_B, w_nxt = w_frag0 + nxt * W_STAGE_B;
 
     FragC blk[Cfg::FM][Cfg::FN];
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j) wmma::fill_fragment(blk[i][j], 0.f);
+    zero_frags<Cfg>(blk);
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
       const int b = ks & 1;
@@ -669,44 +634,18 @@ wmma_w8a16_il_kernel(const Params p) {
         for (int j = 0; j < Cfg::FN; ++j) wmma::mma_sync(blk[i][j], fa[b][i], fb[b][j], blk[i][j]);
       if (ks >= W_FIRST_KS) store_w(ks - W_FIRST_KS, pre);
     }
-#pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-#pragma unroll
-        for (int e = 0; e < blk[i][j].num_elements; ++e)
-          acc[i][j].x[e] = fmaf(scale, blk[i][j].x[e], acc[i][j].x[e]);
+    promote<Cfg>(acc, blk, scale);
 
-    cp_async_wait_pending<S - 3>();
+    ptx::cp_async_wait<S - 3>();
     __syncthreads();
     cur = nxt;
     pre = pre + 1 == S ? 0 : pre + 1;
   }
   // Clamped loads of the last iterations may still be in flight into smem the epilogue overwrites.
-  cp_async_wait_pending<0>();
+  ptx::cp_async_wait<0>();
   __syncthreads();
 
-  float* Cs = reinterpret_cast<float*>(smem_raw);
-#pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j)
-      wmma::store_matrix_sync(Cs + (wm * Cfg::WM + i * 16) * Cfg::LDC + wn * Cfg::WN + j * 16, acc[i][j],
-                              Cfg::LDC, wmma::mem_row_major);
-  __syncthreads();
-  const bool split = gridDim.y > 1;
-  for (int idx = threadIdx.x; idx < Cfg::BM * Cfg::BN; idx += Cfg::THREADS) {
-    const int r = idx / Cfg::BN, cc = idx % Cfg::BN;
-    const int gm = m0 + r, gn = n0 + cc;
-    if (gm >= p.M || gn >= p.N) continue;
-    const float v = Cs[r * Cfg::LDC + cc];
-    const size_t o = static_cast<size_t>(gm) * p.N + gn;
-    if (split) {
-      p.partial[static_cast<size_t>(blockIdx.y) * p.M * p.N + o] = v;
-    } else {
-      static_cast<OutT*>(p.c)[o] = from_float<OutT>(v);
-    }
-  }
+  store_tile<Cfg, OutT>(p, acc, smem_raw, m0, n0, wm, wn);
 }
 
 // Sum of the K splits in a fixed order (deterministic), then the output conversion.

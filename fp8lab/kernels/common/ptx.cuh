@@ -1,0 +1,78 @@
+// common/ptx.cuh -- the inline-PTX helpers fp8lab's hand-written kernels share (issue 18).
+//
+// One definition each, used by mma_blockwise.cuh, gemv_w16.cuh and wmma_w8a16.cu. Before this
+// header each kernel carried its own copy and the copies had drifted: only mma_blockwise's
+// cp.async / commit / wait carried a "memory" clobber. scripts/sass_identical.py compares every
+// kernel's SASS before and after a change here.
+//
+// Include it as "common/ptx.cuh" from a file in fp8lab/kernels/: nvcc looks next to the including
+// file first, so every build (torch extensions, nvcc -cubin, the census) finds it without an -I.
+// Every build cache that hashes kernel sources lists this file (kernels/_build.py COMMON_HEADERS).
+//
+// Clobbers: an asm statement's operands tell the compiler only about registers. These helpers
+// move data between global and shared memory through 32-bit shared-window addresses the
+// compiler cannot see, so each one that reads or writes memory, or that orders memory, says
+// "memory". That makes it a compiler barrier: no ordinary load or store is moved across it and
+// no value of memory is kept in a register across it. `volatile` alone keeps asm statements in
+// order among themselves, not ordinary C++ memory accesses around them. The hardware ordering
+// (which thread sees which shared-memory bytes when) is still __syncthreads()'s job.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace fp8lab {
+namespace ptx {
+
+// cvta.to.shared: a generic pointer into shared memory -> its 32-bit shared-window address, the
+// operand form cp.async and ldmatrix take (and one register instead of two).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// cp.async.cg.shared.global [dst], [src], 16 (SASS LDGSTS.E.BYPASS.128): 16 bytes global ->
+// shared without a register round trip, cached in L2 only (.cg: streamed operands are not reused
+// from L1). "memory": it writes shared memory the compiler does not see.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, src_size: as cp_async_16, but with valid = false it
+// reads nothing and zero-fills the 16 bytes (src_size 0), which is how M/N tails are predicated
+// without a branch around the copy; src must still be a mappable address (callers clamp it).
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// cp.async.commit_group (SASS LDGDEPBAR): closes the group of cp.async copies issued so far by
+// this thread. It touches no memory itself; "memory" keeps ordinary shared-memory accesses on
+// their side of the group boundary, so code between a commit and the matching wait reads as it is
+// written.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// cp.async.wait_group N (SASS DEPBAR.LE SB0, N): blocks until at most N of this thread's committed
+// groups are still in flight. "memory" is required here: the bytes of the completed groups appear
+// in shared memory behind the compiler's back, so no shared-memory load may be hoisted above the
+// wait and no earlier load of those bytes may be reused after it. (Other threads' copies still need
+// a __syncthreads() after the wait.)
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 (SASS LDSM.16.M88.4): four 8x8 b16 matrices from shared
+// memory; lane l gives the row address of row l % 8 of matrix l / 8 and receives, from matrix i,
+// the 4 bytes at row l / 4, byte 4 (l % 4) in r[i] -- the mma.sync A/B fragment layout.
+// "memory": it reads shared memory through an address the compiler does not see, so ordinary
+// stores to that memory must not sink below it.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+}  // namespace ptx
+}  // namespace fp8lab
