@@ -392,7 +392,7 @@ wmma_w8a16_kernel(const Params p) {
     scale = next_scale;
   }
 
-  // The loop ended on a barrier, so the operand tiles are dead: the epilogue may reuse them.
+  // Epilogue: the loop ended on a barrier, so the operand tiles are dead and store_tile may reuse them.
   store_tile<Cfg, OutT>(p, acc, smem_raw, m0, n0, wm, wn);
 }
 
