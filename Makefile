@@ -10,7 +10,8 @@ EXTRAS   ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu,test; else e
 # Offline GPU box: `make run WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test VENV=` installs
 # from the wheelhouse into the box's own Python (which has torch and triton), no network.
 WHEELHOUSE ?=
-PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE) --no-build-isolation,)
+# (its peers/ folder, from scripts/peers_offline.py, serves EXTRAS=...,peers)
+PIP_SRC  := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE) $(if $(wildcard $(WHEELHOUSE)/peers),--find-links $(WHEELHOUSE)/peers,) --no-build-isolation,)
 ARGS     ?=
 # `make run` first builds every CUDA extension and cubin in parallel (`python -m fp8lab build`,
 # which does nothing without a GPU); PREBUILD=no leaves each to the first notebook that needs it.

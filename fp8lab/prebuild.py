@@ -25,8 +25,12 @@ waited on a failed build gets an ImportError, not the compiler's message (that i
 command's log). The weight-only cubins need no lock: ``weight_only._compile`` writes a
 per-process temporary and renames it into place.
 
+The original Marlin (a peer) is built here too when its source is unpacked, one target per
+variant (``peer_marlin_*``), each probed in its own process after its build.
+
 Not built here: Triton kernels (compiled at the first launch of each autotuned shape, cached
-by Triton itself) and ``three_arms.b9_compile_check`` (five one-kernel nvcc runs into a temporary
+by Triton itself; the peers' autotuned Triton configs are compiled on all cores at the start of
+their sweeps, fp8lab.peers.precompile) and ``three_arms.b9_compile_check`` (five one-kernel nvcc runs into a temporary
 folder, on purpose: it shows what nvcc says for each pad).
 """
 
@@ -42,6 +46,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Callable, Sequence
+
+from .peers.discover import MARLIN_VARIANTS
 
 #: How long a stopped build gets to release torch's lock before it is killed.
 _TERM_GRACE_S = 10.0
@@ -88,6 +94,12 @@ TARGETS: tuple[Target, ...] = (
            needs=f"{__name__}:sass_tools"),
     Target("wo_sass_dequant", "cubin", "fp8lab.kernels.weight_only:dequant_cubin", ("sm_90",),
            slow_s=1.5, what="gemv_w16_check.cu dequant probes, sm_90 (notebook 08)", needs=f"{__name__}:sass_tools"),
+    # the original Marlin (a peer, notebooks 08 and 11), built from its own source where it has
+    # been unpacked (scripts/peers_offline.py --sources), each variant in its own process (torch
+    # renames a second extension of one module name in one process), then probed
+    *(Target(f"peer_marlin_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild", (v,), units=2,
+             slow_s=40, what=f"Marlin INT4 from its source ({v}), then its separate-process probe",
+             needs="fp8lab.peers.build:prebuild_ready") for v in MARLIN_VARIANTS),
 )
 
 
@@ -327,7 +339,7 @@ def cli(a) -> int:
         return 2
     if a.list:
         for t in sel:
-            print(f"{t.name:<16} {t.kind:<9} {unit_count(t):>2} TU  {t.what}")
+            print(f"{t.name:<22} {t.kind:<9} {unit_count(t):>2} TU  {t.what}")
         return 0
     if a.jobs is not None and a.jobs < 1:
         print(f"fp8lab build: --jobs must be at least 1, got {a.jobs}", file=sys.stderr)
@@ -367,7 +379,13 @@ def cli(a) -> int:
           f"in {wall:.1f} s ({jobs} jobs)")
     if getattr(a, "summary", None):
         write_summary(a.summary, results, wall, jobs)
-    return 1 if n_fail else 0
+    # a peer that does not build is a not-run row in its notebooks, not a failed make run
+    kinds = {t.name: t.kind for t in sel}
+    peer_fail = [r.name for r in results if not r.ok and kinds.get(r.name) == "peer"]
+    if peer_fail:
+        print(f"fp8lab build: {', '.join(peer_fail)} failed: a peer (other people's code); its notebook rows "
+              "will say not-run, the run goes on")
+    return 1 if n_fail > len(peer_fail) else 0
 
 
 def write_summary(path, results, wall_s: float, jobs: int) -> None:

@@ -357,3 +357,24 @@ def test_peer_imports_cache_their_triton_autotuning_and_nothing_else(monkeypatch
     with discover.triton_autotune_cache():
         assert os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
     assert os.environ["TRITON_CACHE_AUTOTUNING"] == "0"
+
+
+def test_marlin_prebuild_reuses_a_build_of_the_same_source_and_variant(tmp_path):
+    import json
+
+    from fp8lab.peers import build
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / ".fp8lab-source.json").write_text(json.dumps({"commit": "2f6d7c1"}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert build._built(out, "as-is", src) is None                    # nothing built
+    so = out / "marlin_cuda.cpython-312-x86_64-linux-gnu.so"
+    so.write_bytes(b"")
+    info = dict(variant="as-is", source_commit="2f6d7c1", source=str(src))
+    (out / "build_info.json").write_text(json.dumps(info))
+    assert build._built(out, "as-is", src) == so
+    assert build._built(out, "no-l2-hint", src) is None               # another variant
+    (src / ".fp8lab-source.json").write_text(json.dumps({"commit": "0000000"}))
+    assert build._built(out, "as-is", src) is None                    # the source moved on

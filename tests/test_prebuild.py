@@ -1,6 +1,7 @@
 """`python -m fp8lab build`: the target registry is complete, the command line, and the parallel
 driver (fake loaders in real child processes: jobs budget, cache detection, failures, timeouts)."""
 
+import dataclasses
 import ast
 import re
 import time
@@ -196,3 +197,26 @@ def test_cli_one_line_per_target_and_failure_exit(tmp_path, capsys, monkeypatch)
     assert fail.startswith("  FAILED  bad") and "error: expected" in fail and "bad.log" in fail
     assert cli.main(["build", "--only", "ok"]) == 0
     assert "  cached  ok" in capsys.readouterr().out
+
+
+def test_a_peer_that_fails_to_build_does_not_fail_the_run(tmp_path, capsys, monkeypatch):
+    """The original Marlin (a peer) builds as a target of its own kind: when it fails, its
+    notebooks' rows say not-run; fp8lab's own targets failing still fail make run."""
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setenv("FP8LAB_CACHE_DIR", str(tmp_path))
+    peer = dataclasses.replace(_t("peer_x", "fake_fail"), kind="peer")
+    monkeypatch.setattr(prebuild, "TARGETS", (_t("ok", "fake_build", str(tmp_path / "ok")), peer))
+    assert cli.main(["build", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "peer_x failed: a peer" in out and "the run goes on" in out
+    monkeypatch.setattr(prebuild, "TARGETS", (peer, _t("bad", "fake_fail")))
+    assert cli.main(["build", "--jobs", "2"]) == 1
+
+
+def test_marlin_targets_one_per_variant():
+    from fp8lab.peers import discover
+    ts = [t for t in prebuild.TARGETS if t.kind == "peer"]
+    assert [t.args for t in ts] == [(v,) for v in discover.MARLIN_VARIANTS]
+    assert all(t.loader == "fp8lab.peers.build:prebuild" and t.needs == "fp8lab.peers.build:prebuild_ready"
+               for t in ts)

@@ -161,3 +161,52 @@ def build_marlin(src: Optional[Path] = None, out: Optional[Path] = None, verbose
         torch=torch.__version__, arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", "")), indent=1))
     discover.reset()
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# prebuild (``python -m fp8lab build``, make run): each Marlin variant as a target of its own
+# ------------------------------------------------------------------------------------------
+def prebuild_ready() -> tuple[bool, str]:
+    """(ok, why not): Marlin's source is here and torch sees a CUDA GPU (the target's ``needs``)."""
+    try:
+        source_files()
+    except FileNotFoundError:
+        return False, ("Marlin's source is not here (python scripts/peers_offline.py --sources "
+                       "or $FP8LAB_MARLIN_SRC)")
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    return True, ""
+
+
+def _built(out: Path, variant: str, src: Path) -> Optional[Path]:
+    """The extension in ``out`` when it was built from ``src`` at its current commit as ``variant``."""
+    so = next(out.glob("marlin_cuda*.so"), None)
+    info = out / "build_info.json"
+    if so is None or not info.exists():
+        return None
+    try:
+        d = json.loads(info.read_text())
+    except ValueError:
+        return None
+    same = d.get("variant") == variant and d.get("source_commit") == _source_commit(src) \
+        and d.get("source") == str(src)
+    return so if same and so.name.split(".")[0] == "marlin_cuda" else None
+
+
+def prebuild(variant: str = "as-is") -> Path:
+    """Build one Marlin variant unless the same source is already built there, then probe it in
+    its own process (the probe's line is cached beside the build, so the notebooks' sweeps do
+    not probe again). Returns the .so (its mtime tells prebuild whether it was cached)."""
+    src = discover.marlin_src()
+    out = discover.marlin_build_dir(variant)
+    so = _built(out, variant, src)
+    if so is None:
+        build_marlin(variant=variant)
+        so = next(out.glob("marlin_cuda*.so"))
+    ok, line = discover.probe_marlin(variant)
+    print(f"Marlin ({variant}) probe: {'ok' if ok else 'failed'}: {line}")
+    return so

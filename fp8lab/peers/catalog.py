@@ -44,6 +44,7 @@ class Peer:
     group: int = 0          # elements per weight scale along K (0: one per output channel)
     carried: str = ""       # how it reaches the offline H200 ("" = wheel under the limit)
     min_sm: int = 80        # FP8 tensor-core GEMMs need sm_89 (Ada) or sm_90 (Hopper, wgmma / TMA)
+    autotunes: bool = False  # Triton autotunes its kernels at the first call per shape (precompile.ahead)
     note: str = ""
     seen: str = _NOT_SEEN   # the version this adapter was written against, and how far it was checked
 
@@ -69,19 +70,19 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          seen="0.1.1 @ 2f6d7c1 (source; kernel compiled for sm_90 here)"),
     Peer("peer_gemlite_w8a16_fp8", "weight_only", "gemlite A16W8_FP8", "gemlite", "gemlite", "import", "Apache-2.0",
          "pip install gemlite==0.6.0.post2", ("08", "11"), "fp8", "FP8 e4m3 codes, one byte each (K-major)",
-         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
+         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w8a16_int8", "weight_only", "gemlite A16W8_INT8", "gemlite", "gemlite", "import", "Apache-2.0",
          "pip install gemlite==0.6.0.post2", ("08", "11"), "int8", "INT8 codes, one byte each (K-major)",
-         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
+         "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_int4", "weight_only", "gemlite A16W4_HQQ_INT", "gemlite", "gemlite", "import",
          "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "int4",
          "INT4 codes (asymmetric, with zero points), packed 8 per int32 over K",
          "per-group 128 along K, bf16 scale + bf16 zero", "bf16", group=128,
-         carried="sdist 0.2 MB (pure Python + Triton)", seen=_GEMLITE),
+         carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_nvfp4", "weight_only", "gemlite A16W4_NVFP", "gemlite", "gemlite", "import",
          "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "nvfp4",
          "FP4 e2m1 codes, two per byte", "per-group 16 along K, fp8 e4m3 + one fp32 tensor scale", "bf16",
-         group=16, carried="sdist 0.2 MB (pure Python + Triton)",
+         group=16, carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True,
          note="Hopper has no FP4 MMA: Triton's dot_scaled decomposes it", seen=_GEMLITE),
     Peer("peer_vllm_marlin_fp8", "weight_only", "vLLM FP8 Marlin", "vllm", "vllm", "import", "Apache-2.0", _VLLM,
          ("08", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
@@ -96,7 +97,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05",), "fp8_blockwise",
          "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
          group=128, carried="wheel 3.4 MB", note="N and K multiples of 128 (its weight quantiser's blocks)",
-         min_sm=89,
+         min_sm=89, autotunes=True,
          seen="0.18.0 (wheel read here)"),
     Peer("peer_vllm_blockwise", "blockwise", "vLLM w8a8_block_fp8_matmul (Triton)", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",

@@ -120,9 +120,10 @@ def _act_dtype(act: str):
 
 def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], *, copy: dict, rep_ms: float = 40,
            seed: int = 0, check_m: int = 4, sampler=None, same_copy: bool = True, avail=None,
-           prepare: Optional[dict] = None) -> pd.DataFrame:
+           prepare: Optional[dict] = None, precompile_ahead: bool = True) -> pd.DataFrame:
     """One row per (shape, peer, M) in decode.COLUMNS + PEER_COLUMNS. ``copy``: the run's
-    decode.measure_copy result. ``avail`` / ``prepare``: replace discovery / the adapters (tests)."""
+    decode.measure_copy result. ``avail`` / ``prepare``: replace discovery / the adapters (tests).
+    ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
     from ..experiments import decode as dx
 
     _check_ids(peers, "08")
@@ -146,6 +147,11 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     from .. import bench, devices
     from . import adapters
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        ms = sorted(set(Ms) | {check_m})
+        precompile.ahead("weight_only", live, [(dx._shape(n).N, dx._shape(n).K, ms, seed) for n in shape_names])
     prepare = prepare or adapters.WEIGHT_ONLY
     spec = devices.spec_for(_device_name())
     l2 = _l2_bytes()
@@ -218,8 +224,9 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
 
 def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms: float = 100,
             warmup_ms: float = 25, check_rows: int = 4, seed: int = 0, sampler=None, avail=None,
-            prepare: Optional[dict] = None) -> pd.DataFrame:
-    """One row per (M, peer) in prefill.COLUMNS + PEER_COLUMNS (CUDA events, L2 flushed)."""
+            prepare: Optional[dict] = None, precompile_ahead: bool = True) -> pd.DataFrame:
+    """One row per (M, peer) in prefill.COLUMNS + PEER_COLUMNS (CUDA events, L2 flushed).
+    ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
     from .. import shapes
     from ..arms import registry
     from ..experiments import prefill as px
@@ -243,6 +250,10 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     from .. import devices
     from . import adapters
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        precompile.ahead("weight_only", live, [(N, K, sorted(set(Ms)), seed)])
     prepare = prepare or adapters.WEIGHT_ONLY
     spec = devices.spec_for(_device_name())
     spec_per_ghz = spec.peak_flops("bf16") / spec.clock_hz * 1e9 / 1e12 if spec else math.nan
@@ -293,13 +304,32 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 # ------------------------------------------------------------------------------------------
 # blockwise W8A8: notebook 05
 # ------------------------------------------------------------------------------------------
+def _blockwise_operands(bw, M, N, K, seed):
+    """fp8lab's operands for one point, and the weights a peer quantises: the same activations
+    and weights fp8lab's arms get (the weights as their dequantised fp32 values: the peer's
+    128x128 blocks re-find them)."""
+    s0 = bw.make_operands(M, N, K, seed=seed, device=DEVICE)
+    w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
+    return s0, w
+
+
+def blockwise_inputs(shape, M: int, seed: int):
+    """(activations, weights) a blockwise peer gets at one point of :func:`blockwise` (its
+    ``seed`` is the sweep's seed + M); precompile.ahead calls the peers on these."""
+    from ..experiments import blockwise as bw
+
+    s0, w = _blockwise_operands(bw, M, shape.N, shape.K, seed)
+    return s0.x, w
+
+
 #: the ``quant`` column of a peer row timed with its own activation quantiser inside the call
 QUANT_OWN = "own quantiser"
 
 
 def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bool = True, seed: int = 0,
               warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6, graph_max_m: int = 64,
-              max_sets: int = 16, sampler=None, avail=None, prepare: Optional[dict] = None, log=None) -> pd.DataFrame:
+              max_sets: int = 16, sampler=None, avail=None, prepare: Optional[dict] = None, log=None,
+              precompile_ahead: bool = True) -> pd.DataFrame:
     """One row per (shape, M, peer) in blockwise.COLUMNS + PEER_COLUMNS, timed as
     blockwise.run_point times fp8lab's arms (graph replay up to ``graph_max_m``, else auto): on
     the activations the peer quantised beforehand (``quant`` = none), and, with ``with_quant``,
@@ -330,14 +360,16 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     from .. import bench
     from . import adapters
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        precompile.ahead("blockwise", live, [(sh, M, seed + M, with_quant) for sh in shape_objs for M in Ms],
+                         log=log or print)
     prepare = prepare or adapters.BLOCKWISE
     for shape in track(shape_objs, desc="peers blockwise", unit="shapes"):
         N, K = shape.N, shape.K
         for M in track(Ms, desc="M"):
-            s0 = bw.make_operands(M, N, K, seed=seed + M, device=DEVICE)
-            # the peer quantises the same activations and weights fp8lab's arms get (the
-            # weights as their dequantised fp32 values: the peer's 128x128 blocks re-find them)
-            w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
+            s0, w = _blockwise_operands(bw, M, N, K, seed + M)
             rows_chk = bw.check_rows(M, seed=seed)
             flop = 2.0 * M * N * K
             method = "graph" if M <= graph_max_m else "auto"

@@ -1,0 +1,162 @@
+"""Compile a Triton-autotuned peer's configs on all of the box's cores before its sweep.
+
+A peer such as torchao's blockwise FP8 GEMM (48 configs, compiled again for every (N, K) its
+constexprs specialise on) or gemlite's kernels autotunes at its first call per shape: Triton
+compiles and benchmarks the configs one after another, so on a fresh box notebook 05 spent
+minutes of its wall time in the compiler on one core (366 s on the H200 at 1eedaca, ~19 s of
+it fp8lab's own sweep).
+
+:func:`ahead` starts ``workers`` processes (spawned, each with its own CUDA context); worker
+``i`` of ``n`` runs the peer's own calls on the sweep's own shapes, dtypes and Ms with Triton's
+``Autotuner.run`` replaced by a compile-only one that takes the pruned config list exactly as
+the autotuner would and compiles configs ``i, i + n, ...`` (``JITFunction.run(warmup=True)``:
+no launch, no benchmark). The compiled kernels land in Triton's own on-disk cache, keyed as the
+real launch keys them, so when the sweep then calls the peer, its autotuner benchmarks every
+config as before (the same list, the same benchmarker: the choice is the peer's own), loading
+each kernel from the cache instead of compiling it. Nothing here is written into a table.
+
+Best effort: a worker that fails, or a pool past ``timeout_s``, is reported in one line and
+the sweep compiles what is missing itself, as it did before.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from typing import Callable, Optional, Sequence
+
+from . import catalog
+
+__all__ = ["ahead", "compile_only", "worker_count", "autotuned"]
+
+#: the pool is stopped (SIGTERM to its workers) after this long; the sweep compiles the rest
+TIMEOUT_S = 900.0
+
+
+def autotuned(peers: Sequence[str]) -> list:
+    """The peers among ``peers`` whose kernels Triton autotunes (catalog ``autotunes``)."""
+    return [p for p in peers if catalog.get(p).autotunes]
+
+
+def worker_count(n_configs_hint: int = 64) -> int:
+    """Processes to compile with: the cores this process may use (at most 16, each worker
+    holds a CUDA context), never more than the configs there are to share."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 16, n_configs_hint))
+
+
+def compile_only(slot: int, n: int, autotuner_cls=None) -> list:
+    """Replace ``Autotuner.run`` in this process by one that compiles configs ``slot::n`` of the
+    list the autotuner would benchmark (after its own pruning) and launches nothing. Returns a
+    one-element list counting the compiles (read it after the peer's calls)."""
+    if autotuner_cls is None:
+        from triton.runtime.autotuner import Autotuner as autotuner_cls
+    count = [0]
+
+    def run(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            try:
+                configs = list(self.prune_configs(kwargs))
+            except Exception:  # noqa: BLE001 - a pruner this Triton calls differently: all configs
+                configs = list(self.configs)
+            kw = dict(kwargs)
+            kw["warmup"] = True
+            kw.setdefault("grid", (1,))
+            for cfg in configs[slot::n]:
+                self.fn.run(*args, **kw, **cfg.all_kwargs())
+                count[0] += 1
+        finally:
+            self.nargs = None
+
+    autotuner_cls.run = run
+    return count
+
+
+def _blockwise_point(peer, shape, M, seed, with_quant):
+    from . import adapters, sweeps
+
+    x, w = sweeps.blockwise_inputs(shape, M, seed)
+    prep = adapters.BLOCKWISE[peer](x, w)
+    prep.call(prep.state, None, None)
+    if with_quant and prep.extra.get("with_quant") is not None:
+        prep.extra["with_quant"](prep.state, x)
+
+
+def _weight_only_point(peer, N, K, Ms, seed):
+    import torch
+
+    from . import adapters, sweeps
+
+    prep = adapters.WEIGHT_ONLY[peer](adapters.dense_weight(N, K, seed))
+    tdt = sweeps._act_dtype(prep.act)
+    for M in Ms:
+        x = torch.randn(M, K, device="cuda").to(tdt)
+        out = torch.empty(M, N, dtype=tdt, device="cuda") if prep.takes_out else None
+        prep.call(prep.state, x, out)
+
+
+def _worker(job) -> tuple:
+    kind, peers, points, slot, n = job
+    t0 = time.monotonic()
+    count = compile_only(slot, n)
+    import torch
+
+    errors = []
+    for peer in peers:
+        for pt in points:
+            try:
+                if kind == "blockwise":
+                    _blockwise_point(peer, *pt)
+                else:
+                    _weight_only_point(peer, *pt)
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001 - best effort: the sweep compiles what is missing
+                from .harness import error_text
+
+                errors.append(f"{peer}: {error_text(e)}")
+            torch.cuda.empty_cache()
+    return count[0], errors, time.monotonic() - t0
+
+
+def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: Optional[int] = None,
+          timeout_s: float = TIMEOUT_S, log: Optional[Callable[[str], None]] = print) -> dict:
+    """Compile the autotuned ``peers``' configs for ``points`` on ``workers`` processes.
+    ``kind``: "blockwise" (points: (shape, M, seed, with_quant)) or "weight_only" (points:
+    (N, K, Ms, seed)). Returns dict(compiled, workers, seconds, errors); never raises."""
+    peers = autotuned(peers)
+    if not peers or not points:
+        return dict(compiled=0, workers=0, seconds=0.0, errors=[])
+    n = workers or worker_count()
+    t0 = time.monotonic()
+    errors: list = []
+    compiled = 0
+    ctx = mp.get_context("spawn")
+    pool = ctx.Pool(n)
+    try:
+        res = pool.map_async(_worker, [(kind, list(peers), list(points), i, n) for i in range(n)], chunksize=1)
+        for c, errs, _ in res.get(timeout=timeout_s):
+            compiled += c
+            errors += errs
+    except mp.TimeoutError:
+        errors.append(f"stopped after {timeout_s:.0f} s: the sweep compiles the rest itself")
+    except Exception as e:  # noqa: BLE001
+        from .harness import error_text
+
+        errors.append(f"pool: {error_text(e)}")
+    finally:
+        pool.terminate()
+        pool.join()
+    dt = time.monotonic() - t0
+    uniq = sorted(set(errors))
+    if log:
+        line = (f"[peers] compiled {compiled} Triton kernel configs of {', '.join(peers)} ahead on {n} processes "
+                f"in {dt:.0f} s (their autotuners then benchmark every config as usual)")
+        if uniq:
+            line += f"; {len(uniq)} problem(s), first: {uniq[0][:200]}"
+        log(line)
+    return dict(compiled=compiled, workers=n, seconds=dt, errors=uniq)

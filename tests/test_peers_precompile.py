@@ -1,0 +1,122 @@
+"""fp8lab.peers.precompile: compiling an autotuned peer's configs ahead, on all cores.
+
+CPU: the compile-only autotuner stand-in against a fake Autotuner (which configs, which
+arguments, nothing launched), which peers it applies to, and that nothing starts for peers
+that do not autotune. GPU: the stand-in on a real Triton autotuned kernel compiles its share of
+the configs and launches nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fp8lab.peers import catalog, precompile
+
+
+class _Cfg:
+    def __init__(self, i):
+        self.i = i
+
+    def all_kwargs(self):
+        return {"BLOCK": 16 * (self.i + 1), "num_warps": 4}
+
+
+class _Fn:
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+
+def _fake_autotuner(prune=None):
+    class Fake:
+        arg_names = ["x", "n"]
+
+        def __init__(self):
+            self.configs = [_Cfg(i) for i in range(7)]
+            self.fn = _Fn()
+            self.nargs = None
+            self.pruned_with = None
+
+        def prune_configs(self, kwargs):
+            self.pruned_with = (dict(self.nargs), dict(kwargs))
+            return prune(self.configs) if prune else self.configs
+
+        def run(self, *args, **kwargs):  # the real one benchmarks; replaced by compile_only
+            raise AssertionError("the original run must not be called")
+
+    return Fake
+
+
+def test_compile_only_takes_its_share_of_the_pruned_configs_and_launches_nothing():
+    Fake = _fake_autotuner(prune=lambda cs: cs[:5])          # the autotuner's own pruning first
+    count = precompile.compile_only(1, 3, autotuner_cls=Fake)
+    t = Fake()
+    t.run("X", 9, grid="G", warmup=False)
+    assert [kw["BLOCK"] for _, kw in t.fn.calls] == [32, 80]  # configs 1 and 4 of the 5 pruned
+    assert all(kw["warmup"] is True and kw["grid"] == "G" for _, kw in t.fn.calls)
+    assert all(args == ("X", 9) for args, _ in t.fn.calls)
+    assert t.pruned_with[0] == {"x": "X", "n": 9}              # the pruner saw the named args
+    assert t.nargs is None and count == [2]
+
+
+def test_compile_only_covers_every_config_once_across_the_workers():
+    seen = []
+    for slot in range(4):
+        Fake = _fake_autotuner()
+        precompile.compile_only(slot, 4, autotuner_cls=Fake)
+        t = Fake()
+        t.run("X", 1, grid=(1,), warmup=False)
+        seen += [kw["BLOCK"] for _, kw in t.fn.calls]
+    assert sorted(seen) == [16 * (i + 1) for i in range(7)]
+
+
+def test_only_triton_autotuned_peers_are_compiled_ahead():
+    auto = precompile.autotuned(list(catalog.PEERS))
+    assert "peer_torchao_blockwise" in auto and "peer_gemlite_w8a16_fp8" in auto
+    assert "peer_marlin_int4" not in auto and "peer_vllm_blockwise" not in auto and "peer_deepgemm" not in auto
+
+
+def test_ahead_starts_nothing_without_an_autotuned_peer(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("no pool for peers that do not autotune")
+
+    monkeypatch.setattr(precompile.mp, "get_context", boom)
+    r = precompile.ahead("weight_only", ["peer_marlin_int4"], [(256, 256, [1], 0)], log=None)
+    assert r == dict(compiled=0, workers=0, seconds=0.0, errors=[])
+
+
+def test_worker_count_is_bounded():
+    assert 1 <= precompile.worker_count() <= 16
+    assert precompile.worker_count(n_configs_hint=2) <= 2
+
+
+@pytest.mark.gpu
+def test_compile_only_on_a_real_triton_autotuner_compiles_without_launching():
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime.autotuner import Autotuner
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256) for w in (2, 4)]
+
+    @triton.autotune(configs=configs, key=["n"])
+    @triton.jit
+    def fill(out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, 1.0, mask=offs < n)
+
+    original = Autotuner.run
+    try:
+        count = precompile.compile_only(0, 2)
+        out = torch.full((1000,), float("nan"), device="cuda")
+        fill[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](out, 1000)
+        torch.cuda.synchronize()
+        assert count == [3]                                    # configs 0, 2, 4 of 6
+        assert torch.isnan(out).all()                          # nothing launched
+    finally:
+        Autotuner.run = original
+    fill[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](out, 1000)   # the real autotuner again
+    torch.cuda.synchronize()
+    assert (out == 1.0).all()
