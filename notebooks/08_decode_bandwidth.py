@@ -176,15 +176,21 @@ if run.mode == "measure":
         from fp8lab.paths import cache_dir
 
         summaries, opcodes = [], []
+        # the seed's subject under ncu too (C3's and C5's seed rows): each profilable peer that
+        # passed its check and was timed at M = 1 on every profiled shape
+        ok_m1 = pm[pm["M"] == 1]
+        ncu_peers = [p for p in dx.PEER_KERNELS
+                     if set(ncu_shapes) <= set(ok_m1.loc[ok_m1["arm"] == p, "shape"])]
         for sn in ncu_shapes:
             launch = dx.launch_of_best(sweep, sn)   # profile what the figures show: the faster schedule
             rep = dx.profile_decode(sn, cache_dir("ncu") / f"decode_{sn.replace(':', '_')}",
-                                    formats=formats, act=act, seed=seed, launch=launch)
+                                    formats=formats, act=act, seed=seed, launch=launch, peers=ncu_peers)
             # C8's corrections (issued instructions, active cycles) ride along in the same report
             kern = profile.read_report(rep).merge(dx.read_c8_metrics(rep), on=["range", "action"], how="left")
             s, o = dx.ncu_tables(kern, profile.read_opcodes(rep), sn)
-            s["launch"] = s["fmt"].map(lambda f: ", ".join(f"{k}={v}" for k, v in launch.get(f, {}).items()))
-            assert set(s["arm"]) >= {wo.ARMS[f] for f in formats} | {dx.STREAM_ARM}, s["arm"].tolist()
+            s["launch"] = ["" if a in dx.PEER_KERNELS else ", ".join(f"{k}={v}" for k, v in launch.get(f, {}).items())
+                           for a, f in zip(s["arm"], s["fmt"])]
+            assert set(s["arm"]) >= {wo.ARMS[f] for f in formats} | {dx.STREAM_ARM} | set(ncu_peers), s["arm"].tolist()
             summaries.append(s)
             opcodes.append(o)
         ncu_summary = dx.c8_model(pd.concat(summaries, ignore_index=True), run.gpu["sm_count"])
@@ -246,7 +252,9 @@ def draw_bandwidth(df, info, peer=None):
         ax.set_xlabel("M (tokens)")
         ax.set_title(f"{sn} (N={d['N'].iloc[0]}, K={d['K'].iloc[0]})")
     axes[0][0].set_ylabel("effective bandwidth (TB/s, weights + scales)")
-    axes[0][0].legend(fontsize=8, loc="lower left")
+    # beside the panels, never over the lines
+    h, lab = axes[0][0].get_legend_handles_labels()
+    fig.legend(h, lab, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     plotting.save(fig, info, "decode_bandwidth",
                   footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
@@ -328,7 +336,7 @@ for xd in overlay.cross_device(NB, devices, run):
 # %%
 def draw_ncu(s, static_df, info, act_of):
     ref = dx.stream_reference(s)
-    s = s[s["arm"].isin(dx.ARMS)]
+    s = s[s["arm"].isin([*dx.ARMS, *dx.PEER_KERNELS])]     # fp8lab's kernels, cuBLAS, and Marlin where profiled
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
     x = np.arange(len(s))
     a1.bar(x - 0.2, s["dram_pct"], 0.4, color="#0072B2", label="DRAM throughput (% of peak)")
@@ -435,9 +443,11 @@ for dev, s in ncu_by_dev.items():
 #
 # Left: the model's issue use (instructions per element x elements per second / (SMs x 4 x
 # clock), with ncu's duration and clock) against ncu's issue-active % (filled), and the model
-# times the corrections ncu measured (hollow, where profiled): executed warp instructions over
-# thread instructions / 32 (partial warps), issued over executed instructions, and elapsed over
-# active cycles (ncu's issue-active % is per active cycle, the model per elapsed one). Right: the model at the
+# times the two corrections its definition leaves out, as ncu measured them (hollow, where
+# profiled): issued over executed instructions, and elapsed over active cycles (ncu's
+# issue-active % is per active cycle, the model per elapsed one). Partial warps (executed warp
+# instructions over thread instructions / 32) are what is left; applied as well, the product
+# would be ncu's own figure by definition, so they are reported, not applied. Right: the model at the
 # copy bandwidth measured here and the card's boost clock, with our measured instructions per
 # element and with the seed's 3.66 for NVFP4: the share of issue slots full-speed decode needs.
 
@@ -511,14 +521,13 @@ for dev, df in tables.items():
     st = results.load_table(dev, NB, "sass_static") if dev in results.devices_with(NB, "sass_static") else static
     model = s if s is not None and "issue_predicted_pct" in s else None
     act_of = df.loc[df["arm"] != dx.CUBLAS, "act"].iloc[0]   # the dtype that run measured
-    marlin_rows = (peer_tables[dev][peer_tables[dev]["arm"].astype(str).str.startswith(dx.MARLIN_PREFIX)]
-                   if dev in peer_tables else df.iloc[:0])
+    pmeas = peer_report.measured(peer_tables.get(dev))
+    marlin_rows = pmeas[pmeas["arm"].astype(str).isin(dx.MARLIN_ARMS)] if len(pmeas) else df.iloc[:0]
     with_marlin = pd.concat([df, marlin_rows], ignore_index=True)
-    # C3's seed row: Marlin's M=1 bandwidth by timing (ncu profiles fp8lab's kernels only); C4
-    # and C5 judge Marlin's rows by the same rules as fp8lab's kernels
-    verdicts = ([v for v in dx.c3_verdicts(df, s) if v.subject != "seed"]
-                + [peer_report.marlin_c3(peer_tables.get(dev))]
-                + dx.c4_verdicts(with_marlin) + dx.c5_verdicts(s, st, act_of) + [dx.c8_verdict(model)])
+    # C3, C4 and C5 judge Marlin's rows (timed, and profiled with ncu beside fp8lab's kernels)
+    # by the same rules as fp8lab's kernels
+    verdicts = (dx.c3_verdicts(with_marlin, s) + dx.c4_verdicts(with_marlin) + dx.c5_verdicts(s, st, act_of)
+                + [dx.c8_verdict(model)])
     own = run.mode == "measure" and dev == run.device
     if own:
         claims.record(run, verdicts)

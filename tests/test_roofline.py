@@ -239,4 +239,8 @@ def test_arm_panels_cap_the_legend_and_keep_one_colour_per_arm():
     nine = [a for a in arms if registry.scheme(a) in ("W8A16", "W4A16")][:9]
     if len(nine) == 9:
         assert [len(g) for _, _, g in ex.arm_panels(nine)] == [8, 1]
-    assert [len(g) for _, _, g in ex.arm_panels(["triton_blockwise", "mma_blockwise"], max_legend=1)] == [1, 1]
+    cut = ex.arm_panels(["triton_blockwise", "mma_blockwise"], max_legend=1)
+    assert [len(g) for _, _, g in cut] == [1, 1]
+    # two panels of one group never share a title: each says which part it is
+    assert [t for t, _, _ in cut] == ["FP8 activations (W8A8) (1 of 2)", "FP8 activations (W8A8) (2 of 2)"]
+    assert len({t for t, _, _ in panels}) == len(panels)

@@ -3,6 +3,7 @@ decode, hand-derived fragment positions, byte counts, split-K choice, input vali
 the SASS of the kernels compiled here (dequant sequences against the emulators' traces, HMMA
 only, no FP8 conversions)."""
 
+from pathlib import Path
 import math
 
 import numpy as np
@@ -361,7 +362,7 @@ def test_c3_seed_row_comes_from_marlin_only():
     good = synthetic_decode()
     n = with_stream(synthetic_ncu(dram=50.0), 88.0)
     v = _by(dx.c3_verdicts(good, n), "seed")
-    assert v.verdict == "not-run" and "Marlin not measured" in v.reason and "issue 17" in v.reason
+    assert v.verdict == "not-run" and "Marlin not measured" in v.reason and "peers_offline.py --sources" in v.reason
     # Marlin at 90% of the stream while fp8lab's kernels are at 57%: the rows disagree
     import pandas as pd
     m = as_marlin(synthetic_ncu(dram=0.95 * 88.0))
@@ -757,3 +758,60 @@ def test_read_c8_metrics_reads_each_action(monkeypatch):
     assert t.loc[0, "inst_issued"] == 110.0 and t.loc[0, "cycles_active"] == 900.0
     assert math.isnan(t.loc[1, "inst_issued"])
     assert set(dx.C8_METRICS) == {"smsp__inst_issued.sum", "smsp__cycles_active.avg"}
+
+
+def test_marlin_under_ncu_is_its_own_arm_with_its_format():
+    """notebook 08 profiles the original Marlin beside fp8lab's kernels: its kernel maps to its
+    peer arm (never to the copy or cuBLAS), its format and stream bytes come from the catalog."""
+    import pandas as pd
+    from fp8lab.experiments import decode as dx
+    from fp8lab.peers import catalog
+    name = "void Marlin<256, 1, 8, 8, 4, 8>(const int4 *, const int4 *, int4 *, const int4 *, int, int, int, int *)"
+    assert dx.arm_of_kernel(name) == "peer_marlin_int4" and dx.arm_of_kernel("Marlin") == "peer_marlin_int4"
+    assert dx.arm_of_kernel("void at::native::vectorized_elementwise_kernel<4>(...)") == dx.STREAM_ARM
+    assert dx.arm_of_kernel("gemv_marlinish_kernel") == dx.CUBLAS     # a whole word only
+    sn = "qwen3-8b:o_proj"
+    k = pd.DataFrame(dict(kernel=[name], duration_s=[5e-6], dram_pct=[60.0], issue_active_pct=[20.0],
+                          issue_slots_busy_pct=[20.0], sm_clock_hz=[1.9e9], dram_bytes=[8e6], registers=[128]))
+    o = pd.DataFrame(dict(kernel=[name] * 2, opcode=["LOP3.LUT", "HFMA2"], warp_inst=[100.0, 50.0],
+                          thread_inst=[3200.0, 1600.0]))
+    s, _ = dx.ncu_tables(k, o, sn)
+    r = s.iloc[0]
+    assert r["arm"] == "peer_marlin_int4" and r["fmt"] == "int4"
+    assert r["stream_bytes"] == catalog.weight_stream_bytes("peer_marlin_int4", 4096, 4096)
+    with pytest.raises(ValueError, match="no kernel name known"):
+        dx.profile_decode(sn, Path("/nonexistent"), peers=["peer_gemlite_w8a16_fp8"])
+
+
+def test_c5_seed_row_with_int4_marlin_only_judges_the_range():
+    from fp8lab.experiments import decode as dx
+    lo, hi = dx.SEED_C5_RANGE
+
+    def marlin(v):
+        n = synthetic_ncu()
+        m = n[n["fmt"] == "int4"].assign(arm="peer_marlin_int4", dequant_inst_per_element=v)
+        return n.assign(dequant_inst_per_element=1.81).pipe(lambda d: __import__("pandas").concat([d, m]))
+    v = _by(dx.c5_verdicts(marlin(lo * (1 - dx.C5_TOL) + 0.01)), "seed")
+    assert v.verdict == "holds-in-kind" and "no FP8 Marlin" in v.reason and v.variant == "original Marlin"
+    assert _by(dx.c5_verdicts(marlin(lo * (1 - dx.C5_TOL) - 0.01)), "seed").verdict == "differs"
+
+
+def test_c8_partial_warps_are_shown_not_applied():
+    """Applied too, the corrected model would be ncu's own issue-active % by definition: a rule
+    that cannot fail. The partial-warp factor is what is left over, and it can decide."""
+    from fp8lab.experiments import decode as dx
+    n = synthetic_ncu()
+    m = dx.c8_model(n, sms=132)
+    off = m.assign(issue_active_pct=m["issue_predicted_pct"] * 1.2)
+    elems = n["N"] * n["K"]
+    thread = n["inst_per_element"] * elems
+
+    def prof(warp):
+        # ncu's issue-active % = issued instructions / active cycles: consistent with the counts
+        return off.assign(warp_inst=thread / 32 * warp, thread_inst=thread, inst_executed=thread / 32 * warp,
+                          inst_issued=thread / 32 * warp, cycles_active=1 / 1.2 * warp * n["duration_s"]
+                          * n["sm_clock_hz"])
+    ok = dx.c8_verdict(dx.c8_model(prof(1.0), 132))
+    assert ok.verdict == "holds-in-kind"
+    bad = dx.c8_verdict(dx.c8_model(prof(1.06), 132))
+    assert bad.verdict == "differs" and "partial warps (warp/thread inst. x1.060" in bad.reason

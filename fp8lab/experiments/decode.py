@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -292,7 +293,9 @@ NCU_ENV = "FP8LAB_DECODE_NCU"
 
 def ncu_workload() -> None:
     """The profiled program: every arm once at M = 1 between cudaProfilerStart / Stop, after a
-    warm-up outside the profiled range. Configuration from $FP8LAB_DECODE_NCU (JSON)."""
+    warm-up outside the profiled range; then the weight-only peers named in ``peers`` (the
+    original Marlin, the seed's subject: C3's and C5's seed rows), each on weights it packed
+    itself. Configuration from $FP8LAB_DECODE_NCU (JSON)."""
     import torch
 
     cfg = json.loads(os.environ[NCU_ENV])
@@ -317,6 +320,14 @@ def ncu_workload() -> None:
         src = torch.arange(half // 4, device="cuda", dtype=torch.int32)
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
+    for p in cfg.get("peers", []):
+        from ..peers import adapters
+
+        prep = adapters.WEIGHT_ONLY[p](adapters.dense_weight(N, K, cfg.get("seed", 0)))
+        pdt = torch.float16 if prep.act == "fp16" else torch.bfloat16
+        xp = torch.randn(1, K, device="cuda").to(pdt)
+        out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
+        calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))
     for c in calls:            # warm-up: module loads, cuBLAS heuristics, split choice
         c()
         c()
@@ -339,15 +350,19 @@ def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:
 
 def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FORMATS, act: str = "bf16",
                    cublas: bool = True, seed: int = 0, timeout: float = 900,
-                   launch: Optional[dict] = None) -> Path:
+                   launch: Optional[dict] = None, peers: Sequence[str] = ()) -> Path:
     """Profile :func:`ncu_workload` for one shape; returns the .ncu-rep path. ``launch``:
-    {fmt: gemv_w16 keyword arguments} (e.g. :func:`launch_of_best`; default launches otherwise)."""
+    {fmt: gemv_w16 keyword arguments} (e.g. :func:`launch_of_best`; default launches otherwise).
+    ``peers``: weight-only peers to profile too (ids in PEER_KERNELS: the original Marlin)."""
     from .. import profile
 
     sh = _shape(shape_name)
     env = dict(os.environ)
+    bad = [p for p in peers if p not in PEER_KERNELS]
+    if bad:
+        raise ValueError(f"no kernel name known for peers {bad}; profilable: {sorted(PEER_KERNELS)}")
     env[NCU_ENV] = json.dumps(dict(N=sh.N, K=sh.K, act=act, formats=list(formats), cublas=cublas, seed=seed,
-                                   launch=launch or {}))
+                                   launch=launch or {}, peers=list(peers)))
     return profile.profile("fp8lab.experiments.decode:ncu_workload", out, timeout=timeout, env=env,
                            metrics=profile.DEFAULT_METRICS + profile.STALL_METRICS + C8_METRICS,
                            extra=["--profile-from-start", "off"])
@@ -379,12 +394,20 @@ STREAM_KERNEL = "elementwise_kernel"
 STREAM_ARM = "copy_d2d"
 
 
+#: weight-only peers :func:`ncu_workload` can profile: arm id -> its kernel's name (a whole word
+#: of ncu's kernel name; the original Marlin's one kernel is ``Marlin<...>``)
+PEER_KERNELS = {"peer_marlin_int4": re.compile(r"(?<![A-Za-z0-9_])Marlin(?![A-Za-z0-9_])")}
+
+
 def arm_of_kernel(name: str) -> str:
-    """fp8lab arm of a profiled kernel: the weight-only kernels by name, torch's elementwise
-    kernel is the streaming reference (``copy_d2d``), anything else (cuBLAS's gemm / gemv /
-    split-K reduce kernels) is the cuBLAS arm."""
+    """fp8lab arm of a profiled kernel: the weight-only kernels by name, a profiled peer's kernel
+    by PEER_KERNELS, torch's elementwise kernel is the streaming reference (``copy_d2d``),
+    anything else (cuBLAS's gemm / gemv / split-K reduce kernels) is the cuBLAS arm."""
     for arm in wo.FORMAT_OF_ARM:
         if arm in name:
+            return arm
+    for arm, pat in PEER_KERNELS.items():
+        if pat.search(name):
             return arm
     if STREAM_KERNEL in name:
         return STREAM_ARM
@@ -413,8 +436,12 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
         w = g["duration_s"].fillna(0)
         wsum = float(w.sum()) or 1.0
         og = o[o["arm"] == arm]
-        fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
-        stream = wo.byte_count(fmt, sh.N, sh.K)["stream_bytes"] if fmt != "bf16" else 2 * elems
+        if arm in PEER_KERNELS:                  # a peer: its format's codes + scales
+            fmt = peers_catalog.get(arm).fmt
+            stream = peers_catalog.weight_stream_bytes(arm, sh.N, sh.K)
+        else:
+            fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
+            stream = wo.byte_count(fmt, sh.N, sh.K)["stream_bytes"] if fmt != "bf16" else 2 * elems
         dur = float(g["duration_s"].sum())
         # C8's corrections where profiled: counts and active cycles add up over an arm's kernels
         corr = {c: (float(g[c].sum()) if c in g and g[c].notna().all() else math.nan)
@@ -469,13 +496,17 @@ def c8_model(summary: pd.DataFrame, sms: int, *, schedulers_per_sm: int = 4) -> 
     (thread instructions per element / 32) x elements per second / (SMs x schedulers x clock),
     with ncu's duration and SM clock; beside ncu's issue-active %.
 
-    And the measured corrections between the two (C8): ``warp_factor`` = executed warp
-    instructions / (thread instructions / 32) (partial warps), ``issue_factor`` = issued /
-    executed instructions (``inst_issued``, ``inst_executed`` where profiled), and
-    ``active_fraction`` = active / elapsed SM-sub-partition cycles (``cycles_active`` over
-    duration x clock: ncu's issue-active % is per *active* cycle, the model per elapsed one);
-    ``issue_corrected_pct`` = predicted x warp_factor x issue_factor / active_fraction (NaN where a
-    factor was not measured)."""
+    And the measured factors between the two (C8): ``issue_factor`` = issued / executed
+    instructions (``inst_issued``, ``inst_executed`` where profiled: replays), ``active_fraction``
+    = active / elapsed SM-sub-partition cycles (``cycles_active`` over duration x clock: ncu's
+    issue-active % is per *active* cycle, the model per elapsed one), and ``warp_factor`` =
+    executed warp instructions / (thread instructions / 32) (partial warps).
+    ``issue_corrected_pct`` = predicted x issue_factor / active_fraction: the two corrections
+    seed 003's model leaves out by its definition (it counts executed instructions per elapsed
+    cycle). The partial-warp factor is shown but not applied: with it the product is ncu's own
+    issue-active % by definition (issued instructions / active cycles), a comparison that could
+    not fail; without it, what is left over is the model's instruction count (thread
+    instructions / 32) against the warp instructions really executed. NaN where not measured."""
     from .. import roofline
 
     out = summary.copy()
@@ -495,8 +526,7 @@ def c8_model(summary: pd.DataFrame, sms: int, *, schedulers_per_sm: int = 4) -> 
     out["warp_factor"] = col("warp_inst") * 32 / col("thread_inst")
     out["issue_factor"] = col("inst_issued") / col("inst_executed")
     out["active_fraction"] = col("cycles_active") / (col("duration_s") * col("sm_clock_hz"))
-    out["issue_corrected_pct"] = (out["issue_predicted_pct"] * out["warp_factor"] * out["issue_factor"]
-                                  / out["active_fraction"])
+    out["issue_corrected_pct"] = out["issue_predicted_pct"] * out["issue_factor"] / out["active_fraction"]
     return out
 
 
@@ -543,8 +573,11 @@ def _v(claim, verdict, figure, reason="", *, subject, rule, variant=""):
 
 #: the seed's subject for C3, C4, C5: Marlin, measured as a peer arm (issue 17) whose id starts so
 MARLIN_PREFIX = "peer_marlin"
-MARLIN_NOT_RUN = ("Marlin not measured in this run; to get it, install vLLM (its Marlin GEMMs) and re-run "
-                  "this notebook with the peer arms of issue 17 (ids starting 'peer_marlin')")
+#: every Marlin peer arm: the original (``peer_marlin_*``) and vLLM's (``peer_vllm_marlin_*``)
+MARLIN_ARMS = tuple(p for p in peers_catalog.ids("weight_only") if "marlin" in p)
+MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's source (python "
+                  "scripts/peers_offline.py --sources; make run builds it) or install vLLM (its Marlin GEMMs), "
+                  "and re-run this notebook (peer arms starting 'peer_marlin')")
 #: streaming kernels whose ncu DRAM % is C3's reference: the copy profiled beside the GEMVs, and
 #: cuBLAS BF16's GEMV (a weight stream with almost no math)
 STREAM_ARMS = (STREAM_ARM, CUBLAS)
@@ -565,9 +598,30 @@ def _ours(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _marlin(df: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of Marlin kernels (the seed's subject): the original Marlin and vLLM's Marlin GEMMs."""
     if df is None or "arm" not in df:
         return pd.DataFrame()
-    return df[df["arm"].astype(str).str.startswith(MARLIN_PREFIX)]
+    return df[df["arm"].astype(str).map(_is_marlin)]
+
+
+def _is_marlin(arm: str) -> bool:
+    return arm.startswith(MARLIN_PREFIX) or arm.startswith("peer_vllm_marlin")
+
+
+def _marlin_variant(*dfs) -> str:
+    """The seed rows' variant: which Marlin ran ("original Marlin", "vLLM Marlin", "" for both / none)."""
+    arms = set()
+    for d in dfs:
+        m = _marlin(d)
+        if len(m):
+            arms |= set(m["arm"].astype(str))
+    if not arms:
+        return ""
+    if all(a.startswith(MARLIN_PREFIX) for a in arms):
+        return "original Marlin"
+    if all("vllm" in a for a in arms):
+        return "vLLM Marlin"
+    return ""
 
 
 def stream_reference(ncu: Optional[pd.DataFrame]) -> Optional[pd.Series]:
@@ -586,7 +640,7 @@ def _c3_one(d1: pd.DataFrame, n: pd.DataFrame, ref: Optional[pd.Series], subject
                f"({'/'.join(STREAM_ARMS)}) on the same device; issue slots active <= {C3_ISSUE_MAX:.0%}")
     rule = (f"holds if {bar_txt}; holds-in-kind if DRAM-bound but issue > {C3_ISSUE_MAX:.0%}; differs if not "
             "DRAM-bound; not-run without ncu")
-    fr = d1.groupby("arm")["fraction_of_copy"].min() if len(d1) else pd.Series(dtype=float)
+    fr = d1["fraction_of_copy"].dropna() if len(d1) else pd.Series(dtype=float)
     fig_t = (f"; M=1 effective bandwidth {fr.min():.0%}-{fr.max():.0%} of the copy bandwidth" if len(fr) else "")
     if n.empty or ref is None:
         why = "no ncu profile of these kernels" if n.empty else "no streaming kernel in the ncu profile"
@@ -621,43 +675,46 @@ def c3_verdicts(df: pd.DataFrame, ncu: Optional[pd.DataFrame] = None) -> list:
     ref = stream_reference(ncu)
     n_ours = _ours(ncu) if ncu is not None and not ncu.empty else pd.DataFrame()
     rows = [_c3_one(_ours(d1), n_ours, ref, "analogue")]
-    n_m = _marlin(ncu)
-    if n_m.empty:
-        rows.append(_v("C3", "not-run", "Marlin not profiled", MARLIN_NOT_RUN, subject="seed",
+    n_m, d_m = _marlin(ncu), _marlin(d1)
+    if n_m.empty and d_m.empty:
+        rows.append(_v("C3", "not-run", "Marlin not measured", MARLIN_NOT_RUN, subject="seed",
                        rule=rows[0].rule))
-    else:
-        rows.append(_c3_one(_marlin(d1), n_m, ref, "seed"))
+    else:           # profiled: judged as fp8lab's kernels; timed only: not-run, its timing shown
+        rows.append(_c3_one(d_m, n_m, ref, "seed", _marlin_variant(d_m, n_m)))
     return rows
 
 
-def _c4_one(p: pd.DataFrame, subject: str):
+def _c4_one(p: pd.DataFrame, subject: str, variant: str = "", ran: Sequence[str] = ()):
     rule = (f"holds if every same-width FP/INT pair at M=1 is within {SEED_C4_PARITY:.1%} on every shape; "
             f"holds-in-kind within {C4_KIND:.1%}; differs beyond")
+    kw = dict(subject=subject, rule=rule, variant=variant)
     if p.empty:
         if subject == "seed":
-            return _v("C4", "not-run", "no same-width FP / INT pair of Marlin kernels measured at M = 1",
-                      MARLIN_NOT_RUN + " (the original Marlin is INT4 only; vLLM's Marlin has FP8 and INT8)",
-                      subject=subject, rule=rule)
-        return _v("C4", "not-run", "no FP / INT pair measured at M = 1", "a pair's arms were not in the sweep",
-                  subject=subject, rule=rule)
+            why = (f"no same-width FP / INT pair among the Marlin kernels measured ({', '.join(ran)}; the Marlin "
+                   "peers fp8lab knows are the original INT4 and vLLM's FP8 and INT4)" if ran else MARLIN_NOT_RUN)
+            return _v("C4", "not-run", "no same-width FP / INT pair of Marlin kernels measured at M = 1", why, **kw)
+        return _v("C4", "not-run", "no FP / INT pair measured at M = 1", "a pair's arms were not in the sweep", **kw)
     worst = p.loc[p["rel_diff"].abs().idxmax()]
     fig = "; ".join(f"{r['fp']}/{r['int']} {r['rel_diff']:+.1%} ({r['shape']})" for _, r in p.iterrows())
     a = abs(worst["rel_diff"])
     if a <= SEED_C4_PARITY:
-        return _v("C4", "holds", fig, subject=subject, rule=rule)
+        return _v("C4", "holds", fig, **kw)
     why = (f"largest gap {worst['fp']} vs {worst['int']} on {worst['shape']}: {worst['rel_diff']:+.1%} "
            f"(seed: within {SEED_C4_PARITY:.1%})")
-    return _v("C4", "holds-in-kind" if a <= C4_KIND else "differs", fig, why, subject=subject, rule=rule)
+    return _v("C4", "holds-in-kind" if a <= C4_KIND else "differs", fig, why, **kw)
 
 
 def c4_verdicts(df: pd.DataFrame) -> list:
     """C4: same-width FP and INT formats run at the same effective bandwidth at M = 1 (seed:
-    within 1.5%). ``analogue``: fp8lab's four kernels; ``seed``: the ``peer_marlin*`` rows
-    (paired by their ``fmt``)."""
-    return [_c4_one(parity(_ours(df)), "analogue"), _c4_one(parity(_marlin(df)), "seed")]
+    within 1.5%). ``analogue``: fp8lab's four kernels; ``seed``: the Marlin rows (MARLIN_ARMS,
+    paired by their ``fmt``)."""
+    m = _marlin(df)
+    ran = sorted(set(m.loc[m["M"] == 1, "arm"].astype(str))) if len(m) else []
+    return [_c4_one(parity(_ours(df)), "analogue"),
+            _c4_one(parity(m), "seed", _marlin_variant(df), ran)]
 
 
-def _c5_one(n: pd.Series, static_txt: str, subject: str):
+def _c5_one(n: pd.Series, static_txt: str, subject: str, variant: str = ""):
     lo, hi = SEED_C5_RANGE
     rule = (f"holds if FP8 is within {C5_TOL:.0%} of {SEED_C5_FP8} and every format within "
             f"[{lo * (1 - C5_TOL):.2f}, {hi * (1 + C5_TOL):.2f}] dequant instr./element ({C5_TOL:.0%} around the "
@@ -665,19 +722,31 @@ def _c5_one(n: pd.Series, static_txt: str, subject: str):
             f"{hi * (1 + C5_KIND_TOL):.2f}]; differs otherwise")
     if n.empty:
         if subject == "seed":
-            return _v("C5", "not-run", "Marlin not profiled", MARLIN_NOT_RUN, subject=subject, rule=rule)
+            return _v("C5", "not-run", "Marlin not profiled",
+                      "no Marlin kernel in this run's ncu profile (notebook 08 profiles the original Marlin beside "
+                      "fp8lab's kernels when it was timed at M = 1 on every profiled shape); " + MARLIN_NOT_RUN,
+                      subject=subject, rule=rule, variant=variant)
         return _v("C5", "not-run", "no ncu profile", "needs Nsight Compute's per-opcode counts (measure mode)",
-                  subject=subject, rule=rule)
+                  subject=subject, rule=rule, variant=variant)
     fig = ", ".join(f"{f} {v:.2f}" for f, v in n.items()) + " dequant instr./element (ncu, M=1)" + static_txt
     if "fp8" not in n:
-        return _v("C5", "not-run", fig, "FP8 was not profiled", subject=subject, rule=rule)
+        if subject == "seed":
+            # the original Marlin is INT4 only: the range half of the claim, judged alone
+            inside = n.min() >= lo * (1 - C5_TOL) and n.max() <= hi * (1 + C5_TOL)
+            return _v("C5", "holds-in-kind" if inside else "differs", fig,
+                      f"only {', '.join(n.index)} profiled (no FP8 Marlin here, so the FP8 figure is not judged); "
+                      f"{n.min():.2f}-{n.max():.2f} {'inside' if inside else 'outside'} "
+                      f"[{lo * (1 - C5_TOL):.2f}, {hi * (1 + C5_TOL):.2f}]", subject=subject, variant=variant,
+                      rule=rule + "; without FP8 (the seed's Marlin only INT4 here): holds-in-kind if every "
+                      f"format within [{lo * (1 - C5_TOL):.2f}, {hi * (1 + C5_TOL):.2f}], else differs")
+        return _v("C5", "not-run", fig, "FP8 was not profiled", subject=subject, rule=rule, variant=variant)
     rel = abs(n["fp8"] / SEED_C5_FP8 - 1)
     if rel <= C5_TOL and n.min() >= lo * (1 - C5_TOL) and n.max() <= hi * (1 + C5_TOL):
-        return _v("C5", "holds", fig, subject=subject, rule=rule)
+        return _v("C5", "holds", fig, subject=subject, rule=rule, variant=variant)
     kind = n.min() >= lo * (1 - C5_KIND_TOL) and n.max() <= hi * (1 + C5_KIND_TOL)
     return _v("C5", "holds-in-kind" if kind else "differs", fig,
               f"FP8 {n['fp8']:.2f} vs the seed's {SEED_C5_FP8} ({rel:.0%} apart); range {n.min():.2f}-{n.max():.2f} "
-              f"vs {lo}-{hi}", subject=subject, rule=rule)
+              f"vs {lo}-{hi}", subject=subject, rule=rule, variant=variant)
 
 
 def c5_verdicts(ncu: Optional[pd.DataFrame], static: Optional[pd.DataFrame] = None, act: str = "bf16") -> list:
@@ -694,7 +763,7 @@ def c5_verdicts(ncu: Optional[pd.DataFrame], static: Optional[pd.DataFrame] = No
     have = ncu is not None and not ncu.empty
     ours = _ours(ncu).groupby("fmt")["dequant_inst_per_element"].mean() if have else pd.Series(dtype=float)
     marl = _marlin(ncu).groupby("fmt")["dequant_inst_per_element"].mean() if have else pd.Series(dtype=float)
-    return [_c5_one(ours, static_txt, "analogue"), _c5_one(marl, "", "seed")]
+    return [_c5_one(ours, static_txt, "analogue"), _c5_one(marl, "", "seed", _marlin_variant(ncu) if have else "")]
 
 
 def c8_verdict(model: Optional[pd.DataFrame]):
@@ -702,13 +771,15 @@ def c8_verdict(model: Optional[pd.DataFrame]):
     kernels (seed: 32% predicted vs 32.5% measured).
 
     holds if every kernel's prediction is within C8_AGREE (relative) of ncu's figure; otherwise
-    holds-in-kind only if the *corrected* prediction (the model times the measured factors of
-    :func:`c8_model`: warp / thread instructions, issued / executed, elapsed / active cycles) is
-    within C8_AGREE for every kernel, i.e. a measured correction explains the gap; differs
-    otherwise, including when the correction was not measured."""
+    holds-in-kind only if the *corrected* prediction (the model times the two measured factors
+    its definition leaves out, :func:`c8_model`: issued / executed instructions and elapsed /
+    active cycles) is within C8_AGREE for every kernel, i.e. a measured correction explains the
+    gap; differs otherwise, including when the correction was not measured. The partial-warp
+    factor is reported, never applied (applied too, the corrected model equals ncu's figure by
+    definition)."""
     rule = (f"holds if |model / ncu - 1| <= {C8_AGREE:.0%} for every kernel; holds-in-kind if not but the model "
-            "x measured corrections (warp/thread inst., issued/executed, elapsed/active cycles) is within "
-            f"{C8_AGREE:.0%}; differs otherwise")
+            "x measured issued/executed instructions x elapsed/active cycles is within "
+            f"{C8_AGREE:.0%} (partial warps shown, not applied); differs otherwise")
     if model is None or model.empty:
         return _v("C8", "not-run", "no ncu profile", "the measured side needs ncu (measure mode)",
                   subject="analogue", rule=rule)
@@ -735,10 +806,10 @@ def c8_verdict(model: Optional[pd.DataFrame]):
                   + "; ".join(parts + ["issued/executed and active/elapsed cycles not in this profile"]),
                   subject="analogue", rule=rule)
     cworst = float((m["issue_corrected_pct"] / m["issue_active_pct"] - 1).abs().max())
-    why = (f"model off by up to {worst:.0%}; measured factors: warp/thread x{m['warp_factor'].min():.3f}-"
-           f"{m['warp_factor'].max():.3f}, issued/executed x{m['issue_factor'].min():.3f}-{m['issue_factor'].max():.3f}, "
-           f"active/elapsed cycles {m['active_fraction'].min():.3f}-{m['active_fraction'].max():.3f}; corrected model "
-           f"off by up to {cworst:.0%}")
+    why = (f"model off by up to {worst:.0%}; measured factors: issued/executed x{m['issue_factor'].min():.3f}-"
+           f"{m['issue_factor'].max():.3f}, active/elapsed cycles {m['active_fraction'].min():.3f}-"
+           f"{m['active_fraction'].max():.3f}; corrected model off by up to {cworst:.1%}; left over: partial warps "
+           f"(warp/thread inst. x{m['warp_factor'].min():.3f}-{m['warp_factor'].max():.3f}, not in the model)")
     return _v("C8", "holds-in-kind" if cworst <= C8_AGREE else "differs", fig, why, subject="analogue", rule=rule)
 
 

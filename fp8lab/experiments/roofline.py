@@ -128,8 +128,9 @@ def arm_panels(arms: Iterable[str], max_legend: int = MAX_LEGEND) -> list:
     groups.append(("BF16 GEMM and peak kernels", PANEL_ROOFS["other"], [a for a in arms if a not in done]))
     out = []
     for title, roofs_of, g in groups:
-        for k in range(0, len(g), max_legend):
-            out.append((title, roofs_of, g[k:k + max_legend]))
+        parts = [g[k:k + max_legend] for k in range(0, len(g), max_legend)]
+        for i, part in enumerate(parts):       # a group cut into panels: each panel says which part
+            out.append((f"{title} ({i + 1} of {len(parts)})" if len(parts) > 1 else title, roofs_of, part))
     return [p for p in out if p[2]]
 
 

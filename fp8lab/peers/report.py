@@ -13,8 +13,8 @@ import pandas as pd
 from ..arms import registry
 from . import catalog
 
-__all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "marlin_c3", "marlin_c4",
-           "marlin_c5", "marlin_c7", "marlin_a8", "SEED_SUBJECT", "MARLIN"]
+__all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "marlin_c7",
+           "SEED_SUBJECT", "MARLIN"]
 
 MARLIN = "peer_marlin_int4"
 SEED_SUBJECT = "seed"
@@ -104,7 +104,6 @@ def versus_best_peer(host: pd.DataFrame, peer_df: Optional[pd.DataFrame], own_ar
 # ------------------------------------------------------------------------------------------
 # the ledger's seed rows: Marlin, the system seed 003 measured
 # ------------------------------------------------------------------------------------------
-C3_FRACTION = 0.85          # M=1 effective bandwidth / measured copy bandwidth: DRAM-bound by timing
 C7_HOLDS, C7_KIND = 0.93, 0.80   # Marlin / cuBLAS BF16 TFLOP/s per GHz at the largest M (notebook 11's bars)
 
 
@@ -121,43 +120,6 @@ def _marlin_status(df) -> str:
     st = df[df["arm"] == MARLIN]["status"]
     bad = st[st != "measured"]
     return bad.iloc[0] if len(bad) else ""
-
-
-def marlin_c3(peers_df: Optional[pd.DataFrame]):
-    """C3 on the seed's own kernel: Marlin at M = 1 streams its weights at >= C3_FRACTION of the
-    copy bandwidth measured in the same run (holds-in-kind: DRAM-bound by timing, its issue-slot
-    share not profiled); below that, differs."""
-    rule = (f"holds-in-kind if Marlin's M=1 bandwidth >= {C3_FRACTION:.0%} of the measured copy on every shape "
-            "(issue slots not profiled); differs below")
-    m = measured(peers_df)
-    m = m[(m["arm"] == MARLIN) & (m["M"] == 1)] if not m.empty else m
-    if m.empty:
-        return _v("C3", "not-run", "Marlin not measured at M=1", rule, _marlin_status(peers_df) or "no M=1 row")
-    fr = m.set_index("shape")["fraction_of_copy"]
-    fig = "Marlin INT4 at M=1: " + "; ".join(f"{s} {v:.0%} of copy ({m.set_index('shape').loc[s, 'bw_p50'] / 1e12:.2f} TB/s)"
-                                             for s, v in fr.items())
-    if fr.min() >= C3_FRACTION:
-        return _v("C3", "holds-in-kind", fig, rule, "DRAM-bound by timing; Marlin's issue-slot share was not "
-                  "profiled (ncu runs fp8lab's kernels only)")
-    return _v("C3", "differs", fig, rule, f"Marlin reaches {fr.min():.0%} of the copy bandwidth at M=1 "
-              f"on {fr.idxmin()} (< {C3_FRACTION:.0%})")
-
-
-def marlin_c4(peers_df: Optional[pd.DataFrame]):
-    """C4 needs an FP and an INT Marlin kernel of one width. The catalog has none: the original
-    Marlin is INT4 only and vLLM's FP8 Marlin has no INT8 twin here, so the row is not-run and
-    names the Marlin kernels that did run."""
-    rule = "needs an FP and an INT Marlin kernel of the same width, both measured at M=1 (the catalog has no such pair)"
-    m = measured(peers_df)
-    ran = sorted(a for a in (set(m["arm"]) if not m.empty else set()) if "marlin" in a)
-    fig = ("Marlin kernels measured: " + ", ".join(ran)) if ran else "no Marlin kernel measured"
-    return _v("C4", "not-run", fig, rule, "no same-width FP / INT pair of Marlin kernels")
-
-
-def marlin_c5():
-    """C5 counts dequant instructions with ncu; Marlin is not profiled: always not-run, saying so."""
-    return _v("C5", "not-run", "Marlin not profiled", "needs ncu's per-opcode counts of Marlin's kernel",
-              "notebook 08 profiles fp8lab's kernels only")
 
 
 def marlin_c7(peers_df: Optional[pd.DataFrame], prefill_df: pd.DataFrame):
@@ -184,25 +146,3 @@ def marlin_c7(peers_df: Optional[pd.DataFrame], prefill_df: pd.DataFrame):
         return _v("C7", "holds", fig, rule)
     return _v("C7", "holds-in-kind" if ratio >= C7_KIND else "differs", fig, rule,
               f"Marlin at {ratio:.0%} of cuBLAS BF16 per GHz (seed: 95-97%)")
-
-
-def marlin_a8(peers_df: Optional[pd.DataFrame], stream_df: pd.DataFrame, shape: str = "qwen3-8b:o_proj"):
-    """A8's Marlin half on the seed's own kernel: at M = 1 on ``shape``, Marlin's time (notebook
-    04's peers table) against the fastest W8A8 blockwise arm's (its ``m1_stream`` table, GEMM
-    alone), both from the same run. holds if Marlin is faster, differs if not."""
-    from ..experiments import blockwise as bw
-
-    rule = f"holds if Marlin INT4's M=1 time < the fastest W8A8 arm's at {shape} (same run, GEMM alone); differs otherwise"
-    m = measured(peers_df)
-    m = m[(m["arm"] == MARLIN) & (m["M"] == 1) & (m["shape"] == shape)] if not m.empty else m
-    w8 = stream_df[(stream_df["status"] == "measured") & (stream_df["M"] == 1) & (stream_df["shape"] == shape)
-                   & (stream_df["quant"] == "none") & stream_df["arm"].isin(bw.W8A8)]
-    if m.empty or w8.empty:
-        why = _marlin_status(peers_df) if m.empty else f"no W8A8 arm measured at {shape} M=1"
-        return _v("A8", "not-run", "Marlin or a W8A8 arm not measured at M=1", rule, why or "no Marlin row at M=1")
-    r, b = m.iloc[0], w8.loc[w8["time_p50_s"].idxmin()]
-    fig = (f"{shape} M=1: Marlin INT4 {r['time_p50_s'] * 1e6:.1f} us ({r['stream_bytes'] / 1e6:.1f} MB of weights + "
-           f"scales) vs {b['arm']} {b['time_p50_s'] * 1e6:.1f} us ({b['weight_bytes'] / 1e6:.1f} MB)")
-    if r["time_p50_s"] < b["time_p50_s"]:
-        return _v("A8", "holds", fig, rule)
-    return _v("A8", "differs", fig, rule, f"{b['arm']} is at least as fast as Marlin at M=1 here")
