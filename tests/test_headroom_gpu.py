@@ -66,5 +66,8 @@ def test_locked_sweep_runs_end_to_end_without_touching_clocks():
     assert (df["check_relerr"] < 1e-2).all() and (df["rate_p50"] > 0).all()
     assert set(df.loc[df["phase"] == "decode", "arm"]) == {wo.ARMS["fp8"], wo.ARMS["int4"], hr.CUBLAS}
     assert hr.CUBLAS in set(df.loc[df["phase"] == "prefill", "arm"])
-    # nothing was locked, so the 'locked' point is the unlocked one measured again: same rates within noise
-    assert df.loc[df["lock_status"] == "locked", "change_vs_unlocked"].abs().max() < 0.5
+    # nothing was locked, so the 'locked' point is the unlocked one measured again: the same rate
+    # up to timing noise (rep_ms=5: a prefill point differed by 59% once on the H200 at e592d91),
+    # never the order-of-magnitude gap of a wrong unit or a row compared with another arm's
+    ratio = df.loc[df["lock_status"] == "locked", "change_vs_unlocked"] + 1
+    assert ratio.between(1 / 3, 3).all(), ratio

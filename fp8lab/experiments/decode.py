@@ -635,22 +635,27 @@ def stream_reference(ncu: Optional[pd.DataFrame]) -> Optional[pd.Series]:
     return st.loc[st["dram_pct"].idxmax()]
 
 
+def _span(v: pd.Series) -> str:
+    """'42%-77%' for fractions, or one figure when they round to the same percent."""
+    lo, hi = f"{v.min():.0%}", f"{v.max():.0%}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _c3_one(d1: pd.DataFrame, n: pd.DataFrame, ref: Optional[pd.Series], subject: str, variant: str = ""):
     bar_txt = (f"DRAM-bound: every kernel's ncu DRAM % >= {C3_OF_STREAM:.0%} of the best streaming kernel's "
                f"({'/'.join(STREAM_ARMS)}) on the same device; issue slots active <= {C3_ISSUE_MAX:.0%}")
     rule = (f"holds if {bar_txt}; holds-in-kind if DRAM-bound but issue > {C3_ISSUE_MAX:.0%}; differs if not "
             "DRAM-bound; not-run without ncu")
     fr = d1["fraction_of_copy"].dropna() if len(d1) else pd.Series(dtype=float)
-    fig_t = (f"; M=1 effective bandwidth {fr.min():.0%}-{fr.max():.0%} of the copy bandwidth" if len(fr) else "")
+    fig_t = (f"; M=1 effective bandwidth {_span(fr)} of the copy bandwidth" if len(fr) else "")
     if n.empty or ref is None:
         why = "no ncu profile of these kernels" if n.empty else "no streaming kernel in the ncu profile"
         return _v("C3", "not-run", "M=1 not profiled" + fig_t, f"{why} (needs Nsight Compute, measure mode)",
                   subject=subject, rule=rule, variant=variant)
     rel = n["dram_pct"] / float(ref["dram_pct"])
     issue = n["issue_active_pct"] / 100
-    fig = (f"ncu M=1: DRAM {n['dram_pct'].min():.0f}-{n['dram_pct'].max():.0f}% of peak = {rel.min():.0%}-"
-           f"{rel.max():.0%} of {ref['arm']}'s {ref['dram_pct']:.0f}%; issue slots {issue.min():.0%}-"
-           f"{issue.max():.0%} active" + fig_t)
+    fig = (f"ncu M=1: DRAM {_span(n['dram_pct'] / 100)} of peak = {_span(rel)} of {ref['arm']}'s "
+           f"{ref['dram_pct']:.0f}%; issue slots {_span(issue)} active" + fig_t)
     if rel.min() < C3_OF_STREAM:
         w = n.loc[rel.idxmin()]
         return _v("C3", "differs", fig, f"{w['arm']} ({w['shape']}) reaches {w['dram_pct']:.0f}% of DRAM peak, "
