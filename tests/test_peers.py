@@ -186,27 +186,14 @@ def test_marlin_seed_rows_from_the_decode_rules():
     assert set(dx.MARLIN_ARMS) == {"peer_marlin_int4", "peer_vllm_marlin_fp8", "peer_vllm_marlin_int4"}
 
 
-def _prefill(ratio, M=8192):
-    cub = dict(M=M, arm="cublas_bf16", with_quant=False, tflops_per_ghz=400.0, tflops_p50=700.0,
+def test_marlin_c7_seed_row_is_prefills_own_rule_with_its_variant():
+    cub = dict(M=8192, arm="cublas_bf16", with_quant=False, tflops_per_ghz=400.0, tflops_p50=700.0,
                sm_mhz_median=1750.0)
-    mar = dict(M=M, arm=report.MARLIN, status="measured", tflops_per_ghz=400.0 * ratio, tflops_p50=650.0,
-               sm_mhz_median=1800.0)
-    return pd.DataFrame([mar]), pd.DataFrame([cub])
-
-
-@pytest.mark.parametrize("ratio, verdict", [(report.C7_HOLDS, "holds"), (report.C7_HOLDS - 1e-3, "holds-in-kind"),
-                                            (report.C7_KIND, "holds-in-kind"), (report.C7_KIND - 1e-3, "differs")])
-def test_marlin_c7_boundaries(ratio, verdict):
-    p, h = _prefill(ratio)
-    v = report.marlin_c7(p, h)
-    assert v.verdict == verdict, (ratio, v)
-    assert "M=8192" in v.our_figure
-
-
-def test_marlin_c7_needs_a_common_m():
-    p, h = _prefill(1.0)
-    h["M"] = 1024
-    assert report.marlin_c7(p, h).verdict == "not-run"
+    mar = dict(M=8192, arm=report.MARLIN, with_quant=False, tflops_per_ghz=200.0, tflops_p50=380.0,
+               sm_mhz_median=1830.0)
+    seed = [v for v in px.c7_verdicts(pd.DataFrame([cub, mar])) if v.subject == "seed" and v.variant != "cuBLAS vs spec"]
+    assert len(seed) == 1 and seed[0].variant == "original Marlin" and seed[0].verdict == "differs"
+    assert "peer_marlin_int4 200 vs cuBLAS BF16 400" in seed[0].our_figure
 
 
 def test_versus_best_peer_picks_each_side_best():

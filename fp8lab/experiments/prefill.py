@@ -289,24 +289,24 @@ C7_RULE = (f"holds if the best weight-only GEMM at the largest M reaches >= {C7_
            f"{C7_KIND:.0%}; differs below")
 
 
-def _c7_one(df, arms, subject):
+def _c7_one(df, arms, subject, variant=""):
     t = c7_table(df, arms=arms)
     if not t:
         if subject == "seed":
-            return _v("C7", "not-run", "Marlin not measured", MARLIN_NOT_RUN, subject=subject, rule=C7_RULE)
+            return _v("C7", "not-run", "Marlin not measured", MARLIN_NOT_RUN, subject=subject, rule=C7_RULE, variant=variant)
         return _v("C7", "not-run", "no W8A16 and cuBLAS rows at the same M", "the sweep lacked an arm",
-                  subject=subject, rule=C7_RULE)
+                  subject=subject, rule=C7_RULE, variant=variant)
     if not np.isfinite(t["ratio"]):
         return _v("C7", "not-run", f"M={t['M']}: no SM clock samples", "NVML clocks were not readable",
-                  subject=subject, rule=C7_RULE)
+                  subject=subject, rule=C7_RULE, variant=variant)
     fig = (f"M={t['M']}: {t['best_w8a16']} {t['w8a16_per_ghz']:.0f} vs cuBLAS BF16 {t['cublas_per_ghz']:.0f} "
            f"TFLOP/s per GHz = {t['ratio']:.0%} ({t['ratio_raw']:.0%} unnormalised; clocks {t['w8a16_mhz']:.0f} / "
            f"{t['cublas_mhz']:.0f} MHz)")
     if t["ratio"] >= C7_HOLDS:
-        return _v("C7", "holds", fig, subject=subject, rule=C7_RULE)
+        return _v("C7", "holds", fig, subject=subject, rule=C7_RULE, variant=variant)
     why = (f"{t['best_w8a16']} at {t['ratio']:.0%} of cuBLAS BF16 per GHz: a gap of "
            f"{1 - t['ratio']:.0%} (seed: 3-5%)")
-    return _v("C7", "holds-in-kind" if t["ratio"] >= C7_KIND else "differs", fig, why, subject=subject, rule=C7_RULE)
+    return _v("C7", "holds-in-kind" if t["ratio"] >= C7_KIND else "differs", fig, why, subject=subject, rule=C7_RULE, variant=variant)
 
 
 def c7_cublas_verdict(df: pd.DataFrame):
@@ -336,7 +336,8 @@ def c7_verdicts(df: pd.DataFrame) -> list:
     ``seed`` (Marlin, ``peer_marlin*`` arms; not-run when absent) and the cuBLAS-vs-spec half
     (:func:`c7_cublas_verdict`)."""
     marlin = sorted(a for a in df["arm"].astype(str).unique() if a.startswith(MARLIN_PREFIX))
-    return [_c7_one(df, W8A16_ARMS, "analogue"), _c7_one(df, marlin, "seed"), c7_cublas_verdict(df)]
+    return [_c7_one(df, W8A16_ARMS, "analogue"), _c7_one(df, marlin, "seed", "original Marlin" if marlin else ""),
+            c7_cublas_verdict(df)]
 
 
 def c9_verdict(df: pd.DataFrame):

@@ -1,6 +1,7 @@
 """Peers in the notebooks: drawn beside fp8lab's arms in their one style, a status table that
 shows every peer (measured, or why not and how to install it), fp8lab's arms against the best
-peer of the same run, and the ledger's ``seed`` rows from Marlin (the seed's subject). CPU only.
+peer of the same run. CPU only. (The ledger's ``seed`` rows from Marlin are the notebooks' own rules
+applied to the Marlin rows: experiments.decode and experiments.prefill.)
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pandas as pd
 from ..arms import registry
 from . import catalog
 
-__all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "marlin_c7",
-           "SEED_SUBJECT", "MARLIN"]
+__all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
+           "MARLIN"]
 
 MARLIN = "peer_marlin_int4"
 SEED_SUBJECT = "seed"
@@ -99,50 +100,3 @@ def versus_best_peer(host: pd.DataFrame, peer_df: Optional[pd.DataFrame], own_ar
         rows.append(dict(zip(keys, k), own_arm=o["arm"], own=o[metric], best_peer=p["arm"], peer=p[metric],
                          own_over_peer=ratio))
     return pd.DataFrame(rows, columns=[*keys, "own_arm", "own", "best_peer", "peer", "own_over_peer"])
-
-
-# ------------------------------------------------------------------------------------------
-# the ledger's seed rows: Marlin, the system seed 003 measured
-# ------------------------------------------------------------------------------------------
-C7_HOLDS, C7_KIND = 0.93, 0.80   # Marlin / cuBLAS BF16 TFLOP/s per GHz at the largest M (notebook 11's bars)
-
-
-def _v(claim, verdict, fig, rule, reason=""):
-    from .. import claims
-
-    return claims.Verdict(claim=claim, verdict=verdict, our_figure=fig, reason=reason, subject=SEED_SUBJECT,
-                          rule=rule, variant="original Marlin")
-
-
-def _marlin_status(df) -> str:
-    if df is None or df.empty or MARLIN not in set(df["arm"]):
-        return "Marlin was not in this run's peers"
-    st = df[df["arm"] == MARLIN]["status"]
-    bad = st[st != "measured"]
-    return bad.iloc[0] if len(bad) else ""
-
-
-def marlin_c7(peers_df: Optional[pd.DataFrame], prefill_df: pd.DataFrame):
-    """C7 on the seed's own kernel: at the largest M both ran, Marlin's TFLOP/s per GHz (its
-    NVML clock) over cuBLAS BF16's from notebook 11's table of the same run."""
-    rule = (f"Marlin / cuBLAS BF16 TFLOP/s per GHz at the largest M: holds >= {C7_HOLDS:.2f}, "
-            f"holds-in-kind >= {C7_KIND:.2f}, differs below")
-    m = measured(peers_df)
-    m = m[m["arm"] == MARLIN] if not m.empty else m
-    cb = prefill_df[(prefill_df["arm"] == "cublas_bf16") & (~prefill_df["with_quant"].astype(bool))]
-    common = sorted(set(m["M"]) & set(cb["M"])) if not m.empty else []
-    if not common:
-        return _v("C7", "not-run", "no Marlin and cuBLAS BF16 rows at one M", rule,
-                  _marlin_status(peers_df) or "no common M")
-    M = common[-1]
-    r, c = m[m["M"] == M].iloc[0], cb[cb["M"] == M].iloc[0]
-    ratio = r["tflops_per_ghz"] / c["tflops_per_ghz"]
-    if not math.isfinite(ratio):
-        return _v("C7", "not-run", f"M={M}: no SM clock samples", rule, "NVML clocks were not readable")
-    fig = (f"M={M}: Marlin INT4 {r['tflops_per_ghz']:.0f} vs cuBLAS BF16 {c['tflops_per_ghz']:.0f} TFLOP/s per GHz "
-           f"= {ratio:.0%} ({r['tflops_p50'] / c['tflops_p50']:.0%} unnormalised; clocks {r['sm_mhz_median']:.0f} / "
-           f"{c['sm_mhz_median']:.0f} MHz)")
-    if ratio >= C7_HOLDS:
-        return _v("C7", "holds", fig, rule)
-    return _v("C7", "holds-in-kind" if ratio >= C7_KIND else "differs", fig, rule,
-              f"Marlin at {ratio:.0%} of cuBLAS BF16 per GHz (seed: 95-97%)")
