@@ -163,7 +163,8 @@ def _run_all(browser, server, nb: str, shot: Path, probe_js: str | None = None) 
         page.close()
 
 
-def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
+def _browser():
+    """(the OS's Chromium, playwright's sync_playwright), or the test says which one is missing."""
     chromium = _chromium()
     _need(chromium is not None, "no Chromium (apt-get install chromium)")
     try:
@@ -171,6 +172,11 @@ def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
     except ImportError:
         sync_playwright = None
     _need(sync_playwright is not None, "playwright is not installed (pip install -e '.[cpu,test]')")
+    return chromium, sync_playwright
+
+
+def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
+    chromium, sync_playwright = _browser()
 
     shots = ROOT / "runs" / "lab-test" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     shots.mkdir(parents=True)
@@ -248,13 +254,7 @@ def test_a_sweep_shows_one_progress_bar_in_jupyterlab(tmp_path, capsys):
     its extension in the server) and fills to 100 %; nested loops are one bar; nothing
     else (no text fallback, no throttled lines) lands in the cell's output."""
     import nbformat
-    chromium = _chromium()
-    _need(chromium is not None, "no Chromium (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    _need(sync_playwright is not None, "playwright is not installed (pip install -e '.[cpu,test]')")
+    chromium, sync_playwright = _browser()
 
     root = tmp_path / "root"
     (root / "notebooks").mkdir(parents=True)

@@ -553,7 +553,7 @@ def test_prefill_c7_boundaries_and_subjects():
     assert px.c7_table(df)["ratio"] == pytest.approx((640 / 1.52) / (700 / 1.6))
     # the seed row: Marlin when a peer_marlin arm was measured, else not-run saying how to get it
     v = _rows_of(px.c7_verdicts(table(0.4)), "seed")
-    assert v.verdict == "not-run" and "Marlin not measured" in v.reason and "issue 17" in v.reason
+    assert v.verdict == "not-run" and "Marlin not measured" in v.reason and "peers_offline.py --sources" in v.reason
     import pandas as pd
     tb = table(0.4)
     m = tb[tb["arm"] == "triton_w8a16"].assign(arm="peer_marlin_fp8", tflops_per_ghz=lambda d: d["tflops_per_ghz"] * 0.96 / 0.4)

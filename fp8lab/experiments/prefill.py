@@ -62,8 +62,9 @@ BF16_FLOP_PER_CLK_SM = {"h100": 4096, "h200": 4096, "a100": 2048, "rtx-3090": 51
                         "rtx-5090": 512, "l4": 1024, "l40s": 1024}
 #: the seed's subject for C7: Marlin, a peer arm (issue 17) whose id starts so
 MARLIN_PREFIX = "peer_marlin"
-MARLIN_NOT_RUN = ("Marlin not measured in this run; to get it, install vLLM (its Marlin GEMMs) and re-run "
-                  "this notebook with the peer arms of issue 17 (ids starting 'peer_marlin')")
+MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's source (python "
+                  "scripts/peers_offline.py --sources; make run builds it) and re-run this notebook "
+                  "(peer arms starting 'peer_marlin')")
 
 
 def spec_per_ghz(spec) -> tuple[float, float]:

@@ -6,7 +6,6 @@ applied to the Marlin rows: experiments.decode and experiments.prefill.)
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
 import pandas as pd
