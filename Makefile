@@ -64,12 +64,12 @@ verify: setup
 
 ## The GPU smoke: every notebook measures with its smallest sweep, into runs/ only.
 smoke: setup
-	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --smoke)
 	$(PY) -m fp8lab run --smoke $(ARGS)
 
 ## The GPU tests alone (they need an NVIDIA GPU; without one pytest selects none and says so).
 test-gpu: setup
-	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build)
+	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --no-ahead)
 	$(PY) -m pytest -q -m gpu $(ARGS)
 
 ## Open the notebooks in JupyterLab: rooted at notebooks/, with a kernel that runs this venv's

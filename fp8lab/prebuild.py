@@ -28,10 +28,13 @@ per-process temporary and renames it into place.
 The original Marlin (a peer) is built here too when its source is unpacked, one target per
 variant (``peer_marlin_*``), each probed in its own process after its build.
 
-Not built here: Triton kernels (compiled at the first launch of each autotuned shape, cached
-by Triton itself; the peers' autotuned Triton configs are compiled on all cores at the start of
-their sweeps, fp8lab.peers.precompile) and ``three_arms.b9_compile_check`` (five one-kernel nvcc runs into a temporary
-folder, on purpose: it shows what nvcc says for each pad).
+The Triton-autotuned peers' configs (torchao, gemlite; notebooks 05, 08, 11) are compiled here
+too, for the notebooks' own parameters (``peer_triton_*``, fp8lab.peers.precompile), beside the
+CUDA builds and at a lower priority than them; the sweeps then find them compiled.
+
+Not built here: fp8lab's own Triton kernels (compiled at the first launch of each autotuned
+shape, cached by Triton itself) and ``three_arms.b9_compile_check`` (five one-kernel nvcc runs
+into a temporary folder, on purpose: it shows what nvcc says for each pad).
 """
 
 from __future__ import annotations
@@ -66,7 +69,11 @@ class Target:
     what: str = ""
     needs: str = ""           # "module:function" -> (ok, why): when not ok the target is skipped,
     #                           as the notebooks skip what it serves (e.g. CUTLASS headers missing)
+    needs_args: bool = False  # call ``needs`` with ``args`` too
 
+
+#: the loader of the peers' Triton compile-ahead targets
+AHEAD_LOADER = "fp8lab.peers.precompile:prebuild"
 
 # Every torch extension (each function that calls _build.load_torch_extension; a test scans the
 # sources for them) and every cached nvcc cubin a GPU notebook compiles (notebooks 08 and 10 read
@@ -100,6 +107,15 @@ TARGETS: tuple[Target, ...] = (
     *(Target(f"peer_marlin_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild", (v,), units=2,
              slow_s=40, what=f"Marlin INT4 from its source ({v}), then its separate-process probe",
              needs="fp8lab.peers.build:prebuild_ready") for v in MARLIN_VARIANTS),
+    # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
+    # ahead with the notebooks' own parameters (cli fills them in; --smoke: the smoke ones) by
+    # worker processes at a lower priority than the compilers: units counts what they take from
+    # the compilers' share, not the workers (half the cores, niceness 10), so they start at once
+    # and fill the cores the builds leave idle
+    *(Target(f"peer_triton_{nb}", "peer", AHEAD_LOADER, (nb, "{}"), units=2,
+             slow_s=slow, what=f"notebook {nb}'s Triton-autotuned peers' configs, compiled ahead",
+             needs="fp8lab.peers.precompile:prebuild_ready", needs_args=True)
+      for nb, slow in (("08", 100), ("05", 60), ("11", 50))),
 )
 
 
@@ -184,7 +200,7 @@ def _child(target: Target, jobs: int, conn, log_path: str) -> None:
     t0 = time.time()
     try:
         if target.needs:
-            ok, why = _resolve(target.needs)()
+            ok, why = _resolve(target.needs)(*(target.args if target.needs_args else ()))
             if not ok:
                 conn.send({"ok": True, "skipped": str(why).splitlines()[0] if why else "not available"})
                 return
@@ -309,9 +325,39 @@ def add_arguments(p) -> None:
     p.add_argument("--list", action="store_true", help="list the targets and exit")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="seconds per target before it is stopped (default 1800)")
+    p.add_argument("--smoke", action="store_true",
+                   help="compile the peers' Triton configs for the notebooks' smoke parameters "
+                        "(make smoke), not their defaults")
+    p.add_argument("--no-ahead", action="store_true",
+                   help="leave out the peers' Triton compile-ahead (peer_triton_*; make test-gpu)")
     p.add_argument("--summary", metavar="FILE",
                    help="also write the counts and per-target seconds as JSON here (make run "
                         "passes it to the runner for the wall-time record)")
+
+
+def notebook_params(notebook_id: str, smoke: bool = False) -> dict:
+    """A notebook's parameters as a run gives them: its parameters cell's defaults (literals),
+    with the manifest's smoke parameters over them for ``smoke``."""
+    import ast
+
+    from . import runner
+
+    spec = next(s for s in runner.load_manifest() if s.id == notebook_id)
+    params = {}
+    for name, d in runner.notebook_parameters(spec.path).items():
+        try:
+            params[name] = ast.literal_eval(d["default"])
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return {**params, **(spec.smoke if smoke else {})}
+
+
+def with_params(targets: Sequence[Target], smoke: bool = False) -> list[Target]:
+    """The peer compile-ahead targets with their notebook's parameters in ``args``."""
+    import json
+
+    return [dataclasses.replace(t, args=(t.args[0], json.dumps(notebook_params(t.args[0], smoke))))
+            if t.loader == AHEAD_LOADER else t for t in targets]
 
 
 def _selected(only) -> list[Target] | str:
@@ -337,6 +383,8 @@ def cli(a) -> int:
     if isinstance(sel, str):
         print(sel, file=sys.stderr)
         return 2
+    if getattr(a, "no_ahead", False):
+        sel = [t for t in sel if t.loader != AHEAD_LOADER]
     if a.list:
         for t in sel:
             print(f"{t.name:<22} {t.kind:<9} {unit_count(t):>2} TU  {t.what}")
@@ -351,6 +399,7 @@ def cli(a) -> int:
         print("fp8lab build: no GPU visible; nothing to build")
         return 0
     jobs = a.jobs or available_cores()
+    sel = with_params(sel, smoke=getattr(a, "smoke", False))
     logs = log_dir()
     for lock in _stale_locks():
         print(f"fp8lab build: note: {lock} exists: a build is running there, or a killed one left it "

@@ -35,6 +35,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -269,6 +270,37 @@ def _hold_run_lock(folder: Path) -> None:
     _complete_interrupted(folder)
 
 
+#: Set by the runner in a measure run on one GPU: a lock file the GPU notebooks take in turn.
+#: A GPU notebook takes it in start_run (before it touches the GPU) and holds it until its
+#: process ends, so the runner can start the next notebook (kernel, imports) while this one
+#: measures; the next one measures only after this one has ended (runner.GPU_TURN_LANES).
+GPU_TURN_ENV = "FP8LAB_GPU_TURN"
+_GPU_TURN: dict = {}
+
+
+def take_gpu_turn(notebook: str) -> float | None:
+    """Wait for the GPU turn ($FP8LAB_GPU_TURN) and hold it for the rest of this process.
+    Returns the seconds waited (also written beside the lock, ``<lock>.<notebook>.wait``, for
+    run.json), None when no turn is kept (no runner, or not a measure run)."""
+    path = os.environ.get(GPU_TURN_ENV)
+    if not path:
+        return None
+    if "fd" in _GPU_TURN:
+        return 0.0
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    t0 = time.monotonic()
+    fcntl.flock(fd, fcntl.LOCK_EX)        # blocks while the notebook before this one runs
+    waited = time.monotonic() - t0
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{notebook} pid {os.getpid()} since {provenance.utc_now()}\n".encode(), 0)
+    _GPU_TURN["fd"] = fd                  # released when this process ends
+    atomic_write_bytes(Path(f"{path}.{notebook}.wait"), f"{waited:.3f}\n".encode())
+    if waited >= 1:
+        print(f"[gpu turn] {notebook} started while the notebook before it measured, and waited "
+              f"{waited:.0f} s for the GPU")
+    return waited
+
+
 #: (device, notebook) -> the folder outside data/ this process wrote that notebook's tables
 #: to (a host notebook run by hand: runs/scratch/data/, ``paths.output_data_dir``). The
 #: notebook reads back what it just wrote; every other reader (claims, verify, another
@@ -410,6 +442,8 @@ class Run:
             self.device = HOST_DEVICE
         elif device == "gpu":
             self.mode = resolve_mode(mode)
+            if self.mode == "measure":
+                take_gpu_turn(notebook)   # in a runner's measure run: after the notebook before it
             self.gpu = provenance.gpu_info() if self.mode == "measure" else None
             self.device = self.gpu["device"] if self.gpu else None
         else:

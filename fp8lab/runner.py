@@ -42,7 +42,7 @@ from pathlib import Path
 
 import yaml
 
-from . import clocks, provenance
+from . import clocks, provenance, results
 from . import progress as progress_lines
 from .paths import notebooks_dir, repo_root
 
@@ -378,6 +378,7 @@ class Outcome:
     device: str | None = None    # --cluster: the device key of the worker that ran it
     worker: str | None = None    # --cluster: that worker's name (or its host's)
     mode: str | None = None      # --cluster: the mode that worker chose (measure | replot)
+    gpu_wait_s: float | None = None  # taking turns on one GPU: seconds it waited for its turn
 
     def line(self) -> str:
         on = f" on gpu {self.gpu}" if self.gpu is not None else ""
@@ -619,7 +620,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         timeout: int | None = None, kernel: str = "python3", manifest: Path | None = None,
         progress: bool = True, echo=print, env: dict | None = None, gpus=None,
         stagger_s: float = 2.0, cluster=None, smoke: bool = False, host_lane: bool = True,
-        connect_timeout: float = 30.0, gpu_slots: int | None = None) -> int:
+        connect_timeout: float = 30.0, gpu_slots: int | None = None, gpu_turns: bool = True) -> int:
     """Execute the selected notebooks; returns the process exit status (0 when all pass).
 
     ``gpus``: None runs the notebooks one after another in this process's environment;
@@ -634,6 +635,8 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     them), its tables and figures written into the run folder, never data/ or figures/.
     ``host_lane``: on one GPU in measure mode, host notebooks (compile-time, census) run in a
     second lane beside the GPU notebooks instead of before them.
+    ``gpu_turns``: in a measure run on one GPU, GPU notebooks take turns (GPU_TURN_LANES): the
+    next one starts while one measures and waits for the GPU in ``results.start_run``.
     ``gpu_slots``: how many GPU notebooks share the one GPU at a time (default 1; a smoke
     2, see SMOKE_GPU_SLOTS). More than one only with ``smoke``: notebooks that share a GPU
     time each other's kernels, so their numbers are not results, and a smoke's never are.
@@ -645,8 +648,14 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
         return _run(only=only, params=params, mode=mode, run_dir=run_dir, timeout=timeout,
                     kernel=kernel, manifest=manifest, progress=progress, echo=echo, env=env,
                     gpus=gpus, stagger_s=stagger_s, cluster=cluster, smoke=smoke,
-                    host_lane=host_lane, connect_timeout=connect_timeout, gpu_slots=gpu_slots)
+                    host_lane=host_lane, connect_timeout=connect_timeout, gpu_slots=gpu_slots,
+                    gpu_turns=gpu_turns)
 
+
+#: GPU lanes of a measure run on one GPU: GPU notebooks take turns (results.take_gpu_turn), so
+#: while one measures the next one starts its kernel and imports, and measures after it ends.
+#: Never two on the GPU at once: the turn is taken before a notebook first touches the GPU.
+GPU_TURN_LANES = 2
 
 #: GPU notebooks a smoke runs at once on one GPU. A smoke checks the path (every arm, check
 #: and figure runs and passes), never the numbers, so two notebooks may share the GPU: most of
@@ -655,7 +664,7 @@ SMOKE_GPU_SLOTS = 2
 
 
 def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, echo, env, gpus,
-         stagger_s, cluster, smoke, host_lane, connect_timeout, gpu_slots) -> int:
+         stagger_s, cluster, smoke, host_lane, connect_timeout, gpu_slots, gpu_turns) -> int:
     if gpu_slots is not None and (isinstance(gpu_slots, bool) or not isinstance(gpu_slots, int)
                                   or gpu_slots < 1):
         raise UsageError(f"--gpu-slots must be a whole number >= 1, got {gpu_slots!r}")
@@ -730,9 +739,16 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
             echo("  replot: GPU notebooks measure nothing; they redraw their figures from "
                  f"committed data/ into {run_dir / 'figures'}: " + ", ".join(gpu_nbs))
 
+    # one GPU, measuring for real: GPU notebooks take turns (GPU_TURN_LANES)
+    turns = (chosen == "measure" and not smoke and gpu_ids is None and cluster is None and slots == 1
+             and gpu_turns and sum(s.kind == "gpu" for s in specs) > 1)
+    turn_lock = run_dir / ".gpu-turn"
+
     def prepare(spec):
-        return (notebook_params(spec, per_nb[spec.name], chosen),
-                notebook_env(spec, chosen, run_id=run_id, run_dir=run_dir, root=repo_root(), env=env))
+        nb_env = notebook_env(spec, chosen, run_id=run_id, run_dir=run_dir, root=repo_root(), env=env)
+        if turns and spec.kind == "gpu":
+            nb_env[results.GPU_TURN_ENV] = str(turn_lock)
+        return notebook_params(spec, per_nb[spec.name], chosen), nb_env
 
     outcomes: list[Outcome] = []
     if cluster is not None:
@@ -741,9 +757,12 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
                                            env=env, progress=progress, echo=echo,
                                            connect_timeout=connect_timeout)
     elif gpu_ids is None and chosen == "measure" and \
-            ((host_lane and len({s.kind for s in specs}) > 1) or slots > 1):
+            ((host_lane and len({s.kind for s in specs}) > 1) or slots > 1 or turns):
         lanes = [Lane("gpu" if i == 0 else f"gpu+{i}", lambda s: s.kind != "host", {}, run_dir)
-                 for i in range(slots)]
+                 for i in range(GPU_TURN_LANES if turns else slots)]
+        if turns:
+            echo(f"  GPU notebooks take turns: the next one starts (kernel, imports) while one measures, "
+                 "and waits for the GPU until that one has ended")
         if host_lane and len({s.kind for s in specs}) > 1:
             echo("  two lanes: host notebooks run beside the GPU notebooks ("
                  + ", ".join(s.name for s in specs if s.kind == "host") + ")")
@@ -783,9 +802,17 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
                  for g in gpu_ids]
         outcomes = _run_lanes(specs, prepare, lanes, timeout=timeout, kernel=kernel,
                               stagger_s=stagger_s, progress=progress, echo=echo)
+    if turns:
+        for o in outcomes:
+            try:
+                o.gpu_wait_s = round(float(Path(f"{turn_lock}.{o.name}.wait").read_text()), 1)
+            except (OSError, ValueError):
+                pass
     rows = []
     for o in outcomes:
         r = dataclasses.asdict(o) | {"output": str(o.output)}
+        if r["gpu_wait_s"] is None:
+            r.pop("gpu_wait_s")
         # run.json keeps its earlier shape: the fields of the other runners only where used.
         if gpu_ids is None:
             r.pop("gpu"), r.pop("attempts")

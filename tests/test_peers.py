@@ -338,3 +338,37 @@ def test_marlin_prebuild_reuses_a_build_of_the_same_source_and_variant(tmp_path)
     assert build._built(out, "no-l2-hint", src) is None               # another variant
     (src / ".fp8lab-source.json").write_text(json.dumps({"commit": "0000000"}))
     assert build._built(out, "as-is", src) is None                    # the source moved on
+
+
+def test_peer_autotuners_time_each_config_for_the_peer_budget_and_no_other(monkeypatch, tmp_path):
+    """An autotuner whose kernel lives in a module imported through discover times each config
+    for PEER_AUTOTUNE_MS (the row's config says so); an autotuner given its own benchmarker, or
+    one of a module that is not a peer, is left alone."""
+    import sys
+
+    triton = pytest.importorskip("triton")
+    (tmp_path / "fakepeer_tuned.py").write_text(
+        "import triton\n\n"
+        "@triton.autotune(configs=[triton.Config({}, num_warps=4), triton.Config({}, num_warps=8)], key=[])\n"
+        "@triton.jit\n"
+        "def kern(x):\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("fakepeer_tuned", None)
+    mod = discover.import_peer_module("fakepeer_tuned")
+    if not discover._BENCH["installed"]:
+        pytest.skip("this Triton's Autotuner has no do_bench cached property")
+    bench = mod.kern.do_bench
+    w, r = discover.PEER_AUTOTUNE_MS
+    assert bench.func is triton.testing.do_bench and bench.keywords == {"warmup": w, "rep": r}
+    assert f"{w} + {r} ms" in discover.autotune_note()
+
+    def own(fn, quantiles):
+        return [1.0, 1.0, 1.0]
+
+    @triton.jit
+    def not_a_peer(x):
+        pass
+
+    assert triton.autotune(configs=[triton.Config({})], key=[], do_bench=own)(not_a_peer).do_bench is own
+    assert __name__.split(".")[0] not in discover._PEER_MODULES      # this module's autotuners keep Triton's

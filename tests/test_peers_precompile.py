@@ -120,3 +120,74 @@ def test_compile_only_on_a_real_triton_autotuner_compiles_without_launching():
     fill[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](out, 1000)   # the real autotuner again
     torch.cuda.synchronize()
     assert (out == 1.0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# once per box, and planned by the build from the notebooks' own parameters
+# ---------------------------------------------------------------------------------------------
+def test_ensure_compiles_once_per_call_and_not_after_a_broken_pool(monkeypatch, tmp_path):
+    monkeypatch.setenv("FP8LAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(precompile, "call_key", lambda kind, peers, points: f"{kind}-{len(points)}")
+    calls = []
+
+    def fake_ahead(kind, peers, points, **kw):
+        calls.append((kind, list(peers), list(points)))
+        return dict(compiled=5, workers=2, seconds=1.0, errors=errs)
+
+    monkeypatch.setattr(precompile, "ahead", fake_ahead)
+    errs = []
+    lines = []
+    peers = ["peer_gemlite_w8a16_fp8", "peer_marlin_int4"]       # Marlin does not autotune: left out
+    precompile.ensure("weight_only", [(256, 256, [1], 0)], peers=peers, log=lines.append, by="the test")
+    assert calls == [("weight_only", ["peer_gemlite_w8a16_fp8"], [(256, 256, [1], 0)])]
+    precompile.ensure("weight_only", [(256, 256, [1], 0)], peers=peers, log=lines.append)
+    assert len(calls) == 1 and "compiled ahead by the test (5 configs" in lines[-1]
+    errs = ["stopped after 900 s: the sweep compiles the rest itself"]   # a pool cut short: no marker
+    precompile.ensure("weight_only", [(256, 256, [1], 0), (512, 256, [1], 0)], peers=peers, log=None)
+    precompile.ensure("weight_only", [(256, 256, [1], 0), (512, 256, [1], 0)], peers=peers, log=None)
+    assert len(calls) == 3
+    assert precompile.ensure("weight_only", [(256, 256, [1], 0)], peers=["peer_marlin_int4"], log=None)["workers"] == 0
+
+
+@pytest.mark.parametrize("nb", precompile.NOTEBOOKS)
+@pytest.mark.parametrize("smoke", [False, True])
+def test_the_build_plans_what_the_notebooks_sweep_asks_for(monkeypatch, nb, smoke):
+    """precompile.plan(nb, parameters) -- what ``fp8lab build`` compiles -- is the call the
+    notebook's peer sweep makes with those parameters (run with every peer 'available' and the
+    ensure call caught before anything is measured)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from fp8lab import prebuild
+    from fp8lab.peers import discover, sweeps
+
+    params = json.loads(next(t for t in prebuild.with_params(prebuild.TARGETS, smoke=smoke)
+                             if t.loader == prebuild.AHEAD_LOADER and t.args[0] == nb).args[1])
+    seen = []
+
+    class Caught(Exception):
+        pass
+
+    def catch(kind, points, *, peers, **kw):
+        seen.append((kind, points, precompile.autotuned(peers)))
+        raise Caught
+
+    monkeypatch.setattr(precompile, "ensure", catch)
+    monkeypatch.setattr(sweeps, "DEVICE", "cuda")
+    ok = lambda p: discover.Availability(p, True, "1.0")  # noqa: E731
+    ids = sweeps.resolve(params["peers"], nb)
+    src = next((Path(__file__).parent.parent / "notebooks").glob(f"{nb}_*.py")).read_text()
+    with pytest.raises(Caught):
+        if nb == "05":
+            assert re.search(r"peer_sweeps\.blockwise\(shapes, Ms, peer_ids, with_quant=with_quant,", src)
+            sweeps.blockwise(params["shapes"], params["Ms"], ids, with_quant=params["with_quant"], avail=ok)
+        elif nb == "08":
+            assert re.search(r"peer_sweeps\.decode\(shape_names, Ms, peer_ids, [^)]*seed=seed", src)
+            sweeps.decode(params["shape_names"], params["Ms"], ids, copy={"rate_p50": 1.0}, seed=params["seed"],
+                          avail=ok)
+        else:
+            assert re.search(r"peer_sweeps\.prefill\(shape_name, Ms, peer_ids, [^)]*seed=seed", src)
+            sweeps.prefill(params["shape_name"], params["Ms"], ids, seed=params["seed"], avail=ok)
+    kind, points = precompile.plan(nb, params)
+    assert seen == [(kind, points, precompile.autotuned(ids))] and seen[0][2]

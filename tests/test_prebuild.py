@@ -216,7 +216,34 @@ def test_a_peer_that_fails_to_build_does_not_fail_the_run(tmp_path, capsys, monk
 
 def test_marlin_targets_one_per_variant():
     from fp8lab.peers import discover
-    ts = [t for t in prebuild.TARGETS if t.kind == "peer"]
+    ts = [t for t in prebuild.TARGETS if t.kind == "peer" and t.loader != prebuild.AHEAD_LOADER]
     assert [t.args for t in ts] == [(v,) for v in discover.MARLIN_VARIANTS]
     assert all(t.loader == "fp8lab.peers.build:prebuild" and t.needs == "fp8lab.peers.build:prebuild_ready"
                for t in ts)
+
+
+def test_peer_compile_ahead_targets_take_the_notebooks_parameters():
+    """peer_triton_<nb> compiles what notebook nb's sweep will ask for: the notebook's parameter
+    defaults, or its manifest smoke parameters under --smoke."""
+    import json
+
+    from fp8lab.peers import precompile
+
+    ts = [t for t in prebuild.TARGETS if t.loader == prebuild.AHEAD_LOADER]
+    assert sorted(t.args[0] for t in ts) == sorted(precompile.NOTEBOOKS)
+    assert all(t.kind == "peer" and t.needs_args for t in ts)      # a failure never fails make run
+    full = {t.args[0]: json.loads(t.args[1]) for t in prebuild.with_params(ts)}
+    smoke = {t.args[0]: json.loads(t.args[1]) for t in prebuild.with_params(ts, smoke=True)}
+    assert full["05"]["Ms"] == [1, 16, 128, 1024, 4096] and smoke["05"]["Ms"] == [1, 128, 1024]
+    assert full["08"]["shape_names"] == ["llama3-70b:down_proj", "qwen3-8b:gate_up"]
+    assert smoke["08"]["shape_names"] == ["qwen3-8b:gate_up"] and smoke["11"]["Ms"] == [1, 1024]
+    for nb, params in (*full.items(), *smoke.items()):
+        kind, points = precompile.plan(nb, params)
+        assert kind in ("blockwise", "weight_only") and points
+
+
+def test_no_ahead_leaves_the_compile_ahead_out(capsys):
+    assert cli.main(["build", "--list", "--no-ahead"]) == 0
+    names = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    assert names == [t.name for t in prebuild.TARGETS if t.loader != prebuild.AHEAD_LOADER]
+    assert "peer_marlin_as_is" in names and not any(n.startswith("peer_triton_") for n in names)

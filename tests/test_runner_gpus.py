@@ -275,3 +275,40 @@ def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch
     with pytest.raises(runner.UsageError, match="whole number"):
         runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "r3", progress=False,
                    echo=lines.append, smoke=True, gpu_slots=0)
+
+
+def test_gpu_notebooks_take_turns_in_a_measure_run(tmp_path, monkeypatch):
+    """A measure run on one GPU starts the next GPU notebook while one runs, but the second
+    reaches its GPU work (results.start_run) only after the first has ended; the wait is in
+    run.json and the notebook's log says so."""
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    cell = ("import time, pathlib\nfrom fp8lab import results\n"
+            "started = time.time()\nresults.take_gpu_turn({name!r})\nt0 = time.time(); time.sleep(1.5)\n"
+            "pathlib.Path({p!r}).write_text(f'{{started}} {{t0}} {{time.time()}}')")
+    entries = []
+    for i in range(3):
+        nbformat.write(_nb(cell.format(name=f"4{i}_g", p=str(stamps / f"4{i}"))), nbdir / f"4{i}_g.ipynb")
+        entries.append({"id": f"4{i}", "name": f"4{i}_g", "title": "g", "kind": "gpu", "timeout": 120})
+    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": entries}))
+    from fp8lab import provenance
+    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    lines = []
+    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+                    echo=lines.append, mode="measure", stagger_s=0.1)
+    assert rc == 0, lines
+    assert any("take turns" in ln for ln in lines)
+    spans = [tuple(map(float, (stamps / f"4{i}").read_text().split())) for i in range(3)]
+    turns = sorted(spans, key=lambda s: s[1])
+    for a, b in zip(turns, turns[1:]):
+        assert b[1] >= a[2]                     # one at a time on the GPU
+    assert any(b[0] < a[2] for a, b in zip(turns, turns[1:]))   # the next started while one measured
+    rows = json.loads((tmp_path / "run" / "run.json").read_text())["notebooks"]
+    assert sum(r.get("gpu_wait_s", 0) > 0.5 for r in rows) >= 1
+    # without the runner's lock there is no turn to take
+    from fp8lab import results
+    monkeypatch.delenv(results.GPU_TURN_ENV, raising=False)
+    assert results.take_gpu_turn("x") is None

@@ -17,6 +17,7 @@ import copy
 import math
 import os
 
+from . import discover
 from .discover import PeerUnavailable, import_marlin, import_peer_module
 from .harness import Prepared
 
@@ -103,7 +104,8 @@ def _gemlite_prepared(layer, w_ref, config):
     from gemlite import core
 
     tag = getattr(core, "selected_tag", None)
-    cache = f"configs {os.path.basename(tag)}" if tag else "autotuned here (no shipped config for this GPU)"
+    cache = (f"configs {os.path.basename(tag)}" if tag else
+             f"autotuned here (no shipped config for this GPU; {discover.autotune_note()})")
     return Prepared(layer, _gemlite_layer_call, copy.deepcopy, _gemlite_weights, w_ref, "bf16", takes_out=False,
                     config=f"{config}; {cache}")
 
@@ -287,7 +289,7 @@ def torchao_blockwise(x, w) -> Prepared:
         return bq.blockwise_fp8_gemm(qa, qs, st[2], st[3])
 
     return _blockwise_prepared((a, sa, b, sb), lambda st, _x, _o: bq.blockwise_fp8_gemm(st[0], st[1], st[2], st[3]),
-                               a, sa, b, sb, with_quant=with_quant)
+                               a, sa, b, sb, with_quant=with_quant, config=f"autotuned here; {discover.autotune_note()}")
 
 
 def vllm_blockwise(x, w) -> Prepared:

@@ -17,18 +17,30 @@ each kernel from the cache instead of compiling it. Nothing here is written into
 
 Best effort: a worker that fails, or a pool past ``timeout_s``, is reported in one line and
 the sweep compiles what is missing itself, as it did before.
+
+Once per box: :func:`ensure` (what the sweeps call) leaves a marker keyed by the call (kind,
+peers, points, Triton, torch, GPU, Triton's cache folder) in ``<cache>/peers_ahead`` and skips
+the pool when the marker is there. ``python -m fp8lab build`` runs the same calls up front,
+from the notebooks' own parameters (:func:`plan`; ``--smoke``: their smoke parameters), beside
+the CUDA builds and before any notebook measures, its workers at a lower priority than the
+compilers: on a fresh box the compiling is done while nvcc runs, and the sweeps find the markers.
+A notebook run with other parameters (``-p``) finds none and compiles ahead itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing as mp
 import os
 import time
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from . import catalog
 
-__all__ = ["ahead", "compile_only", "worker_count", "autotuned"]
+__all__ = ["ahead", "compile_only", "worker_count", "autotuned", "ensure", "plan", "prebuild", "prebuild_ready",
+           "NOTEBOOKS"]
 
 #: the pool is stopped (SIGTERM to its workers) after this long; the sweep compiles the rest
 TIMEOUT_S = 900.0
@@ -101,7 +113,9 @@ def _weight_only_point(peer, N, K, Ms, seed):
 
 
 def _worker(job) -> tuple:
-    kind, peers, points, slot, n = job
+    kind, peers, points, slot, n, nice = job
+    if nice:
+        os.nice(nice)
     t0 = time.monotonic()
     count = compile_only(slot, n)
     import torch
@@ -124,10 +138,11 @@ def _worker(job) -> tuple:
 
 
 def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: Optional[int] = None,
-          timeout_s: float = TIMEOUT_S, log: Optional[Callable[[str], None]] = print) -> dict:
+          timeout_s: float = TIMEOUT_S, log: Optional[Callable[[str], None]] = print, nice: int = 0) -> dict:
     """Compile the autotuned ``peers``' configs for ``points`` on ``workers`` processes.
     ``kind``: "blockwise" (points: (shape, M, seed, with_quant)) or "weight_only" (points:
-    (N, K, Ms, seed)). Returns dict(compiled, workers, seconds, errors); never raises."""
+    (N, K, Ms, seed)); ``nice``: the workers' added niceness. Returns dict(compiled, workers,
+    seconds, errors); never raises."""
     peers = autotuned(peers)
     if not peers or not points:
         return dict(compiled=0, workers=0, seconds=0.0, errors=[])
@@ -138,7 +153,7 @@ def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: 
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(n)
     try:
-        res = pool.map_async(_worker, [(kind, list(peers), list(points), i, n) for i in range(n)], chunksize=1)
+        res = pool.map_async(_worker, [(kind, list(peers), list(points), i, n, nice) for i in range(n)], chunksize=1)
         for c, errs, _ in res.get(timeout=timeout_s):
             compiled += c
             errors += errs
@@ -160,3 +175,108 @@ def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: 
             line += f"; {len(uniq)} problem(s), first: {uniq[0][:200]}"
         log(line)
     return dict(compiled=compiled, workers=n, seconds=dt, errors=uniq)
+
+
+# ---------------------------------------------------------------------------------------------
+# once per box: markers, and the build's share of the work
+# ---------------------------------------------------------------------------------------------
+def call_key(kind: str, peers: Sequence[str], points: Sequence[tuple]) -> str:
+    """What a compile-ahead produced depends on: the call, the compilers, the GPU, the cache folder."""
+    import torch
+    import triton
+
+    parts = [kind, sorted(peers), [[str(x) for x in pt] for pt in points], triton.__version__, torch.__version__,
+             torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
+             os.environ.get("TRITON_CACHE_DIR", "")]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def marker_path(key: str) -> Path:
+    from ..paths import cache_dir
+
+    return cache_dir("peers_ahead") / f"{key}.json"
+
+
+def ensure(kind: str, points: Sequence[tuple], *, peers: Sequence[str], workers: Optional[int] = None,
+           log: Optional[Callable[[str], None]] = print, nice: int = 0, by: str = "a sweep") -> dict:
+    """:func:`ahead`, unless the same call has compiled on this box before (its marker): then
+    one line and nothing else. A pool that ran to its end leaves the marker; one stopped by its
+    timeout or broken does not (the next run tries again)."""
+    peers = autotuned(peers)
+    if not peers or not points:
+        return dict(compiled=0, workers=0, seconds=0.0, errors=[])
+    marker = marker_path(call_key(kind, peers, points))
+    if marker.is_file():
+        try:
+            d = json.loads(marker.read_text())
+            if log:
+                log(f"[peers] the Triton configs of {', '.join(peers)} for these shapes were compiled ahead by "
+                    f"{d.get('by', '?')} ({d.get('compiled', '?')} configs in {d.get('seconds', 0):.0f} s, "
+                    f"{d.get('when', '?')}): their autotuners load them from Triton's cache")
+            return dict(compiled=0, workers=0, seconds=0.0, errors=[], marker=str(marker))
+        except (OSError, ValueError):
+            pass                           # unreadable: compile again, and write it anew
+    res = ahead(kind, peers, points, workers=workers, log=log, nice=nice)
+    broken = any(e.startswith(("stopped after", "pool:")) for e in res["errors"])
+    if res["workers"] and not broken:
+        from ..results import atomic_write_bytes
+        from ..provenance import utc_now
+
+        doc = dict(by=by, when=utc_now(), compiled=res["compiled"], seconds=round(res["seconds"], 1),
+                   workers=res["workers"], problems=res["errors"][:3])
+        atomic_write_bytes(marker, (json.dumps(doc, indent=1) + "\n").encode())
+    return dict(res, marker=str(marker))
+
+
+#: the notebooks whose sweeps compile autotuned peers ahead
+NOTEBOOKS = ("05", "08", "11")
+
+
+def plan(notebook: str, params: dict) -> tuple:
+    """(kind, points) the notebook's peer sweep compiles ahead with these parameters: the
+    arguments the notebook passes its sweep (and the sweep's defaults for the rest)."""
+    from . import sweeps
+
+    if notebook == "05":
+        return sweeps.blockwise_ahead(params["shapes"], params["Ms"], with_quant=params.get("with_quant", True))
+    if notebook == "08":
+        return sweeps.decode_ahead(params["shape_names"], params["Ms"], seed=params.get("seed", 0))
+    if notebook == "11":
+        return sweeps.prefill_ahead(params["shape_name"], params["Ms"], seed=params.get("seed", 0))
+    raise ValueError(f"notebook {notebook!r} compiles no peer ahead; those that do: {', '.join(NOTEBOOKS)}")
+
+
+def _live_autotuned(notebook: str, params: dict) -> list:
+    from . import discover, sweeps
+
+    return [p for p in autotuned(sweeps.resolve(params.get("peers", "all"), notebook))
+            if discover.availability(p).ok]
+
+
+def prebuild_ready(notebook: str, params_json: str) -> tuple:
+    """(ok, why not) for ``fp8lab build``'s target: a CUDA GPU, and an autotuned peer installed."""
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    if not _live_autotuned(notebook, json.loads(params_json)):
+        names = sorted({catalog.get(p).library for p in autotuned(catalog.ids_for(notebook))})
+        return False, f"none of notebook {notebook}'s autotuned peers is installed ({', '.join(names)})"
+    return True, ""
+
+
+def prebuild(notebook: str, params_json: str) -> Optional[Path]:
+    """``fp8lab build``'s target: the notebook's peer compile-ahead, at a lower priority than the
+    compilers beside it (half the cores' worth of workers, niceness 10)."""
+    params = json.loads(params_json)
+    kind, points = plan(notebook, params)
+    res = ensure(kind, points, peers=_live_autotuned(notebook, params), workers=max(1, worker_count() // 2),
+                 nice=10, by="fp8lab build")
+    if res.get("errors"):
+        print(f"notebook {notebook}: {len(res['errors'])} problem(s) while compiling ahead (the sweep reports them "
+              f"again): {res['errors'][0][:300]}")
+    # the marker: older than the call when an earlier build compiled these (prebuild: "cached")
+    marker = Path(res.get("marker", ""))
+    return marker if res.get("marker") and marker.is_file() else None

@@ -27,7 +27,8 @@ from ..progress import progress as track
 from . import catalog, discover, harness
 from .harness import PEER_COLUMNS, error_text, status_row
 
-__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN"]
+__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN",
+           "decode_ahead", "prefill_ahead", "blockwise_ahead"]
 
 #: where operands live; the CPU tests set "cpu" (with fakes for timing) to run the sweeps' own logic
 DEVICE = "cuda"
@@ -118,6 +119,33 @@ def _act_dtype(act: str):
     return torch.float16 if act == "fp16" else torch.bfloat16
 
 
+# ------------------------------------------------------------------------------------------
+# what each sweep compiles ahead (precompile.ensure), from its own arguments: the sweeps call
+# these, and so does ``python -m fp8lab build`` with a notebook's parameters (precompile.plan)
+# ------------------------------------------------------------------------------------------
+def decode_ahead(shape_names: Sequence[str], Ms: Sequence[int], *, seed: int = 0, check_m: int = 4) -> tuple:
+    """(kind, points) of :func:`decode`'s compile-ahead: every shape at its Ms and check M."""
+    from ..experiments import decode as dx
+
+    ms = sorted(set(Ms) | {check_m})
+    return "weight_only", [(dx._shape(n).N, dx._shape(n).K, ms, seed) for n in shape_names]
+
+
+def prefill_ahead(shape_name: str, Ms: Sequence[int], *, seed: int = 0) -> tuple:
+    """(kind, points) of :func:`prefill`'s compile-ahead."""
+    from .. import shapes
+
+    sh = shapes.get(shape_name)
+    return "weight_only", [(sh.N, sh.K, sorted(set(Ms)), seed)]
+
+
+def blockwise_ahead(shapes, Ms: Sequence[int], *, seed: int = 0, with_quant: bool = True) -> tuple:
+    """(kind, points) of :func:`blockwise`'s compile-ahead: its own operands' seeds (seed + M)."""
+    from ..experiments import blockwise as bw
+
+    return "blockwise", [(sh, M, seed + M, with_quant) for sh in bw.resolve_shapes(shapes) for M in Ms]
+
+
 def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], *, copy: dict, rep_ms: float = 40,
            seed: int = 0, check_m: int = 4, sampler=None, same_copy: bool = True, avail=None,
            prepare: Optional[dict] = None, precompile_ahead: bool = True) -> pd.DataFrame:
@@ -142,16 +170,16 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     if not live:
         return pd.DataFrame(rows, columns=cols)
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        precompile.ensure(*decode_ahead(shape_names, Ms, seed=seed, check_m=check_m), peers=live)
+
     import torch
 
     from .. import bench, devices
     from . import adapters
 
-    if prepare is None and DEVICE == "cuda" and precompile_ahead:
-        from . import precompile
-
-        ms = sorted(set(Ms) | {check_m})
-        precompile.ahead("weight_only", live, [(dx._shape(n).N, dx._shape(n).K, ms, seed) for n in shape_names])
     prepare = prepare or adapters.WEIGHT_ONLY
     spec = devices.spec_for(_device_name())
     l2 = _l2_bytes()
@@ -245,15 +273,16 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     if not live:
         return pd.DataFrame(rows, columns=cols)
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        precompile.ensure(*prefill_ahead(shape_name, Ms, seed=seed), peers=live)
+
     import torch
 
     from .. import devices
     from . import adapters
 
-    if prepare is None and DEVICE == "cuda" and precompile_ahead:
-        from . import precompile
-
-        precompile.ahead("weight_only", live, [(N, K, sorted(set(Ms)), seed)])
     prepare = prepare or adapters.WEIGHT_ONLY
     spec = devices.spec_for(_device_name())
     spec_per_ghz = spec.peak_flops("bf16") / spec.clock_hz * 1e9 / 1e12 if spec else math.nan
@@ -355,16 +384,17 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     if not live:
         return pd.DataFrame(rows, columns=cols)
 
+    if prepare is None and DEVICE == "cuda" and precompile_ahead:
+        from . import precompile
+
+        precompile.ensure(*blockwise_ahead(shapes, Ms, seed=seed, with_quant=with_quant), peers=live,
+                          log=log or print)
+
     import torch
 
     from .. import bench
     from . import adapters
 
-    if prepare is None and DEVICE == "cuda" and precompile_ahead:
-        from . import precompile
-
-        precompile.ahead("blockwise", live, [(sh, M, seed + M, with_quant) for sh in shape_objs for M in Ms],
-                         log=log or print)
     prepare = prepare or adapters.BLOCKWISE
     for shape in track(shape_objs, desc="peers blockwise", unit="shapes"):
         N, K = shape.N, shape.K
