@@ -245,35 +245,43 @@ def test_a_smoke_run_that_writes_into_data_fails(tmp_path, monkeypatch):
     assert rc == 1 and any("changed 1 file(s) under data/ or figures/" in ln for ln in lines)
 
 
-def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch):
-    """--smoke on one GPU: two GPU lanes share it (the smoke checks the path, not numbers), so
-    two GPU notebooks overlap in time; a measure run never shares the GPU."""
+def _three_gpu_notebooks(tmp_path, monkeypatch, cell: str, prefix: str):
+    """Three GPU-kind notebooks ``<prefix>0_g``.. running ``cell`` (formatted with its name and a
+    stamp path), on one fake GPU; returns (manifest, stamps folder)."""
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
     stamps = tmp_path / "stamps"
     stamps.mkdir()
-    cell = ("import time, pathlib\nt0 = time.time(); time.sleep(1.5)\n"
-            "pathlib.Path({p!r}).write_text(f'{{t0}} {{time.time()}}')")
     entries = []
     for i in range(3):
-        nbformat.write(_nb(cell.format(p=str(stamps / f"3{i}"))), nbdir / f"3{i}_g.ipynb")
-        entries.append({"id": f"3{i}", "name": f"3{i}_g", "title": "g", "kind": "gpu", "timeout": 120})
+        name = f"{prefix}{i}_g"
+        nbformat.write(_nb(cell.format(name=name, p=str(stamps / f"{prefix}{i}"))), nbdir / f"{name}.ipynb")
+        entries.append({"id": f"{prefix}{i}", "name": name, "title": "g", "kind": "gpu", "timeout": 120})
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": entries}))
     from fp8lab import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    return nbdir / "manifest.yaml", stamps
+
+
+def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch):
+    """--smoke on one GPU: two GPU lanes share it (the smoke checks the path, not numbers), so
+    two GPU notebooks overlap in time; a measure run never shares the GPU."""
+    cell = ("import time, pathlib\nt0 = time.time(); time.sleep(1.5)\n"
+            "pathlib.Path({p!r}).write_text(f'{{t0}} {{time.time()}}')")
+    manifest, stamps = _three_gpu_notebooks(tmp_path, monkeypatch, cell, "3")
     lines = []
-    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+    rc = runner.run(manifest=manifest, run_dir=tmp_path / "run", progress=False,
                     echo=lines.append, smoke=True, stagger_s=0.1)
     assert rc == 0, lines
     assert any("2 GPU notebooks at a time" in ln for ln in lines)
     spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
     assert len(spans) == 3 and spans[1][0] < spans[0][1]         # the first two overlapped
     with pytest.raises(runner.UsageError, match="only a smoke"):
-        runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "r2", progress=False,
+        runner.run(manifest=manifest, run_dir=tmp_path / "r2", progress=False,
                    echo=lines.append, mode="measure", gpu_slots=2)
     with pytest.raises(runner.UsageError, match="whole number"):
-        runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "r3", progress=False,
+        runner.run(manifest=manifest, run_dir=tmp_path / "r3", progress=False,
                    echo=lines.append, smoke=True, gpu_slots=0)
 
 
@@ -281,23 +289,12 @@ def test_gpu_notebooks_take_turns_in_a_measure_run(tmp_path, monkeypatch):
     """A measure run on one GPU starts the next GPU notebook while one runs, but the second
     reaches its GPU work (results.start_run) only after the first has ended; the wait is in
     run.json and the notebook's log says so."""
-    nbdir = tmp_path / "notebooks"
-    nbdir.mkdir()
-    stamps = tmp_path / "stamps"
-    stamps.mkdir()
     cell = ("import time, pathlib\nfrom fp8lab import results\n"
             "started = time.time()\nresults.take_gpu_turn({name!r})\nt0 = time.time(); time.sleep(1.5)\n"
             "pathlib.Path({p!r}).write_text(f'{{started}} {{t0}} {{time.time()}}')")
-    entries = []
-    for i in range(3):
-        nbformat.write(_nb(cell.format(name=f"4{i}_g", p=str(stamps / f"4{i}"))), nbdir / f"4{i}_g.ipynb")
-        entries.append({"id": f"4{i}", "name": f"4{i}_g", "title": "g", "kind": "gpu", "timeout": 120})
-    (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": entries}))
-    from fp8lab import provenance
-    monkeypatch.setattr(provenance, "gpu_present", lambda: True)
-    monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
+    manifest, stamps = _three_gpu_notebooks(tmp_path, monkeypatch, cell, "4")
     lines = []
-    rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
+    rc = runner.run(manifest=manifest, run_dir=tmp_path / "run", progress=False,
                     echo=lines.append, mode="measure", stagger_s=0.1)
     assert rc == 0, lines
     assert any("take turns" in ln for ln in lines)
