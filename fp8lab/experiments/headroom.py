@@ -163,7 +163,7 @@ def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") 
 def add_equivalent_clock(df: pd.DataFrame, *, static: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """``eq_clock_mhz`` and ``eq_source`` on the sweep rows: from ncu's issue-active % where
     the table has it (``issue_active_pct``), else from static SASS instructions per element
-    (``static``: :func:`fp8lab.kernels.weight_only.xalu_sass_counts`). The base clock is the
+    (``static``: :func:`fp8lab.experiments.gemv_sass.xalu_sass_counts`). The base clock is the
     NVML median SM clock of the k = 0 row."""
     out = df.copy()
     out["eq_clock_mhz"] = np.nan
@@ -501,7 +501,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
     mhz = [float(_positive("lock_clocks entry", f)) for f in lock_clocks]
     wo._pos_int("prefill_m", prefill_m)
     for f in formats:
-        wo._check_fmt(f)
+        wo.check_fmt(f)
     if lock is None:
         def lock(sm_mhz):
             return clocks.locked_clocks(sm_mhz=sm_mhz, opt_in=True)
