@@ -32,8 +32,8 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="n
 RUNNER = """
 import sys
 from pathlib import Path
-from fp8lab import cli, runner
-runner.manifest_path = lambda: Path(sys.argv[1])
+from fp8lab import cli, notebooks
+notebooks.manifest_path = lambda: Path(sys.argv[1])
 sys.exit(cli.main(sys.argv[2:]))
 """
 
@@ -194,7 +194,7 @@ def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
     the copy shows completed; 'before any cell' only when none completed."""
     import nbformat
 
-    from fp8lab import runner
+    from fp8lab import notebooks
 
     def nb_with(statuses):
         nb = nbformat.v4.new_notebook()
@@ -207,7 +207,7 @@ def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
         nbformat.write(nb, p)
         return p
 
-    assert runner.running_cell(nb_with(["completed", "running", "pending"])) == 1
-    assert runner.running_cell(nb_with(["completed"] * 6 + ["md", "pending", "pending"])) == 7
-    assert runner.running_cell(nb_with(["pending", "pending"])) is None
-    assert runner.running_cell(tmp_path / "missing.ipynb") is None
+    assert notebooks.running_cell(nb_with(["completed", "running", "pending"])) == 1
+    assert notebooks.running_cell(nb_with(["completed"] * 6 + ["md", "pending", "pending"])) == 7
+    assert notebooks.running_cell(nb_with(["pending", "pending"])) is None
+    assert notebooks.running_cell(tmp_path / "missing.ipynb") is None
