@@ -46,7 +46,6 @@ devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []:
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
@@ -248,9 +247,7 @@ if not tables:
 # one device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Verdict (C6)

@@ -194,7 +194,7 @@ def test_every_gpu_notebook_has_a_devices_parameter_and_an_overlay():
         assert params.get("devices", {}).get("type") == "list", (s.name, params.get("devices"))
         assert s.name in overlay.DRAWERS and s.name in overlay.HEADLINE_TABLE
         src = s.path.with_suffix(".py").read_text()
-        assert "overlay.cross_device(" in src and "overlay.check_devices(" in src, s.name
+        assert "overlay.show_cross_device(" in src and "overlay.check_devices(" in src, s.name
     # the runner rejects a non-list value for it, like any typed parameter
     with pytest.raises(notebooks.UsageError, match="devices"):
         notebooks.resolve_parameters(gpu[:1], [("devices", "h200")])
