@@ -372,3 +372,45 @@ def test_peer_autotuners_time_each_config_for_the_peer_budget_and_no_other(monke
 
     assert triton.autotune(configs=[triton.Config({})], key=[], do_bench=own)(not_a_peer).do_bench is own
     assert __name__.split(".")[0] not in discover._PEER_MODULES      # this module's autotuners keep Triton's
+
+
+def test_a_peer_row_says_which_config_its_autotuner_ran(monkeypatch, tmp_path):
+    """Inside autotune_choices, a peer's autotuner notes the config it ran with (the row's
+    ``config`` then names it); Triton's Autotuner.run is wrapped only while a block is open, and
+    an autotuner that is not a peer's is never noted."""
+    import sys
+
+    triton = pytest.importorskip("triton")
+    from triton.runtime import autotuner as at
+
+    (tmp_path / "fakepeer_noted.py").write_text(
+        "import triton\n\n"
+        "@triton.autotune(configs=[triton.Config({'BLOCK': 64}, num_warps=4, num_stages=3)], key=[])\n"
+        "@triton.jit\n"
+        "def noted_kern(x, BLOCK: triton.language.constexpr):\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("fakepeer_noted", None)
+    mod = discover.import_peer_module("fakepeer_noted")
+    tuner = mod.noted_kern
+    tuner.best_config = tuner.configs[0]
+    plain = at.Autotuner.run
+    with discover.autotune_choices() as chosen:
+        assert at.Autotuner.run is not plain
+        discover.record_choice(tuner)
+    assert at.Autotuner.run is plain
+    assert chosen == {"noted_kern": "BLOCK=64, num_warps=4, num_stages=3"}
+    assert (discover.with_choices("W_group_mode 2", chosen)
+            == "W_group_mode 2; ran noted_kern [BLOCK=64, num_warps=4, num_stages=3]")
+    assert discover.with_choices("", {}) == ""
+    discover.record_choice(tuner)                       # no block open: nothing noted anywhere
+
+    @triton.jit
+    def ours(x):
+        pass
+
+    mine = triton.autotune(configs=[triton.Config({})], key=[])(ours)
+    mine.best_config = mine.configs[0]
+    with discover.autotune_choices() as chosen2:
+        discover.record_choice(mine)
+    assert chosen2 == {}

@@ -167,7 +167,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                     x = torch.randn(M, K, device=DEVICE).to(tdt)
                     # each M may take another kernel config (Marlin's m blocks, gemlite's GEMV / GEMM
                     # split): check this one too, on its first rows, before timing it
-                    err_m, nan_m = harness.check(prep, x, rows=check_m)
+                    with discover.autotune_choices() as chosen:
+                        err_m, nan_m = harness.check(prep, x, rows=check_m)
                     if nan_m or not err_m < harness.CHECK_RELERR:
                         rows.append(status_row(cols, {**base, "M": M, "check_relerr": err_m}, p,
                                                f"failed-check: relerr {err_m:.3g} at M={M}, NaNs {nan_m}",
@@ -181,7 +182,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                     r = dx._row(name, N, K, M, p, pe.fmt, prep.act, b, tm, clk, copy["rate_p50"], spec,
                                 splits=math.nan, grid="", ctas=math.nan, err=err, schedule="",
                                 same_Bps=same_Bps(b["stream_bytes"]))
-                    r["config"] = prep.config
+                    r["config"] = discover.with_choices(prep.config, chosen)
                     r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K),
                                                   note="; ".join(x_ for x_ in (note, tnote) if x_)))
                     rows.append(r)
@@ -246,7 +247,8 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
         for M in track(Ms, desc="M"):
             try:
                 x = torch.randn(M, K, device=DEVICE, generator=g).to(tdt)
-                err, nan_left = harness.check(prep, x, rows=check_rows)
+                with discover.autotune_choices() as chosen:
+                    err, nan_left = harness.check(prep, x, rows=check_rows)
                 if nan_left or not err < harness.CHECK_RELERR:
                     rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
                                            f"failed-check: relerr {err:.3g}, NaNs {nan_left}", av[p].version))
@@ -265,7 +267,8 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             r.update(base, M=M, flop=flop, time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                      tflops_p20=flop / tm.p80_s / 1e12, tflops_p50=tf, tflops_p80=flop / tm.p20_s / 1e12,
                      quant_time_s=math.nan, tflops_per_ghz=tf / (mhz / 1e3) if mhz and mhz > 0 else math.nan,
-                     spec_tflops_per_ghz=spec_per_ghz, check_relerr=err, config=prep.config,
+                     spec_tflops_per_ghz=spec_per_ghz, check_relerr=err,
+                     config=discover.with_choices(prep.config, chosen),
                      timing_method=tm.method, n_samples=tm.n, **clk)
             r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
             rows.append(r)
@@ -333,7 +336,8 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                 b0 = base(shape, M, p)
                 try:
                     prep = prepare[p](s0.x, w)
-                    got = harness.poisoned_call(prep, s0.x, M, N)
+                    with discover.autotune_choices() as chosen:
+                        got = harness.poisoned_call(prep, s0.x, M, N)
                     ref = prep.extra["ref_x"][torch.as_tensor(rows_chk, device=got.device)] @ prep.w_ref.t()
                     chk = bw.compare(got, ref, rows_chk)
                     del got
@@ -362,8 +366,9 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                     continue
                 wb = harness.tensor_bytes(prep.weights(prep.state))
                 r = {c: math.nan for c in cols}
-                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
-                         poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
+                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
+                         config=discover.with_choices(prep.config, chosen), poison="allocator",
+                         min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
                 r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
                 rows.append(r)
                 if log:
@@ -390,7 +395,8 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, 
     M, N = x.shape[0], prep.w_ref.shape[0]
     try:
         torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=x.device)   # poison the allocator
-        got = qcall(prep.state, x)
+        with discover.autotune_choices() as chosen:
+            got = qcall(prep.state, x)
         _sync()
         chk = bw.compare(got, ref, rows_chk)
         del got
@@ -410,8 +416,9 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, 
     except Exception as e:  # noqa: BLE001
         return status_row(cols, {**base, **chk}, p, "error: timing: " + error_text(e), version)
     r = {c: math.nan for c in cols}
-    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
-             poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
+    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
+             config=discover.with_choices(prep.config, chosen), poison="allocator",
+             min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
     r.update(harness.peer_columns(p, version, nbytes=catalog.weight_stream_bytes(p, N, x.shape[1])))
     return r
 
