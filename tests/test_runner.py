@@ -7,15 +7,11 @@ import pytest
 import yaml
 
 from fp8lab import notebooks, runner
+from nb_fixture import make_notebook
 
 
 def _nb(params_src: str, *cells: str):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell(params_src)
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# fixture"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells, params=params_src, title="# fixture")
 
 
 @pytest.fixture

@@ -7,15 +7,11 @@ import pytest
 import yaml
 
 from fp8lab import cli, notebooks, runner
+from nb_fixture import make_notebook
 
 
 def _nb(*cells: str):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('mode = "auto"\nn = 3')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells, params='mode = "auto"\nn = 3')
 
 
 @pytest.fixture

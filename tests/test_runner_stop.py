@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import fp8lab
+from nb_fixture import make_notebook
 
 ROOT = Path(fp8lab.__file__).resolve().parents[1]
 FAKE_DIR = Path(__file__).parent / "fake_nvml"
@@ -39,12 +40,7 @@ sys.exit(cli.main(sys.argv[2:]))
 
 
 def _nb(*cells):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('mode = "auto"')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells)
 
 
 def _lock_cell(flag: Path, done: Path, after_lock: str = "time.sleep(120)") -> str:
