@@ -73,6 +73,19 @@ def _loop_body(ops: list) -> list[str]:
     return [o for a, o, _ in ops if a_t <= a < a_b]
 
 
+def _main_loop(kernel: str, ops: list) -> list:
+    """The GEMV's main loop: the opcodes between its first two ``BAR.SYNC``."""
+    bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
+    if len(bars) < 2:
+        raise RuntimeError(f"{kernel}: expected the main loop between two barriers")
+    return ops[bars[0] + 1: bars[1]]
+
+
+def _elements_per_thread(fmt: str, nt: int) -> float:
+    """Weight elements one thread covers in one main-loop iteration (RING steps of STEP_K)."""
+    return wo.RING * wo.STEP_K * 16 * wo.tiles_per_warp(fmt, nt) / 32
+
+
 def _canon(op: str) -> str:
     return OPCODE_EQUIV.get(op, op)
 
@@ -135,12 +148,8 @@ def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
             if len(names) != 1:
                 raise RuntimeError(f"kernel {wo.ARMS[fmt]}<{act}, {nt}> not found in {cubin.name}")
             ops = kernels[names[0]]
-            bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
-            if len(bars) < 2:
-                raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
-            loop = Counter(ops[bars[0] + 1: bars[1]])
-            tm = wo.tiles_per_warp(fmt, nt)
-            elems = wo.RING * wo.STEP_K * 16 * tm / 32
+            loop = Counter(_main_loop(names[0], ops))
+            elems = _elements_per_thread(fmt, nt)
             mma = sorted({o for o in ops if sass.is_mma(sass.opcode_family(o))})
             fp8c = sum(1 for o in ops if sass.opcode_family(o) == "F2FP.FP8")
             for op, c in sorted(loop.items()):
@@ -169,16 +178,13 @@ def xalu_sass_counts(arch: str = "sm_90"):
     named = {None: [k for k in kernels if f"{wo.ARMS['fp8']}ILb1ELi1E" in k]}
     for k in wo.EXTRA_ALU_LEVELS:
         named[k] = [n for n in kernels if f"{wo.XALU_KERNEL}ILb1ELi1ELi{k}E" in n]
-    elems = wo.RING * wo.STEP_K * 16 * wo.tiles_per_warp("fp8", 1) / 32
+    elems = _elements_per_thread("fp8", 1)
     rows = []
     for k, names in named.items():
         if len(names) != 1:
             raise RuntimeError(f"EXTRA_ALU kernel k={k} not found in {cubin.name}: {list(kernels)}")
         ops = kernels[names[0]]
-        bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
-        if len(bars) < 2:
-            raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
-        loop = ops[bars[0] + 1: bars[1]]
+        loop = _main_loop(names[0], ops)
         n_int = sum(1 for o in loop if o.startswith(("LOP3", "IADD3", "VIADD")))
         rows.append(dict(arch=arch, kernel=names[0], extra_alu=k, loop_instructions=len(loop),
                          per_element=len(loop) / elems, int_per_element=n_int / elems,
