@@ -322,22 +322,17 @@ def ncu_workload() -> None:
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
     for p in cfg.get("peers", []):
-        from ..peers import adapters
+        from ..peers import adapters, harness
 
         prep = adapters.WEIGHT_ONLY[p](adapters.dense_weight(N, K, cfg.get("seed", 0)))
-        pdt = torch.float16 if prep.act == "fp16" else torch.bfloat16
+        pdt = harness.act_dtype(prep.act)
         xp = torch.randn(1, K, device="cuda").to(pdt)
         out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
         calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))
-    for c in calls:            # warm-up: module loads, cuBLAS heuristics, split choice
-        c()
-        c()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for c in calls:
-        c()
-        torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    from .. import profile
+
+    # two warm-up calls each: module loads, cuBLAS heuristics, split choice
+    profile.profiled_once_each(calls, warmups=2)
 
 
 def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:

@@ -404,15 +404,9 @@ def ncu_workload() -> None:
     pw_host, _ = wo.random_weight("fp8", N, K, act="bf16", seed=cfg.get("seed", 0), keep_codes=False)
     pw = pw_host.to("cuda")
     x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
-    calls = [lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]]
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for c in calls:
-        c()
-        torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    from .. import profile
+
+    profile.profiled_once_each([lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]])
 
 
 def profile_headroom(shape_name: str, out: Path, *, extra_alu: Sequence[int] = DEFAULT_EXTRA_ALU,
