@@ -203,7 +203,9 @@ if not devs:
 # device the figures above are the whole story.
 
 # %%
-overlay.show_cross_device("00_environment", devices, run)
+for xd in overlay.cross_device("00_environment", devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## What the numbers say

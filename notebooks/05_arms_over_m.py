@@ -299,7 +299,9 @@ for dev, t in tables.items():
 # saved under `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-overlay.show_cross_device(NB, devices, run)
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Crossovers, verdicts and what the numbers say

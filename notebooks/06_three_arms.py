@@ -308,7 +308,9 @@ for dev, d in data.items():
 # `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-overlay.show_cross_device(NB, devices, run)
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # The WMMA kernel in each of its large tiles at one prefill shape (the sweep uses the M rule's

@@ -208,7 +208,9 @@ if not devs:
 # device the figures above are the whole story.
 
 # %%
-overlay.show_cross_device(NB, devices, run)
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Verdict

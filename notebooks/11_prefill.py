@@ -193,7 +193,9 @@ if not devs:
 # saved under `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-overlay.show_cross_device(NB, devices, run)
+for xd in overlay.cross_device(NB, devices, run):
+    display(Markdown(xd.message))
+    xd.show()
 
 # %% [markdown]
 # ## Verdicts and what the numbers say

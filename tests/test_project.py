@@ -7,7 +7,7 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import claims, notebooks, paths
+from fp8lab import claims, paths, runner
 
 ROOT = paths.repo_root()
 
@@ -48,11 +48,11 @@ def _notebooks():
 
 
 def test_manifest_notebooks_exist_and_declare_mode():
-    specs = notebooks.load_manifest()
+    specs = runner.load_manifest()
     assert specs, "empty manifest"
     for s in specs:
         assert s.path.is_file(), f"manifest names {s.path.name}, which does not exist"
-        params = notebooks.notebook_parameters(s.path)
+        params = runner.notebook_parameters(s.path)
         assert "mode" in params, f"{s.name}: its parameters cell must declare mode"
         assert set(s.claims) <= set(claims.CLAIMS), f"{s.name}: unknown claim ids"
     on_disk = {p.stem for p in _notebooks()}
