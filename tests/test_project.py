@@ -103,3 +103,37 @@ def test_no_merge_conflict_markers_in_tracked_text():
             if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
                 bad.append(f"{f}:{i}")
     assert not bad, bad
+
+
+def _shadowed_calls(source: str) -> list:
+    """(line, function, name) where a function calls one of its own parameters that has the name
+    of a function, class or import of the same module: the call reaches the argument, not the
+    module's function. (A rename of bench's graph-replay helper to ``graph_samples``, the name of
+    a parameter of ``bench.bench``, passed every CPU check and broke every graph timing on the
+    H200, session 7.)"""
+    import ast
+
+    tree = ast.parse(source)
+    top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for n in tree.body:
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            top |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    out = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = fn.args
+        params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)} | {x.arg for x in (a.vararg, a.kwarg) if x}
+        out += [(c.lineno, fn.name, c.func.id) for c in ast.walk(fn)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in params & top]
+    return out
+
+
+def test_no_function_calls_a_parameter_named_like_a_module_function():
+    found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "fp8lab").rglob("*.py"))
+             if (hits := _shadowed_calls(p.read_text()))}
+    assert not found, found
+    # the check sees the case it is for
+    bad = ("def graph_samples(fn, n):\n    return []\n\n"
+           "def bench(fn, graph_samples=None):\n    return graph_samples(fn, 3)\n")
+    assert _shadowed_calls(bad) == [(5, "bench", "graph_samples")]
