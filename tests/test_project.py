@@ -1,5 +1,6 @@
 """Project hygiene: packaging in step, notebooks clean and paired, the manifest honest."""
 
+import ast
 import re
 import tomllib
 
@@ -137,3 +138,131 @@ def test_no_function_calls_a_parameter_named_like_a_module_function():
     bad = ("def graph_samples(fn, n):\n    return []\n\n"
            "def bench(fn, graph_samples=None):\n    return graph_samples(fn, 3)\n")
     assert _shadowed_calls(bad) == [(5, "bench", "graph_samples")]
+
+
+def _missing_module_attributes(root) -> list:
+    """Every ``alias.name`` in fp8lab/ and the notebooks where ``alias`` is an fp8lab module
+    (``from fp8lab.x import y as alias``, relative imports too, per scope: a local assignment or
+    parameter of that name is not the module) and the module binds no ``name`` at its top level
+    (nor has a submodule of that name, a module ``__getattr__``, or a ``hasattr`` guard in the
+    same scope). Code that runs only on a GPU is read here too, so a rename that misses a call
+    site there fails on the CPU."""
+    mods = {}
+    for p in (root / "fp8lab").rglob("*.py"):
+        name = ".".join(p.relative_to(root).with_suffix("").parts)
+        mods[name[:-9] if name.endswith(".__init__") else name] = p
+    defined = {}
+
+    def names_in(m):
+        if m not in defined:
+            t = ast.parse(mods[m].read_text())
+            out, dyn = set(), False
+            for n in t.body:
+                if isinstance(n, ast.FunctionDef) and n.name == "__getattr__":
+                    dyn = True
+            for n in t.body:
+                for x in ast.walk(n) if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else [n]:
+                    if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        out.add(x.name)
+                    elif isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store):
+                        out.add(x.id)
+                    elif isinstance(x, (ast.Import, ast.ImportFrom)):
+                        out |= {(a.asname or a.name).split(".")[0] for a in x.names}
+            defined[m] = (out, dyn)
+        return defined[m]
+
+    def target(cur, node, a):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                if cur is None:
+                    return None
+                pkg = cur.split(".") if mods[cur].name == "__init__.py" else cur.split(".")[:-1]
+                base = ".".join(pkg[:len(pkg) - (node.level - 1)] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            full = f"{base}.{a.name}"
+            return full if full in mods else None
+        return a.name if a.name in mods and a.asname else None
+
+    problems = []
+    files = sorted((root / "fp8lab").rglob("*.py")) + sorted((root / "notebooks").glob("[0-9]*.py"))
+    for p in files:
+        rel = p.relative_to(root)
+        cur = ".".join(rel.with_suffix("").parts) if rel.parts[0] == "fp8lab" else None
+        if cur and cur.endswith(".__init__"):
+            cur = cur[:-9]
+        tree = ast.parse(p.read_text())
+
+        def scan(body_nodes, inherited):
+            aliases = dict(inherited)
+            stores = set()
+            guarded = set()
+            nested = []
+            # bindings of this scope (not descending into nested functions)
+            todo = list(body_nodes)
+            own = []
+            while todo:
+                x = todo.pop()
+                if isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    nested.append(x)
+                    continue
+                own.append(x)
+                for c in ast.iter_child_nodes(x):
+                    if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        nested.append(c)
+                    else:
+                        todo.append(c)
+            for x in own:
+                if isinstance(x, (ast.Import, ast.ImportFrom)):
+                    for a in x.names:
+                        t = target(cur, x, a)
+                        if t:
+                            aliases[a.asname or a.name] = t
+                        else:
+                            aliases.pop(a.asname or a.name.split(".")[0], None)
+                            stores.add(a.asname or a.name.split(".")[0])
+                elif isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store):
+                    stores.add(x.id)
+                elif isinstance(x, ast.arg):
+                    stores.add(x.arg)
+                elif (isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id == "hasattr"
+                      and len(x.args) == 2 and isinstance(x.args[0], ast.Name)
+                      and isinstance(x.args[1], ast.Constant)):
+                    guarded.add((x.args[0].id, x.args[1].value))
+            imported_here = {k for k, v in aliases.items() if k not in inherited or inherited[k] != v}
+            for x in own:
+                if isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name) and x.value.id in aliases:
+                    nm = x.value.id
+                    if nm in stores and nm not in imported_here:
+                        continue
+                    m = aliases[nm]
+                    names, dyn = names_in(m)
+                    if (x.attr not in names and not dyn and f"{m}.{x.attr}" not in mods
+                            and not x.attr.startswith("__") and (nm, x.attr) not in guarded):
+                        problems.append(f"{rel}:{x.lineno}: {nm}.{x.attr} ({m} defines no {x.attr})")
+            for f in nested:
+                args = f.args
+                params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+                scan(f.body + [a for a in (*args.defaults, *args.kw_defaults) if a is not None],
+                     {k: v for k, v in aliases.items() if k not in params})
+        scan(tree.body, {})
+    return problems
+
+
+def test_every_module_attribute_used_exists():
+    assert _missing_module_attributes(ROOT) == []
+
+
+def test_the_attribute_check_sees_a_missed_rename(tmp_path):
+    pkg = tmp_path / "fp8lab"
+    (pkg / "experiments").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "experiments" / "__init__.py").write_text("")
+    (pkg / "bench.py").write_text("def graph_replay_samples(fn, n):\n    return []\n")
+    (pkg / "experiments" / "q.py").write_text(
+        "from .. import bench\n\n"
+        "def measure(fn):\n    return bench._graph_samples(fn, 3)\n\n"
+        "def fine(bench):\n    return bench.anything\n")
+    assert _missing_module_attributes(tmp_path) == [
+        "fp8lab/experiments/q.py:4: bench._graph_samples (fp8lab.bench defines no _graph_samples)"]
