@@ -38,7 +38,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 __all__ = ["QUANTILES", "quantiles", "Timing", "NoiseCheck", "noise_check", "bench",
-           "compare", "rotating", "n_rotation_sets", "device_l2_bytes", "rate_quantiles"]
+           "compare", "rotating", "n_rotation_sets", "device_l2_bytes", "rate_quantiles", "estimate_call_s",
+           "graph_samples"]
 
 QUANTILES = (0.2, 0.5, 0.8)
 
@@ -233,7 +234,9 @@ def device_l2_bytes(device=None) -> int:
     return spec.l2_bytes
 
 
-def _estimate_call_s(fn, n: int = 5) -> float:
+def estimate_call_s(fn, n: int = 5) -> float:
+    """Seconds per call of ``fn`` from ``n`` calls after one warm call (CUDA events): a first
+    estimate, for sizing a timing loop."""
     import torch
 
     fn()
@@ -259,7 +262,7 @@ def _events_samples(fn, warmup_ms: float, rep_ms: float) -> list:
     import torch
 
     cache = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
-    est_ms = _estimate_call_s(fn) * 1e3
+    est_ms = estimate_call_s(fn) * 1e3
     for _ in range(max(1, int(warmup_ms / est_ms))):
         fn()
     n = max(1, int(rep_ms / est_ms))
@@ -274,7 +277,7 @@ def _events_samples(fn, warmup_ms: float, rep_ms: float) -> list:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def _graph_samples(fn, inner: int, n_samples: int) -> list:
+def graph_samples(fn, inner: int, n_samples: int) -> list:
     """Per-call ms from replays of a graph holding ``inner`` calls of fn."""
     import torch
 
@@ -330,7 +333,7 @@ def bench(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float = 
     if not torch.cuda.is_available():
         raise RuntimeError("bench needs a CUDA device (torch.cuda.is_available() is False)")
     sets = rotation_sets or getattr(fn, "n_sets", 1)
-    est = _estimate_call_s(fn)
+    est = estimate_call_s(fn)
     if method == "auto":
         method = "graph" if est < graph_threshold_s else "events"
     if method == "events":
@@ -340,7 +343,7 @@ def bench(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float = 
     # one replay of ~1 ms keeps the event resolution (~0.5 us) far below a sample
     inner = graph_inner or int(min(10_000, max(10, math.ceil(1e-3 / est))))
     n = graph_samples or int(min(200, max(20, rep_ms * 1e-3 / (inner * est))))
-    ms = _graph_samples(fn, inner, n)
+    ms = graph_samples(fn, inner, n)
     return Timing(np.asarray(ms) * 1e-3, method="graph", flushed_l2=False, rotation_sets=sets,
                   inner=inner, extra={"estimate_s": est})
 

@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     wr.add_argument("run_dir", help="the run folder (runs/<time>-measure) of a `make run`")
     wr.set_defaults(fn=_cmd_walltimes)
     a = ap.parse_args(argv)
-    from .runner import UsageError
+    from .notebooks import UsageError
     try:
         return a.fn(a)
     except UsageError as exc:

@@ -7,7 +7,7 @@ cluster of N worker processes on this machine) makes each notebook one Dask task
   ``--resources GPU=1`` (and pinned to its GPU with CUDA_VISIBLE_DEVICES) runs one at a
   time; a host notebook asks for no resource, so any worker thread takes it (start workers
   with ``--nthreads 2`` to let host notebooks run beside a GPU notebook);
-- the task runs the local runner's own per-notebook executor (``runner.execute_with_retries``)
+- the task runs the local runner's own per-notebook executor (``fp8lab.notebooks.execute_with_retries``)
   on the notebook in the worker's own checkout, after checking that the checkout is at
   the client's commit (a worker at another commit refuses the task);
 - each worker chooses measure (it sees a GPU) or replot (it does not) for itself;
@@ -41,9 +41,9 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from . import provenance, runner
+from . import notebooks, provenance
+from .notebooks import NotebookSpec, Outcome, UsageError
 from .paths import repo_root
-from .runner import NotebookSpec, Outcome, UsageError
 
 GPU_RESOURCE = "GPU"
 _PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@+-]*$")
@@ -258,7 +258,7 @@ def run_notebook_task(job: dict, deps=()) -> dict:
         res["error"] = f"worker checkout {root} has no {job['notebook']}"
         return res
     try:
-        mode, _ = runner.choose_mode(job["mode"])
+        mode, _ = notebooks.choose_mode(job["mode"])
     except UsageError as exc:
         res["error"] = f"on this worker: {exc}"
         return res
@@ -267,7 +267,7 @@ def run_notebook_task(job: dict, deps=()) -> dict:
                         claims=(), timeout=job["timeout"], path=path)
     stage = Path(tempfile.mkdtemp(prefix=f"fp8lab-{job['name']}-"))
     try:
-        nb_env = runner.notebook_env(spec, mode, run_id=job["run_id"], run_dir=stage, root=root,
+        nb_env = notebooks.notebook_env(spec, mode, run_id=job["run_id"], run_dir=stage, root=root,
                                      env=job["env"])
         merged = {**os.environ, **nb_env}
         data_root = Path(merged.get("FP8LAB_DATA_DIR") or root / "data")
@@ -286,8 +286,8 @@ def run_notebook_task(job: dict, deps=()) -> dict:
         if stage not in fig_root.parents:
             roots["figures"] = fig_root
         before = _outputs(job["name"], roots)
-        params = runner.notebook_params(spec, job["params"], mode)
-        o = runner.execute_with_retries(spec, params, stage, timeout=job["timeout"],
+        params = notebooks.notebook_params(spec, job["params"], mode)
+        o = notebooks.execute_with_retries(spec, params, stage, timeout=job["timeout"],
                                         kernel=job["kernel"], env=nb_env)
         res.update(ok=o.ok, cell=o.cell, error=o.error, attempts=o.attempts)
         if o.ok:
@@ -464,7 +464,7 @@ def run_on_cluster(specs: list[NotebookSpec], per_nb: dict, target, *, mode: str
 def _submit_and_collect(client, distributed, specs, jobs, run_dir, commit, *, progress, echo):
     futs = {}
     for i, s in enumerate(specs):
-        deps = [futs[d] for d in runner.waits_for(s, specs)]
+        deps = [futs[d] for d in notebooks.waits_for(s, specs)]
         futs[s.name] = client.submit(
             run_notebook_task, jobs[s.name], deps, key=f"fp8lab-{s.name}-{jobs[s.name]['run_id']}",
             resources={GPU_RESOURCE: 1} if s.kind == "gpu" else None, pure=False, retries=0,
@@ -485,7 +485,7 @@ def _submit_and_collect(client, distributed, specs, jobs, run_dir, commit, *, pr
             try:
                 r = fut.result()
             except Exception as exc:  # noqa: BLE001 - a lost worker, a task that raised
-                erred = [d for d in runner.waits_for(spec, specs) if futs[d].status == "error"]
+                erred = [d for d in notebooks.waits_for(spec, specs) if futs[d].status == "error"]
                 why = (f"not run: {', '.join(erred)} (which it waits for) failed on the cluster"
                        if erred else f"the Dask task failed: {type(exc).__name__}: {exc}")
                 o = Outcome(spec.name, False, 0.0, run_dir / spec.path.name, error=why)

@@ -77,7 +77,7 @@ def collect(root: Path | None = None) -> dict[str, list[tuple[str, str]]]:
 
 
 def render(manifest: Path | None = None, root: Path | None = None) -> str:
-    from .runner import load_manifest
+    from .notebooks import load_manifest
     specs = {s.name: s for s in load_manifest(manifest)}
     figs = collect(root)
     order = [n for n in specs if n in figs] + sorted(n for n in figs if n not in specs)

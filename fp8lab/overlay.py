@@ -663,6 +663,16 @@ def cross_device(notebook: str, devices=(), run: Optional[results.Run] = None) -
     return out
 
 
+def show_cross_device(notebook: str, devices=(), run: Optional[results.Run] = None) -> None:
+    """A notebook's "Across devices" cell: :func:`cross_device`, each figure shown under its
+    message (or the message alone, saying why there is no figure)."""
+    from IPython.display import Markdown, display
+
+    for xd in cross_device(notebook, devices, run):
+        display(Markdown(xd.message))
+        xd.show()
+
+
 def _one_device(notebook, name, nb, table, devs, chosen=False) -> str:
     if chosen:
         why = f"`devices` names {len(devs)} device(s) ({', '.join(devs) or 'none'})"

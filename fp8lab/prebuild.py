@@ -340,11 +340,11 @@ def notebook_params(notebook_id: str, smoke: bool = False) -> dict:
     with the manifest's smoke parameters over them for ``smoke``."""
     import ast
 
-    from . import runner
+    from . import notebooks
 
-    spec = next(s for s in runner.load_manifest() if s.id == notebook_id)
+    spec = next(s for s in notebooks.load_manifest() if s.id == notebook_id)
     params = {}
-    for name, d in runner.notebook_parameters(spec.path).items():
+    for name, d in notebooks.notebook_parameters(spec.path).items():
         try:
             params[name] = ast.literal_eval(d["default"])
         except (ValueError, SyntaxError, TypeError):

@@ -211,6 +211,23 @@ def profile(target, output: Union[str, Path], *, timeout: float = 600, env=None,
 # ---------------------------------------------------------------------------------
 # reading reports
 # ---------------------------------------------------------------------------------
+def profiled_once_each(calls: Sequence[Callable], *, warmups: int = 1) -> None:
+    """An ncu workload's body: every call ``warmups`` times (module loads, library heuristics,
+    autotuning), then each once between cudaProfilerStart and cudaProfilerStop, synchronised
+    after each, so the report holds one launch (range) per call."""
+    import torch
+
+    for c in calls:
+        for _ in range(warmups):
+            c()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for c in calls:
+        c()
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def _import_ncu_report():
     try:
         return importlib.import_module("ncu_report")

@@ -203,9 +203,7 @@ if not devs:
 # device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device("00_environment", devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device("00_environment", devices, run)
 
 # %% [markdown]
 # ## What the numbers say

@@ -36,7 +36,6 @@ force_rebuild = False    # True: ignore the compile cache (measures the cold gri
 cutlass_src = ""         # a CUTLASS source checkout for A1's seed row (example 94); "": $FP8LAB_CUTLASS_SRC
 
 # %%
-import re
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -63,7 +63,6 @@ from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
-from fp8lab.peers import report as peer_report
 from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "04_tiles_and_swizzle"
@@ -317,9 +316,7 @@ if not devs:
 # under `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Verdicts and what the numbers say

@@ -299,9 +299,7 @@ for dev, t in tables.items():
 # saved under `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Crossovers, verdicts and what the numbers say

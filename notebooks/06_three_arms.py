@@ -308,9 +308,7 @@ for dev, d in data.items():
 # `figures/cross-device/`. With one device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # The WMMA kernel in each of its large tiles at one prefill shape (the sweep uses the M rule's

@@ -208,9 +208,7 @@ if not devs:
 # device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Verdict

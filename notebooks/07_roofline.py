@@ -244,9 +244,7 @@ display(Markdown(f"{len(all_points)} kernel result(s) in `data/` follow the plac
 # figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device("07_roofline", devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device("07_roofline", devices, run)
 
 # %% [markdown]
 # ## B4: seed 001's decode-step floors

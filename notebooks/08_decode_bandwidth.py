@@ -74,6 +74,7 @@ from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
 from fp8lab.arms import registry
 from fp8lab.experiments import decode as dx
+from fp8lab.experiments import gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
 from fp8lab.peers import report as peer_report
 from fp8lab.peers import sweeps as peer_sweeps
@@ -118,15 +119,15 @@ print("\n".join(str(t) for t in trace))
 # %%
 static = None
 if have_tool("nvcc") and have_tool("cuobjdump"):
-    probe = wo.dequant_sass_counts("sm_90")
+    probe = gs.dequant_sass_counts("sm_90")
     emu = probe[probe["kind"] == "emulated"]
     assert (emu["sass"] == emu["emulator"]).all(), emu[emu["sass"] != emu["emulator"]]
-    assert set(probe.loc[probe["kind"] == "extra", "opcode"]) <= set(wo.PROBE_EXTRA_OK)
+    assert set(probe.loc[probe["kind"] == "extra", "opcode"]) <= set(gs.PROBE_EXTRA_OK)
     tot = probe[probe["kind"] == "total"].assign(
         per_element=lambda d: d["emulator"] / d["elements_per_word"])
     display(tot[["arm", "act", "emulator", "sass", "elements_per_word", "per_element"]]
             .rename(columns={"emulator": "emulator instr./word", "sass": "SASS instr./word (incl. extra)"}))
-    static = wo.gemv_sass_counts("sm_90", nt=1)
+    static = gs.gemv_sass_counts("sm_90", nt=1)
     assert (static["fp8_converts"] == 0).all() and set(static["mma_ops"]) <= {"HMMA.16816.F32",
                                                                              "HMMA.16816.F32.BF16"}
     per = static[static["act"] == act].groupby(["arm", "dequant_class"])["per_element"].sum().unstack()
@@ -320,9 +321,7 @@ if not devs:
 # device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Nsight Compute at M = 1: DRAM, issue slots, instructions per element

@@ -46,13 +46,13 @@ devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []:
 
 # %%
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
 from fp8lab.arms import registry
 from fp8lab.experiments import headroom as hr
+from fp8lab.experiments import gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
 
@@ -85,7 +85,7 @@ print(src[i:src.index("return x;", i) + 12])
 # %%
 static = None
 if have_tool("nvcc") and have_tool("cuobjdump"):
-    static = wo.xalu_sass_counts("sm_90")
+    static = gs.xalu_sass_counts("sm_90")
     sw = static[static["extra_alu"].notna()].sort_values("extra_alu")
     assert bool(sw.iloc[0]["same_as_base"]), "EXTRA_ALU k=0 is not the regular kernel's SASS"
     extra_int = sw["int_per_element"] - sw.iloc[0]["int_per_element"]
@@ -247,9 +247,7 @@ if not tables:
 # one device the figures above are the whole story.
 
 # %%
-for xd in overlay.cross_device(NB, devices, run):
-    display(Markdown(xd.message))
-    xd.show()
+overlay.show_cross_device(NB, devices, run)
 
 # %% [markdown]
 # ## Verdict (C6)

@@ -324,8 +324,8 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
     nbformat.write(nb, nbdir / "90_build.ipynb")
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
         {"id": "90", "name": "90_build", "title": "build", "kind": "host", "timeout": 300}]}))
-    runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab import cli, runner\n"
-                  "runner.manifest_path = lambda: Path(sys.argv[1])\nsys.exit(cli.main(sys.argv[2:]))\n")
+    runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab import cli, notebooks\n"
+                  "notebooks.manifest_path = lambda: Path(sys.argv[1])\nsys.exit(cli.main(sys.argv[2:]))\n")
     env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(systmp),
            "FP8LAB_DATA_DIR": str(tmp_path / "data"), "FP8LAB_FIGURES_DIR": str(tmp_path / "figs")}
     proc = subprocess.Popen([sys.executable, "-c", runner_src, str(nbdir / "manifest.yaml"), "run", "--mode",

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import cli, runner
+from fp8lab import cli, notebooks, runner
+from nb_fixture import make_notebook
 
 distributed = pytest.importorskip("distributed")
 from fp8lab import cluster  # noqa: E402  (needs distributed only when it runs a cluster)
@@ -20,12 +21,7 @@ HEAD = ("import os, time, pandas as pd\n"
 
 
 def _nb(*cells: str):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('mode = "auto"\nn = 3')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells, params='mode = "auto"\nn = 3')
 
 
 def _measure(name):
@@ -187,18 +183,18 @@ def test_cluster_arguments(no_gpu, monkeypatch, capsys):
     assert cluster.parse_target("tcp://10.0.0.1:8786") == ("address", "tcp://10.0.0.1:8786")
     assert cluster.parse_target("sched:8786") == ("address", "sched:8786")
     for bad in ("local:0", "", "nowhere", "local:x"):
-        with pytest.raises(runner.UsageError, match="--cluster"):
+        with pytest.raises(notebooks.UsageError, match="--cluster"):
             cluster.parse_target(bad)
-    with pytest.raises(runner.UsageError, match="exclude each other"):
+    with pytest.raises(notebooks.UsageError, match="exclude each other"):
         runner.run(gpus="0", cluster="local", progress=False, echo=lambda s: None)
     assert cli.main(["run", "--cluster", "nowhere", "--no-progress"]) == 2
     assert "scheduler address" in capsys.readouterr().err
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "distributed", None)          # dask not installed
-        with pytest.raises(runner.UsageError, match=r"pip install 'fp8lab\[cluster\]'"):
+        with pytest.raises(notebooks.UsageError, match=r"pip install 'fp8lab\[cluster\]'"):
             cluster.local_cluster(1)
     monkeypatch.setattr("fp8lab.provenance.gpu_count", lambda: 2)
-    with pytest.raises(runner.UsageError, match="NVML sees 2 GPU"):
+    with pytest.raises(notebooks.UsageError, match="NVML sees 2 GPU"):
         cluster.local_cluster(3)
 
 
@@ -245,7 +241,7 @@ def test_an_address_that_is_not_dask_is_one_line_and_exit_2(checkouts, at_client
                                                              reply, msg):
     import time
     client, _ = checkouts
-    monkeypatch.setattr(runner, "manifest_path", lambda: client / "notebooks" / "manifest.yaml")
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: client / "notebooks" / "manifest.yaml")
     addr = fake_server(reply)
     t0 = time.monotonic()
     rc = cli.main(["run", "--only", "22", "--cluster", addr, "--connect-timeout", "1",
@@ -262,8 +258,8 @@ def test_probe_accepts_a_scheduler_and_names_a_closed_port(dask_cluster):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()                                             # nothing listens there now
-    with pytest.raises(runner.UsageError, match=f"cannot reach tcp://127.0.0.1:{port}"):
+    with pytest.raises(notebooks.UsageError, match=f"cannot reach tcp://127.0.0.1:{port}"):
         cluster.probe_scheduler(f"tcp://127.0.0.1:{port}", 1.0)
-    with pytest.raises(runner.UsageError, match="connect-timeout must be > 0"):
+    with pytest.raises(notebooks.UsageError, match="connect-timeout must be > 0"):
         runner.run(cluster=dask_cluster.scheduler_address, connect_timeout=0, progress=False,
                    echo=lambda s: None)

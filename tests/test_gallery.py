@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from fp8lab import cli, gallery
+from fp8lab import cli, gallery, notebooks
 from fp8lab.paths import figures_dir
 
 
@@ -75,8 +75,7 @@ def test_check_detects_staleness(tree, monkeypatch, capsys):
     _side(root, "cpu", "01_host", "codes", "2026-04-01T00:00:00+00:00", "host", "CPU (x86_64)")
     assert gallery.update(check=True, manifest=manifest) is False
     # through the CLI, which reads the repo manifest
-    from fp8lab import runner
-    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     assert cli.main(["gallery", "--check"]) == 1
     assert "stale" in capsys.readouterr().err
     assert cli.main(["gallery"]) == 0

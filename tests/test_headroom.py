@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fp8lab.experiments import gemv_sass as gs
 from fp8lab.experiments import headroom as hr
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
@@ -14,7 +15,7 @@ needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump"
 
 @needs_nvcc
 def test_extra_alu_sass_grows_by_k_per_element():
-    df = wo.xalu_sass_counts("sm_90")
+    df = gs.xalu_sass_counts("sm_90")
     base = df[df["extra_alu"].isna()].iloc[0]
     k0 = df[df["extra_alu"] == 0].iloc[0]
     # k = 0 is the regular kernel, instruction for instruction

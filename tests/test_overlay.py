@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import gallery, overlay, results
+from fp8lab import gallery, notebooks, overlay, results
 from fp8lab.paths import repo_root
 
 REPO_DATA = repo_root() / "data"
@@ -187,18 +187,17 @@ def test_gallery_lists_cross_device_figures(two_devices):
 
 
 def test_every_gpu_notebook_has_a_devices_parameter_and_an_overlay():
-    from fp8lab import runner
-    gpu = [s for s in runner.load_manifest() if s.kind == "gpu"]
+    gpu = [s for s in notebooks.load_manifest() if s.kind == "gpu"]
     assert gpu
     for s in gpu:
-        params = runner.notebook_parameters(s.path)
+        params = notebooks.notebook_parameters(s.path)
         assert params.get("devices", {}).get("type") == "list", (s.name, params.get("devices"))
         assert s.name in overlay.DRAWERS and s.name in overlay.HEADLINE_TABLE
         src = s.path.with_suffix(".py").read_text()
-        assert "overlay.cross_device(" in src and "overlay.check_devices(" in src, s.name
+        assert "overlay.show_cross_device(" in src and "overlay.check_devices(" in src, s.name
     # the runner rejects a non-list value for it, like any typed parameter
-    with pytest.raises(runner.UsageError, match="devices"):
-        runner.resolve_parameters(gpu[:1], [("devices", "h200")])
+    with pytest.raises(notebooks.UsageError, match="devices"):
+        notebooks.resolve_parameters(gpu[:1], [("devices", "h200")])
 
 
 def test_check_devices_accepts_the_device_being_measured(two_devices):

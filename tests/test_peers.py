@@ -340,22 +340,28 @@ def test_marlin_prebuild_reuses_a_build_of_the_same_source_and_variant(tmp_path)
     assert build._built(out, "as-is", src) is None                    # the source moved on
 
 
+def _fake_tuned_peer(tmp_path, monkeypatch, module: str, kernel: str, configs: str, args: str):
+    """A module holding one Triton-autotuned kernel, imported as a peer's (discover)."""
+    import sys
+
+    (tmp_path / f"{module}.py").write_text(
+        "import triton\n\n"
+        f"@triton.autotune(configs=[{configs}], key=[])\n"
+        "@triton.jit\n"
+        f"def {kernel}({args}):\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(module, None)
+    return discover.import_peer_module(module)
+
+
 def test_peer_autotuners_time_each_config_for_the_peer_budget_and_no_other(monkeypatch, tmp_path):
     """An autotuner whose kernel lives in a module imported through discover times each config
     for PEER_AUTOTUNE_MS (the row's config says so); an autotuner given its own benchmarker, or
     one of a module that is not a peer, is left alone."""
-    import sys
-
     triton = pytest.importorskip("triton")
-    (tmp_path / "fakepeer_tuned.py").write_text(
-        "import triton\n\n"
-        "@triton.autotune(configs=[triton.Config({}, num_warps=4), triton.Config({}, num_warps=8)], key=[])\n"
-        "@triton.jit\n"
-        "def kern(x):\n"
-        "    pass\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("fakepeer_tuned", None)
-    mod = discover.import_peer_module("fakepeer_tuned")
+    mod = _fake_tuned_peer(tmp_path, monkeypatch, "fakepeer_tuned", "kern",
+                           "triton.Config({}, num_warps=4), triton.Config({}, num_warps=8)", "x")
     if not discover._BENCH["installed"]:
         pytest.skip("this Triton's Autotuner has no do_bench cached property")
     bench = mod.kern.do_bench
@@ -372,3 +378,37 @@ def test_peer_autotuners_time_each_config_for_the_peer_budget_and_no_other(monke
 
     assert triton.autotune(configs=[triton.Config({})], key=[], do_bench=own)(not_a_peer).do_bench is own
     assert __name__.split(".")[0] not in discover._PEER_MODULES      # this module's autotuners keep Triton's
+
+
+def test_a_peer_row_says_which_config_its_autotuner_ran(monkeypatch, tmp_path):
+    """Inside autotune_choices, a peer's autotuner notes the config it ran with (the row's
+    ``config`` then names it); Triton's Autotuner.run is wrapped only while a block is open, and
+    an autotuner that is not a peer's is never noted."""
+    triton = pytest.importorskip("triton")
+    from triton.runtime import autotuner as at
+
+    mod = _fake_tuned_peer(tmp_path, monkeypatch, "fakepeer_noted", "noted_kern",
+                           "triton.Config({'BLOCK': 64}, num_warps=4, num_stages=3)",
+                           "x, BLOCK: triton.language.constexpr")
+    tuner = mod.noted_kern
+    tuner.best_config = tuner.configs[0]
+    plain = at.Autotuner.run
+    with discover.autotune_choices() as chosen:
+        assert at.Autotuner.run is not plain
+        discover.record_choice(tuner)
+    assert at.Autotuner.run is plain
+    assert chosen == {"noted_kern": "BLOCK=64, num_warps=4, num_stages=3"}
+    assert (discover.with_choices("W_group_mode 2", chosen)
+            == "W_group_mode 2; ran noted_kern [BLOCK=64, num_warps=4, num_stages=3]")
+    assert discover.with_choices("", {}) == ""
+    discover.record_choice(tuner)                       # no block open: nothing noted anywhere
+
+    @triton.jit
+    def ours(x):
+        pass
+
+    mine = triton.autotune(configs=[triton.Config({})], key=[])(ours)
+    mine.best_config = mine.configs[0]
+    with discover.autotune_choices() as chosen2:
+        discover.record_choice(mine)
+    assert chosen2 == {}

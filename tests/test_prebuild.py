@@ -11,6 +11,7 @@ import pytest
 
 from fp8lab import cli, prebuild
 from fp8lab.kernels import cutlass_blockwise_sm90, hmma_peak, mma_blockwise, seed001, weight_only
+from fp8lab.experiments import gemv_sass
 
 PKG = Path(prebuild.__file__).resolve().parent
 KERNELS = PKG / "kernels"
@@ -51,13 +52,13 @@ def test_every_notebook_cubin_is_a_target():
     # the SASS-count functions the notebooks call go through those functions (same cache file)
     for fn, via in (("dequant_sass_counts", "dequant_cubin"), ("gemv_sass_counts", "gemv_cubin"),
                     ("xalu_sass_counts", "xalu_cubin")):
-        src = ast.get_source_segment(Path(weight_only.__file__).read_text(),
-                                     next(n for n in ast.parse(Path(weight_only.__file__).read_text()).body
-                                          if isinstance(n, ast.FunctionDef) and n.name == fn))
-        assert f"{via}(" in src and "_compile(" not in src, fn
+        text = Path(gemv_sass.__file__).read_text()
+        src = ast.get_source_segment(text, next(n for n in ast.parse(text).body
+                                                if isinstance(n, ast.FunctionDef) and n.name == fn))
+        assert f"wo.{via}(" in src and "_compile(" not in src, fn
     nb = {p.stem: p.read_text() for p in (PKG.parent / "notebooks").glob("[0-9]*.py")}
-    assert 'wo.gemv_sass_counts("sm_90", nt=1)' in nb["08_decode_bandwidth"]   # = wo_sass_gemv's args
-    assert 'wo.xalu_sass_counts("sm_90")' in nb["10_clock_sweep"]
+    assert 'gs.gemv_sass_counts("sm_90", nt=1)' in nb["08_decode_bandwidth"]   # = wo_sass_gemv's args
+    assert 'gs.xalu_sass_counts("sm_90")' in nb["10_clock_sweep"]
 
 
 def test_names_unique_and_units_match_sources():

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import claims, paths, runner
+from fp8lab import claims, notebooks, paths
 
 ROOT = paths.repo_root()
 
@@ -49,11 +49,11 @@ def _notebooks():
 
 
 def test_manifest_notebooks_exist_and_declare_mode():
-    specs = runner.load_manifest()
+    specs = notebooks.load_manifest()
     assert specs, "empty manifest"
     for s in specs:
         assert s.path.is_file(), f"manifest names {s.path.name}, which does not exist"
-        params = runner.notebook_parameters(s.path)
+        params = notebooks.notebook_parameters(s.path)
         assert "mode" in params, f"{s.name}: its parameters cell must declare mode"
         assert set(s.claims) <= set(claims.CLAIMS), f"{s.name}: unknown claim ids"
     on_disk = {p.stem for p in _notebooks()}

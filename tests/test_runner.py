@@ -6,16 +6,12 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import runner
+from fp8lab import notebooks, runner
+from nb_fixture import make_notebook
 
 
 def _nb(params_src: str, *cells: str):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell(params_src)
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# fixture"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells, params=params_src, title="# fixture")
 
 
 @pytest.fixture
@@ -79,7 +75,7 @@ def test_replot_sends_gpu_figures_to_the_run_folder(fixture_manifest, no_gpu, mo
 
 def test_unknown_parameter_is_an_error_before_anything_runs(fixture_manifest, no_gpu):
     manifest, tmp, out = fixture_manifest
-    with pytest.raises(runner.UsageError, match="unknown parameter 'nn' for 10_ok.*n, name"):
+    with pytest.raises(notebooks.UsageError, match="unknown parameter 'nn' for 10_ok.*n, name"):
         runner.run(only=["10"], params=[["nn", "5"]], manifest=manifest, run_dir=tmp / "r",
                    progress=False, echo=lambda s: None)
     assert not out.exists()
@@ -87,26 +83,26 @@ def test_unknown_parameter_is_an_error_before_anything_runs(fixture_manifest, no
 
 def test_parameter_must_exist_in_every_selected_notebook(fixture_manifest, no_gpu):
     manifest, tmp, _ = fixture_manifest
-    with pytest.raises(runner.UsageError, match="unknown parameter 'name' for 11_fail"):
+    with pytest.raises(notebooks.UsageError, match="unknown parameter 'name' for 11_fail"):
         runner.run(only=["10", "11"], params=[["name", "y"]], manifest=manifest,
                    run_dir=tmp / "r", progress=False, echo=lambda s: None)
 
 
 def test_scoped_parameter_and_type_check(fixture_manifest, no_gpu):
     manifest, tmp, out = fixture_manifest
-    specs = runner.select(runner.load_manifest(manifest), ["10", "12"])
-    per = runner.resolve_parameters(specs, [["10:name", "z"], ["n", "7"]])
+    specs = notebooks.select(notebooks.load_manifest(manifest), ["10", "12"])
+    per = notebooks.resolve_parameters(specs, [["10:name", "z"], ["n", "7"]])
     assert per == {"10_ok": {"name": "z", "n": 7}, "12_after": {"n": 7}}
-    with pytest.raises(runner.UsageError, match="expects int, got str"):
-        runner.resolve_parameters(specs, [["n", "seven"]])
-    with pytest.raises(runner.UsageError, match="--mode"):
-        runner.resolve_parameters(specs, [["mode", "measure"]])
+    with pytest.raises(notebooks.UsageError, match="expects int, got str"):
+        notebooks.resolve_parameters(specs, [["n", "seven"]])
+    with pytest.raises(notebooks.UsageError, match="--mode"):
+        notebooks.resolve_parameters(specs, [["mode", "measure"]])
 
 
 def test_parameters_cell_parsed_with_comments_and_annotations(fixture_manifest):
     manifest, _, _ = fixture_manifest
-    spec = runner.select(runner.load_manifest(manifest), ["10"])[0]
-    params = runner.notebook_parameters(spec.path)
+    spec = notebooks.select(notebooks.load_manifest(manifest), ["10"])[0]
+    params = notebooks.notebook_parameters(spec.path)
     # papermill's own regex drops `n` because its comment holds '='
     assert params == {"mode": {"default": '"auto"', "type": "str"},
                       "n": {"default": "3", "type": "int"},
@@ -115,8 +111,8 @@ def test_parameters_cell_parsed_with_comments_and_annotations(fixture_manifest):
 
 def test_unknown_notebook(fixture_manifest):
     manifest, _, _ = fixture_manifest
-    with pytest.raises(runner.UsageError, match="unknown notebook '99'"):
-        runner.select(runner.load_manifest(manifest), ["99"])
+    with pytest.raises(notebooks.UsageError, match="unknown notebook '99'"):
+        notebooks.select(notebooks.load_manifest(manifest), ["99"])
 
 
 def test_timeout_kills_the_notebook(fixture_manifest, no_gpu):
@@ -130,15 +126,15 @@ def test_timeout_kills_the_notebook(fixture_manifest, no_gpu):
 
 
 def test_measure_without_gpu_is_refused(no_gpu):
-    with pytest.raises(runner.UsageError, match="needs an NVIDIA GPU"):
-        runner.choose_mode("measure")
-    assert runner.choose_mode("replot") == ("replot", "asked for with --mode replot")
+    with pytest.raises(notebooks.UsageError, match="needs an NVIDIA GPU"):
+        notebooks.choose_mode("measure")
+    assert notebooks.choose_mode("replot") == ("replot", "asked for with --mode replot")
 
 
 def test_cli_exit_codes(fixture_manifest, no_gpu, capsys, monkeypatch):
     from fp8lab import cli
     manifest, tmp, _ = fixture_manifest
-    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     assert cli.main(["run", "--only", "10", "-p", "bogus", "1", "--no-progress",
                      "--out", str(tmp / "c")]) == 2
     assert "unknown parameter 'bogus'" in capsys.readouterr().err
@@ -149,7 +145,7 @@ def test_manifest_validation(tmp_path):
     bad = tmp_path / "m.yaml"
     bad.write_text(yaml.safe_dump({"notebooks": [{"id": "1", "name": "x", "title": "t", "kind": "tpu"}]}))
     with pytest.raises(ValueError, match="kind must be one of"):
-        runner.load_manifest(bad)
+        notebooks.load_manifest(bad)
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -165,7 +161,7 @@ def test_bad_run_arguments_are_one_line_and_exit_2(fixture_manifest, no_gpu, cap
                                                     args, msg):
     from fp8lab import cli
     manifest, tmp, out = fixture_manifest
-    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     assert cli.main(["run", "--no-progress", "--out", str(tmp / "c"), *args]) == 2
     err = capsys.readouterr().err
     assert msg in err and len(err.strip().splitlines()) == 1, err
@@ -175,7 +171,7 @@ def test_bad_run_arguments_are_one_line_and_exit_2(fixture_manifest, no_gpu, cap
 def test_out_under_a_file_is_one_line(fixture_manifest, no_gpu, capsys, monkeypatch):
     from fp8lab import cli
     manifest, tmp, _ = fixture_manifest
-    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     (tmp / "afile").write_text("x")
     assert cli.main(["run", "--only", "10", "--no-progress", "--out", str(tmp / "afile" / "run")]) == 2
     err = capsys.readouterr().err

@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from fp8lab import runner
+from fp8lab import notebooks, runner
 
 
 def _manifest(tmp_path, entries):
@@ -28,14 +28,14 @@ def _e(nid, after=None, kind="host"):
 def test_after_all_and_ids(tmp_path):
     m = _manifest(tmp_path, [_e("20"), _e("21"), _e("22", after=["20", "21_nb", "20"]),
                              _e("29", after="all")])
-    specs = {s.id: s for s in runner.load_manifest(m)}
+    specs = {s.id: s for s in notebooks.load_manifest(m)}
     assert specs["20"].after == ()
     assert specs["22"].after == ("20_nb", "21_nb")            # ids or names, once each
     assert specs["29"].after == ("20_nb", "21_nb", "22_nb")
-    picked = runner.select(list(specs.values()), ["29", "21"])
-    assert runner.waits_for(specs["29"], picked) == ["21_nb"]   # only what runs too
+    picked = notebooks.select(list(specs.values()), ["29", "21"])
+    assert notebooks.waits_for(specs["29"], picked) == ["21_nb"]   # only what runs too
     # --only 29,21: the one-process runner must still run 21 first
-    assert [s.id for s in runner.dependency_order(picked)] == ["21", "29"]
+    assert [s.id for s in notebooks.dependency_order(picked)] == ["21", "29"]
 
 
 @pytest.mark.parametrize("after, msg", [
@@ -48,11 +48,11 @@ def test_after_all_and_ids(tmp_path):
 def test_after_is_validated(tmp_path, after, msg):
     m = _manifest(tmp_path, [_e("20"), _e("21"), _e("22", after=after), _e("23")])
     with pytest.raises(ValueError, match=msg):
-        runner.load_manifest(m)
+        notebooks.load_manifest(m)
 
 
 def test_the_roofline_waits_for_every_other_notebook():
-    specs = runner.load_manifest()
+    specs = notebooks.load_manifest()
     roof = next(s for s in specs if s.name == "07_roofline")
     assert set(roof.after) == {s.name for s in specs} - {"07_roofline"}
 
@@ -61,9 +61,9 @@ def test_gpu_workers_hold_a_notebook_until_its_after_finished(tmp_path, no_gpu, 
     """Two fake GPUs, four notebooks: 21 is short and 22 fails at once, so without
     ``after`` the worker that ran them would start 29 while 20 still runs."""
     m = _manifest(tmp_path, [_e("20", kind="gpu"), _e("21"), _e("22"), _e("29", after="all")])
-    for s in runner.load_manifest(m):
+    for s in notebooks.load_manifest(m):
         s.path.write_text("{}")                 # exists; never executed (faked below)
-    monkeypatch.setattr(runner, "notebook_parameters", lambda path: {"mode": {}})
+    monkeypatch.setattr(notebooks, "notebook_parameters", lambda path: {"mode": {}})
     span, lock = {}, threading.Lock()
 
     def fake(spec, params, out_dir, *, timeout=None, kernel="python3", env=None):
@@ -72,9 +72,9 @@ def test_gpu_workers_hold_a_notebook_until_its_after_finished(tmp_path, no_gpu, 
         with lock:
             span[spec.name] = (t0, time.monotonic(), env["CUDA_VISIBLE_DEVICES"])
         ok = spec.name != "22_nb"
-        return runner.Outcome(spec.name, ok, 0.1, out_dir / spec.path.name, cell=None if ok else 1,
+        return notebooks.Outcome(spec.name, ok, 0.1, out_dir / spec.path.name, cell=None if ok else 1,
                               error=None if ok else "AssertionError: planned")
-    monkeypatch.setattr(runner, "execute_one", fake)
+    monkeypatch.setattr(notebooks, "execute_one", fake)
     lines = []
     rc = runner.run(manifest=m, run_dir=tmp_path / "r", progress=False, echo=lines.append,
                     gpus="0,1", stagger_s=0)

@@ -6,16 +6,12 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import cli, runner
+from fp8lab import cli, notebooks, runner
+from nb_fixture import make_notebook
 
 
 def _nb(*cells: str):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('mode = "auto"\nn = 3')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells, params='mode = "auto"\nn = 3')
 
 
 @pytest.fixture
@@ -69,18 +65,18 @@ def _fake_execute(calls, clash_once=("20_rec",), error="ZMQError: Address alread
     def fake(spec, params, out_dir, *, timeout=None, kernel="python3", env=None):
         calls.append((spec.name, env["CUDA_VISIBLE_DEVICES"], out_dir.name))
         if spec.name in clash_once and sum(c[0] == spec.name for c in calls) == 1:
-            return runner.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, error=error)
+            return notebooks.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, error=error)
         if spec.name == "29_fail":
-            return runner.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, cell=1,
+            return notebooks.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, cell=1,
                                   error="AssertionError: n must be 4")
-        return runner.Outcome(spec.name, True, 0.1, out_dir / spec.path.name)
+        return notebooks.Outcome(spec.name, True, 0.1, out_dir / spec.path.name)
     return fake
 
 
 def test_port_clash_is_retried_on_the_same_worker(gpu_manifest, no_gpu, monkeypatch):
     manifest, tmp, _ = gpu_manifest
     calls = []
-    monkeypatch.setattr(runner, "execute_one", _fake_execute(calls))
+    monkeypatch.setattr(notebooks, "execute_one", _fake_execute(calls))
     rc = runner.run(only=["20", "21"], manifest=manifest, run_dir=tmp / "r", progress=False,
                     echo=lambda s: None, gpus=[0, 1], stagger_s=0)
     assert rc == 0
@@ -97,15 +93,15 @@ def test_port_clash_gives_up_and_other_errors_are_not_retried(gpu_manifest, no_g
     def always_clash(spec, params, out_dir, **kw):
         calls.append(spec.name)
         if spec.name == "20_rec":
-            return runner.Outcome(spec.name, False, 0.1, out_dir / spec.path.name,
+            return notebooks.Outcome(spec.name, False, 0.1, out_dir / spec.path.name,
                                   error="RuntimeError: Kernel died before replying to kernel_info")
-        return runner.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, cell=1,
+        return notebooks.Outcome(spec.name, False, 0.1, out_dir / spec.path.name, cell=1,
                               error="ZMQError: Address already in use")   # in a cell: a real failure
-    monkeypatch.setattr(runner, "execute_one", always_clash)
+    monkeypatch.setattr(notebooks, "execute_one", always_clash)
     rc = runner.run(only=["20", "22"], manifest=manifest, run_dir=tmp / "r", progress=False,
                     echo=lambda s: None, gpus="0", stagger_s=0)
     assert rc == 1
-    assert calls.count("20_rec") == 1 + runner.PORT_RETRIES and calls.count("22_rec") == 1
+    assert calls.count("20_rec") == 1 + notebooks.PORT_RETRIES and calls.count("22_rec") == 1
 
 
 def test_gpu_ids_are_validated(no_gpu):
@@ -113,17 +109,17 @@ def test_gpu_ids_are_validated(no_gpu):
     assert runner.parse_gpus("0, 3") == ["0", "3"] and runner.parse_gpus([1]) == ["1"]
     for bad, msg in [("0,0", "twice"), ("a", "non-negative integer"), ("-1", "non-negative"),
                      ("", "non-negative integer"), ([], "at least one id")]:
-        with pytest.raises(runner.UsageError, match=msg):
+        with pytest.raises(notebooks.UsageError, match=msg):
             runner.parse_gpus(bad)
-    with pytest.raises(runner.UsageError, match="NVML sees none"):
+    with pytest.raises(notebooks.UsageError, match="NVML sees none"):
         runner.parse_gpus("all")
 
 
 def test_cli_gpus(gpu_manifest, no_gpu, monkeypatch, capsys):
     manifest, tmp, _ = gpu_manifest
-    monkeypatch.setattr(runner, "manifest_path", lambda: manifest)
+    monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     calls = []
-    monkeypatch.setattr(runner, "execute_one", _fake_execute(calls, clash_once=()))
+    monkeypatch.setattr(notebooks, "execute_one", _fake_execute(calls, clash_once=()))
     assert cli.main(["run", "--gpus", "--no-progress", "--out", str(tmp / "c")]) == 2
     assert "--gpus all needs an NVIDIA GPU" in capsys.readouterr().err
     assert not calls
@@ -139,8 +135,8 @@ def test_cli_gpus(gpu_manifest, no_gpu, monkeypatch, capsys):
 def test_every_smoke_parameter_is_declared_by_its_notebook():
     """make smoke runs on a GPU only: its parameters are checked here, on CPU, against every
     notebook's parameters cell (name and type), so a renamed parameter fails CI, not the GPU."""
-    specs = runner.load_manifest()
-    per_nb = runner.resolve_parameters(specs, runner.smoke_pairs(specs))
+    specs = notebooks.load_manifest()
+    per_nb = notebooks.resolve_parameters(specs, runner.smoke_pairs(specs))
     assert all(s.smoke is not None for s in specs)
     gpu_nbs = [s for s in specs if s.kind == "gpu" and s.name != "07_roofline"]
     assert all(per_nb[s.name] for s in gpu_nbs), "every measuring notebook has a smaller smoke sweep"
@@ -148,10 +144,10 @@ def test_every_smoke_parameter_is_declared_by_its_notebook():
 
 def test_smoke_needs_a_gpu_and_no_replot(gpu_manifest, no_gpu):
     manifest, tmp, _ = gpu_manifest
-    with pytest.raises(runner.UsageError, match="--smoke measures on a GPU"):
+    with pytest.raises(notebooks.UsageError, match="--smoke measures on a GPU"):
         runner.run(manifest=manifest, run_dir=tmp / "run", progress=False, echo=lambda *_: None,
                    smoke=True)
-    with pytest.raises(runner.UsageError, match="does not go with --mode replot"):
+    with pytest.raises(notebooks.UsageError, match="does not go with --mode replot"):
         runner.run(manifest=manifest, run_dir=tmp / "run", progress=False, echo=lambda *_: None,
                    smoke=True, mode="replot")
 
@@ -277,10 +273,10 @@ def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch
     assert any("2 GPU notebooks at a time" in ln for ln in lines)
     spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
     assert len(spans) == 3 and spans[1][0] < spans[0][1]         # the first two overlapped
-    with pytest.raises(runner.UsageError, match="only a smoke"):
+    with pytest.raises(notebooks.UsageError, match="only a smoke"):
         runner.run(manifest=manifest, run_dir=tmp_path / "r2", progress=False,
                    echo=lines.append, mode="measure", gpu_slots=2)
-    with pytest.raises(runner.UsageError, match="whole number"):
+    with pytest.raises(notebooks.UsageError, match="whole number"):
         runner.run(manifest=manifest, run_dir=tmp_path / "r3", progress=False,
                    echo=lines.append, smoke=True, gpu_slots=0)
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import fp8lab
+from nb_fixture import make_notebook
 
 ROOT = Path(fp8lab.__file__).resolve().parents[1]
 FAKE_DIR = Path(__file__).parent / "fake_nvml"
@@ -32,19 +33,14 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="n
 RUNNER = """
 import sys
 from pathlib import Path
-from fp8lab import cli, runner
-runner.manifest_path = lambda: Path(sys.argv[1])
+from fp8lab import cli, notebooks
+notebooks.manifest_path = lambda: Path(sys.argv[1])
 sys.exit(cli.main(sys.argv[2:]))
 """
 
 
 def _nb(*cells):
-    nb = nbformat.v4.new_notebook()
-    p = nbformat.v4.new_code_cell('mode = "auto"')
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return make_notebook(*cells)
 
 
 def _lock_cell(flag: Path, done: Path, after_lock: str = "time.sleep(120)") -> str:
@@ -194,7 +190,7 @@ def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
     the copy shows completed; 'before any cell' only when none completed."""
     import nbformat
 
-    from fp8lab import runner
+    from fp8lab import notebooks
 
     def nb_with(statuses):
         nb = nbformat.v4.new_notebook()
@@ -207,7 +203,7 @@ def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
         nbformat.write(nb, p)
         return p
 
-    assert runner.running_cell(nb_with(["completed", "running", "pending"])) == 1
-    assert runner.running_cell(nb_with(["completed"] * 6 + ["md", "pending", "pending"])) == 7
-    assert runner.running_cell(nb_with(["pending", "pending"])) is None
-    assert runner.running_cell(tmp_path / "missing.ipynb") is None
+    assert notebooks.running_cell(nb_with(["completed", "running", "pending"])) == 1
+    assert notebooks.running_cell(nb_with(["completed"] * 6 + ["md", "pending", "pending"])) == 7
+    assert notebooks.running_cell(nb_with(["pending", "pending"])) is None
+    assert notebooks.running_cell(tmp_path / "missing.ipynb") is None

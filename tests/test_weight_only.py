@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fp8lab import dequant
+from fp8lab.experiments import gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
 
@@ -182,19 +183,19 @@ def test_choose_splits():
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_sass_matches_the_emulators(arch):
-    d = wo.dequant_sass_counts(arch)
+    d = gs.dequant_sass_counts(arch)
     emu = d[d["kind"] == "emulated"]
     bad = emu[emu["sass"] != emu["emulator"]]
     assert bad.empty, bad
     extra = d[d["kind"] == "extra"]
-    assert set(extra["opcode"]) <= set(wo.PROBE_EXTRA_OK), extra
+    assert set(extra["opcode"]) <= set(gs.PROBE_EXTRA_OK), extra
     per = extra.groupby(["fmt", "act"])["sass"].sum()
     assert (per <= 3).all(), per
 
 
 @needs_nvcc
 def test_gemv_sass_hmma_only_and_dequant_per_element():
-    d = wo.gemv_sass_counts("sm_90", nt=1)
+    d = gs.gemv_sass_counts("sm_90", nt=1)
     assert set(d["mma_ops"]) == {"HMMA.16816.F32", "HMMA.16816.F32.BF16"}
     assert (d["fp8_converts"] == 0).all()
     for (fmt, act), g in d.groupby(["fmt", "act"]):

@@ -30,6 +30,7 @@ import pandas as pd
 
 from .. import bench, clocks, devices, shapes
 from ..kernels import weight_only as wo
+from . import gemv_sass as gs
 from ..peers import catalog as peers_catalog
 from ..progress import progress as track
 
@@ -164,7 +165,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     import torch
 
     for f in formats:
-        wo._check_fmt(f)
+        wo.check_fmt(f)
     for m in Ms:
         wo._pos_int("M", m)
     if not torch.cuda.is_available():
@@ -321,22 +322,17 @@ def ncu_workload() -> None:
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
     for p in cfg.get("peers", []):
-        from ..peers import adapters
+        from ..peers import adapters, harness
 
         prep = adapters.WEIGHT_ONLY[p](adapters.dense_weight(N, K, cfg.get("seed", 0)))
-        pdt = torch.float16 if prep.act == "fp16" else torch.bfloat16
+        pdt = harness.act_dtype(prep.act)
         xp = torch.randn(1, K, device="cuda").to(pdt)
         out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
         calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))
-    for c in calls:            # warm-up: module loads, cuBLAS heuristics, split choice
-        c()
-        c()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for c in calls:
-        c()
-        torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    from .. import profile
+
+    # two warm-up calls each: module loads, cuBLAS heuristics, split choice
+    profile.profiled_once_each(calls, warmups=2)
 
 
 def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:
@@ -430,7 +426,7 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
     if "thread_inst" not in o or o["thread_inst"].isna().all():
         o["thread_inst"] = 32 * o["warp_inst"]
     o["thread_inst"] = o["thread_inst"].fillna(32 * o["warp_inst"])
-    o["dequant_class"] = o["opcode"].map(lambda op: any(op.startswith(f) for f in wo.DEQUANT_FAMILIES))
+    o["dequant_class"] = o["opcode"].map(lambda op: any(op.startswith(f) for f in gs.DEQUANT_FAMILIES))
     rows = []
     for arm, g in k.groupby("arm", sort=False):
         w = g["duration_s"].fillna(0)
@@ -758,7 +754,7 @@ def c5_verdicts(ncu: Optional[pd.DataFrame], static: Optional[pd.DataFrame] = No
     """C5: dequant costs 1.8-2.9 instructions per weight element (FP8: 1.81), executed counts
     from ncu's per-opcode metrics (the dequant class: LOP3 / SHF / PRMT / HADD2 / HFMA2 / HMUL2
     / FADD / IMAD.SHL / SHFL), averaged over the profiled shapes. ``static``:
-    :func:`fp8lab.kernels.weight_only.gemv_sass_counts` rows, quoted beside on the analogue row
+    :func:`fp8lab.experiments.gemv_sass.gemv_sass_counts` rows, quoted beside on the analogue row
     (those of ``act``). ``analogue``: fp8lab's kernels; ``seed``: ``peer_marlin*`` rows."""
     static_txt = ""
     if static is not None and len(static):

@@ -14,6 +14,7 @@ import pandas as pd
 
 from fp8lab import dequant as dq
 from fp8lab import formats
+from fp8lab.experiments import gemv_sass as gs
 
 __all__ = ["trick_codes", "code_values", "trick_summary", "representable", "format_table", "c2_sass", "b2_verdict",
            "c2_verdict", "folded_bias_log2", "C2_SEED_PER_4", "C2_TOL"]
@@ -221,21 +222,21 @@ def c2_sass(arch: str = C2_ARCH) -> pd.DataFrame:
     """The E4M3 dequant as ptxas compiled it in a kernel that uses the trick: fp8lab's weight-only
     FP8 decode GEMV (gemv_w8a16_fp8, NT = 1), compiled here with nvcc (no GPU). One row per
     activation dtype: the main loop's instructions of the trick's opcodes (those the emulator's
-    sequence uses, with ``weight_only.OPCODE_EQUIV`` mapping ptxas's substitutions), the weight
+    sequence uses, with ``gemv_sass.OPCODE_EQUIV`` mapping ptxas's substitutions), the weight
     elements one loop iteration covers, their ratio per 4 values, the conversion opcodes in the
     loop, the float multiplies in the loop, and the dequant probe's isolated count per 32-bit word
     (probe minus its pass-through twin). Raises when nvcc / cuobjdump are missing."""
     from fp8lab import sass as sass_mod
     from fp8lab.kernels import weight_only as wo
 
-    loop = wo.gemv_sass_counts(arch, nt=1)
-    probe = wo.dequant_sass_counts(arch)
+    loop = gs.gemv_sass_counts(arch, nt=1)
+    probe = gs.dequant_sass_counts(arch)
     rows = []
     for act in wo.ACT_DTYPES:
         trick = dq.TRICKS[("e4m3", act, "shift")]
         ops = set(trick.run(trick.pack(np.zeros(trick.elements_per_word, dtype=np.int64))).op_counts)
         d = loop[(loop["fmt"] == "fp8") & (loop["act"] == act)]
-        canon = d["opcode"].map(lambda o: wo.OPCODE_EQUIV.get(o, o))
+        canon = d["opcode"].map(lambda o: gs.OPCODE_EQUIV.get(o, o))
         mine = d[canon.isin(ops)]
         elems = float((d["count"] / d["per_element"]).iloc[0])
         fam = d["opcode"].map(sass_mod.opcode_family)

@@ -163,7 +163,7 @@ def find_knee(df: pd.DataFrame, *, drop: float = KNEE_DROP, bw: str = "bw_p50") 
 def add_equivalent_clock(df: pd.DataFrame, *, static: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """``eq_clock_mhz`` and ``eq_source`` on the sweep rows: from ncu's issue-active % where
     the table has it (``issue_active_pct``), else from static SASS instructions per element
-    (``static``: :func:`fp8lab.kernels.weight_only.xalu_sass_counts`). The base clock is the
+    (``static``: :func:`fp8lab.experiments.gemv_sass.xalu_sass_counts`). The base clock is the
     NVML median SM clock of the k = 0 row."""
     out = df.copy()
     out["eq_clock_mhz"] = np.nan
@@ -404,15 +404,9 @@ def ncu_workload() -> None:
     pw_host, _ = wo.random_weight("fp8", N, K, act="bf16", seed=cfg.get("seed", 0), keep_codes=False)
     pw = pw_host.to("cuda")
     x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
-    calls = [lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]]
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for c in calls:
-        c()
-        torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    from .. import profile
+
+    profile.profiled_once_each([lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]])
 
 
 def profile_headroom(shape_name: str, out: Path, *, extra_alu: Sequence[int] = DEFAULT_EXTRA_ALU,
@@ -501,7 +495,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
     mhz = [float(_positive("lock_clocks entry", f)) for f in lock_clocks]
     wo._pos_int("prefill_m", prefill_m)
     for f in formats:
-        wo._check_fmt(f)
+        wo.check_fmt(f)
     if lock is None:
         def lock(sm_mhz):
             return clocks.locked_clocks(sm_mhz=sm_mhz, opt_in=True)

@@ -192,7 +192,7 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float):
     """Time make(0)() (events, L2 flushed) or, for short calls, a graph replay cycling over
     make(0..n_sets-1) (weights rotated; graph replay has no flush)."""
     fn0 = make(0)
-    est = bench._estimate_call_s(fn0)
+    est = bench.estimate_call_s(fn0)
     if est >= GRAPH_BELOW_S:
         return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=max(rep_ms, 3e3 * est))
     if n_sets <= 1:

@@ -26,9 +26,8 @@ What this module holds (torch is imported lazily: everything but the launch runs
   :func:`generate` (realistic random quantised weights and activations);
 - :func:`choose_splits` (split-K against wave quantisation), the torch wrapper
   :func:`gemv_w16` and :func:`dequant_probe`;
-- :func:`dequant_sass_counts` / :func:`gemv_sass_counts`: compile the kernels here (no GPU)
-  and count their SASS: the dequant sequence per opcode against the emulator's trace, and
-  the static instructions per weight element of the main loop.
+- :func:`dequant_cubin` / :func:`gemv_cubin` / :func:`xalu_cubin`: the kernels compiled here
+  (no GPU) into a content-hashed cache; fp8lab.experiments.gemv_sass counts their SASS.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ import hashlib
 import math
 import os
 import subprocess
-from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,7 +81,8 @@ NVFP4_SHIFT = 7     # dequant(w) x decoded scale = w * s * 2^-7 in both types; o
 _NP_DTYPE = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 
 
-def _check_fmt(fmt: str) -> str:
+def check_fmt(fmt: str) -> str:
+    """``fmt`` if it is one of FORMATS, else ValueError naming them."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     return fmt
@@ -105,7 +104,7 @@ def fold_factor(fmt: str, act: str) -> float:
     """The exact power of two the float tricks leave out (the emulator's ``factor``): folded
     into the 16-bit group scale for fp8 (2^8 fp16, 2^120 bf16), 1 for the integer formats.
     NVFP4 keeps 2^7 x its global scale in ``out_factor`` instead (see gemv_w16.cuh)."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     target = "fp16" if _check_act(act) == "fp16" else "bf16"
     return dequant.dequant(CODE_FORMAT[fmt], target, np.zeros(1, np.uint32)).factor
 
@@ -121,12 +120,12 @@ def n_tiles(M: int) -> int:
 
 def tiles_per_warp(fmt: str, nt: int) -> int:
     """16-row tiles per warp (TM): two for the 4-bit formats at M <= 8, else one."""
-    return 2 if BITS[_check_fmt(fmt)] == 4 and nt == 1 else 1
+    return 2 if BITS[check_fmt(fmt)] == 4 and nt == 1 else 1
 
 
 def padded_rows(fmt: str, N: int) -> int:
     """Rows of the packed weight: N up to a whole (super-)tile (16 rows 8-bit, 32 rows 4-bit)."""
-    t = 16 if BITS[_check_fmt(fmt)] == 8 else 32
+    t = 16 if BITS[check_fmt(fmt)] == 8 else 32
     return -(-_pos_int("N", N) // t) * t
 
 
@@ -158,7 +157,7 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
     read-modify-write in L2). Picks the s with
     the smallest modelled time (the first among equals, so the fewest splits). Returns the
     split count actually launched (ceil(steps / ceil(steps / s)))."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     for name, v in (("M", M), ("N", N), ("K", K), ("sms", sms), ("ctas_per_sm", ctas_per_sm),
                     ("max_splits", max_splits)):
         _pos_int(name, v)
@@ -197,7 +196,7 @@ def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
     ``units_per_cta``, the ``grid`` actually launched and ``whole_tiles``: whether every CTA
     owns exactly whole tiles (then no partial sums are reduced and the result is bit-identical
     to ``splits=1``)."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     ctas = _pos_int("ctas", ctas)
     if K % STEP_K:
         raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
@@ -217,7 +216,7 @@ def scale_words(fmt: str, N: int, K: int) -> int:
     """32-bit words of packed scales (:func:`pack_scales`) for an (N, K) weight: per 128-K
     step, 8 per 16-row tile (8-bit formats), 16 (int4) or 64 (nvfp4) per 32-row super-tile,
     as gemv_w16.cuh's ``Strides::kS`` reads them."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     rows, steps = padded_rows(fmt, _pos_int("N", N)), _pos_int("K", K) // STEP_K
     if BITS[fmt] == 8:
         return rows // 16 * steps * 8
@@ -226,12 +225,12 @@ def scale_words(fmt: str, N: int, K: int) -> int:
 
 def bytes_per_element(fmt: str) -> float:
     """Weight + scale bytes per weight element."""
-    return BITS[_check_fmt(fmt)] / 8 + SCALE_BYTES[fmt] / GROUP[fmt]
+    return BITS[check_fmt(fmt)] / 8 + SCALE_BYTES[fmt] / GROUP[fmt]
 
 
 def byte_count(fmt: str, N: int, K: int) -> dict:
     """The weight stream of one (N, K) layer: codes, scales (and NVFP4's 4-byte global)."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     N, K = _pos_int("N", N), _pos_int("K", K)
     if K % STEP_K:
         raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
@@ -335,7 +334,7 @@ def pack_words(bits: int, logical: np.ndarray) -> np.ndarray:
 def unpack_codes(fmt: str, words, rows: int, K: int):
     """Inverse of the packing: words (numpy uint32 or torch int32, on any device) -> (rows, K)
     uint8 logical codes (padding rows included). The same reshapes as :func:`_layout`, undone."""
-    bits = BITS[_check_fmt(fmt)]
+    bits = BITS[check_fmt(fmt)]
     S = K // STEP_K
     is_np = isinstance(words, np.ndarray)
     if is_np:
@@ -449,7 +448,7 @@ def pack_weights(fmt: str, codes, scales, *, act: str = "bf16", global_scale: fl
     bf16), so the kernel never multiplies per element; a scale whose folded value overflows
     or underflows the 16-bit type is refused.
     """
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     c = _as_codes(fmt, codes)
     N, K = c.shape
@@ -466,7 +465,7 @@ def pack_weights(fmt: str, codes, scales, *, act: str = "bf16", global_scale: fl
 def pack_scales(fmt: str, scales, N: int, K: int, *, act: str = "bf16",
                 global_scale: float = 1.0) -> tuple[np.ndarray, float]:
     """The scale half of :func:`pack_weights`: (packed scale words, out_factor)."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     N, K = _pos_int("N", N), _pos_int("K", K)
     if K % STEP_K:
@@ -577,7 +576,7 @@ def emulate_packed(pw: PackedWeight) -> np.ndarray:
 def dequantize(fmt: str, codes, scales, global_scale: float = 1.0) -> np.ndarray:
     """(N, K) float64 weight from logical codes and scales, through fp8lab.formats.decode
     (ml_dtypes / integer arithmetic: independent of the bit tricks)."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     c = _as_codes(fmt, codes)
     v = formats.decode(CODE_FORMAT[fmt], c)
     if fmt == "nvfp4":
@@ -620,7 +619,7 @@ def generate(fmt: str, M: int, N: int, K: int, *, act: str = "bf16", seed: int =
     Returns dict(act (M, K) float64 values exact in ``act``, codes (N, K) uint8, scales,
     global_scale, fmt, act_dtype).
     """
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     M, N, K = _pos_int("M", M), _pos_int("N", N), _pos_int("K", K)
     if K % STEP_K:
@@ -874,7 +873,7 @@ def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
     element order (the emulators' ``bits``)."""
     import torch
 
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     w = np.ascontiguousarray(np.asarray(words, dtype=np.uint32))
     if w.ndim != 1 or w.size == 0:
@@ -884,18 +883,6 @@ def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
     pairs = out.cpu().numpy().view(np.uint32).reshape(-1)
     lanes = np.stack([(pairs & np.uint32(0xFFFF)), pairs >> np.uint32(16)], axis=1)
     return lanes.reshape(-1).astype(np.uint16)
-
-
-# ---------------------------------------------------------------------------------------------
-# SASS: compiled here, no GPU
-# ---------------------------------------------------------------------------------------------
-#: SASS opcodes that do the emulator's instruction on another pipe: ptxas turns a shift left
-#: by a constant into IMAD.SHL (the FMA pipe), and a bf16 multiply by an FMA with -0 into HMUL2.
-OPCODE_EQUIV = {"IMAD.SHL.U32": "SHF.L.U32", "HMUL2.BF16_V2": "HFMA2.BF16_V2"}
-#: what ptxas may add to a dequant probe's loop besides the trace: constant moves, loop counting
-PROBE_EXTRA_OK = ("MOV", "IMAD.MOV.U32", "HFMA2.MMA", "PRMT", "IADD3", "VIADD", "IMAD.IADD")
-#: opcode families that make up a dequant (and the NVFP4 block-scale handling)
-DEQUANT_FAMILIES = ("LOP3", "SHF", "PRMT", "HADD2", "HFMA2", "HMUL2", "FADD", "IMAD.SHL", "SHFL")
 
 
 def _nvcc_version() -> str:
@@ -932,183 +919,23 @@ def _compile(source: Path, arch: str, defines=()) -> Path:
 # The cubins the SASS tables read, one function each so `python -m fp8lab build` compiles the same
 # files (same cache key) before the notebooks ask for them.
 def dequant_cubin(arch: str = "sm_90") -> Path:
-    """gemv_w16_check.cu (the dequant probes) for ``arch``: what :func:`dequant_sass_counts` reads."""
+    """gemv_w16_check.cu (the dequant probes) for ``arch``: what ``gemv_sass.dequant_sass_counts`` reads."""
     return _compile(CHECK_SOURCE, arch)
 
 
 def gemv_cubin(arch: str = "sm_90", nt: int = 1) -> Path:
-    """gemv_w16.cu with NT = ``nt`` for ``arch``: what :func:`gemv_sass_counts` reads."""
+    """gemv_w16.cu with NT = ``nt`` for ``arch``: what ``gemv_sass.gemv_sass_counts`` reads."""
     if nt not in (1, 2, 4, 8):
         raise ValueError(f"nt must be 1, 2, 4 or 8, got {nt}")
     return _compile(STANDALONE_SOURCE, arch, (f"FP8LAB_WO_NT={nt}",))
 
 
 def xalu_cubin(arch: str = "sm_90") -> Path:
-    """gemv_w16.cu's EXTRA_ALU kernels (fp8, bf16, NT = 1) for ``arch``: what :func:`xalu_sass_counts` reads."""
+    """gemv_w16.cu's EXTRA_ALU kernels (fp8, bf16, NT = 1) for ``arch``: what ``gemv_sass.xalu_sass_counts`` reads."""
     return _compile(STANDALONE_SOURCE, arch, ("FP8LAB_WO_XALU", "FP8LAB_WO_FORMAT=0", "FP8LAB_WO_BF16=1",
                                               "FP8LAB_WO_NT=1"))
 
 
-def _kernels_in_order(cubin: Path, arch: str, with_addr: bool = False) -> dict[str, list]:
-    """mangled kernel name -> its opcodes in address order (or (address, opcode, branch
-    target or None) with ``with_addr``)."""
-    import re
-
-    from .. import sass
-
-    bra = re.compile(r"/\*([0-9a-fA-F]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`\()?0x([0-9a-fA-F]+)")
-    addr_re = re.compile(r"/\*([0-9a-fA-F]+)\*/")
-    out: dict[str, list] = {}
-    cur = None
-    for line in sass.disassemble(cubin, arch=arch):
-        op = sass.parse_instruction(line)
-        if op is not None:
-            if cur is not None:
-                a = int(addr_re.search(line).group(1), 16)
-                m = bra.search(line)
-                out[cur].append((a, op, int(m.group(2), 16) if m else None))
-            continue
-        s = line.strip()
-        if s.startswith("Function :"):
-            cur = s.split(":", 1)[1].strip()
-            out[cur] = []
-    for k, ops in out.items():
-        while ops and ops[-1][1] == "NOP":   # alignment padding after the final self-branch
-            ops.pop()
-        if ops and ops[-1][1] == "BRA" and ops[-1][2] == ops[-1][0]:
-            ops.pop()
-    return out if with_addr else {k: [o for _, o, _ in v] for k, v in out.items()}
-
-
-def _loop_body(ops: list) -> list[str]:
-    """Opcodes of the (single) loop: from a backward branch's target to the branch."""
-    back = [(a, t) for a, o, t in ops if o.startswith("BRA") and t is not None and t < a]
-    if len(back) != 1:
-        raise RuntimeError(f"expected one backward branch, found {len(back)}")
-    a_b, a_t = back[0]
-    return [o for a, o, _ in ops if a_t <= a < a_b]
-
-
-def _canon(op: str) -> str:
-    return OPCODE_EQUIV.get(op, op)
-
-
-def dequant_sass_counts(arch: str = "sm_90"):
-    """The dequant sequences as ptxas compiles them, against the emulators' traces.
-
-    Compiles ``gemv_w16_check.cu`` for ``arch`` and, per (format, act dtype), subtracts the
-    pass-through probe's loop-body opcode counts from the dequant probe's (constants are
-    hoisted out of the loop, as in the GEMV). One row per (fmt, act,
-    opcode): ``sass`` (the difference), ``emulator`` (the trace's count of that opcode, with
-    :data:`OPCODE_EQUIV` applied to the SASS side), per word; plus ``*_total`` rows."""
-    import pandas as pd
-
-    cubin = dequant_cubin(arch)
-    kernels = _kernels_in_order(cubin, arch, with_addr=True)
-    rows = []
-    for fmt in FORMATS:
-        for act in ACT_DTYPES:
-            bf = "1" if act == "bf16" else "0"
-            fid = FORMAT_ID[fmt]
-            probe = [k for k in kernels if f"dequant_probeILi{fid}ELb{bf}ELb1E" in k]
-            twin = [k for k in kernels if f"dequant_probeILi{fid}ELb{bf}ELb0E" in k]
-            if len(probe) != 1 or len(twin) != 1:
-                raise RuntimeError(f"probe kernels for {fmt}/{act} not found in {cubin.name}: {list(kernels)}")
-            diff = Counter(_canon(o) for o in _loop_body(kernels[probe[0]]))
-            diff.subtract(Counter(_canon(o) for o in _loop_body(kernels[twin[0]])))
-            target = "fp16" if act == "fp16" else "bf16"
-            emu = dequant.dequant(CODE_FORMAT[fmt], target, np.zeros(1, np.uint32))
-            emu_counts = Counter(emu.op_counts)
-            for op in sorted(set(k for k, v in diff.items() if v) | set(emu_counts)):
-                rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, opcode=op, sass=int(diff[op]),
-                                 emulator=int(emu_counts.get(op, 0)),
-                                 kind="emulated" if op in emu_counts else "extra",
-                                 elements_per_word=emu.elements_per_word))
-            rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, opcode="*_total",
-                             sass=int(sum(diff.values())), emulator=len(emu.trace), kind="total",
-                             elements_per_word=emu.elements_per_word))
-    return pd.DataFrame(rows)
-
-
-def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
-    """Static SASS of each GEMV kernel's main loop (between its two barriers: one iteration =
-    3 steps of 128 K), per weight element a thread covers there, by opcode.
-
-    One row per (fmt, act, opcode): ``count`` in the loop, ``per_element`` = count /
-    (3 x 128 x 16 x TM / 32), ``dequant_class`` (opcode in :data:`DEQUANT_FAMILIES`). Also the
-    whole kernel's census flags: ``mma_ops`` and ``fp8_converts`` (F2FP touching E4M3/E5M2)."""
-    import pandas as pd
-
-    from .. import sass
-
-    cubin = gemv_cubin(arch, nt)
-    kernels = _kernels_in_order(cubin, arch)
-    rows = []
-    for fmt in FORMATS:
-        for act in ACT_DTYPES:
-            bf = "1" if act == "bf16" else "0"
-            names = [k for k in kernels if f"{ARMS[fmt]}ILb{bf}ELi{nt}E" in k]
-            if len(names) != 1:
-                raise RuntimeError(f"kernel {ARMS[fmt]}<{act}, {nt}> not found in {cubin.name}")
-            ops = kernels[names[0]]
-            bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
-            if len(bars) < 2:
-                raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
-            loop = Counter(ops[bars[0] + 1: bars[1]])
-            tm = tiles_per_warp(fmt, nt)
-            elems = RING * STEP_K * 16 * tm / 32
-            mma = sorted({o for o in ops if sass.is_mma(sass.opcode_family(o))})
-            fp8c = sum(1 for o in ops if sass.opcode_family(o) == "F2FP.FP8")
-            for op, c in sorted(loop.items()):
-                fam = sass.opcode_family(op)
-                rows.append(dict(fmt=fmt, arm=ARMS[fmt], act=act, arch=arch, nt=nt, opcode=op, count=c,
-                                 per_element=c / elems,
-                                 dequant_class=any(op.startswith(f) for f in DEQUANT_FAMILIES),
-                                 kernel_instructions=len(ops), mma_ops="+".join(mma), fp8_converts=fp8c,
-                                 family=fam))
-    return pd.DataFrame(rows)
-
-
-def xalu_sass_counts(arch: str = "sm_90"):
-    """Static SASS of the EXTRA_ALU kernels' main loop against the regular fp8 kernel (bf16,
-    NT = 1), counted as :func:`gemv_sass_counts` does (between the two barriers, per weight
-    element a thread covers there).
-
-    One row per kernel: ``extra_alu`` (None for the regular kernel), ``loop_instructions``,
-    ``per_element``, ``int_per_element`` (LOP3 + IADD3 family), ``extra_per_element``
-    (``per_element`` minus the regular kernel's), ``kernel_instructions`` and ``same_as_base``
-    (the whole kernel's opcode sequence equals the regular kernel's)."""
-    import pandas as pd
-
-    cubin = xalu_cubin(arch)
-    kernels = _kernels_in_order(cubin, arch)
-    named = {None: [k for k in kernels if f"{ARMS['fp8']}ILb1ELi1E" in k]}
-    for k in EXTRA_ALU_LEVELS:
-        named[k] = [n for n in kernels if f"{XALU_KERNEL}ILb1ELi1ELi{k}E" in n]
-    elems = RING * STEP_K * 16 * tiles_per_warp("fp8", 1) / 32
-    rows = []
-    for k, names in named.items():
-        if len(names) != 1:
-            raise RuntimeError(f"EXTRA_ALU kernel k={k} not found in {cubin.name}: {list(kernels)}")
-        ops = kernels[names[0]]
-        bars = [i for i, o in enumerate(ops) if o.startswith("BAR.SYNC")]
-        if len(bars) < 2:
-            raise RuntimeError(f"{names[0]}: expected the main loop between two barriers")
-        loop = ops[bars[0] + 1: bars[1]]
-        n_int = sum(1 for o in loop if o.startswith(("LOP3", "IADD3", "VIADD")))
-        rows.append(dict(arch=arch, kernel=names[0], extra_alu=k, loop_instructions=len(loop),
-                         per_element=len(loop) / elems, int_per_element=n_int / elems,
-                         kernel_instructions=len(ops), ops=ops))
-    df = pd.DataFrame(rows)
-    base = df[df.extra_alu.isna()].iloc[0]
-    df["extra_per_element"] = df.per_element - base.per_element
-    df["same_as_base"] = [list(o) == list(base.ops) for o in df.ops]
-    return df.drop(columns="ops")
-
-
-# ---------------------------------------------------------------------------------------------
-# Exact probes (the bitwise GPU test builds its inputs here, so the CPU test checks them)
-# ---------------------------------------------------------------------------------------------
 def unit_scales(fmt: str, act: str, N: int, K: int) -> tuple[np.ndarray, float, float]:
     """(scales, global_scale, act_value) under which a one-hot activation row of value
     ``act_value`` makes the kernel output the code's value exactly.
@@ -1116,7 +943,7 @@ def unit_scales(fmt: str, act: str, N: int, K: int) -> tuple[np.ndarray, float, 
     bf16 e4m3 weights sit in the registers as w x 2^-120 (bf16 subnormals for the smallest
     codes); an activation of 2^64 keeps every product and fp32 partial sum a normal number,
     and the scale 2^-64 (2^56 once the 2^120 is folded in) undoes it exactly."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     if fmt == "nvfp4":
         return np.full((N, K // 16), 0x38, dtype=np.uint8), 1.0, 1.0   # e4m3 0x38 = 1.0
@@ -1126,7 +953,7 @@ def unit_scales(fmt: str, act: str, N: int, K: int) -> tuple[np.ndarray, float, 
 
 def all_codes(fmt: str, N: int, K: int, seed: int = 0) -> np.ndarray:
     """(N, K) codes in which every code of the format appears, shuffled over positions."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     n_codes = 1 << BITS[fmt]
     if N * K < n_codes:
         raise ValueError(f"N x K = {N * K} cannot hold all {n_codes} codes")
@@ -1156,7 +983,7 @@ def random_weight(fmt: str, N: int, K: int, *, act: str = "bf16", seed: int = 0,
     per 10^7 elements; this draws the words directly.
 
     Returns (PackedWeight on the host, dict(codes (N, K) uint8 or None, scales, global_scale))."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     _check_act(act)
     N, K = _pos_int("N", N), _pos_int("K", K)
     if K % STEP_K:
@@ -1181,7 +1008,7 @@ def random_weight(fmt: str, N: int, K: int, *, act: str = "bf16", seed: int = 0,
 def trick_values(fmt: str) -> np.ndarray:
     """Value of every code as the kernel decodes it (the emulator's trick value: e4m3's NaN
     codes become +-480), float64, indexed by code."""
-    _check_fmt(fmt)
+    check_fmt(fmt)
     codes = np.arange(1 << BITS[fmt])
     r = dequant.dequant(CODE_FORMAT[fmt], "fp16", dequant.pack(CODE_FORMAT[fmt], codes))
     return r.values()

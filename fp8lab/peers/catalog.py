@@ -168,3 +168,26 @@ def weight_stream_bytes(peer_id: str, N: int, K: int) -> int:
     if p.id.startswith("peer_gemlite_w8a16"):
         return codes + 4 * groups                         # fp32 per-channel
     return codes + 2 * groups                             # vLLM FP8 Marlin: bf16 per-channel
+
+
+def resolve(peers, notebook: str) -> list:
+    """A notebook's ``peers`` parameter -> peer ids: "all" (the notebook's whole list), a list of
+    ids, or [] / None (none). ValueError naming the notebook's peers for anything else, so a
+    typo fails before any measuring, not after."""
+    if peers is None:
+        return []
+    if isinstance(peers, str):
+        if peers == "all":
+            return list(ids_for(notebook))
+        raise ValueError(f"peers must be 'all', a list of ids or []; got {peers!r}; "
+                         f"notebook {notebook}'s peers: {list(ids_for(notebook))}")
+    ids = list(peers)
+    check_ids(ids, notebook)
+    return ids
+
+
+def check_ids(peers, notebook: str) -> None:
+    allowed = ids_for(notebook)
+    bad = [p for p in peers if p not in allowed]
+    if bad:
+        raise ValueError(f"not peers of notebook {notebook}: {bad}; its peers: {list(allowed)}")

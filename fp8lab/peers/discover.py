@@ -232,8 +232,7 @@ def _install_peer_bench() -> bool:
         return False
 
     def do_bench(self):
-        mod = (getattr(getattr(self, "base_fn", None), "__module__", "") or "").split(".")[0]
-        if getattr(self, "_do_bench", None) is None and mod in _PEER_MODULES:
+        if getattr(self, "_do_bench", None) is None and _is_peer_autotuner(self):
             w, r = PEER_AUTOTUNE_MS
             return functools.partial(triton.testing.do_bench, warmup=w, rep=r)
         return getter(self)
@@ -243,6 +242,73 @@ def _install_peer_bench() -> bool:
     at.Autotuner.do_bench = prop
     _BENCH["installed"] = True
     return True
+
+
+#: what autotune_choices blocks collect: kernel name -> the config it ran with
+_CHOICES: list = []
+
+
+def _is_peer_autotuner(tuner) -> bool:
+    mod = getattr(getattr(tuner, "base_fn", None), "__module__", "") or ""
+    return mod.split(".")[0] in _PEER_MODULES
+
+
+def config_text(cfg) -> str:
+    """A Triton config in a row's words: its kwargs, warps and stages (``num_ctas: 1`` and
+    ``maxnreg: None``, Triton's defaults, left out)."""
+    kw = ", ".join(f"{k}={v}" for k, v in (getattr(cfg, "kwargs", None) or {}).items())
+    rest = [f"num_warps={cfg.num_warps}", f"num_stages={cfg.num_stages}"] if hasattr(cfg, "num_warps") else [str(cfg)]
+    if getattr(cfg, "num_ctas", 1) not in (1, None):
+        rest.append(f"num_ctas={cfg.num_ctas}")
+    if getattr(cfg, "maxnreg", None) is not None:
+        rest.append(f"maxnreg={cfg.maxnreg}")
+    return ", ".join(x for x in (kw, *rest) if x)
+
+
+def record_choice(tuner) -> None:
+    """Note the config a peer's autotuner just ran with in every open autotune_choices block."""
+    cfg = getattr(tuner, "best_config", None)
+    if cfg is None or not _is_peer_autotuner(tuner):
+        return
+    for d in _CHOICES:
+        d[tuner.base_fn.__name__] = config_text(cfg)
+
+
+@contextlib.contextmanager
+def autotune_choices():
+    """The configs the peers' Triton autotuners ran with inside the block, kernel -> config:
+    what the row's ``config`` says the peer ran (its autotuner may pick another on another run).
+    ``Autotuner.run`` notes them only while a block is open (the sweeps open one around a
+    peer's checked call, never around its timing)."""
+    d: dict = {}
+    at = None
+    if not _CHOICES:
+        try:
+            from triton.runtime import autotuner as at
+        except Exception:  # noqa: BLE001 - no Triton: nothing autotunes, nothing to note
+            at = None
+    if at is not None:
+        run = at.Autotuner.run
+
+        def run_and_note(self, *args, **kwargs):
+            out = run(self, *args, **kwargs)
+            record_choice(self)
+            return out
+
+        at.Autotuner.run = run_and_note
+    _CHOICES.append(d)
+    try:
+        yield d
+    finally:
+        _CHOICES.remove(d)
+        if at is not None:
+            at.Autotuner.run = run
+
+
+def with_choices(config: str, chosen: dict) -> str:
+    """A row's ``config``: the adapter's text, then each autotuned kernel and the config it ran."""
+    ran = "; ".join(f"ran {k} [{v}]" for k, v in sorted(chosen.items()))
+    return "; ".join(x for x in (config, ran) if x)
 
 
 def autotune_note() -> str:

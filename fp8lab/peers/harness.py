@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["Prepared", "tensor_bytes", "relerr", "check", "poisoned_call", "time_rotated", "CHECK_RELERR",
-           "PEER_COLUMNS", "peer_columns", "status_row", "error_text"]
+           "PEER_COLUMNS", "peer_columns", "status_row", "error_text", "act_dtype", "blockwise_operands"]
 
 #: bf16 / fp16 output rounding alone is ~2e-3 (Frobenius); a wrong group scale or a transposed
 #: layout is >= 1e-1. The decode sweep holds fp8lab's own weight-only arms to the same bound.
@@ -160,3 +160,21 @@ def status_row(columns, base: dict, peer_id: str, status: str, version: str = ""
         if c in row and not isinstance(row[c], str):
             row[c] = ""
     return row
+
+
+def act_dtype(act: str):
+    """torch dtype of a peer's activations: "fp16" or bf16."""
+    import torch
+
+    return torch.float16 if act == "fp16" else torch.bfloat16
+
+
+def blockwise_operands(M: int, N: int, K: int, seed: int, device: str = "cuda"):
+    """fp8lab's operands for one blockwise point (experiments.blockwise.make_operands) and the
+    weights a peer quantises: the same activations and weights fp8lab's arms get (the weights as
+    their dequantised fp32 values: the peer's 128x128 blocks re-find them)."""
+    from ..experiments import blockwise as bw
+
+    s0 = bw.make_operands(M, N, K, seed=seed, device=device)
+    w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
+    return s0, w

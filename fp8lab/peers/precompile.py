@@ -40,7 +40,7 @@ from typing import Callable, Optional, Sequence
 from . import catalog
 
 __all__ = ["ahead", "compile_only", "worker_count", "autotuned", "ensure", "plan", "prebuild", "prebuild_ready",
-           "NOTEBOOKS"]
+           "NOTEBOOKS", "decode_ahead", "prefill_ahead", "blockwise_ahead"]
 
 #: the pool is stopped (SIGTERM to its workers) after this long; the sweep compiles the rest
 TIMEOUT_S = 900.0
@@ -90,9 +90,10 @@ def compile_only(slot: int, n: int, autotuner_cls=None) -> list:
 
 
 def _blockwise_point(peer, shape, M, seed, with_quant):
-    from . import adapters, sweeps
+    from . import adapters, harness
 
-    x, w = sweeps.blockwise_inputs(shape, M, seed)
+    s0, w = harness.blockwise_operands(M, shape.N, shape.K, seed)
+    x = s0.x
     prep = adapters.BLOCKWISE[peer](x, w)
     prep.call(prep.state, None, None)
     if with_quant and prep.extra.get("with_quant") is not None:
@@ -102,10 +103,10 @@ def _blockwise_point(peer, shape, M, seed, with_quant):
 def _weight_only_point(peer, N, K, Ms, seed):
     import torch
 
-    from . import adapters, sweeps
+    from . import adapters, harness
 
     prep = adapters.WEIGHT_ONLY[peer](adapters.dense_weight(N, K, seed))
-    tdt = sweeps._act_dtype(prep.act)
+    tdt = harness.act_dtype(prep.act)
     for M in Ms:
         x = torch.randn(M, K, device="cuda").to(tdt)
         out = torch.empty(M, N, dtype=tdt, device="cuda") if prep.takes_out else None
@@ -228,6 +229,33 @@ def ensure(kind: str, points: Sequence[tuple], *, peers: Sequence[str], workers:
     return dict(res, marker=str(marker))
 
 
+# ------------------------------------------------------------------------------------------
+# what each sweep compiles ahead (ensure), from its own arguments: the sweeps call these, and
+# so does ``python -m fp8lab build`` with a notebook's parameters (plan)
+# ------------------------------------------------------------------------------------------
+def decode_ahead(shape_names: Sequence[str], Ms: Sequence[int], *, seed: int = 0, check_m: int = 4) -> tuple:
+    """(kind, points) of :func:`fp8lab.peers.sweeps.decode`'s compile-ahead: every shape at its Ms and check M."""
+    from ..experiments import decode as dx
+
+    ms = sorted(set(Ms) | {check_m})
+    return "weight_only", [(dx._shape(n).N, dx._shape(n).K, ms, seed) for n in shape_names]
+
+
+def prefill_ahead(shape_name: str, Ms: Sequence[int], *, seed: int = 0) -> tuple:
+    """(kind, points) of :func:`fp8lab.peers.sweeps.prefill`'s compile-ahead."""
+    from .. import shapes
+
+    sh = shapes.get(shape_name)
+    return "weight_only", [(sh.N, sh.K, sorted(set(Ms)), seed)]
+
+
+def blockwise_ahead(shapes, Ms: Sequence[int], *, seed: int = 0, with_quant: bool = True) -> tuple:
+    """(kind, points) of :func:`fp8lab.peers.sweeps.blockwise`'s compile-ahead: its own operands' seeds (seed + M)."""
+    from ..experiments import blockwise as bw
+
+    return "blockwise", [(sh, M, seed + M, with_quant) for sh in bw.resolve_shapes(shapes) for M in Ms]
+
+
 #: the notebooks whose sweeps compile autotuned peers ahead
 NOTEBOOKS = ("05", "08", "11")
 
@@ -235,21 +263,19 @@ NOTEBOOKS = ("05", "08", "11")
 def plan(notebook: str, params: dict) -> tuple:
     """(kind, points) the notebook's peer sweep compiles ahead with these parameters: the
     arguments the notebook passes its sweep (and the sweep's defaults for the rest)."""
-    from . import sweeps
-
     if notebook == "05":
-        return sweeps.blockwise_ahead(params["shapes"], params["Ms"], with_quant=params.get("with_quant", True))
+        return blockwise_ahead(params["shapes"], params["Ms"], with_quant=params.get("with_quant", True))
     if notebook == "08":
-        return sweeps.decode_ahead(params["shape_names"], params["Ms"], seed=params.get("seed", 0))
+        return decode_ahead(params["shape_names"], params["Ms"], seed=params.get("seed", 0))
     if notebook == "11":
-        return sweeps.prefill_ahead(params["shape_name"], params["Ms"], seed=params.get("seed", 0))
+        return prefill_ahead(params["shape_name"], params["Ms"], seed=params.get("seed", 0))
     raise ValueError(f"notebook {notebook!r} compiles no peer ahead; those that do: {', '.join(NOTEBOOKS)}")
 
 
 def _live_autotuned(notebook: str, params: dict) -> list:
-    from . import discover, sweeps
+    from . import discover
 
-    return [p for p in autotuned(sweeps.resolve(params.get("peers", "all"), notebook))
+    return [p for p in autotuned(catalog.resolve(params.get("peers", "all"), notebook))
             if discover.availability(p).ok]
 
 

@@ -25,10 +25,10 @@ import pandas as pd
 
 from ..progress import progress as track
 from . import catalog, discover, harness
-from .harness import PEER_COLUMNS, error_text, status_row
+from .catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
+from .harness import PEER_COLUMNS, act_dtype, error_text, status_row
 
-__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN",
-           "decode_ahead", "prefill_ahead", "blockwise_ahead"]
+__all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN"]
 
 #: where operands live; the CPU tests set "cpu" (with fakes for timing) to run the sweeps' own logic
 DEVICE = "cuda"
@@ -73,29 +73,6 @@ def columns(host: Sequence[str]) -> list:
     return list(host) + [c for c in PEER_COLUMNS if c not in host]
 
 
-def resolve(peers, notebook: str) -> list:
-    """A notebook's ``peers`` parameter -> peer ids: "all" (the notebook's whole list), a list of
-    ids, or [] / None (none). ValueError naming the notebook's peers for anything else, so a
-    typo fails before any measuring, not after."""
-    if peers is None:
-        return []
-    if isinstance(peers, str):
-        if peers == "all":
-            return list(catalog.ids_for(notebook))
-        raise ValueError(f"peers must be 'all', a list of ids or []; got {peers!r}; "
-                         f"notebook {notebook}'s peers: {list(catalog.ids_for(notebook))}")
-    ids = list(peers)
-    _check_ids(ids, notebook)
-    return ids
-
-
-def _check_ids(peers: Sequence[str], notebook: str) -> None:
-    allowed = catalog.ids_for(notebook)
-    bad = [p for p in peers if p not in allowed]
-    if bad:
-        raise ValueError(f"not peers of notebook {notebook}: {bad}; its peers: {list(allowed)}")
-
-
 def _available(peers, avail: Optional[Callable]) -> dict:
     avail = avail or discover.availability
     return {p: avail(p) for p in peers}
@@ -113,39 +90,6 @@ def _byte_split(prep: harness.Prepared, N: int, K: int, peer: str) -> tuple[dict
     return {"weight_bytes": codes, "scale_bytes": total - codes, "stream_bytes": total}, note
 
 
-def _act_dtype(act: str):
-    import torch
-
-    return torch.float16 if act == "fp16" else torch.bfloat16
-
-
-# ------------------------------------------------------------------------------------------
-# what each sweep compiles ahead (precompile.ensure), from its own arguments: the sweeps call
-# these, and so does ``python -m fp8lab build`` with a notebook's parameters (precompile.plan)
-# ------------------------------------------------------------------------------------------
-def decode_ahead(shape_names: Sequence[str], Ms: Sequence[int], *, seed: int = 0, check_m: int = 4) -> tuple:
-    """(kind, points) of :func:`decode`'s compile-ahead: every shape at its Ms and check M."""
-    from ..experiments import decode as dx
-
-    ms = sorted(set(Ms) | {check_m})
-    return "weight_only", [(dx._shape(n).N, dx._shape(n).K, ms, seed) for n in shape_names]
-
-
-def prefill_ahead(shape_name: str, Ms: Sequence[int], *, seed: int = 0) -> tuple:
-    """(kind, points) of :func:`prefill`'s compile-ahead."""
-    from .. import shapes
-
-    sh = shapes.get(shape_name)
-    return "weight_only", [(sh.N, sh.K, sorted(set(Ms)), seed)]
-
-
-def blockwise_ahead(shapes, Ms: Sequence[int], *, seed: int = 0, with_quant: bool = True) -> tuple:
-    """(kind, points) of :func:`blockwise`'s compile-ahead: its own operands' seeds (seed + M)."""
-    from ..experiments import blockwise as bw
-
-    return "blockwise", [(sh, M, seed + M, with_quant) for sh in bw.resolve_shapes(shapes) for M in Ms]
-
-
 def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], *, copy: dict, rep_ms: float = 40,
            seed: int = 0, check_m: int = 4, sampler=None, same_copy: bool = True, avail=None,
            prepare: Optional[dict] = None, precompile_ahead: bool = True) -> pd.DataFrame:
@@ -154,7 +98,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
     from ..experiments import decode as dx
 
-    _check_ids(peers, "08")
+    catalog.check_ids(peers, "08")
     cols = columns(dx.COLUMNS)
     av = _available(peers, avail)
     rows = []
@@ -173,7 +117,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     if prepare is None and DEVICE == "cuda" and precompile_ahead:
         from . import precompile
 
-        precompile.ensure(*decode_ahead(shape_names, Ms, seed=seed, check_m=check_m), peers=live)
+        precompile.ensure(*precompile.decode_ahead(shape_names, Ms, seed=seed, check_m=check_m), peers=live)
 
     import torch
 
@@ -200,7 +144,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             base = dict(shape=name, N=N, K=K, arm=p, fmt=pe.fmt, act=pe.act)
             try:
                 prep = prepare[p](adapters.dense_weight(N, K, seed, device=DEVICE))
-                tdt = _act_dtype(prep.act)
+                tdt = act_dtype(prep.act)
                 g = torch.Generator(device=DEVICE).manual_seed(seed + 1)
                 xc = torch.randn(check_m, K, device=DEVICE, generator=g).to(tdt)
                 err, nan_left = harness.check(prep, xc, rows=check_m)
@@ -223,7 +167,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                     x = torch.randn(M, K, device=DEVICE).to(tdt)
                     # each M may take another kernel config (Marlin's m blocks, gemlite's GEMV / GEMM
                     # split): check this one too, on its first rows, before timing it
-                    err_m, nan_m = harness.check(prep, x, rows=check_m)
+                    with discover.autotune_choices() as chosen:
+                        err_m, nan_m = harness.check(prep, x, rows=check_m)
                     if nan_m or not err_m < harness.CHECK_RELERR:
                         rows.append(status_row(cols, {**base, "M": M, "check_relerr": err_m}, p,
                                                f"failed-check: relerr {err_m:.3g} at M={M}, NaNs {nan_m}",
@@ -237,7 +182,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                     r = dx._row(name, N, K, M, p, pe.fmt, prep.act, b, tm, clk, copy["rate_p50"], spec,
                                 splits=math.nan, grid="", ctas=math.nan, err=err, schedule="",
                                 same_Bps=same_Bps(b["stream_bytes"]))
-                    r["config"] = prep.config
+                    r["config"] = discover.with_choices(prep.config, chosen)
                     r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K),
                                                   note="; ".join(x_ for x_ in (note, tnote) if x_)))
                     rows.append(r)
@@ -259,7 +204,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     from ..arms import registry
     from ..experiments import prefill as px
 
-    _check_ids(peers, "11")
+    catalog.check_ids(peers, "11")
     cols = columns(px.COLUMNS)
     sh = shapes.get(shape_name)
     N, K = sh.N, sh.K
@@ -276,7 +221,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     if prepare is None and DEVICE == "cuda" and precompile_ahead:
         from . import precompile
 
-        precompile.ensure(*prefill_ahead(shape_name, Ms, seed=seed), peers=live)
+        precompile.ensure(*precompile.prefill_ahead(shape_name, Ms, seed=seed), peers=live)
 
     import torch
 
@@ -297,12 +242,13 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
         except Exception as e:  # noqa: BLE001
             rows += [status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version) for M in Ms]
             continue
-        tdt = _act_dtype(prep.act)
+        tdt = act_dtype(prep.act)
         g = torch.Generator(device=DEVICE).manual_seed(seed)
         for M in track(Ms, desc="M"):
             try:
                 x = torch.randn(M, K, device=DEVICE, generator=g).to(tdt)
-                err, nan_left = harness.check(prep, x, rows=check_rows)
+                with discover.autotune_choices() as chosen:
+                    err, nan_left = harness.check(prep, x, rows=check_rows)
                 if nan_left or not err < harness.CHECK_RELERR:
                     rows.append(status_row(cols, {**base, "M": M, "check_relerr": err}, p,
                                            f"failed-check: relerr {err:.3g}, NaNs {nan_left}", av[p].version))
@@ -321,7 +267,8 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             r.update(base, M=M, flop=flop, time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                      tflops_p20=flop / tm.p80_s / 1e12, tflops_p50=tf, tflops_p80=flop / tm.p20_s / 1e12,
                      quant_time_s=math.nan, tflops_per_ghz=tf / (mhz / 1e3) if mhz and mhz > 0 else math.nan,
-                     spec_tflops_per_ghz=spec_per_ghz, check_relerr=err, config=prep.config,
+                     spec_tflops_per_ghz=spec_per_ghz, check_relerr=err,
+                     config=discover.with_choices(prep.config, chosen),
                      timing_method=tm.method, n_samples=tm.n, **clk)
             r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
             rows.append(r)
@@ -333,24 +280,6 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 # ------------------------------------------------------------------------------------------
 # blockwise W8A8: notebook 05
 # ------------------------------------------------------------------------------------------
-def _blockwise_operands(bw, M, N, K, seed):
-    """fp8lab's operands for one point, and the weights a peer quantises: the same activations
-    and weights fp8lab's arms get (the weights as their dequantised fp32 values: the peer's
-    128x128 blocks re-find them)."""
-    s0 = bw.make_operands(M, N, K, seed=seed, device=DEVICE)
-    w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
-    return s0, w
-
-
-def blockwise_inputs(shape, M: int, seed: int):
-    """(activations, weights) a blockwise peer gets at one point of :func:`blockwise` (its
-    ``seed`` is the sweep's seed + M); precompile.ahead calls the peers on these."""
-    from ..experiments import blockwise as bw
-
-    s0, w = _blockwise_operands(bw, M, shape.N, shape.K, seed)
-    return s0.x, w
-
-
 #: the ``quant`` column of a peer row timed with its own activation quantiser inside the call
 QUANT_OWN = "own quantiser"
 
@@ -366,7 +295,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     QUANT_OWN; what seed 000 timed), checked against the same float64 reference."""
     from ..experiments import blockwise as bw
 
-    _check_ids(peers, "05")
+    catalog.check_ids(peers, "05")
     cols = columns(bw.COLUMNS)
     shape_objs = bw.resolve_shapes(shapes)
     av = _available(peers, avail)
@@ -387,7 +316,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     if prepare is None and DEVICE == "cuda" and precompile_ahead:
         from . import precompile
 
-        precompile.ensure(*blockwise_ahead(shapes, Ms, seed=seed, with_quant=with_quant), peers=live,
+        precompile.ensure(*precompile.blockwise_ahead(shapes, Ms, seed=seed, with_quant=with_quant), peers=live,
                           log=log or print)
 
     import torch
@@ -399,7 +328,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     for shape in track(shape_objs, desc="peers blockwise", unit="shapes"):
         N, K = shape.N, shape.K
         for M in track(Ms, desc="M"):
-            s0, w = _blockwise_operands(bw, M, N, K, seed + M)
+            s0, w = harness.blockwise_operands(M, N, K, seed + M, device=DEVICE)
             rows_chk = bw.check_rows(M, seed=seed)
             flop = 2.0 * M * N * K
             method = "graph" if M <= graph_max_m else "auto"
@@ -407,7 +336,8 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                 b0 = base(shape, M, p)
                 try:
                     prep = prepare[p](s0.x, w)
-                    got = harness.poisoned_call(prep, s0.x, M, N)
+                    with discover.autotune_choices() as chosen:
+                        got = harness.poisoned_call(prep, s0.x, M, N)
                     ref = prep.extra["ref_x"][torch.as_tensor(rows_chk, device=got.device)] @ prep.w_ref.t()
                     chk = bw.compare(got, ref, rows_chk)
                     del got
@@ -436,8 +366,9 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                     continue
                 wb = harness.tensor_bytes(prep.weights(prep.state))
                 r = {c: math.nan for c in cols}
-                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
-                         poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
+                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
+                         config=discover.with_choices(prep.config, chosen), poison="allocator",
+                         min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
                 r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
                 rows.append(r)
                 if log:
@@ -464,7 +395,8 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, 
     M, N = x.shape[0], prep.w_ref.shape[0]
     try:
         torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=x.device)   # poison the allocator
-        got = qcall(prep.state, x)
+        with discover.autotune_choices() as chosen:
+            got = qcall(prep.state, x)
         _sync()
         chk = bw.compare(got, ref, rows_chk)
         del got
@@ -484,8 +416,9 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, 
     except Exception as e:  # noqa: BLE001
         return status_row(cols, {**base, **chk}, p, "error: timing: " + error_text(e), version)
     r = {c: math.nan for c in cols}
-    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb, config=prep.config,
-             poison="allocator", min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
+    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
+             config=discover.with_choices(prep.config, chosen), poison="allocator",
+             min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
     r.update(harness.peer_columns(p, version, nbytes=catalog.weight_stream_bytes(p, N, x.shape[1])))
     return r
 
@@ -501,7 +434,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
     that rounds differently is reported, not failed), then timed on rotated inputs."""
     from ..experiments import quantisers as qx
 
-    _check_ids(peers, "06b")
+    catalog.check_ids(peers, "06b")
     cols = columns(qx.COLUMNS)
     av = _available(peers, avail)
     rows = []
