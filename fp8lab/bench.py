@@ -39,7 +39,7 @@ import numpy as np
 
 __all__ = ["QUANTILES", "quantiles", "Timing", "NoiseCheck", "noise_check", "bench",
            "compare", "rotating", "n_rotation_sets", "device_l2_bytes", "rate_quantiles", "estimate_call_s",
-           "graph_samples"]
+           "graph_replay_samples"]
 
 QUANTILES = (0.2, 0.5, 0.8)
 
@@ -277,7 +277,7 @@ def _events_samples(fn, warmup_ms: float, rep_ms: float) -> list:
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
-def graph_samples(fn, inner: int, n_samples: int) -> list:
+def graph_replay_samples(fn, inner: int, n_samples: int) -> list:
     """Per-call ms from replays of a graph holding ``inner`` calls of fn."""
     import torch
 
@@ -343,7 +343,7 @@ def bench(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float = 
     # one replay of ~1 ms keeps the event resolution (~0.5 us) far below a sample
     inner = graph_inner or int(min(10_000, max(10, math.ceil(1e-3 / est))))
     n = graph_samples or int(min(200, max(20, rep_ms * 1e-3 / (inner * est))))
-    ms = graph_samples(fn, inner, n)
+    ms = graph_replay_samples(fn, inner, n)
     return Timing(np.asarray(ms) * 1e-3, method="graph", flushed_l2=False, rotation_sets=sets,
                   inner=inner, extra={"estimate_s": est})
 

@@ -128,7 +128,7 @@ def _gpu_call_s(fn) -> float:
     """GPU seconds per call with no host gaps: 20 calls replayed in one CUDA graph (median of 3)."""
     import statistics
 
-    return statistics.median(bench.graph_samples(fn, 20, 3)) * 1e-3
+    return statistics.median(bench.graph_replay_samples(fn, 20, 3)) * 1e-3
 
 
 def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float, timing: str = "auto"):
