@@ -25,12 +25,6 @@ class Shape:
     def weight_elements(self) -> int:
         return self.N * self.K
 
-    def weight_bytes(self, bits: float = 8, scale_bytes: float = 0.0) -> float:
-        """Bytes of the weight stream: N*K values of ``bits`` each, plus scales."""
-        return self.N * self.K * bits / 8 + scale_bytes
-
-    def flop(self, M: int) -> float:
-        return 2.0 * M * self.N * self.K
 
 
 def _s(model, site, N, K, note=""):

@@ -55,6 +55,7 @@ def test_weight_and_min_bytes():
     assert bw.weight_bytes("triton_blockwise", 4096, 4096) == 4096 * 4096 + 4 * 32 * 32
     assert bw.min_bytes("mma_blockwise", 1, 4096, 4096) == 4096 + 4096 * 4096 + 4 * 32 * 32 + 4 * 32 + 2 * 4096
     assert bw.min_bytes("cublas_bf16", 2, 8, 128) == 2 * (2 * 128 + 8 * 128 + 2 * 8)
+    assert bw.weight_bytes("mma_blockwise", 4096, 100) != bw.weight_bytes("mma_blockwise", 4096, 100)  # NaN: no such shape
 
 
 def test_resolve_shapes():
@@ -196,7 +197,7 @@ def test_target_table():
     sp2 = bw.target_table(_df(rows), copy_Bps=4.27e12).query("target == 'speedup vs cuBLASLt'").set_index(["shape", "M"])
     assert sp2.loc[("qwen3-8b:o_proj", 4096), "per_tensor_value"] == pytest.approx(600 / 480)
     assert sp2.loc[("qwen3-8b:o_proj", 1024), "best_arm"] == "triton_blockwise"   # faster, but a reference
-    assert bw.weight_bytes(bw.PER_TENSOR, 4096, 4096) == 4096 * 4096
+    assert bw.weight_bytes(bw.PER_TENSOR, 4096, 4096) == 4096 * 4096 + 4      # codes + one fp32 scale
 
 
 # ------------------------------------------------------------------ verdicts

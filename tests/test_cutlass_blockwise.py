@@ -116,12 +116,6 @@ def test_check_shapes_rejects(M, N, K, match):
         cb.check_shapes(M, N, K)
 
 
-def test_flop_byte_count_is_the_shared_one():
-    c = cb.flop_byte_count(7, 576, 1152)
-    assert c["flops"] == 2 * 7 * 576 * 1152
-    assert c["bytes"] == 7 * 1152 + 576 * 1152 + 4 * (7 * 9 + 5 * 9) + 2 * 7 * 576
-
-
 # --------------------------------------------------------------------------- scale layouts
 def test_cute_offset_hand_examples():
     # ((1, 8), (128, 3)) : ((0, 1), (0, 8)) is the SFA of M = 7 (padded to 8), K = 384

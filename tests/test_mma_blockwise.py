@@ -62,18 +62,6 @@ def test_generate_inputs_layouts_and_ranges():
     assert sb.max() / sb.min() > 2
 
 
-def test_flop_byte_count():
-    c = mb.flop_byte_count(4096, 4096, 4096)
-    assert c["flops"] == 2 * 4096 ** 3
-    assert c["bytes"] == 2 * 4096 * 4096 + 4 * (4096 * 32 + 32 * 32) + 2 * 4096 * 4096
-    c1 = mb.flop_byte_count(1, 136, 256)
-    assert c1["bytes_scales"] == 4 * (1 * 2 + 2 * 2)
-    with pytest.raises(ValueError, match="multiple of 128"):
-        mb.flop_byte_count(1, 1, 200)
-    with pytest.raises(ValueError, match="positive integer"):
-        mb.flop_byte_count(0, 1, 128)
-
-
 def test_config_lookup():
     assert mb.get_config("64x128x128_w64x64_s3") == mb.SEED_CONFIG
     assert mb.get_config(mb.config_id(mb.SEED_CONFIG)) == mb.SEED_CONFIG

@@ -182,23 +182,6 @@ def test_tile_order_visits_every_tile_once(tm, tn):
 
 
 # --------------------------------------------------------------------------- counts and inputs
-def test_flop_byte_counts():
-    c = s1.flop_byte_count(256, 7168, 18432)
-    assert c["flops"] == 2 * 256 * 7168 * 18432
-    assert c["bytes"] == 2 * 256 * 18432 + 7168 * 18432 + 4 * 56 * 144 + 2 * 256 * 7168
-    assert s1.flop_byte_count(1, 200, 128, out_bytes=4)["bytes_scales"] == 4 * 2 * 1
-    d = s1.dequant_byte_count(7168, 18432)
-    assert d["bytes"] == 7168 * 18432 * 3 + 4 * 56 * 144
-    # the seed's "12.7 GB per step": 4.238 G weights at 1 byte in + 2 bytes out
-    assert 3 * ta.SEED["step_params"] / 1e9 == pytest.approx(12.7, abs=0.05)
-    with pytest.raises(ValueError, match="multiple of 128"):
-        s1.flop_byte_count(1, 1, 200)
-    with pytest.raises(ValueError, match="positive integer"):
-        s1.flop_byte_count(0, 1, 128)
-    with pytest.raises(ValueError, match="out_bytes"):
-        s1.flop_byte_count(1, 1, 128, out_bytes=3)
-
-
 def test_generate_inputs_numpy():
     d = s1.generate_inputs(7, 200, 384, seed=1, backend="numpy")
     a, w, s = d["a"], d["w"], d["w_scale"]
@@ -355,14 +338,6 @@ def test_scale_rules_differ_for_about_half_the_groups():
         qa.quant_act_emulate(x, "round_up")
     with pytest.raises(ValueError, match="multiple of 128"):
         qa.quant_act_emulate(x[:, :100])
-
-
-def test_quant_byte_count():
-    c = qa.byte_count(256, 7168)
-    assert c["bytes"] == 256 * 7168 * 3 + 4 * 256 * 56 and c["groups"] == 256 * 56
-    assert qa.NAIVE_BUSY_THREADS / qa.NAIVE_THREADS_PER_BLOCK == 1 / 32
-    with pytest.raises(ValueError, match="multiple of 128"):
-        qa.byte_count(1, 100)
 
 
 # --------------------------------------------------------------------------- compile-time facts

@@ -6,10 +6,8 @@ from fp8lab import shapes
 def test_seed_shapes_are_there():
     o = shapes.get("qwen3-8b:o_proj")
     assert (o.N, o.K) == (4096, 4096)
-    assert o.weight_bytes(8) == 16 * 2**20          # seed 000: "the weights alone (16 MB)"
     d = shapes.get("qwen3-8b:down_proj")
     assert (d.N, d.K) == (4096, 12288)
-    assert o.flop(4096) == 2 * 4096**3
 
 
 def test_every_K_is_a_multiple_of_the_scale_block():

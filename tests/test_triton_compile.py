@@ -147,12 +147,6 @@ def test_reference_blockwise_gemm_matches_dequantised_matmul():
                                atol=1e-12 * np.abs(want).max())
 
 
-def test_flops_bytes():
-    f, b = tb.flops_bytes(4096, 4096, 4096)
-    assert f == 2 * 4096 ** 3
-    assert b == 2 * 4096 * 4096 + 4 * (4096 * 32 + 32 * 32) + 2 * 4096 * 4096
-
-
 # ---------------------------------------------------------------------------------------
 # GPU: correctness of both variants and the wrapper's validation
 

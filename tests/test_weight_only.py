@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fp8lab import dequant
+from fp8lab.arms import registry
 from fp8lab.experiments import gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
 from fp8lab.tools import have_tool
@@ -138,23 +139,6 @@ def test_generate_quantises_reasonably():
 
 
 # --------------------------------------------------------------------------- counting
-def test_byte_counts():
-    b = wo.byte_count("fp8", 4096, 4096)
-    assert b == {"weight_bytes": 4096 * 4096, "scale_bytes": 4096 * 32 * 2,
-                 "stream_bytes": 4096 * 4096 + 4096 * 64}
-    n = wo.byte_count("nvfp4", 4096, 4096)
-    assert n["weight_bytes"] == 4096 * 2048 and n["scale_bytes"] == 4096 * 256 + 4
-    assert wo.byte_count("int8", 96, 384) == wo.byte_count("fp8", 96, 384)    # C4 pairs: same bytes
-    assert wo.bytes_per_element("int4") == 0.5 + 2 / 128
-    f = wo.flop_byte_count("int4", 3, 256, 512)
-    assert f["flops"] == 2 * 3 * 256 * 512
-    assert f["bytes"] == f["stream_bytes"] + 3 * 512 * 2 + 3 * 256 * 2
-    with pytest.raises(ValueError, match="multiple of 128"):
-        wo.byte_count("fp8", 16, 100)
-    with pytest.raises(ValueError, match="positive integer"):
-        wo.flop_byte_count("fp8", 0, 16, 128)
-
-
 def test_tiling_mirrors_the_kernel():
     assert [wo.n_tiles(m) for m in (1, 8, 9, 16, 17, 32, 33, 64, 65, 8192)] == [1, 1, 2, 2, 4, 4, 8, 8, 8, 8]
     assert wo.tiles_per_warp("nvfp4", 1) == 2 and wo.tiles_per_warp("nvfp4", 2) == 1
@@ -254,8 +238,7 @@ def synthetic_decode(bw=None, copy=4.2e12, Ms=(1, 4)):
         s = shapes.get(sn)
         for arm in dx.ARMS:
             fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
-            b = wo.byte_count(fmt, s.N, s.K) if fmt != "bf16" else {
-                "weight_bytes": 2 * s.N * s.K, "scale_bytes": 0, "stream_bytes": 2 * s.N * s.K}
+            b = dx.stream_split(arm, s.N, s.K)
             for M in Ms:
                 v = bw.get((sn, fmt, M), bw.get(fmt, 3.9e12))
                 t = b["stream_bytes"] / v
@@ -283,7 +266,7 @@ def synthetic_ncu(dram=92.0, issue=None, ipe=None, deq=None):
     rows = []
     for arm in dx.ARMS:
         fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
-        dur = wo.byte_count(fmt, s.N, s.K)["stream_bytes"] / 3.9e12 if fmt != "bf16" else 2 * s.N * s.K / 3.9e12
+        dur = registry.count(arm, N=s.N, K=s.K).weight_bytes / 3.9e12
         rows.append(dict(shape=sn, N=s.N, K=s.K, M=1, arm=arm, fmt=fmt, kernels=1, duration_s=dur,
                          dram_pct=dram, issue_active_pct=issue.get(fmt, 30.0), issue_slots_busy_pct=30.0,
                          sm_clock_hz=1.98e9, dram_bytes=1.0, stream_bytes=1.0, eff_bw=3.9e12, registers=128,

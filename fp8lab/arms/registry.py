@@ -22,9 +22,15 @@ when one has no row.
 A derived id ``<W8A8 arm>+quant`` (notebook 11's rows with the activation quantiser's time
 added) reads as its arm plus " + act. quantisation", in the arm's colour.
 
-This is the seed of the arm registry of issue 18 (kernel, reference, count and call per id
-will join the rows); today it is data only and imports nothing heavier than the standard
-library.
+- ``count``: how one call of the arm is counted, FLOPs and bytes (:func:`count`; the rules
+  are in ``fp8lab.arms.counts``): every rate in a table and every roof in a figure goes
+  through it. The kernels behind notebook 00's ceilings have none: each counts its own launch
+  configuration (``kernels.fma_peak.flop``, ``kernels.hmma_peak.flop``; a copy moves 2 x its
+  size).
+
+This is the seed of the arm registry of issue 18 (kernel, reference and call per id will join
+the rows); it imports nothing heavier than the standard library until a count needs a
+format's facts.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["Entry", "UnknownId", "KINDS", "SCHEMES", "ENTRIES", "entry", "ids", "label", "short_label",
-           "color", "scheme", "activation", "PEER_PREFIX", "is_peer", "style"]
+           "color", "scheme", "activation", "count", "PEER_PREFIX", "is_peer", "style"]
 
 KINDS = ("arm", "ceiling", "format", "variant", "quantiser", "family")
 SCHEMES = ("W8A8", "W8A16", "W4A16", "W16A16")
@@ -52,6 +58,7 @@ class Entry:
     color: Optional[str] = None        # own colour (every arm has one)
     color_of: Optional[str] = None     # ... or the colour of this other id
     scheme: Optional[str] = None
+    count: Optional[tuple] = None      # (a rule of arms.counts.RULES, its leading arguments)
 
 
 class UnknownId(LookupError):
@@ -61,8 +68,8 @@ class UnknownId(LookupError):
         return str(self.args[0]) if self.args else ""
 
 
-def _arm(id, label, color, scheme=None, short=None):
-    return Entry(id, "arm", label, short, color, None, scheme)
+def _arm(id, label, color, scheme=None, short=None, count=None):
+    return Entry(id, "arm", label, short, color, None, scheme, count)
 
 
 def _ceiling(id, label, arm):
@@ -75,31 +82,39 @@ def _format(id, label, short=None, color=None, color_of=None):
 
 _ROWS = (
     # --- W8A8 blockwise GEMMs and their baselines (notebooks 03-05, 06, 11)
-    _arm("mma_blockwise", "mma_blockwise (mma.sync)", "#0072B2", "W8A8", short="mma_blockwise"),
-    _arm("triton_blockwise", "triton_blockwise", "#E69F00", "W8A8"),
-    _arm("cutlass_blockwise_sm90", "cutlass_blockwise_sm90", "#009E73", "W8A8"),
-    _arm("cublaslt_blockwise", "cuBLASLt blockwise", "#D55E00", "W8A8"),
-    _arm("cublas_bf16", "cuBLAS BF16", "#000000", "W16A16"),
+    _arm("mma_blockwise", "mma_blockwise (mma.sync)", "#0072B2", "W8A8", short="mma_blockwise",
+         count=("w8a8_blockwise",)),
+    _arm("triton_blockwise", "triton_blockwise", "#E69F00", "W8A8", count=("w8a8_blockwise",)),
+    _arm("cutlass_blockwise_sm90", "cutlass_blockwise_sm90", "#009E73", "W8A8", count=("w8a8_blockwise",)),
+    _arm("cublaslt_blockwise", "cuBLASLt blockwise", "#D55E00", "W8A8", count=("w8a8_blockwise",)),
+    _arm("cublas_bf16", "cuBLAS BF16", "#000000", "W16A16", count=("w16a16",)),
     _arm("cublas_fp8_tensorwise", "cuBLAS FP8 per-tensor (reference)", "#CC79A7", "W8A8",
-         short="cuBLAS FP8 per-tensor"),
+         short="cuBLAS FP8 per-tensor", count=("w8a8_tensorwise",)),
     # --- seed 001's kernels and the passes its routes need every step (notebook 06)
-    _arm("scalar_tiled", "scalar_tiled", "#999999", "W8A16"),
-    _arm("wmma_w8a16", "wmma_w8a16", "#56B4E9", "W8A16"),
-    _arm("dequant_w8_bf16", "dequant_w8_bf16", "#CC3311"),
+    _arm("scalar_tiled", "scalar_tiled", "#999999", "W8A16", count=("w8a16_blockwise",)),
+    _arm("wmma_w8a16", "wmma_w8a16", "#56B4E9", "W8A16", count=("w8a16_blockwise",)),
+    _arm("dequant_w8_bf16", "dequant_w8_bf16", "#CC3311", count=("dequant_w8",)),
     # --- weight-only kernels (notebooks 08, 10, 11): W8 blues, W4 reds, FP dark, INT light
-    _arm("gemv_w8a16_fp8", "gemv_w8a16_fp8 (FP8 e4m3)", "#332288", "W8A16", short="W8A16 FP8"),
-    _arm("gemv_w8a16_int8", "gemv_w8a16_int8 (INT8)", "#88CCEE", "W8A16", short="W8A16 INT8"),
-    _arm("gemv_w4a16_nvfp4", "gemv_w4a16_nvfp4 (NVFP4 e2m1)", "#882255", "W4A16", short="W4A16 NVFP4"),
-    _arm("gemv_w4a16_int4", "gemv_w4a16_int4 (INT4)", "#CC6677", "W4A16", short="W4A16 INT4"),
-    _arm("gemv_w8a16_fp8_xalu", "gemv_w8a16_fp8 + k extra ALU", "#4477AA", "W8A16", short="W8A16 FP8 + ALU"),
-    _arm("triton_w8a16", "triton_w8a16 (wgmma)", "#44AA99", "W8A16", short="triton_w8a16"),
+    _arm("gemv_w8a16_fp8", "gemv_w8a16_fp8 (FP8 e4m3)", "#332288", "W8A16", short="W8A16 FP8",
+         count=("weight_only", "fp8")),
+    _arm("gemv_w8a16_int8", "gemv_w8a16_int8 (INT8)", "#88CCEE", "W8A16", short="W8A16 INT8",
+         count=("weight_only", "int8")),
+    _arm("gemv_w4a16_nvfp4", "gemv_w4a16_nvfp4 (NVFP4 e2m1)", "#882255", "W4A16", short="W4A16 NVFP4",
+         count=("weight_only", "nvfp4")),
+    _arm("gemv_w4a16_int4", "gemv_w4a16_int4 (INT4)", "#CC6677", "W4A16", short="W4A16 INT4",
+         count=("weight_only", "int4")),
+    _arm("gemv_w8a16_fp8_xalu", "gemv_w8a16_fp8 + k extra ALU", "#4477AA", "W8A16", short="W8A16 FP8 + ALU",
+         count=("weight_only", "fp8")),
+    _arm("triton_w8a16", "triton_w8a16 (wgmma)", "#44AA99", "W8A16", short="triton_w8a16",
+         count=("weight_only", "fp8")),
     # --- 1x128 activation quantisers (notebook 06b)
-    _arm("quant_act_naive", "quant_act_naive", "#BBBBBB"),
-    _arm("quant_act_warp", "quant_act_warp", "#117733"),
-    _arm("quant_act_16t", "quant_act_16t", "#33BBEE"),
-    _arm("quant_act_warp_ilp", "quant_act_warp_ilp", "#AA4499"),
-    _arm("torch_reference", "torch_reference", "#EE3377"),
-    _arm("traffic_copy", "traffic_copy (same bytes, no math)", "#DDCC77", short="traffic_copy"),
+    _arm("quant_act_naive", "quant_act_naive", "#BBBBBB", count=("quant_act",)),
+    _arm("quant_act_warp", "quant_act_warp", "#117733", count=("quant_act",)),
+    _arm("quant_act_16t", "quant_act_16t", "#33BBEE", count=("quant_act",)),
+    _arm("quant_act_warp_ilp", "quant_act_warp_ilp", "#AA4499", count=("quant_act",)),
+    _arm("torch_reference", "torch_reference", "#EE3377", count=("quant_act",)),
+    _arm("traffic_copy", "traffic_copy (same bytes, no math)", "#DDCC77", short="traffic_copy",
+         count=("quant_act",)),
     # --- the kernels behind the measured ceilings (notebook 00)
     _arm("copy_d2d", "device-to-device copy", "#009988", short="copy"),
     _arm("fma_peak", "fma_peak (FP32 FMA kernel)", "#999933", short="fma_peak"),
@@ -110,19 +125,32 @@ _ROWS = (
     # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms. Hues
     # differ from the own arms of the notebooks each is drawn in (08 / 11: blues, reds, black;
     # 05: Okabe-Ito); a library's FP / INT pair shares a family, FP dark and INT light.
-    _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#225522", "W4A16", short="Marlin INT4"),
-    _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#997700", "W8A16", short="gemlite FP8"),
-    _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#DDAA33", "W8A16", short="gemlite INT8"),
-    _arm("peer_gemlite_w4a16_int4", "gemlite A16W4 INT4 (peer)", "#EE8866", "W4A16", short="gemlite INT4"),
-    _arm("peer_gemlite_w4a16_nvfp4", "gemlite A16W4 NVFP4 (peer)", "#EE7733", "W4A16", short="gemlite NVFP4"),
-    _arm("peer_vllm_marlin_fp8", "vLLM FP8 Marlin (peer)", "#663333", "W8A16", short="vLLM FP8 Marlin"),
-    _arm("peer_vllm_marlin_int4", "vLLM GPTQ-Marlin INT4 (peer)", "#6699CC", "W4A16", short="vLLM INT4 Marlin"),
-    _arm("peer_torchao_blockwise", "torchao blockwise FP8 (peer)", "#AAAA00", "W8A8", short="torchao"),
-    _arm("peer_vllm_blockwise", "vLLM Triton block FP8 (peer)", "#994455", "W8A8", short="vLLM block FP8"),
-    _arm("peer_sglang_blockwise", "sgl-kernel blockwise FP8 (peer)", "#666633", "W8A8", short="sgl-kernel"),
-    _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM"),
-    _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant"),
-    _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant"),
+    _arm("peer_marlin_int4", "Marlin INT4 (IST-DASLab, peer)", "#225522", "W4A16", short="Marlin INT4",
+         count=("peer", "peer_marlin_int4")),
+    _arm("peer_gemlite_w8a16_fp8", "gemlite A16W8 FP8 (peer)", "#997700", "W8A16", short="gemlite FP8",
+         count=("peer", "peer_gemlite_w8a16_fp8")),
+    _arm("peer_gemlite_w8a16_int8", "gemlite A16W8 INT8 (peer)", "#DDAA33", "W8A16", short="gemlite INT8",
+         count=("peer", "peer_gemlite_w8a16_int8")),
+    _arm("peer_gemlite_w4a16_int4", "gemlite A16W4 INT4 (peer)", "#EE8866", "W4A16", short="gemlite INT4",
+         count=("peer", "peer_gemlite_w4a16_int4")),
+    _arm("peer_gemlite_w4a16_nvfp4", "gemlite A16W4 NVFP4 (peer)", "#EE7733", "W4A16", short="gemlite NVFP4",
+         count=("peer", "peer_gemlite_w4a16_nvfp4")),
+    _arm("peer_vllm_marlin_fp8", "vLLM FP8 Marlin (peer)", "#663333", "W8A16", short="vLLM FP8 Marlin",
+         count=("peer", "peer_vllm_marlin_fp8")),
+    _arm("peer_vllm_marlin_int4", "vLLM GPTQ-Marlin INT4 (peer)", "#6699CC", "W4A16", short="vLLM INT4 Marlin",
+         count=("peer", "peer_vllm_marlin_int4")),
+    _arm("peer_torchao_blockwise", "torchao blockwise FP8 (peer)", "#AAAA00", "W8A8", short="torchao",
+         count=("peer", "peer_torchao_blockwise")),
+    _arm("peer_vllm_blockwise", "vLLM Triton block FP8 (peer)", "#994455", "W8A8", short="vLLM block FP8",
+         count=("peer", "peer_vllm_blockwise")),
+    _arm("peer_sglang_blockwise", "sgl-kernel blockwise FP8 (peer)", "#666633", "W8A8", short="sgl-kernel",
+         count=("peer", "peer_sglang_blockwise")),
+    _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM",
+         count=("peer", "peer_deepgemm")),
+    _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant",
+         count=("quant_act",)),
+    _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant",
+         count=("quant_act",)),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),
@@ -235,6 +263,20 @@ def activation(id: str) -> Optional[str]:
     """The activation precision of ``id``'s scheme ('A8', 'A16'), or None."""
     s = scheme(id)
     return s[s.index("A"):] if s else None
+
+
+def count(id: str, *, M=1, N=None, K=None, **opts):
+    """FLOPs and bytes of one call of arm ``id`` at (M, N, K) (an ``arms.counts.Count``); a
+    quantiser takes (M, K), a dequantisation pass (N, K). ``opts`` go to the rule (e.g.
+    ``out_bytes=4`` for seed 001's fp32-output kernels)."""
+    e, _ = _split(id)
+    if e.count is None:
+        raise UnknownId(f"{e.id!r} has no count in the arm registry ({_FILE}); the kernels behind "
+                        "notebook 00's ceilings count their own launch configuration")
+    from . import counts
+
+    rule, *args = e.count
+    return counts.RULES[rule](*args, M=M, N=N, K=K, **opts)
 
 
 #: ids of other people's kernels (issue 17) start with this

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .. import shapes as shp
+from ..arms import registry
 from ..kernels import mma_blockwise as mb
 from ..peers import catalog as peers_catalog
 from ..progress import progress as track
@@ -95,20 +96,22 @@ def resolve_shapes(names) -> list:
     return out
 
 
-def weight_bytes(arm: str, N: int, K: int) -> int:
-    """Bytes of the weight stream an arm reads: e4m3 codes + fp32 128x128 scales, or bf16."""
-    if arm == "cublas_bf16":
-        return 2 * N * K
-    if arm == PER_TENSOR:
-        return N * K
-    return N * K + 4 * math.ceil(N / 128) * math.ceil(K / 128)
+def weight_bytes(arm: str, N: int, K: int) -> float:
+    """Bytes of the weight stream ``arm`` reads (codes + scales), from the arm registry's count;
+    NaN where the format cannot take the shape (a row that records why it did not run)."""
+    try:
+        return registry.count(arm, M=1, N=N, K=K).weight_bytes
+    except ValueError:
+        return math.nan
 
 
-def min_bytes(arm: str, M: int, N: int, K: int) -> int:
-    """Minimum DRAM bytes: operands and scales once, bf16 output once."""
-    if arm == "cublas_bf16":
-        return 2 * (M * K + N * K + M * N)
-    return M * K + weight_bytes(arm, N, K) + 4 * M * math.ceil(K / 128) + 2 * M * N
+def min_bytes(arm: str, M: int, N: int, K: int) -> float:
+    """The fewest DRAM bytes of one call of ``arm`` (operands, scales and output once), from the
+    arm registry's count; NaN where the format cannot take the shape."""
+    try:
+        return registry.count(arm, M=M, N=N, K=K).bytes
+    except ValueError:
+        return math.nan
 
 
 def _next_pow2(x: int) -> int:
@@ -583,7 +586,10 @@ def _warm_every_set(fn) -> None:
     torch.cuda.synchronize()
 
 
-def _timing_cols(tm, flop, wbytes) -> dict:
+def timing_cols(tm, cnt, weight_bytes: Optional[float] = None) -> dict:
+    """Timing columns of a row; rates from ``cnt``, the arm registry's count of one call
+    (``weight_bytes``: the bytes of the tensors a peer really built, where they are known)."""
+    flop, wbytes = float(cnt.flops), cnt.weight_bytes if weight_bytes is None else weight_bytes
     return dict(time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                 tflops_p50=flop / tm.p50_s / 1e12, tflops_p20=flop / tm.p80_s / 1e12,
                 tflops_p80=flop / tm.p20_s / 1e12, weight_Bps_p50=wbytes / tm.p50_s,
@@ -643,7 +649,6 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     sets = [s0] + [s0.clone() for _ in range(n_sets - 1)]
     rows = check_rows(M, seed=seed)
     refs: dict = {}                      # one reference per kind (reference_for), built on first use
-    flop = 2.0 * M * N * K
     method = "graph" if M <= graph_max_m else "auto"
     out_rows, timed = [], []
     for cand in candidates:
@@ -672,13 +677,13 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
         except Exception as e:  # noqa: BLE001
             out_rows.append(_row(shape, M, cand, "none", "error: timing: " + _err(e), poison=poison, **chk))
             continue
-        wb = weight_bytes(cand.arm, N, K)
+        cnt = registry.count(cand.arm, M=M, N=N, K=K)
         out_rows.append(_row(shape, M, cand, "none", "measured", poison=poison, **chk,
-                             **_timing_cols(tm, flop, wb), **clk))
+                             **timing_cols(tm, cnt), **clk))
         timed.append((tm.p50_s, cand))
         if log:
             log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: "
-                f"{tm.p50_s * 1e6:.1f} us, {flop / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
+                f"{tm.p50_s * 1e6:.1f} us, {cnt.flops / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
 
     if quantiser is not None and quant_arms:
         qname, qfn = quantiser
@@ -726,7 +731,7 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
                 out_rows.append(_row(shape, M, cand, qname, "error: timing: " + _err(e), **chk))
                 continue
             out_rows.append(_row(shape, M, cand, qname, "measured", poison=poison, **chk,
-                                 **_timing_cols(tm, flop, weight_bytes(arm, N, K)), **clk))
+                                 **timing_cols(tm, registry.count(arm, M=M, N=N, K=K)), **clk))
             if log:
                 log(f"{shape.name} M={M} {arm} +{qname}: {tm.p50_s * 1e6:.1f} us")
     del sets, s0, refs
@@ -930,7 +935,7 @@ def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzl
     s0 = make_operands(M, shape.N, shape.K, seed=seed)
     rows_chk = check_rows(M)
     ref = reference_for("mma_blockwise", s0, rows_chk)
-    flop = 2.0 * M * shape.N * shape.K
+    cnt = registry.count("mma_blockwise", M=M, N=shape.N, K=shape.K)
     cands = {s: _mma_candidate(cfg, variant, int(s)) for s in swizzles}
     rows = []
     for s, c in cands.items():
@@ -943,9 +948,7 @@ def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzl
             fn = lambda c=c, ops=s0: c.gemm(ops, ops.a, ops.a_scale, None)  # noqa: E731
             tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=0, sampler=sampler)
             rows.append(dict(shape=shape.name, M=M, N=shape.N, K=shape.K, config=cfg.name, variant=variant,
-                             swizzle=s, repeat=rep, **_timing_cols(tm, flop, weight_bytes("mma_blockwise",
-                                                                                            shape.N, shape.K)),
-                             **clk))
+                             swizzle=s, repeat=rep, **timing_cols(tm, cnt), **clk))
     del s0, ref
     torch.cuda.empty_cache()
     return pd.DataFrame(rows)
@@ -966,7 +969,8 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
     N, K = shape.N, shape.K
     arm = f"gemv_w8a16_{fmt}" if fmt in ("fp8", "int8") else f"gemv_w4a16_{fmt}"
     cand = Candidate(arm, None, path="weight-only")
-    wb = N * K + 2 * N * math.ceil(K / 128)
+    cnt = registry.count(arm, M=M, N=N, K=K)
+    wb = cnt.weight_bytes
     try:
         from ..kernels import weight_only as wo
 
@@ -991,7 +995,7 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
     tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=20e-6, sampler=sampler,
                     method="graph")
     return _row(shape, M, cand, "none", "measured", poison="out=", weight_bytes=wb, **chk,
-                **_timing_cols(tm, 2.0 * M * N * K, wb), **clk)
+                **timing_cols(tm, cnt), **clk)
 
 
 # ------------------------------------------------------------------------------------------

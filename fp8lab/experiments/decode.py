@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .. import bench, clocks, devices, shapes
+from ..arms import registry
 from ..kernels import weight_only as wo
 from . import gemv_sass as gs
 from ..peers import catalog as peers_catalog
@@ -89,7 +90,7 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     err = _relerr(out, ref)
     assert torch.isfinite(out).all(), f"{fmt}: non-finite outputs"
     assert err < 1e-2, f"{fmt} {N}x{K}: relative error {err:.3g} vs float64 (>= 1e-2)"
-    stream = wo.byte_count(fmt, N, K)["stream_bytes"]
+    stream = registry.count(wo.ARMS[fmt], N=N, K=K).weight_bytes
     n_sets = bench.n_rotation_sets(stream, l2)
     sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
                    for _ in range(n_sets - 1)]
@@ -198,7 +199,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
             sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m)
-            b = wo.byte_count(fmt, N, K)
+            b = stream_split(wo.ARMS[fmt], N, K)
             # the split-K workspace at its largest before any graph captures its pointer
             wo.workspace(torch.device("cuda"), max(Ms) * N,
                          max(wo.grid_x(fmt, N, m) * -(-m // wo.M_BLOCK) for m in Ms))
@@ -224,7 +225,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
             torch.cuda.empty_cache()
         if cublas:
             ws, err = _cublas_arm(N, K, seed, l2, check_m)
-            b = {"weight_bytes": 2 * N * K, "scale_bytes": 0, "stream_bytes": 2 * N * K}
+            b = stream_split(CUBLAS, N, K)
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
@@ -270,10 +271,18 @@ def schedule_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
     return t
 
 
+def stream_split(arm: str, N: int, K: int) -> dict:
+    """The decode table's byte columns of ``arm``'s weight at (N, K), from the arm registry's
+    count: ``weight_bytes`` (codes), ``scale_bytes`` and ``stream_bytes`` (both, what the
+    bandwidth counts)."""
+    c = registry.count(arm, N=N, K=K)
+    return {"weight_bytes": c.parts["codes"], "scale_bytes": c.parts.get("scales", 0), "stream_bytes": c.weight_bytes}
+
+
 def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err,
          schedule="", same_Bps=math.nan):
     r = timing.rate(b["stream_bytes"])
-    flop = 2.0 * M * N * K
+    flop = float(registry.count(arm, M=M, N=N, K=K).flops)
     spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
     return dict(shape=name, N=N, K=K, M=M, arm=arm, fmt=fmt, act=act, weight_bytes=b["weight_bytes"],
                 scale_bytes=b["scale_bytes"], stream_bytes=b["stream_bytes"], flop=flop,
@@ -317,7 +326,7 @@ def ncu_workload() -> None:
         # C3's reference: a streaming kernel moving the bf16 weight's bytes (half read, half
         # written). torch's copy_ of a contiguous tensor is a cudaMemcpy, which ncu does not
         # profile; bitwise_not is an elementwise kernel with the same traffic and no math
-        half = same_copy_half_bytes(2 * N * K)
+        half = same_copy_half_bytes(registry.count(CUBLAS, N=N, K=K).weight_bytes)
         src = torch.arange(half // 4, device="cuda", dtype=torch.int32)
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
@@ -432,12 +441,9 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
         w = g["duration_s"].fillna(0)
         wsum = float(w.sum()) or 1.0
         og = o[o["arm"] == arm]
-        if arm in PEER_KERNELS:                  # a peer: its format's codes + scales
-            fmt = peers_catalog.get(arm).fmt
-            stream = peers_catalog.weight_stream_bytes(arm, sh.N, sh.K)
-        else:
-            fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
-            stream = wo.byte_count(fmt, sh.N, sh.K)["stream_bytes"] if fmt != "bf16" else 2 * elems
+        fmt = peers_catalog.get(arm).fmt if arm in PEER_KERNELS else wo.FORMAT_OF_ARM.get(arm, "bf16")
+        # the format's codes + scales; the streaming reference copies a bf16 tensor of the weight's size
+        stream = registry.count(arm, N=sh.N, K=sh.K).weight_bytes if arm != STREAM_ARM else 2 * elems
         dur = float(g["duration_s"].sum())
         # C8's corrections where profiled: counts and active cycles add up over an arm's kernels
         corr = {c: (float(g[c].sum()) if c in g and g[c].notna().all() else math.nan)
@@ -821,7 +827,7 @@ def shape_table(shape_names: Sequence[str] = DEFAULT_SHAPES) -> pd.DataFrame:
         s = _shape(n)
         r = dict(shape=n, N=s.N, K=s.K, note=s.note)
         for f in wo.FORMATS:
-            r[f"{f}_MiB"] = wo.byte_count(f, s.N, s.K)["stream_bytes"] / 2**20
-        r["bf16_MiB"] = 2 * s.N * s.K / 2**20
+            r[f"{f}_MiB"] = registry.count(wo.ARMS[f], N=s.N, K=s.K).weight_bytes / 2**20
+        r["bf16_MiB"] = registry.count(CUBLAS, N=s.N, K=s.K).weight_bytes / 2**20
         rows.append(r)
     return pd.DataFrame(rows)

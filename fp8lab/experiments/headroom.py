@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .. import clocks
+from ..arms import registry
 from ..kernels import weight_only as wo
 from ..progress import progress as track
 
@@ -353,7 +354,7 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
         assert torch.isfinite(o).all(), f"EXTRA_ALU k={k}: non-finite outputs"
         assert _relerr(o, ref) < 1e-2 and _relerr(o, outs0.double()) < 1e-3, \
             f"EXTRA_ALU k={k} disagrees with k=0 beyond the split-K reduction order"
-    stream = wo.byte_count("fp8", N, K)["stream_bytes"]
+    stream = registry.count("gemv_w8a16_fp8_xalu", N=N, K=K).weight_bytes
     n_sets = bench.n_rotation_sets(stream, l2)
     sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
                    for _ in range(n_sets - 1)]
@@ -388,7 +389,7 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
         ws = [w] + [w.clone() for _ in range(bench.n_rotation_sets(2 * N * K, l2) - 1)]
         outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in ws]
         timing, clk = timed(lambda w_, o: torch.mm(x1, w_.t(), out=o), list(zip(ws, outs)))
-        rows.append(row(CUBLAS, math.nan, timing, clk, 2 * N * K, e))
+        rows.append(row(CUBLAS, math.nan, timing, clk, registry.count(CUBLAS, N=N, K=K).weight_bytes, e))
         del ws, outs
         torch.cuda.empty_cache()
     return pd.DataFrame(rows, columns=COLUMNS)

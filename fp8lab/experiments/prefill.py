@@ -160,7 +160,7 @@ def measure_prefill(shape_name: str = DEFAULT_SHAPE, Ms: Sequence[int] = DEFAULT
     rows = []
 
     def add(M, arm, timing, clk, err, config="", with_quant=False, quant_s=math.nan):
-        flop = 2.0 * M * N * K
+        flop = float(registry.count(arm, M=M, N=N, K=K).flops)
         t50 = timing.p50_s + (quant_s if with_quant else 0.0)
         t20 = timing.p20_s + (quant_s if with_quant else 0.0)
         t80 = timing.p80_s + (quant_s if with_quant else 0.0)

@@ -33,6 +33,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from .. import bench, claims, clocks
+from ..arms import registry
 from ..kernels import quant_act as qa
 from ..peers import catalog as peers_catalog
 from ..progress import progress as track
@@ -178,8 +179,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
         for M in track(Ms, desc="M"):
             if progress:
                 progress(f"M={M} K={K}")
-            cnt = qa.byte_count(int(M), int(K))
-            nbytes = cnt["bytes"]
+            cnt = registry.count("quant_act_warp", M=M, K=K)
+            nbytes = cnt.bytes
             n_sets, resident = _n_sets(nbytes, l2)
             xs = [make_input(M, K, seed=seed + M)]
             xs += [xs[0].clone() for _ in range(n_sets - 1)]

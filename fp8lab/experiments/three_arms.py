@@ -373,9 +373,9 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
             return lambda: seed001.dequant_w8_bf16(q, s, out=dq_out[i])
         tm, clk = clocks.timed(sampler, lambda: _time(make_dq, _rotation_sets(N * K, l2), rep_ms=rep_ms,
                                                       warmup_ms=warmup_ms))
-        cnt = seed001.dequant_byte_count(N, K)
-        rows.append(row(shape, 0, "dequant_w8_bf16", flop=0.0, bytes=float(cnt["bytes"]), check_relerr=0.0,
-                        impl_config="16 codes per thread", **timed_cols(tm, 0, cnt["bytes"], clk)))
+        cnt = registry.count("dequant_w8_bf16", N=N, K=K)
+        rows.append(row(shape, 0, "dequant_w8_bf16", flop=0.0, bytes=float(cnt.bytes), check_relerr=0.0,
+                        impl_config="16 codes per thread", **timed_cols(tm, 0, cnt.bytes, clk)))
         dequant_p50 = tm.p50_s
         dq_out = None
 
@@ -393,10 +393,10 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
             tq, clk = clocks.timed(sampler, lambda: _time(
                 lambda i: (lambda: qa_mod.quant_act(x, "quant_act_warp", q_out=qo, s_out=so)), 1,
                 rep_ms=rep_ms, warmup_ms=warmup_ms))
-            qcnt = qa_mod.byte_count(M, K)
-            rows.append(row(shape, M, "quant_act_warp", flop=0.0, bytes=float(qcnt["bytes"]), check_relerr=0.0,
+            qcnt = registry.count("quant_act_warp", M=M, K=K)
+            rows.append(row(shape, M, "quant_act_warp", flop=0.0, bytes=float(qcnt.bytes), check_relerr=0.0,
                             impl_config="1 warp / group, m-major scales",
-                            **timed_cols(tq, 0, qcnt["bytes"], clk)))
+                            **timed_cols(tq, 0, qcnt.bytes, clk)))
             quant_p50 = tq.p50_s
 
             r_idx = check_rows(M)
@@ -405,17 +405,10 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
                   * sa[r_idx].double().repeat_interleave(128, 1))
             ref8 = a8 @ site.w64.T
             for arm in arms:
-                cnt = seed001.flop_byte_count(M, N, K)
-                if KIND_OF[arm] == "w8a8":
-                    fb = {"flops": 2 * M * N * K, "bytes": M * K + N * K + 4 * M * (K // 128)
-                          + cnt["bytes_scales"] + 2 * M * N}
-                elif arm == "cublas_bf16":
-                    fb = {"flops": 2 * M * N * K, "bytes": 2 * M * K + 2 * N * K + 2 * M * N}
-                else:
-                    fb = cnt
+                fb = registry.count(arm, M=M, N=N, K=K)
                 prep = PREP_OF.get(arm, "")
                 prep_p50 = quant_p50 if prep == "quant_act_warp" else dequant_p50 if prep else 0.0
-                base = dict(flop=float(fb["flops"]), bytes=float(fb["bytes"]), prep_arm=prep,
+                base = dict(flop=float(fb.flops), bytes=float(fb.bytes), prep_arm=prep,
                             prep_p50_s=prep_p50 if prep else 0.0)
                 if arm == "scalar_tiled" and M > scalar_max_m:
                     rows.append(row(shape, M, arm, status=f"skipped: M > scalar_max_m = {scalar_max_m}", **base))
@@ -438,9 +431,9 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
                                     status=_not_run(e, "timing failed: ")))
                     continue
                 r = row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
-                        **timed_cols(tm, fb["flops"], fb["bytes"], clk))
+                        **timed_cols(tm, fb.flops, fb.bytes, clk))
                 r["total_p50_s"] = r["time_p50_s"] + r["prep_p50_s"]
-                r["total_tflops_p50"] = fb["flops"] / r["total_p50_s"] / 1e12
+                r["total_tflops_p50"] = fb.flops / r["total_p50_s"] / 1e12
                 rows.append(r)
                 del make, out
             x = qa = sa = ref16 = ref8 = a8 = None
@@ -553,14 +546,14 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
     d = seed001.generate_inputs(M, N, K, seed=seed)
     r_idx = check_rows(M)
     ref = seed001.reference_w8a16(d["a"], d["w"], d["w_scale"], rows=r_idx)
-    cnt = seed001.flop_byte_count(M, N, K)
+    cnt = registry.count("wmma_w8a16", M=M, N=N, K=K)
     rows = []
     for c in track(configs, desc="wmma tile check", unit="configs"):
         cid, cfg = seed001.wmma_config(c)
         r = {col: math.nan for col in COLUMNS}
         r.update(site=site, model=MODEL, N=N, K=K, M=M, arm="wmma_w8a16", role="gemm", kind="w8a16",
                  impl_config=cfg.name, status="", prep_arm="", prep_p50_s=0.0, best_w8a8=False, timing_method="",
-                 clock_reasons="", clock_source="", clock_note="", flop=float(cnt["flops"]), bytes=float(cnt["bytes"]))
+                 clock_reasons="", clock_source="", clock_note="", flop=float(cnt.flops), bytes=float(cnt.bytes))
         out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
         try:
             plan = seed001.wmma_plan(M, N, K, config=c)
@@ -584,8 +577,8 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
             continue
         tm, clk = clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
         r.update(status="measured", time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
-                 tflops_p50=cnt["flops"] / tm.p50_s / 1e12, gbps_p50=cnt["bytes"] / tm.p50_s / 1e9,
-                 total_p50_s=tm.p50_s, total_tflops_p50=cnt["flops"] / tm.p50_s / 1e12, n_samples=tm.n,
+                 tflops_p50=cnt.flops / tm.p50_s / 1e12, gbps_p50=cnt.bytes / tm.p50_s / 1e9,
+                 total_p50_s=tm.p50_s, total_tflops_p50=cnt.flops / tm.p50_s / 1e12, n_samples=tm.n,
                  timing_method=tm.method, rotation_sets=1, **clk)
         rows.append(r)
     return pd.DataFrame(rows, columns=COLUMNS)

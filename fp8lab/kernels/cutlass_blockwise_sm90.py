@@ -203,8 +203,8 @@ def _check_config_consistency() -> None:
 _check_config_consistency()
 
 
-# Reused from mma_blockwise: the same operands, so the same reference, counts, inputs and metric.
-flop_byte_count = _mb.flop_byte_count
+# Reused from mma_blockwise: the same operands, so the same shapes, reference, inputs and metric.
+check_shape = _mb.check_shape
 reference = _mb.mma_blockwise_reference
 generate_inputs = _mb.generate_inputs
 calc_diff = _mb.calc_diff

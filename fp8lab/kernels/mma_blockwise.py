@@ -185,21 +185,15 @@ def _check_choice(kind: str, value: str, choices) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Counting: the one source of truth for rates.
+# Shapes (FLOPs and bytes: fp8lab.arms.registry.count, rule w8a8_blockwise)
 # ---------------------------------------------------------------------------------------------
-def flop_byte_count(M: int, N: int, K: int) -> dict:
-    """FLOPs (2*M*N*K) and the minimum DRAM bytes: each operand, scale and output once."""
+def check_shape(M: int, N: int, K: int) -> None:
+    """ValueError unless (M, N, K) is a shape the kernel takes: positive, K a multiple of BK."""
     for name, v in (("M", M), ("N", N), ("K", K)):
         if int(v) != v or v <= 0:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if K % BK:
         raise ValueError(f"K must be a multiple of {BK}, got {K}")
-    kb, nb = K // BK, math.ceil(N / SCALE_BLOCK)
-    bytes_a, bytes_b = M * K, N * K                     # e4m3: 1 byte each
-    bytes_scales = 4 * (M * kb + nb * kb)
-    bytes_c = 2 * M * N                                 # bf16
-    return {"flops": 2 * M * N * K, "bytes": bytes_a + bytes_b + bytes_scales + bytes_c,
-            "bytes_a": bytes_a, "bytes_b": bytes_b, "bytes_scales": bytes_scales, "bytes_c": bytes_c}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,7 +216,7 @@ def generate_inputs(M: int, N: int, K: int, *, seed: int = 0, backend: str = "nu
     """
     import ml_dtypes
 
-    flop_byte_count(M, N, K)  # validates the shape
+    check_shape(M, N, K)
     if backend not in ("numpy", "torch"):
         raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
     rng = np.random.default_rng(seed)

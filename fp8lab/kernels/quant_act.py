@@ -63,21 +63,18 @@ def _need(cond, msg):
         raise ValueError(msg)
 
 
-def byte_count(M: int, K: int) -> dict:
-    """Fewest DRAM bytes of one quantisation: bf16 in, e4m3 out, one fp32 scale per group."""
+def check_shape(M: int, K: int) -> None:
+    """ValueError unless (M, K) is a shape the quantisers take (its bytes: ``arms.registry.count``)."""
     for name, v in (("M", M), ("K", K)):
         _need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
               f"{name} must be a positive integer, got {v!r}")
     _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
-    b_in, b_q, b_s = 2 * M * K, M * K, 4 * M * (K // GROUP)
-    return {"bytes": b_in + b_q + b_s, "bytes_in": b_in, "bytes_q": b_q, "bytes_scales": b_s,
-            "groups": M * (K // GROUP)}
 
 
 def ilp_launch(M: int, K: int, groups_per_warp: int = 4) -> dict:
     """Launch shape of quant_act_warp_ilp (what quant_act.cu's launch_ilp computes): one 256-thread
     block per 8 * groups_per_warp groups; bytes_in_flight_per_warp = 16 B x 32 lanes x loads."""
-    byte_count(M, K)  # validates M, K
+    check_shape(M, K)
     _need(groups_per_warp in ILP_GROUPS_PER_WARP,
           f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {groups_per_warp!r}")
     groups = M * (K // GROUP)
@@ -100,7 +97,7 @@ def persistent_launch(M: int, K: int, groups_per_warp: int, sms: int, blocks_per
     n = ceil(C / Wmax); warps W = ceil(C / n), so every warp gets n or n - 1 chunks;
     blocks = ceil(W / 8). blocks_per_sm: resident blocks of that kernel (the launcher asks
     cudaOccupancyMaxActiveBlocksPerMultiprocessor; ptxas' register counts make it 4 to 6 on sm_90)."""
-    byte_count(M, K)
+    check_shape(M, K)
     _need(groups_per_warp in ILP_GROUPS_PER_WARP,
           f"groups_per_warp must be one of {ILP_GROUPS_PER_WARP}, got {groups_per_warp!r}")
     _positive_int("sms", sms)
@@ -134,7 +131,7 @@ def auto_launch(M: int, K: int, sms: int, blocks_per_sm: int = RESIDENT_BLOCKS_P
     blocks_per_sm: resident 256-thread blocks of the grid kernel (8 on sm_80..sm_90). On an
     H200 (132 SMs) at K = 7168: M <= 1024 -> g2; M = 2048 -> g4; M >= 4096 -> g8 (3.4 waves at 4096).
     Returns {"persistent": bool, "groups_per_warp": int, "variant_id": int}."""
-    byte_count(M, K)
+    check_shape(M, K)
     _positive_int("sms", sms)
     _positive_int("blocks_per_sm", blocks_per_sm)
     groups = M * (K // GROUP)

@@ -332,7 +332,7 @@ def tile_of_pid(pid: int, tiles_m: int, tiles_n: int, group_m: int = 8) -> tuple
 
 
 # ---------------------------------------------------------------------------------------------
-# Counting: the one source of truth for rates
+# Shapes (FLOPs and bytes: fp8lab.arms.registry.count, rules w8a16_blockwise and dequant_w8)
 # ---------------------------------------------------------------------------------------------
 def _check_mnk(M, N, K):
     for name, v in (("M", M), ("N", N), ("K", K)):
@@ -340,26 +340,6 @@ def _check_mnk(M, N, K):
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if K % SCALE_BLOCK:
         raise ValueError(f"K must be a multiple of {SCALE_BLOCK} (one weight scale per 128 along K), got K={K}")
-
-
-def flop_byte_count(M: int, N: int, K: int, *, out_bytes: int = 2) -> dict:
-    """FLOPs and the fewest DRAM bytes of one W8A16 GEMM: bf16 A and FP8 W read once, the
-    128x128 scales read once, C written once (``out_bytes`` per element: 2 bf16, 4 fp32)."""
-    _check_mnk(M, N, K)
-    if out_bytes not in (2, 4):
-        raise ValueError(f"out_bytes must be 2 (bf16) or 4 (fp32), got {out_bytes}")
-    b_a, b_w = 2 * M * K, N * K
-    b_s = 4 * math.ceil(N / SCALE_BLOCK) * (K // SCALE_BLOCK)
-    b_c = out_bytes * M * N
-    return {"flops": 2 * M * N * K, "bytes": b_a + b_w + b_s + b_c, "bytes_a": b_a, "bytes_w": b_w,
-            "bytes_scales": b_s, "bytes_out": b_c}
-
-
-def dequant_byte_count(N: int, K: int) -> dict:
-    """Bytes of one dequantisation pass: FP8 codes and scales in, bf16 out."""
-    _check_mnk(1, N, K)
-    b_in, b_s, b_out = N * K, 4 * math.ceil(N / SCALE_BLOCK) * (K // SCALE_BLOCK), 2 * N * K
-    return {"flops": 0, "bytes": b_in + b_s + b_out, "bytes_in": b_in, "bytes_scales": b_s, "bytes_out": b_out}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -855,12 +855,6 @@ def reference_blockwise_gemm(a, b, a_scale, b_scale):
     return out
 
 
-def flops_bytes(M: int, N: int, K: int) -> tuple[int, int]:
-    """(FLOPs, minimum DRAM bytes): 2MNK; A and B once at 1 byte, scales at 4, C at 2."""
-    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
-    return 2 * M * N * K, M * K + N * K + 4 * (M * kb + nb * kb) + 2 * M * N
-
-
 # --------------------------------------------------------------------------------------
 # Compile without a GPU
 

@@ -22,7 +22,7 @@ What this module holds (torch is imported lazily: everything but the launch runs
 - :func:`emulate_packed`: the dense weight the kernel multiplies, rebuilt from the packed words
   with the emulators (a CPU check of the packing, scale folding and byte order);
 - :func:`reference` (float64, from :func:`fp8lab.formats.decode`, independent of the tricks),
-  :func:`byte_count` / :func:`flop_byte_count` (the one source of truth for rates),
+  (FLOPs and bytes: ``fp8lab.arms.registry.count``, rule ``weight_only``),
   :func:`generate` (realistic random quantised weights and activations);
 - :func:`choose_splits` (split-K against wave quantisation), the torch wrapper
   :func:`gemv_w16` and :func:`dequant_probe`;
@@ -210,7 +210,7 @@ def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Counting: the one source of truth for rates
+# Scale words and bytes per element (FLOPs and bytes of a call: fp8lab.arms.registry.count)
 # ---------------------------------------------------------------------------------------------
 def scale_words(fmt: str, N: int, K: int) -> int:
     """32-bit words of packed scales (:func:`pack_scales`) for an (N, K) weight: per 128-K
@@ -226,28 +226,6 @@ def scale_words(fmt: str, N: int, K: int) -> int:
 def bytes_per_element(fmt: str) -> float:
     """Weight + scale bytes per weight element."""
     return BITS[check_fmt(fmt)] / 8 + SCALE_BYTES[fmt] / GROUP[fmt]
-
-
-def byte_count(fmt: str, N: int, K: int) -> dict:
-    """The weight stream of one (N, K) layer: codes, scales (and NVFP4's 4-byte global)."""
-    check_fmt(fmt)
-    N, K = _pos_int("N", N), _pos_int("K", K)
-    if K % STEP_K:
-        raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
-    w = N * K * BITS[fmt] // 8
-    s = N * (K // GROUP[fmt]) * SCALE_BYTES[fmt] + (4 if fmt == "nvfp4" else 0)
-    return {"weight_bytes": w, "scale_bytes": s, "stream_bytes": w + s}
-
-
-def flop_byte_count(fmt: str, M: int, N: int, K: int, act_bytes: int = 2) -> dict:
-    """FLOPs (2MNK) and the minimum DRAM bytes of one call: the weight stream once,
-    activations read once, output written once. ``stream_bytes`` (weights + scales) is what
-    the decode notebook's effective bandwidth counts."""
-    d = byte_count(fmt, N, K)
-    M = _pos_int("M", M)
-    d.update(flops=2 * M * N * K, act_bytes=M * K * act_bytes, out_bytes=M * N * act_bytes)
-    d["bytes"] = d["stream_bytes"] + d["act_bytes"] + d["out_bytes"]
-    return d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,9 +360,6 @@ class PackedWeight:
     @property
     def steps(self) -> int:
         return self.K // STEP_K
-
-    def bytes(self) -> dict:
-        return byte_count(self.fmt, self.N, self.K)
 
     def to(self, device="cuda") -> "PackedWeight":
         """A copy with torch int32 tensors on ``device``."""

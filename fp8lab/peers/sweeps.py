@@ -23,6 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
+from ..arms import registry
 from ..progress import progress as track
 from . import catalog, discover, harness
 from .catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
@@ -85,7 +86,7 @@ def _byte_split(prep: harness.Prepared, N: int, K: int, peer: str) -> tuple[dict
     ts = [t for t in prep.weights(prep.state) if t is not None]
     total = harness.tensor_bytes(ts)
     codes = harness.tensor_bytes(ts[:1])
-    fmt = catalog.weight_stream_bytes(peer, N, K)
+    fmt = registry.count(peer, N=N, K=K).weight_bytes
     note = "" if abs(total - fmt) <= 0.01 * fmt else f"tensors hold {total} B, the format {fmt} B"
     return {"weight_bytes": codes, "scale_bytes": total - codes, "stream_bytes": total}, note
 
@@ -183,7 +184,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                                 splits=math.nan, grid="", ctas=math.nan, err=err, schedule="",
                                 same_Bps=same_Bps(b["stream_bytes"]))
                     r["config"] = discover.with_choices(prep.config, chosen)
-                    r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K),
+                    r.update(harness.peer_columns(p, av[p].version, nbytes=registry.count(p, N=N, K=K).weight_bytes,
                                                   note="; ".join(x_ for x_ in (note, tnote) if x_)))
                     rows.append(r)
                     del outs
@@ -201,7 +202,6 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
     """One row per (M, peer) in prefill.COLUMNS + PEER_COLUMNS (CUDA events, L2 flushed).
     ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
     from .. import shapes
-    from ..arms import registry
     from ..experiments import prefill as px
 
     catalog.check_ids(peers, "11")
@@ -260,7 +260,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             except Exception as e:  # noqa: BLE001
                 rows.append(status_row(cols, {**base, "M": M}, p, "error: " + error_text(e), av[p].version))
                 continue
-            flop = 2.0 * M * N * K
+            flop = float(registry.count(p, M=M, N=N, K=K).flops)
             mhz = clk.get("sm_mhz_median", math.nan)
             tf = flop / tm.p50_s / 1e12
             r = {c: math.nan for c in cols}
@@ -270,7 +270,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
                      spec_tflops_per_ghz=spec_per_ghz, check_relerr=err,
                      config=discover.with_choices(prep.config, chosen),
                      timing_method=tm.method, n_samples=tm.n, **clk)
-            r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
+            r.update(harness.peer_columns(p, av[p].version, nbytes=registry.count(p, N=N, K=K).weight_bytes))
             rows.append(r)
         prep = None
         _free()
@@ -303,7 +303,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     def base(shape, M, p):
         return dict(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=p,
                     variant="", path=catalog.get(p).library, config="", quant="none", poison="",
-                    weight_bytes=catalog.weight_stream_bytes(p, shape.N, shape.K))
+                    weight_bytes=registry.count(p, M=M, N=shape.N, K=shape.K).weight_bytes)
 
     rows = []
     for shape in shape_objs:
@@ -330,7 +330,6 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
         for M in track(Ms, desc="M"):
             s0, w = harness.blockwise_operands(M, N, K, seed + M, device=DEVICE)
             rows_chk = bw.check_rows(M, seed=seed)
-            flop = 2.0 * M * N * K
             method = "graph" if M <= graph_max_m else "auto"
             for p in live:
                 b0 = base(shape, M, p)
@@ -365,16 +364,17 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                     rows.append(status_row(cols, {**b0, **chk}, p, "error: timing: " + error_text(e), av[p].version))
                     continue
                 wb = harness.tensor_bytes(prep.weights(prep.state))
+                cnt = registry.count(p, M=M, N=N, K=K)
                 r = {c: math.nan for c in cols}
-                r.update(b0, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
+                r.update(b0, **chk, **bw.timing_cols(tm, cnt, weight_bytes=wb), **clk, weight_bytes=wb,
                          config=discover.with_choices(prep.config, chosen), poison="allocator",
-                         min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, K))
-                r.update(harness.peer_columns(p, av[p].version, nbytes=catalog.weight_stream_bytes(p, N, K)))
+                         min_bytes=cnt.bytes)
+                r.update(harness.peer_columns(p, av[p].version, nbytes=cnt.weight_bytes))
                 rows.append(r)
                 if log:
                     log(f"{shape.name} M={M} {p}: {tm.p50_s * 1e6:.1f} us")
                 if with_quant and prep.extra.get("with_quant") is not None:
-                    rows.append(_with_quant_row(cols, b0, p, av[p].version, prep, states, s0.x, ref, rows_chk, flop,
+                    rows.append(_with_quant_row(cols, b0, p, av[p].version, prep, states, s0.x, ref, rows_chk, cnt,
                                                 wb, method, bw, warmup_ms=warmup_ms, rep_ms=rep_ms,
                                                 graph_threshold_s=graph_threshold_s, sampler=sampler))
                     if log:
@@ -386,7 +386,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     return pd.DataFrame(rows, columns=cols)
 
 
-def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, wb, method, bw, **timing) -> dict:
+def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, cnt, wb, method, bw, **timing) -> dict:
     """The row of one blockwise peer timed with its own activation quantiser inside the call."""
     import torch
 
@@ -416,10 +416,9 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, flop, 
     except Exception as e:  # noqa: BLE001
         return status_row(cols, {**base, **chk}, p, "error: timing: " + error_text(e), version)
     r = {c: math.nan for c in cols}
-    r.update(base, **chk, **bw._timing_cols(tm, flop, wb), **clk, weight_bytes=wb,
-             config=discover.with_choices(prep.config, chosen), poison="allocator",
-             min_bytes=bw.min_bytes("cublaslt_blockwise", M, N, x.shape[1]))
-    r.update(harness.peer_columns(p, version, nbytes=catalog.weight_stream_bytes(p, N, x.shape[1])))
+    r.update(base, **chk, **bw.timing_cols(tm, cnt, weight_bytes=wb), **clk, weight_bytes=wb,
+             config=discover.with_choices(prep.config, chosen), poison="allocator", min_bytes=cnt.bytes)
+    r.update(harness.peer_columns(p, version, nbytes=cnt.weight_bytes))
     return r
 
 
@@ -448,7 +447,6 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
     import torch
 
     from ..kernels import baselines
-    from ..kernels import quant_act as qa
     from . import adapters
 
     make = make or adapters.QUANTISERS
@@ -464,7 +462,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
             for M in Ms:
                 b0 = dict(arm=p, M=M, K=K)
                 try:
-                    nbytes = qa.byte_count(int(M), int(K))["bytes"]
+                    nbytes = registry.count(p, M=M, K=K).bytes
                     n_sets, resident = qx._n_sets(nbytes, l2)
                     xs = [qx.make_input(M, K, seed=seed + M, device=DEVICE)]
                     xs += [xs[0].clone() for _ in range(n_sets - 1)]
