@@ -30,9 +30,28 @@ def test_digest_follows_sources_versions_and_extra(tmp_path, monkeypatch):
 def test_every_binding_uses_the_shared_builder():
     import inspect
     from fp8lab.kernels import cutlass_blockwise_sm90, mma_blockwise, seed001, weight_only
-    for mod in (mma_blockwise, seed001, weight_only, cutlass_blockwise_sm90):
+    from fp8lab.kernels import hmma_peak
+    for mod in (mma_blockwise, seed001, weight_only, hmma_peak):
         src = inspect.getsource(mod.load_extension)
-        assert "load_torch_extension(" in src and "extension_digest(" in src, mod.__name__
+        assert "extension(" in src and "_build" in inspect.getsource(mod), mod.__name__
+    src = inspect.getsource(cutlass_blockwise_sm90.load_extension)   # its own wrappers, generated per config
+    assert "load_torch_extension(" in src and "extension_digest(" in src
+
+
+def test_an_extension_is_built_once_per_process(monkeypatch, tmp_path):
+    import types
+
+    from fp8lab.kernels import _build
+
+    calls = []
+    monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(__version__="0", version=None))
+    monkeypatch.setattr(_build, "extension_digest", lambda sources, torch: "d" + str(len(sources)))
+    monkeypatch.setattr(_build, "load_torch_extension", lambda name, sources, **kw: calls.append((name, kw)) or object())
+    monkeypatch.setattr(_build, "_LOADED", {})
+    src = tmp_path / "k.cu"
+    first = _build.extension("k", [src], include_paths=[tmp_path])
+    assert _build.extension("k", [src]) is first
+    assert calls == [("k", {"digest": "d1", "verbose": False, "include_paths": [tmp_path]})]
 
 
 # --- issue 18: the shared PTX helpers live in one header, and every cache key hashes it ---------

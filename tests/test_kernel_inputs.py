@@ -171,3 +171,44 @@ def test_quant_act_s_out_type_shape_device():
                 FakeTensor((8, 3), "float32", device="cuda:1")):
         with pytest.raises(ValueError, match=r"s_out must be an \(M, K/128\) = \(8, 3\) float32"):
             qa._check_s_out(bad, _x(), 8, 3, torch)
+
+
+# ------------------------------------------------------------------ the W8A8 blockwise operands
+def _w8a8(M=8, N=256, K=256, **over):
+    d = dict(a=FakeTensor((M, K), "float8_e4m3fn"), a_scale=FakeTensor((M, K // 128), "float32"),
+             b=FakeTensor((N, K), "float8_e4m3fn"), b_scale=FakeTensor((N // 128, K // 128), "float32"))
+    d.update(over)
+    return d
+
+
+@pytest.mark.parametrize("over, msg", [
+    (dict(a=[1, 2]), "a must be a torch.Tensor, got list"),
+    (dict(b_scale=FakeTensor((2,), "float32")), "b_scale must be 2-D"),
+    (dict(b=FakeTensor((256, 256), "float8_e4m3fn", device="cpu")), "b must be on a CUDA device"),
+    (dict(a_scale=FakeTensor((8, 2), "float32", device="cuda:1")), "a_scale is on cuda:1 but a is on cuda:0"),
+    (dict(a=FakeTensor((8, 256), "bfloat16")), "a must be torch.float8_e4m3fn, got bfloat16"),
+    (dict(b=FakeTensor((256, 256), "float8_e4m3fn", strides=(1, 256))), "b must be contiguous"),
+    (dict(a=FakeTensor((8, 256), "float8_e4m3fn", ptr=(1 << 20) + 8)), "16-byte aligned for TMA .data_ptr % 16 = 8"),
+    (dict(b_scale=FakeTensor((2, 2), "float16")), "b_scale must be torch.float32"),
+])
+def test_w8a8_operands_say_what_is_wrong_in_one_line(over, msg):
+    from fp8lab.kernels import _checks
+
+    with pytest.raises(ValueError, match=msg) as e:
+        _checks.w8a8_operands(**_w8a8(**over), torch=torch, aligned_for="TMA")
+    assert "\n" not in str(e.value)
+    _checks.w8a8_operands(**_w8a8(), torch=torch, aligned_for="TMA")      # the good operands pass
+
+
+@pytest.mark.parametrize("out, msg", [
+    (FakeTensor((8, 256), "float16"), "out must be a torch.bfloat16 tensor"),
+    (FakeTensor((8, 255), "bfloat16"), r"out must be \(M, N\) = \(8, 256\)"),
+    (FakeTensor((256, 8), "bfloat16").t(), "out must be contiguous"),
+    (FakeTensor((8, 256), "bfloat16", device="cuda:1"), "out is on cuda:1"),
+    (FakeTensor((8, 256), "bfloat16", ptr=(1 << 20) + 4), r"out must be 16-byte aligned \(the TMA store\)"),
+])
+def test_bf16_out(out, msg):
+    from fp8lab.kernels import _checks
+
+    with pytest.raises(ValueError, match=msg):
+        _checks.bf16_out(out, 8, 256, FakeTensor((8, 256), "float8_e4m3fn"), torch, align=16, why="the TMA store")

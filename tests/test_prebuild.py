@@ -35,7 +35,9 @@ def _functions_calling(name: str) -> set[str]:
 
 
 def test_every_extension_loader_is_a_target():
-    loaders = _functions_calling("load_torch_extension")
+    # a loader builds through the shared, once-per-process builder or calls the torch build itself
+    loaders = (_functions_calling("load_torch_extension") | _functions_calling("extension")) - {
+        "fp8lab.kernels._build:extension"}
     assert len(loaders) >= 6, loaders          # the scan itself works
     ext_targets = {t.loader for t in prebuild.TARGETS if t.kind == "extension"}
     assert loaders == ext_targets

@@ -39,6 +39,23 @@ def extension_digest(sources: Iterable[Path], torch, *extra: str, gpu_archs: boo
     return h.hexdigest()[:16]
 
 
+_LOADED: dict = {}
+
+
+def extension(name: str, sources: Iterable[Path], digest_sources: Iterable[Path] | None = None, *,
+              verbose: bool = False, **build):
+    """Extension ``name`` imported once per process, built once per content hash: the hash
+    covers ``digest_sources`` (the sources and every header they include; default ``sources``)
+    and the torch / CUDA versions and GPU archs. ``build``: :func:`load_torch_extension`'s flags."""
+    if name not in _LOADED:
+        import torch
+
+        sources = tuple(sources)
+        _LOADED[name] = load_torch_extension(
+            name, sources, digest=extension_digest(tuple(digest_sources or sources), torch), verbose=verbose, **build)
+    return _LOADED[name]
+
+
 def load_torch_extension(name: str, sources: Iterable[Path], *, digest: str,
                          include_paths: Iterable[Path] = (), cflags: Iterable[str] = ("-O3",),
                          cuda_cflags: Iterable[str] = ("-O3",), env: Mapping[str, str] | None = None,
@@ -69,3 +86,16 @@ def load_torch_extension(name: str, sources: Iterable[Path], *, digest: str,
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class WarpTiled:
+    """Mixin of a tile configuration with a CTA tile ``bm`` x ``bn`` split into warp tiles
+    ``wm`` x ``wn``: its warps and threads per CTA."""
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps

@@ -64,7 +64,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _checks
 from . import mma_blockwise as _mb
+from ._checks import need as _need
 
 ARM = "cutlass_blockwise_sm90"
 
@@ -544,24 +546,8 @@ def kernel_info(config=None) -> dict:
             "shared_memory_bytes": ext.shared_memory_bytes(k.name), "cutlass": cutlass_version()}
 
 
-def _need(cond, msg):
-    if not cond:
-        raise ValueError(msg)
-
-
 def _validate(a, a_scale, b, b_scale, out, torch) -> tuple[int, int, int]:
-    for name, t in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
-        _need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        _need(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
-        _need(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
-        _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}: all on one device")
-    for name, t in (("a", a), ("b", b)):
-        _need(t.dtype == torch.float8_e4m3fn, f"{name} must be torch.float8_e4m3fn, got {t.dtype}")
-        _need(t.is_contiguous(), f"{name} must be contiguous (row-major, K innermost)")
-        _need(t.data_ptr() % 16 == 0, f"{name} must be 16-byte aligned for TMA (data_ptr % 16 = "
-                                      f"{t.data_ptr() % 16})")
-    for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
-        _need(t.dtype == torch.float32, f"{name} must be torch.float32, got {t.dtype}")
+    _checks.w8a8_operands(a, a_scale, b, b_scale, torch, aligned_for="TMA")
     M, K = a.shape
     N = b.shape[0]
     _need(b.shape[1] == K, f"a is (M, K) = {tuple(a.shape)} and b must be (N, K) with the same K, got "
@@ -572,11 +558,7 @@ def _validate(a, a_scale, b, b_scale, out, torch) -> tuple[int, int, int]:
     _need(tuple(b_scale.shape) == (nb, kb),
           f"b_scale must be (ceil(N/128), K/128) = {(nb, kb)}, got {tuple(b_scale.shape)}")
     if out is not None:
-        _need(isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16, "out must be a torch.bfloat16 tensor")
-        _need(tuple(out.shape) == (M, N), f"out must be (M, N) = {(M, N)}, got {tuple(out.shape)}")
-        _need(out.is_contiguous(), "out must be contiguous (row-major)")
-        _need(out.device == a.device, f"out is on {out.device} but a is on {a.device}")
-        _need(out.data_ptr() % 16 == 0, "out must be 16-byte aligned for the TMA store")
+        _checks.bf16_out(out, M, N, a, torch, align=16, why="the TMA store")
     return M, N, K
 
 

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ._build import extension
+
 KERNEL_DIR = Path(__file__).resolve().parent
 EXT_SOURCES = [KERNEL_DIR / "hmma_peak.cu", KERNEL_DIR / "hmma_peak_ext.cpp"]
 WARPS, CHAINS = 8, 4          # must match kWarps / kChains in hmma_peak.cu
 TILE_FLOP = 2 * 16 * 16 * 16  # one wmma 16x16x16 multiply-add
 MAX_ITERS = 2**24 // (16 * 4)  # |A @ B| <= 16 * 2 * 2: keep n_iters * that below 2^24 (exact fp32)
 
-_EXT = None
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,7 @@ def reference(a: np.ndarray, b: np.ndarray, n_iters: int) -> np.ndarray:
 
 
 def load_extension(verbose: bool = False):
-    global _EXT
-    if _EXT is None:
-        import torch
-
-        from ._build import extension_digest, load_torch_extension
-
-        _EXT = load_torch_extension("hmma_peak", EXT_SOURCES, digest=extension_digest(EXT_SOURCES, torch),
-                                    cuda_cflags=["-O3"], verbose=verbose)
-    return _EXT
+    return extension("hmma_peak", EXT_SOURCES, cuda_cflags=["-O3"], verbose=verbose)
 
 
 def make_buffers(cfg: HmmaConfig, seed: int = 0):

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._build import COMMON_HEADERS
+from . import _checks
+from ._build import COMMON_HEADERS, WarpTiled, extension
+from ._checks import need
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "mma_blockwise.cuh"
@@ -62,7 +64,7 @@ MAX_THREADS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
-class MMAConfig:
+class MMAConfig(WarpTiled):
     """One tile configuration: threadblock BM x BN x 128, warp tile WM x WN x 128, STAGES."""
 
     bm: int
@@ -75,14 +77,6 @@ class MMAConfig:
     @property
     def name(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk}_w{self.wm}x{self.wn}_s{self.stages}"
-
-    @property
-    def warps(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn)
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
 
     @property
     def smem_bytes(self) -> int:
@@ -292,7 +286,6 @@ def calc_diff(x, y) -> float:
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-_EXT = None
 
 
 def load_extension(verbose: bool = False):
@@ -303,36 +296,12 @@ def load_extension(verbose: bool = False):
     and an unchanged tree imports in a second. The first build instantiates 16 configs x 5
     kernels, in five translation units that ninja compiles in parallel (~10-15 s of nvcc each).
     """
-    global _EXT
-    if _EXT is not None:
-        return _EXT
-    import torch
-
-    from ._build import extension_digest, load_torch_extension
-
-    _EXT = load_torch_extension("mma_blockwise", EXT_SOURCES,
-                                digest=extension_digest(EXT_DIGEST_SOURCES, torch),
-                                include_paths=[KERNEL_DIR], verbose=verbose)
-    return _EXT
+    return extension("mma_blockwise", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
 def _validate(a, a_scale, b, b_scale, out, torch):
-    def need(cond, msg):
-        if not cond:
-            raise ValueError(msg)
-
-    for name, t in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
-        need(isinstance(t, torch.Tensor), f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        need(t.dim() == 2, f"{name} must be 2-D, got shape {tuple(t.shape)}")
-        need(t.is_cuda, f"{name} must be on a CUDA device, got {t.device}")
-        need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}: all on one device")
-    for name, t in (("a", a), ("b", b)):
-        need(t.dtype == torch.float8_e4m3fn, f"{name} must be torch.float8_e4m3fn, got {t.dtype}")
-        need(t.is_contiguous(), f"{name} must be contiguous (row-major, K innermost)")
-        need(t.data_ptr() % 16 == 0, f"{name} must be 16-byte aligned for cp.async (data_ptr % 16 = "
-                                     f"{t.data_ptr() % 16})")
+    _checks.w8a8_operands(a, a_scale, b, b_scale, torch, aligned_for="cp.async")
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
-        need(t.dtype == torch.float32, f"{name} must be torch.float32, got {t.dtype}")
         need(min(t.stride()) >= 0, f"{name} must have non-negative strides, got {t.stride()}")
         need(t.data_ptr() % 4 == 0, f"{name} must be 4-byte aligned")
     M, K = a.shape
@@ -348,11 +317,7 @@ def _validate(a, a_scale, b, b_scale, out, torch):
     need(tuple(b_scale.shape) == (nb, K // BK), f"b_scale must be [ceil(N/128), K/128] = {(nb, K // BK)}, got "
                                                 f"{tuple(b_scale.shape)}")
     if out is not None:
-        need(isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16, "out must be a torch.bfloat16 tensor")
-        need(tuple(out.shape) == (M, N), f"out must be [M, N] = {(M, N)}, got {tuple(out.shape)}")
-        need(out.is_contiguous(), "out must be contiguous (row-major)")
-        need(out.device == a.device, f"out is on {out.device} but a is on {a.device}")
-        need(out.data_ptr() % 4 == 0, "out must be 4-byte aligned (bf16 pair stores)")
+        _checks.bf16_out(out, M, N, a, torch, align=4, why="bf16 pair stores")
 
 
 def mma_blockwise(a, a_scale, b, b_scale, *, config=SEED_CONFIG, variant: str = "per_block",
@@ -384,9 +349,7 @@ def mma_blockwise(a, a_scale, b, b_scale, *, config=SEED_CONFIG, variant: str = 
     if check_scales is None:
         check_scales = variant == "per_block_inplace"
     if check_scales:
-        for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
-            if not bool(torch.all(torch.isfinite(s) & (s > 0))):
-                raise ValueError(f"{name} must be finite and > 0 everywhere (variant {variant} divides by it)")
+        _checks.positive_scales(a_scale, b_scale, variant, torch)
     M, N = a.shape[0], b.shape[0]
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)

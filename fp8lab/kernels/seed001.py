@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._build import COMMON_HEADERS
+from ._build import COMMON_HEADERS, WarpTiled, extension
 
 KERNEL_DIR = Path(__file__).resolve().parent
 SCALAR_SOURCE = KERNEL_DIR / "scalar_tiled.cu"
@@ -59,7 +59,7 @@ WMMA_PAD_RULE = ("wmma::load_matrix_sync needs a leading dimension that is a mul
 # WMMA configurations: parsed from the X-macro list in wmma_w8a16.cu (the one list C++ also uses)
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class WmmaConfig:
+class WmmaConfig(WarpTiled):
     """CTA tile BM x BN x 128, warp tile WM x WN, shared-memory row pad (bf16 elements).
 
     stages 0: the original two-stage kernel; 2..4: the pipelined kernel with that many shared-memory
@@ -87,14 +87,6 @@ class WmmaConfig:
     def n_stages(self) -> int:
         """Shared-memory stages (the original kernel has two)."""
         return self.stages or 2
-
-    @property
-    def warps(self) -> int:
-        return (self.bm // self.wm) * (self.bn // self.wn)
-
-    @property
-    def threads(self) -> int:
-        return 32 * self.warps
 
     @property
     def lds(self) -> int:
@@ -477,7 +469,6 @@ def emulate_scalar_fp32(a, w, w_scale) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-_EXT = None
 
 
 def load_extension(verbose: bool = False):
@@ -487,17 +478,8 @@ def load_extension(verbose: bool = False):
     the hash covering every source, the torch/CUDA versions and the GPU archs. No fast-math: the
     quantisers' division must be IEEE to match torch bit for bit.
     """
-    global _EXT
-    if _EXT is not None:
-        return _EXT
-    import torch
-
-    from ._build import extension_digest, load_torch_extension
-
-    _EXT = load_torch_extension("seed001", EXT_SOURCES, digest=extension_digest(EXT_DIGEST_SOURCES, torch),
-                                include_paths=[KERNEL_DIR], cuda_cflags=["-O3", "-lineinfo"],
-                                verbose=verbose)
-    return _EXT
+    return extension("seed001", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR],
+                     cuda_cflags=["-O3", "-lineinfo"], verbose=verbose)
 
 
 def _need(cond, msg):

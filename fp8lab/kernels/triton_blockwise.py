@@ -60,6 +60,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from . import _checks
+
 SCALE_BLOCK = 128  # the recipe's K (and weight-N) block: fixed by the checkpoint format
 VARIANTS = ("per_step", "per_block", "per_block_inplace")
 #: variants that compile (register studies: triton_resource_usage) but must not run:
@@ -624,26 +626,8 @@ def chosen_config(variant: str, path: str) -> dict | None:
 def _validate(a, b, a_scale, b_scale):
     import torch  # lazy: this module must import on a CPU-only machine without torch
 
-    e4m3 = torch.float8_e4m3fn
-    for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
-        if not t.is_cuda:
-            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
-        if t.device != a.device:
-            raise ValueError(f"all inputs must be on one device: {name} is on {t.device}, a on {a.device}")
     # The K-contiguous operand tiles are what the FP8 MMAs read; scales may have any strides.
-    for name, t in (("a", a), ("b", b)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (row-major, K contiguous), got strides {t.stride()}")
-    if a.data_ptr() % 16 or b.data_ptr() % 16:
-        raise ValueError("a and b must be 16-byte aligned (vectorised FP8 loads)")
-    if a.dtype != e4m3 or b.dtype != e4m3:
-        raise ValueError(f"a and b must be float8_e4m3fn, got {a.dtype} and {b.dtype}")
-    if a_scale.dtype != torch.float32 or b_scale.dtype != torch.float32:
-        raise ValueError(f"scales must be float32, got {a_scale.dtype} and {b_scale.dtype}")
+    _checks.w8a8_operands(a, a_scale, b, b_scale, torch, aligned_for="vectorised FP8 loads")
     M, K = a.shape
     N, Kb = b.shape
     if Kb != K:
@@ -764,9 +748,7 @@ def blockwise_fp8_gemm(a, b, a_scale, b_scale, *, variant: str = "per_block",
     if check_scales is None:
         check_scales = variant == "per_block_inplace"
     if check_scales:
-        for name, s in (("a_scale", a_scale), ("b_scale", b_scale)):
-            if not bool(torch.all(torch.isfinite(s) & (s > 0))):
-                raise ValueError(f"{name} must be finite and > 0 everywhere (variant {variant} divides by it)")
+        _checks.positive_scales(a_scale, b_scale, variant, torch)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     elif not (isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and tuple(out.shape) == (M, N)

@@ -44,7 +44,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import dequant, formats
-from ._build import COMMON_HEADERS
+from ._build import COMMON_HEADERS, extension
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "gemv_w16.cuh"
@@ -632,26 +632,14 @@ def generate(fmt: str, M: int, N: int, K: int, *, act: str = "bf16", seed: int =
 # ---------------------------------------------------------------------------------------------
 # Torch binding
 # ---------------------------------------------------------------------------------------------
-_EXT = None
 
 
 def load_extension(verbose: bool = False):
     """Build (once per content hash) and import the torch extension (4 formats x 2 dtypes x
     4 tiles = 32 kernels: about a minute of nvcc for one arch)."""
-    global _EXT
-    if _EXT is not None:
-        return _EXT
-    import torch
-
-    from ._build import extension_digest, load_torch_extension
-
-    _EXT = load_torch_extension("gemv_w16", EXT_SOURCES,
-                                digest=extension_digest(EXT_DIGEST_SOURCES, torch),
-                                include_paths=[KERNEL_DIR], verbose=verbose)
-    return _EXT
+    return extension("gemv_w16", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
-_XALU_EXT = None
 #: the EXTRA_ALU levels instantiated (extra dependent integer instructions per weight element)
 EXTRA_ALU_LEVELS = (0, 1, 2, 4, 8, 16)
 XALU_EXT_SOURCES = (KERNEL_DIR / "gemv_w16_xalu_ext.cpp", KERNEL_DIR / "gemv_w16_xalu_ext.cu")
@@ -662,17 +650,8 @@ XALU_KERNEL = "gemv_w8a16_fp8_xalu"
 def load_xalu_extension(verbose: bool = False):
     """Build (once per content hash) and import the EXTRA_ALU extension (5 fp8 kernels, bf16,
     NT = 1: a few seconds of nvcc on top of the main extension)."""
-    global _XALU_EXT
-    if _XALU_EXT is not None:
-        return _XALU_EXT
-    import torch
-
-    from ._build import extension_digest, load_torch_extension
-
-    _XALU_EXT = load_torch_extension("gemv_w16_xalu", XALU_EXT_SOURCES,
-                                     digest=extension_digest(XALU_EXT_DIGEST_SOURCES, torch),
-                                     include_paths=[KERNEL_DIR], verbose=verbose)
-    return _XALU_EXT
+    return extension("gemv_w16_xalu", XALU_EXT_SOURCES, XALU_EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR],
+                     verbose=verbose)
 
 
 _WORKSPACES: dict = {}
