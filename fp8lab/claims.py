@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
@@ -134,6 +135,24 @@ class Verdict:
 
 COLUMNS = ["claim", "subject", "variant", "verdict", "seed_figure", "seed_hardware", "our_figure", "device",
            "device_name", "notebook", "run", "time", "reason", "rule"]
+
+
+#: the columns a notebook shows of a verdict table
+SHOWN = ["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]
+
+
+def record_or_recorded(run: "results.Run", make) -> Optional[pd.DataFrame]:
+    """The verdicts a notebook shows: when this run measured its device (``make`` is not None),
+    ``make()`` recorded; otherwise the verdict table the last measuring run recorded (the last
+    device that has one), or None. Columns: :data:`SHOWN` (a table recorded before the subject
+    and rule columns existed shows them blank)."""
+    if make is not None:
+        df = record(run, make())
+    else:
+        df = None
+        for dev in results.devices_with(run.notebook, "verdicts"):
+            df = results.load_table(dev, run.notebook, "verdicts")
+    return None if df is None else df.reindex(columns=SHOWN)
 
 
 def record(run: "results.Run", verdicts: list[Verdict]) -> pd.DataFrame:

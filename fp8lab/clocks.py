@@ -623,18 +623,13 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
         if done["sm"] or done["mem"]:
             state.reset_calls += 1
             state.events.append(f"reset ({reason})")
-        if done["sm"]:
-            try:
-                nv.nvmlDeviceResetGpuLockedClocks(handle)
-            except Exception as e:
-                state.events.append(f"reset sm failed: {e}")
-            done["sm"] = False
-        if done["mem"]:
-            try:
-                nv.nvmlDeviceResetMemoryLockedClocks(handle)
-            except Exception as e:
-                state.events.append(f"reset mem failed: {e}")
-            done["mem"] = False
+        for which, unlock in (("sm", "nvmlDeviceResetGpuLockedClocks"), ("mem", "nvmlDeviceResetMemoryLockedClocks")):
+            if done[which]:
+                try:
+                    getattr(nv, unlock)(handle)
+                except Exception as e:
+                    state.events.append(f"reset {which} failed: {e}")
+                done[which] = False
         state.locked = False
         # A signal handler leaves the record alone (the main thread may hold its file lock):
         # a second reset by the runner is harmless.

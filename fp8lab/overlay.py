@@ -249,6 +249,12 @@ def _meta(df) -> dict:
     return df.attrs["meta"]
 
 
+def _tables(nb, table, devs) -> tuple[dict, dict, dict]:
+    """(tables by device, their provenance by device, each device's style) of one notebook's table."""
+    tabs = _load(nb, table, devs)
+    return tabs, {d: _meta(t) for d, t in tabs.items()}, styles(devs)
+
+
 def _load(nb, table, devs) -> dict:
     return {d: results.load_table(d, nb, table) for d in devs}
 
@@ -259,9 +265,7 @@ def _load(nb, table, devs) -> dict:
 
 def draw_ceilings(devs):
     from .experiments import ceilings as ce
-    tabs = _load("00_environment", "ceilings", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("00_environment", "ceilings", devs)
     cats = [c for c in ce.CEILINGS if any(((t["ceiling"] == c) & (t["status"] == "measured")).any()
                                              for t in tabs.values())]
     fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(cats) * max(2, len(devs)) / 2 + 1.2))
@@ -289,9 +293,7 @@ def draw_ceilings(devs):
 
 def draw_promotion_ratio(devs):
     from .experiments import blockwise as bw
-    tabs = _load("03_per_slice_vs_per_block", "promotion_sweep", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("03_per_slice_vs_per_block", "promotion_sweep", devs)
     prs = {d: bw.promotion_ratios(t) for d, t in tabs.items()}
     shapes = list(dict.fromkeys(s for p in prs.values() for s in p["shape"]))
     fig, axes = plt.subplots(2, len(shapes), figsize=(4.0 * len(shapes), 6.4), squeeze=False, sharex=True)
@@ -327,9 +329,7 @@ def draw_m1_stream(devs):
     have_copy = set(results.devices_with("04_tiles_and_swizzle", "copy"))
     notes = [f"{d}: no copy table (no streaming floor), left out" for d in devs if d not in have_copy]
     devs = [d for d in devs if d in have_copy]
-    tabs = _load("04_tiles_and_swizzle", "m1_stream", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("04_tiles_and_swizzle", "m1_stream", devs)
     frac, shape, qtxt = {}, None, {}
     for d, t in tabs.items():
         copy = float(results.load_table(d, "04_tiles_and_swizzle", "copy")["copy_Bps_p50"].iloc[0])
@@ -370,9 +370,7 @@ def draw_m1_stream(devs):
 
 
 def draw_targets(devs):
-    tabs = _load("05_arms_over_m", "targets", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("05_arms_over_m", "targets", devs)
     kinds = [k for k in ("speedup vs cuBLASLt", "weight bandwidth / copy")
              if any((t["target"] == k).any() for t in tabs.values())]
     cats = {k: list(dict.fromkeys((r.shape, int(r.M)) for t in tabs.values()
@@ -503,9 +501,7 @@ def draw_decode_m1(devs):
 
 def draw_headroom(devs):
     from .experiments import headroom as hr
-    tabs = _load("10_clock_sweep", "sweep", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("10_clock_sweep", "sweep", devs)
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     for d, t in tabs.items():
         sw = t[(t["arm"] == hr.ARM) & (t["lock_status"] == "not requested")]
@@ -525,9 +521,7 @@ def draw_headroom(devs):
 
 def draw_prefill(devs):
     from .experiments import prefill as px
-    tabs = _load("11_prefill", "prefill", devs)
-    metas = {d: _meta(t) for d, t in tabs.items()}
-    st = styles(devs)
+    tabs, metas, st = _tables("11_prefill", "prefill", devs)
     arms = [a for a in px.ARMS if a != "cublas_bf16" and any((t["arm"] == a).any() for t in tabs.values())]
     series = {a: SERIES_LS[i % len(SERIES_LS)] for i, a in enumerate(arms)}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw=dict(wspace=0.3))

@@ -382,6 +382,11 @@ def devices_with(notebook: str, name: str) -> list[str]:
     return [d for d in known_devices() if (data_dir() / d / notebook / f"{name}.csv").is_file()]
 
 
+def by_device(notebook: str, name: str) -> dict:
+    """This notebook's table ``name`` of every device in data/ that holds it: {device: table}."""
+    return {d: load_table(d, notebook, name) for d in devices_with(notebook, name)}
+
+
 def load_all(notebook: str, name: str, devices=None) -> pd.DataFrame:
     """One table across devices, with a ``device`` column (and ``device_name``)."""
     devs = devices_with(notebook, name) if devices in (None, "all", []) else list(devices)

@@ -28,41 +28,53 @@ __all__ = [
 # ---------------------------------------------------------------------------------
 # roofline
 # ---------------------------------------------------------------------------------
-def _positive(name: str, v: float) -> float:
+def positive(name: str, v: float) -> float:
+    """``v`` as a float, or ValueError unless it is a positive finite number."""
     v = float(v)
     if not (v > 0) or math.isinf(v):
         raise ValueError(f"{name} must be a positive finite number, got {v!r}")
     return v
 
 
+
+def positive_array(name: str, x, what: str = "") -> np.ndarray:
+    """``x`` as a float array, or ValueError unless every element is > 0 (``what``: its unit)."""
+    x = np.asarray(x, dtype=float)
+    if np.any(~(x > 0)):
+        raise ValueError(f"{name} must be > 0{what}")
+    return x
+
+
+def scalar_or_array(out: np.ndarray):
+    """A 0-d result as a float, anything else as it is (the functions here take either)."""
+    return float(out) if out.ndim == 0 else out
+
+
 def arithmetic_intensity(flop: float, nbytes: float) -> float:
     """FLOP per byte of device memory traffic."""
-    return _positive("flop", flop) / _positive("bytes", nbytes)
+    return positive("flop", flop) / positive("bytes", nbytes)
 
 
 def ridge_point(peak_flops: float, bandwidth_Bps: float) -> float:
     """Intensity (FLOP/byte) where the compute roof meets the memory roof."""
-    return _positive("peak_flops", peak_flops) / _positive("bandwidth", bandwidth_Bps)
+    return positive("peak_flops", peak_flops) / positive("bandwidth", bandwidth_Bps)
 
 
 def attainable(intensity, peak_flops: float, bandwidth_Bps: float):
     """The roofline: min(peak, intensity x bandwidth), elementwise over intensity."""
-    peak = _positive("peak_flops", peak_flops)
-    bw = _positive("bandwidth", bandwidth_Bps)
-    x = np.asarray(intensity, dtype=float)
-    if np.any(~(x > 0)):
-        raise ValueError("intensity must be > 0 (FLOP per byte)")
-    out = np.minimum(peak, x * bw)
-    return float(out) if out.ndim == 0 else out
+    peak = positive("peak_flops", peak_flops)
+    bw = positive("bandwidth", bandwidth_Bps)
+    x = positive_array("intensity", intensity, " (FLOP per byte)")
+    return scalar_or_array(np.minimum(peak, x * bw))
 
 
 def bound_times(flop: float, nbytes: float, rates: Mapping[str, float],
                 bandwidth_Bps: Optional[float] = None) -> dict:
     """Floor time (s) of a problem under each compute rate in ``rates`` (FLOP/s) and,
     if given, under the memory bandwidth (key 'memory'). The largest is the floor."""
-    out = {k: _positive("flop", flop) / _positive(f"rate {k}", r) for k, r in rates.items()}
+    out = {k: positive("flop", flop) / positive(f"rate {k}", r) for k, r in rates.items()}
     if bandwidth_Bps is not None:
-        out["memory"] = _positive("bytes", nbytes) / _positive("bandwidth", bandwidth_Bps)
+        out["memory"] = positive("bytes", nbytes) / positive("bandwidth", bandwidth_Bps)
     return out
 
 
@@ -104,8 +116,8 @@ def b4_floors(fp32_flops: float, bf16_flops: float, fp8_flops: float,
               bytes_per_param: float = SEED001_B4["bytes_per_param"]) -> dict:
     """Floors (ms) of seed 001's decode step for the given rates: 2 x batch x params
     FLOP under each compute rate, params x bytes_per_param bytes under bandwidth."""
-    flop = 2.0 * _positive("batch", batch) * _positive("params", params)
-    nbytes = _positive("params", params) * _positive("bytes_per_param", bytes_per_param)
+    flop = 2.0 * positive("batch", batch) * positive("params", params)
+    nbytes = positive("params", params) * positive("bytes_per_param", bytes_per_param)
     t = bound_times(flop, nbytes, {"fp32": fp32_flops, "bf16": bf16_flops, "fp8": fp8_flops},
                     bandwidth_Bps)
     return {"flop": flop, "bytes": nbytes,
@@ -194,10 +206,10 @@ def issue_slot_utilisation(instr_per_element: float, elements_per_s: float, sms:
     instruction retires ``threads_per_instruction`` (32) of them; pass 1 if
     ``instr_per_element`` is already in warp instructions.
     """
-    ipe = _positive("instr_per_element", instr_per_element)
-    eps = _positive("elements_per_s", elements_per_s)
-    cap = (_positive("sms", sms) * _positive("schedulers_per_sm", schedulers_per_sm)
-           * _positive("clock_hz", clock_hz) * _positive("threads_per_instruction",
+    ipe = positive("instr_per_element", instr_per_element)
+    eps = positive("elements_per_s", elements_per_s)
+    cap = (positive("sms", sms) * positive("schedulers_per_sm", schedulers_per_sm)
+           * positive("clock_hz", clock_hz) * positive("threads_per_instruction",
                                                          threads_per_instruction))
     return ipe * eps / cap
 
@@ -206,7 +218,7 @@ def elements_per_s(bandwidth_Bps: float, dram_fraction: float, bytes_per_element
     """Weight elements streamed per second by a DRAM-bound kernel."""
     if not (0 < dram_fraction <= 1.0):
         raise ValueError(f"dram_fraction must be in (0, 1], got {dram_fraction!r}")
-    return _positive("bandwidth", bandwidth_Bps) * dram_fraction / _positive(
+    return positive("bandwidth", bandwidth_Bps) * dram_fraction / positive(
         "bytes_per_element", bytes_per_element)
 
 

@@ -238,7 +238,7 @@ def draw_targets(tt, dev):
 
 devs = results.devices_with(NB, "arms")
 tables = {}
-peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
+peer_tables = results.by_device(NB, "peers")
 for dev in devs:
     t = {name: results.load_table(dev, NB, name) for name in ("arms", "copy", "targets", "crossovers")
          if dev in results.devices_with(NB, name)}

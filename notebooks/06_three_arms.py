@@ -451,18 +451,14 @@ for dev, d in data.items():
 # verdicts recorded by the measuring run are shown and nothing is written.
 
 # %%
-verdicts = None
-if run.mode == "measure" and run.device in data:
-    d = data[run.device]
+def make_verdicts(d=data.get(run.device)):
     probe_row = d["probe"].iloc[0].to_dict() if d["probe"] is not None else None
-    verdicts = claims.record(run, ta.verdicts(d["sweep"], d["step"], d["ceil"], d["num"], d["comp"], probe_row,
-                                              d["tiles"]))
-else:
-    for dev in results.devices_with(NB, "verdicts"):
-        verdicts = results.load_table(dev, NB, "verdicts")
+    return ta.verdicts(d["sweep"], d["step"], d["ceil"], d["num"], d["comp"], probe_row, d["tiles"])
+
+
+verdicts = claims.record_or_recorded(run, make_verdicts if run.mode == "measure" and run.device in data else None)
 if verdicts is not None:
-    # reindex: a table recorded before the subject / rule columns existed shows them blank
-    display(verdicts.reindex(columns=["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]))
+    display(verdicts)
 
 # %% [markdown]
 # ## What the numbers say

@@ -141,7 +141,7 @@ ARM_STYLE = {"quant_act_naive": "o-", "quant_act_warp": "s-", "quant_act_16t": "
              "torch_reference": "v:"}
 devs = results.devices_with(NB, "quantisers")
 tables = {}
-peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
+peer_tables = results.by_device(NB, "peers")
 for dev in devs:
     qdf = results.load_table(dev, NB, "quantisers")
     meta = qdf.attrs["meta"]
@@ -222,15 +222,10 @@ overlay.show_cross_device(NB, devices, run)
 # mode the recorded verdict is shown.
 
 # %%
-verdicts = None
-if run.mode == "measure" and run.device in tables:
-    verdicts = claims.record(run, [qx.b6_verdict(tables[run.device])])
-else:
-    for dev in results.devices_with(NB, "verdicts"):
-        verdicts = results.load_table(dev, NB, "verdicts")
+verdicts = claims.record_or_recorded(run, (lambda: [qx.b6_verdict(tables[run.device])])
+                                     if run.mode == "measure" and run.device in tables else None)
 if verdicts is not None:
-    # reindex: a table recorded before the subject / rule columns existed shows them blank
-    display(verdicts.reindex(columns=["claim", "subject", "verdict", "our_figure", "reason", "rule", "device_name"]))
+    display(verdicts)
 
 # %% [markdown]
 # ## What the numbers say

@@ -285,7 +285,7 @@ def draw_m1(df, info):
 
 devs = results.devices_with(NB, "decode")
 tables = {}
-peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
+peer_tables = results.by_device(NB, "peers")
 for dev in devs:
     full = results.load_table(dev, NB, "decode")
     # split-K vs stream-K where both were timed; everything below uses the faster per point

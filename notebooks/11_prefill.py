@@ -164,7 +164,7 @@ def draw(df, info, peer=None):
 
 devs = results.devices_with(NB, "prefill")
 tables = {}
-peer_tables = {d: results.load_table(d, NB, "peers") for d in results.devices_with(NB, "peers")}
+peer_tables = results.by_device(NB, "peers")
 for dev in devs:
     df = results.load_table(dev, NB, "prefill")
     tables[dev] = df

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fp8lab import notebooks, runner
-from nb_fixture import make_notebook
+from nb_fixture import make_notebook, write_manifest
 
 
 def _nb(params_src: str, *cells: str):
@@ -26,13 +26,7 @@ def fixture_manifest(tmp_path):
         "12_after": _nb('mode = "auto"\nn = 3', f"open({str(tmp_path / 'after.txt')!r}, 'w').write('ran')"),
         "13_slow": _nb('mode = "auto"\nn = 3', "import time\ntime.sleep(60)"),
     }
-    entries = []
-    for i, (name, nb) in enumerate(nbs.items()):
-        nbformat.write(nb, nbdir / f"{name}.ipynb")
-        entries.append({"id": name[:2], "name": name, "title": name, "kind": "host",
-                        "timeout": 8 if name == "13_slow" else 120})
-    manifest = nbdir / "manifest.yaml"
-    manifest.write_text(yaml.safe_dump({"notebooks": entries}))
+    manifest = write_manifest(nbdir, nbs, timeout=lambda name: 8 if name == "13_slow" else 120)
     return manifest, tmp_path, out
 
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fp8lab import cli, notebooks, runner
-from nb_fixture import make_notebook
+from nb_fixture import make_notebook, write_manifest
 
 
 def _nb(*cells: str):
@@ -26,13 +26,7 @@ def gpu_manifest(tmp_path):
               "open({path!r}, 'a').write(os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>') + '\\n')")
     nbs = {f"2{i}_rec": _nb(record.format(path=str(seen / f"2{i}_rec.txt"))) for i in range(3)}
     nbs["29_fail"] = _nb("assert n == 4, 'n must be 4'")
-    entries = []
-    for name, nb in nbs.items():
-        nbformat.write(nb, nbdir / f"{name}.ipynb")
-        entries.append({"id": name[:2], "name": name, "title": name,
-                        "kind": "gpu" if name == "21_rec" else "host", "timeout": 120})
-    manifest = nbdir / "manifest.yaml"
-    manifest.write_text(yaml.safe_dump({"notebooks": entries}))
+    manifest = write_manifest(nbdir, nbs, kind=lambda name: "gpu" if name == "21_rec" else "host")
     return manifest, tmp_path, seen
 
 

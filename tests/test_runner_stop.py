@@ -13,12 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
-import yaml
 
 import fp8lab
-from nb_fixture import make_notebook
+from nb_fixture import make_notebook, write_manifest
 
 ROOT = Path(fp8lab.__file__).resolve().parents[1]
 FAKE_DIR = Path(__file__).parent / "fake_nvml"
@@ -59,17 +57,9 @@ def world(tmp_path):
     the environment a runner process needs to see both."""
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()
-    entries = []
-    for nid in ("20", "21"):
-        name = f"{nid}_lock"
-        nbformat.write(_nb(_lock_cell(tmp_path / f"{nid}.flag", tmp_path / f"{nid}.done")),
-                       nbdir / f"{name}.ipynb")
-        entries.append({"id": nid, "name": name, "title": name, "kind": "host", "timeout": 300})
-    nbformat.write(_nb(_lock_cell(tmp_path / "22.flag", tmp_path / "22.done",
-                                  "os.kill(os.getpid(), 9)")), nbdir / "22_dies.ipynb")
-    entries.append({"id": "22", "name": "22_dies", "title": "22", "kind": "host", "timeout": 300})
-    manifest = nbdir / "manifest.yaml"
-    manifest.write_text(yaml.safe_dump({"notebooks": entries}))
+    nbs = {f"{nid}_lock": _nb(_lock_cell(tmp_path / f"{nid}.flag", tmp_path / f"{nid}.done")) for nid in ("20", "21")}
+    nbs["22_dies"] = _nb(_lock_cell(tmp_path / "22.flag", tmp_path / "22.done", "os.kill(os.getpid(), 9)"))
+    manifest = write_manifest(nbdir, nbs, timeout=lambda name: 300, title=lambda name: name if "lock" in name else "22")
     state = fake_nvml.create(str(tmp_path / "nvml.json"))
     env = {**os.environ, "FP8LAB_FAKE_NVML": state,
            "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .. import clocks
+from .. import roofline as rl
 from ..arms import registry
 from ..kernels import weight_only as wo
 from ..progress import progress as track
@@ -69,45 +70,27 @@ COLUMNS = ["shape", "N", "K", "M", "arm", "extra_alu", "lock_mhz", "lock_status"
            "power_w_max", "clock_source", "clock_note", "repeat"]
 
 
-def _positive(name: str, v) -> float:
-    v = float(v)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-    return v
-
-
 def equivalent_clock_mhz(issue_util, base_issue_util: float, base_clock_mhz: float, *,
                          bw=None, base_bw: Optional[float] = None):
     """The SM clock (MHz) at which the k = 0 kernel would be as short of issue slots as a
     kernel that uses fraction ``issue_util`` of them at ``base_clock_mhz``:
     f * (u_0 / B_0) / (u / B); with no bandwidths given, f * u_0 / u (flat bandwidth).
     Utilisations are fractions or percentages (the same unit for both); arrays work."""
-    u0 = _positive("base_issue_util", base_issue_util)
-    f = _positive("base_clock_mhz", base_clock_mhz)
-    u = np.asarray(issue_util, dtype=float)
-    if np.any(~(u > 0)):
-        raise ValueError("issue_util must be > 0")
-    ratio = u / u0
+    u0 = rl.positive("base_issue_util", base_issue_util)
+    f = rl.positive("base_clock_mhz", base_clock_mhz)
+    ratio = rl.positive_array("issue_util", issue_util) / u0
     if (bw is None) != (base_bw is None):
         raise ValueError("give both bw and base_bw, or neither")
     if bw is not None:
-        b = np.asarray(bw, dtype=float)
-        if np.any(~(b > 0)):
-            raise ValueError("bw must be > 0")
-        ratio = ratio * _positive("base_bw", base_bw) / b
-    out = f / ratio
-    return float(out) if out.ndim == 0 else out
+        ratio = ratio * rl.positive("base_bw", base_bw) / rl.positive_array("bw", bw)
+    return rl.scalar_or_array(f / ratio)
 
 
 def equivalent_clock_from_instr(instr_per_element, base_instr_per_element: float, base_clock_mhz: float):
     """f * I_0 / I_k from instructions per weight element (static SASS or ncu counts)."""
-    i0 = _positive("base_instr_per_element", base_instr_per_element)
-    f = _positive("base_clock_mhz", base_clock_mhz)
-    i = np.asarray(instr_per_element, dtype=float)
-    if np.any(~(i > 0)):
-        raise ValueError("instr_per_element must be > 0")
-    out = f * i0 / i
-    return float(out) if out.ndim == 0 else out
+    i0 = rl.positive("base_instr_per_element", base_instr_per_element)
+    f = rl.positive("base_clock_mhz", base_clock_mhz)
+    return rl.scalar_or_array(f * i0 / rl.positive_array("instr_per_element", instr_per_element))
 
 
 def _sweep_rows(df: pd.DataFrame, bw: str) -> pd.DataFrame:
@@ -493,7 +476,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
 
     if not lock_clocks:
         raise ValueError("lock_clocks is empty: the locked sweep needs at least one SM clock (MHz)")
-    mhz = [float(_positive("lock_clocks entry", f)) for f in lock_clocks]
+    mhz = [float(rl.positive("lock_clocks entry", f)) for f in lock_clocks]
     wo._pos_int("prefill_m", prefill_m)
     for f in formats:
         wo.check_fmt(f)
