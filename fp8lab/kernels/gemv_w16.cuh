@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
+#include "common/tile.cuh"
 #include "gemv_w16_params.h"
 
 namespace fp8lab {
@@ -316,13 +317,6 @@ __device__ __forceinline__ uint2 ldg_u64(const uint2* p) {
   asm volatile("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint4 ldg_u128(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 // cp.async and ldmatrix: common/ptx.cuh.
 
 template <bool BF16>
@@ -414,16 +408,6 @@ struct Strides {
   static constexpr int kS = F == kNvfp4 ? 64 : (FormatTraits<F>::kBits == 8 ? 8 : 16);
 };
 
-template <int TM, int NT>
-__device__ __forceinline__ void zero_acc(float (&acc)[TM][NT][4]) {
-#pragma unroll
-  for (int t = 0; t < TM; ++t)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.f;
-}
-
 // wp: this lane's first uint4 and sp: this thread's first scale word at step `step` of the warp
 // whose first 16-row tile is tile16 (see the pack layout in weight_only.py; w, scales: the packed
 // arrays, steps: K steps per super-tile, g = lane / 4). A 4-bit warp with TM = 1 owns half of a
@@ -492,7 +476,7 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
   }
   float gacc[TM][NT][4];
   if constexpr (T::kGroup) {
-    zero_acc(gacc);
+    zero_fill(gacc);
   }
   // rows[j]: this lane's ldmatrix row address for n8 tile j at K offset 0 of the chunk (see
   // gemv_body); the K offset of step u, k16 pair kp is an immediate.
@@ -687,7 +671,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
                    lane, g, wnext, snext);
 
   float acc[TM][NT][4];
-  zero_acc(acc);
+  zero_fill(acc);
 
   // Register ring: buffer u holds step kRing * it + u; it is refilled with step + kRing right after
   // it is consumed, so the two other steps stay in flight meanwhile.
@@ -954,7 +938,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   seek();
 
   float acc[TM][NT][4];
-  zero_acc(acc);
+  zero_fill(acc);
 
   // Prologue: units 0..2, which may already cross tile boundaries (steps < 3 or a CTA starting
   // at a tile's last steps). The ring starts zeroed: a warp that never loads computes on zeros.
@@ -1039,7 +1023,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
     if (a == ce) {
       const int done = ce - seg0;
       store_or_reduce_tile<F, BF16, NT>(p, acc, cx, done, cbeg == 0 && done == steps, m0, mb, &s_last);
-      zero_acc(acc);
+      zero_fill(acc);
       ++cx;
       cbeg = 0;
       seg0 = ce;

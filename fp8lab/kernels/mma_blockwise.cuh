@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
+#include "common/tile.cuh"
 #include "mma_blockwise_params.h"
 
 namespace fp8lab {
@@ -125,35 +126,34 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kBK + ((chunk ^ (row & 7)) << 4));
 }
 
+// cp.async of one operand's ROWS x 128-byte tile of K block k0 / 128 (A: the BM rows from m0, B: the
+// BN rows from n0) into its stage at smem address s, spread over THREADS threads: 16-byte chunk i is
+// row i / 8, chunk i % 8. src: the operand ([rows, K] row-major), base: its first row in this tile,
+// rows: the operand's row count (M or N).
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_rows(uint32_t s, const uint8_t* src, int base, int rows, int K, int k0,
+                                               int tid) {
+  constexpr int CHUNKS = ROWS * (kBK / 16);
+#pragma unroll
+  for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + tid;
+    if (CHUNKS % THREADS == 0 || i < CHUNKS) {
+      const int row = i >> 3, ch = i & 7;
+      const int gr = base + row;
+      const bool ok = gr < rows;
+      // Out-of-range rows point at row 0 (always valid memory); src_bytes = 0 reads nothing.
+      const uint8_t* g = src + static_cast<size_t>(ok ? gr : 0) * K + k0 + ch * 16;
+      ptx::cp_async_16_zfill(s + swz(row, ch), g, ok);
+    }
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void load_stage(const MmaParams& p, uint32_t sA, uint32_t sB, int m0, int n0,
                                            int kb, int tid) {
   const int k0 = kb * kBK;
-  constexpr int A_CHUNKS = Cfg::BM * (kBK / 16);
-  constexpr int B_CHUNKS = Cfg::BN * (kBK / 16);
-#pragma unroll
-  for (int it = 0; it < (A_CHUNKS + Cfg::THREADS - 1) / Cfg::THREADS; ++it) {
-    const int i = it * Cfg::THREADS + tid;
-    if (A_CHUNKS % Cfg::THREADS == 0 || i < A_CHUNKS) {
-      const int row = i >> 3, ch = i & 7;
-      const int gm = m0 + row;
-      const bool ok = gm < p.M;
-      // Out-of-range rows point at row 0 (always valid memory); src_bytes = 0 reads nothing.
-      const uint8_t* src = p.a + static_cast<size_t>(ok ? gm : 0) * p.K + k0 + ch * 16;
-      ptx::cp_async_16_zfill(sA + swz(row, ch), src, ok);
-    }
-  }
-#pragma unroll
-  for (int it = 0; it < (B_CHUNKS + Cfg::THREADS - 1) / Cfg::THREADS; ++it) {
-    const int i = it * Cfg::THREADS + tid;
-    if (B_CHUNKS % Cfg::THREADS == 0 || i < B_CHUNKS) {
-      const int row = i >> 3, ch = i & 7;
-      const int gn = n0 + row;
-      const bool ok = gn < p.N;
-      const uint8_t* src = p.b + static_cast<size_t>(ok ? gn : 0) * p.K + k0 + ch * 16;
-      ptx::cp_async_16_zfill(sB + swz(row, ch), src, ok);
-    }
-  }
+  load_tile_rows<Cfg::BM, Cfg::THREADS>(sA, p.a, m0, p.M, p.K, k0, tid);
+  load_tile_rows<Cfg::BN, Cfg::THREADS>(sB, p.b, n0, p.N, p.K, k0, tid);
 }
 
 // Fragments of one 32-wide K slice (ks = 0..3 inside the 128-wide stage) for the whole warp tile.
@@ -200,13 +200,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
   // --- which tile: grouped launch order (swizzle) ---
   const int tiles_m = (p.M + Cfg::BM - 1) / Cfg::BM;
   const int tiles_n = (p.N + Cfg::BN - 1) / Cfg::BN;
-  const int group = p.swizzle > 1 ? p.swizzle : 1;
-  const int pid = blockIdx.x;
-  const int per_group = group * tiles_n;
-  const int first_m = (pid / per_group) * group;
-  const int group_m = min(tiles_m - first_m, group);
-  const int tile_m = first_m + (pid % per_group) % group_m;
-  const int tile_n = (pid % per_group) / group_m;
+  const TileCoord tile = grouped_tile(blockIdx.x, tiles_m, tiles_n, p.swizzle > 1 ? p.swizzle : 1);
+  const int tile_m = tile.m, tile_n = tile.n;
   const int m0 = tile_m * Cfg::BM, n0 = tile_n * Cfg::BN;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -227,12 +222,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
   const float* bs_row = p.b_scale + nb * p.bs_sn;
 
   float acc[MI][NI][4];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+  zero_fill(acc);
 
   const int kblocks = p.K / kBK;
 

@@ -25,6 +25,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/tile.cuh"
+
 namespace fp8lab {
 namespace scalar {
 
@@ -34,12 +36,7 @@ __device__ __forceinline__ float e4m3_to_float(uint8_t code) {
   return __half2float(__half(h));
 }
 
-template <typename OutT>
-__device__ __forceinline__ OutT from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// fp32 -> OutT for the output store (from_float): common/tile.cuh.
 
 // a:       (M, K) bf16, row-major
 // w:       (N, K) e4m3 codes (uint8), row-major (the nn.Linear weight layout)

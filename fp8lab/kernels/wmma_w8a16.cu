@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/ptx.cuh"
+#include "common/tile.cuh"
 
 namespace fp8lab {
 namespace wmma_w8a16 {
@@ -149,12 +150,7 @@ __device__ __forceinline__ void ldsm_b(FragB& f, uint32_t addr, unsigned ldm) {
 __device__ __forceinline__ void load_a(FragA& f, const bf16* p, unsigned ldm) { ldsm_a(f, ptx::smem_u32(p), ldm); }
 __device__ __forceinline__ void load_b(FragB& f, const bf16* p, unsigned ldm) { ldsm_b(f, ptx::smem_u32(p), ldm); }
 
-template <typename OutT>
-__device__ __forceinline__ OutT from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+// fp32 -> OutT in the epilogues (from_float), the grouped launch order (grouped_tile): common/tile.cuh.
 
 // The pieces every kernel variant below shares.
 
@@ -167,16 +163,10 @@ struct CtaTile {
 };
 template <class Cfg>
 __device__ __forceinline__ CtaTile cta_tile(const Params& p) {
-  const int tiles_m = cdiv(p.M, Cfg::BM), tiles_n = cdiv(p.N, Cfg::BN);
-  const int pid = blockIdx.x;
-  const int width = kGroupM * tiles_n;
-  const int first_m = (pid / width) * kGroupM;
-  const int group_rows = min(tiles_m - first_m, kGroupM);
-  const int pid_m = first_m + (pid % width) % group_rows;
-  const int pid_n = (pid % width) / group_rows;
+  const TileCoord tile = grouped_tile(blockIdx.x, cdiv(p.M, Cfg::BM), cdiv(p.N, Cfg::BN), kGroupM);
   CtaTile t;
-  t.m0 = pid_m * Cfg::BM;
-  t.n0 = pid_n * Cfg::BN;
+  t.m0 = tile.m * Cfg::BM;
+  t.n0 = tile.n * Cfg::BN;
   const int KB = p.K / BK;
   t.kb_begin = blockIdx.y * p.kb_per_split;
   t.kb_end = min(KB, t.kb_begin + p.kb_per_split);
