@@ -51,6 +51,21 @@ def apply_style() -> None:
     matplotlib.rcParams.update(STYLE)
 
 
+def legend_entries(axes) -> tuple[list, list]:
+    """(handles, labels) of every labelled artist on any of ``axes`` (a flat or nested sequence),
+    each label once, in first-seen order: a figure-level legend names a line drawn in one panel
+    only (a peer that ran on one shape), not just those of the first panel."""
+    import numpy as np
+
+    handles, labels = [], []
+    for ax in np.ravel(np.asarray(axes, dtype=object)):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    return handles, labels
+
+
 def color(id: str) -> str:
     """The colour of an arm (or ceiling, format, variant...) id: :func:`fp8lab.arms.registry.color`,
     which names the id and the registry file when it has no entry. No fallback on purpose: a

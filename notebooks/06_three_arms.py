@@ -229,7 +229,7 @@ for dev in devs:
         ax.set_yscale("log")
         ax.set_xlabel("M (tokens)")
     axes[0][0].set_ylabel("time per step (us, p50)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = plotting.legend_entries(axes)
     fig.legend(handles, labels, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.12), fontsize=8)
     fig.suptitle(f"Seed 001's routes over M, DeepSeek-V3 shapes: {meta.get('device_name', dev)}", fontweight="bold")
     fig.tight_layout()

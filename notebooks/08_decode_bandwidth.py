@@ -254,7 +254,7 @@ def draw_bandwidth(df, info, peer=None):
         ax.set_title(f"{sn} (N={d['N'].iloc[0]}, K={d['K'].iloc[0]})")
     axes[0][0].set_ylabel("effective bandwidth (TB/s, weights + scales)")
     # beside the panels, never over the lines
-    h, lab = axes[0][0].get_legend_handles_labels()
+    h, lab = plotting.legend_entries(axes)
     fig.legend(h, lab, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     plotting.save(fig, info, "decode_bandwidth",
                   footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)

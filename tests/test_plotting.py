@@ -89,3 +89,21 @@ def test_cross_device_figure_of_committed_data_only_goes_to_scratch(tmp_path, mo
     assert svg.parent == root / "runs" / "scratch" / "figures" / "cross-device" / "00_environment"
     assert not any((root / "figures").rglob("*"))
     plt.close(fig)
+
+
+def test_a_figure_legend_names_lines_of_every_panel():
+    """Notebook 08's legend once came from the first panel only, so a peer that ran on the
+    second shape alone was drawn without a name."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, squeeze=False)
+    axes[0][0].plot([1], [1], label="ours")
+    axes[0][1].plot([1], [1], label="ours")
+    axes[0][1].plot([1], [2], label="a peer on this shape only")
+    axes[1][0].plot([1], [3])                       # unlabelled: not in the legend
+    h, lab = plotting.legend_entries(axes)
+    assert lab == ["ours", "a peer on this shape only"] and len(h) == 2
+    assert plotting.legend_entries(axes[0])[1] == lab    # a flat row of axes works too
+    plt.close(fig)
