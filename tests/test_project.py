@@ -141,7 +141,7 @@ def test_no_function_calls_a_parameter_named_like_a_module_function():
 
 
 def _missing_module_attributes(root) -> list:
-    """Every ``alias.name`` in fp8lab/ and the notebooks where ``alias`` is an fp8lab module
+    """Every ``alias.name`` in fp8lab/, the notebooks and scripts/ where ``alias`` is an fp8lab module
     (``from fp8lab.x import y as alias``, relative imports too, per scope: a local assignment or
     parameter of that name is not the module) and the module binds no ``name`` at its top level
     (nor has a submodule of that name, a module ``__getattr__``, or a ``hasattr`` guard in the
@@ -185,7 +185,8 @@ def _missing_module_attributes(root) -> list:
         return a.name if a.name in mods and a.asname else None
 
     problems = []
-    files = sorted((root / "fp8lab").rglob("*.py")) + sorted((root / "notebooks").glob("[0-9]*.py"))
+    files = (sorted((root / "fp8lab").rglob("*.py")) + sorted((root / "notebooks").glob("[0-9]*.py"))
+             + sorted((root / "scripts").rglob("*.py")))
     for p in files:
         rel = p.relative_to(root)
         cur = ".".join(rel.with_suffix("").parts) if rel.parts[0] == "fp8lab" else None

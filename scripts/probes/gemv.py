@@ -73,6 +73,7 @@ def main(argv=None):
     import torch
 
     from fp8lab import bench, shapes
+    from fp8lab.arms import registry
     from fp8lab.experiments import decode
     from fp8lab.kernels import weight_only as wo
 
@@ -96,7 +97,7 @@ def main(argv=None):
             pw_host, _ = wo.random_weight(fmt, N, K, keep_codes=False)
             pw = pw_host.to("cuda")
             del pw_host
-            stream = wo.byte_count(fmt, N, K)["stream_bytes"]
+            stream = registry.count(wo.ARMS[fmt], N=N, K=K).weight_bytes
             n_sets = bench.n_rotation_sets(stream, l2)
             sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
                            for _ in range(n_sets - 1)]
