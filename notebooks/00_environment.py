@@ -51,6 +51,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import clocks, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 
@@ -91,13 +92,9 @@ display(pd.DataFrame({"value": {k: str(x) for k, x in env.items()}}))
 # the closed form `f + (x0 - f) b^n` checks every output.
 
 # %%
-import inspect
-import textwrap
-
 from fp8lab.kernels import fma_peak
 
-src = inspect.getsource(fma_peak)
-print(textwrap.dedent(src[src.index("    @triton.jit"):src.index("else:  # pragma")]))
+print(excerpt(fma_peak.__file__, "fma_peak_kernel", dedent=True))
 print(f"FLOP per launch: 2 x chains x n_iters x UNROLL; at the default grid on 132 SMs: "
       f"{fma_peak.flop(fma_peak.default_config(132)):.3g}")
 

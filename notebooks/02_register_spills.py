@@ -44,6 +44,7 @@ from IPython.display import Markdown, display
 from matplotlib.colors import PowerNorm
 
 from fp8lab import claims, plotting, results, tools
+from fp8lab.excerpts import excerpt
 from fp8lab.experiments import spills
 from fp8lab.kernels import mma_blockwise as mb
 
@@ -63,19 +64,10 @@ print("nvcc", tools.tool_version("nvcc"), "| cuobjdump", tools.tool_version("cuo
 # from the kernel source itself, not pasted.
 
 # %%
-src = mb.HEADER.read_text()
-
-
-def main_loop(start: str, end: str) -> str:
-    body = src[src.index(start):src.index(end)]
-    return "\n".join(l for l in body.splitlines() if "#pragma unroll" not in l)
-
-
-loops = {
-    "per_slice": main_loop("if (VARIANT == kPerSlice) {", "} else if (VARIANT == kPerBlock) {"),
-    "per_block": main_loop("} else if (VARIANT == kPerBlock) {", "} else {  // kPerBlockInplace"),
-    "per_block_inplace": main_loop("} else {  // kPerBlockInplace", "cp_async_wait<0>();"),
-}
+quiet = dict(drop=("#pragma unroll",), dedent=True)
+loops = {"per_slice": excerpt(mb.HEADER, "per_slice", **quiet),
+         "per_block": excerpt(mb.HEADER, "per_block", **quiet),
+         "per_block_inplace": excerpt(mb.HEADER, "per_block_inplace", **quiet)}
 for name, code in loops.items():
     display(Markdown(f"**{name}**\n```cpp\n{code}\n```"))
 

@@ -55,6 +55,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
 
@@ -75,10 +76,8 @@ overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after meas
 # (third variant) keeps one fragment, held in the current block's scale domain.
 
 # %%
-src = mb.HEADER.read_text()
-start = src.index("    if (VARIANT == kPerSlice) {")
-end = src.index("    } else {  // kPerBlockInplace")
-print(src[start:end])
+print(excerpt(mb.HEADER, "per_slice"))
+print(excerpt(mb.HEADER, "per_block"))
 
 # %% [markdown]
 # ## A4: every variant against float64

@@ -64,6 +64,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.peers import report as peer_report
@@ -92,8 +93,7 @@ overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after meas
 # %%
 from fp8lab.kernels import triton_blockwise as tb
 
-src = tb._blockwise_fp8_swapab_kernel.src  # the JIT function keeps its source
-print(src[src.index("    n_kb = tl.cdiv(K, 128)"):src.index("    c_ptrs = c_ptr")])
+print(excerpt(tb.__file__, "swapab_main_loop"))
 
 # %% [markdown]
 # ## Measure

@@ -62,6 +62,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results, tools
+from fp8lab.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 from fp8lab.experiments import three_arms as ta
@@ -85,14 +86,7 @@ overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after meas
 # `s_in` (tests/test_seed001.py checks the instruction mix).
 
 # %%
-def show(path, start, end):
-    text = path.read_text()
-    i = text.index(start)
-    j = text.index(end, i)
-    print(text[i:j].rstrip())
-
-
-show(seed001.SCALAR_SOURCE, "  for (int k0 = 0; k0 < K; k0 += TILE)", "  if (m < M && n < N)")
+print(excerpt(seed001.SCALAR_SOURCE, "scalar_main_loop"))
 
 # %% [markdown]
 # The WMMA kernel's main loop: the next K block's loads are issued first (activations with
@@ -101,7 +95,7 @@ show(seed001.SCALAR_SOURCE, "  for (int k0 = 0; k0 < K; k0 += TILE)", "  if (m <
 # prefetched weights are converted (exactly) to bf16 and stored for the next block.
 
 # %%
-show(seed001.WMMA_SOURCE, "  for (int kb = kb_begin; kb < kb_end; ++kb) {", "  // Epilogue")
+print(excerpt(seed001.WMMA_SOURCE, "wmma_main_loop"))
 
 # %% [markdown]
 # ## B9 at compile time: the pad rule, and who enforces it

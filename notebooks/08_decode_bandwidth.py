@@ -70,6 +70,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, dequant, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab import roofline as rl
 from fp8lab.arms import registry
@@ -100,10 +101,7 @@ display(dx.shape_table(shape_names).round(1))
 # trace are the same seven instructions:
 
 # %%
-src = wo.HEADER.read_text()
-i = src.index("template <uint32_t MASK, int SHIFT>")
-j = src.index("// e2m1 -> fp16")
-print(src[i:j])
+print(excerpt(wo.HEADER, "e4m3_dequant"))
 trace = dequant.dequant("e4m3", "bf16", np.zeros(1, np.uint32)).trace
 print("\n".join(str(t) for t in trace))
 

@@ -50,6 +50,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import headroom as hr
 from fp8lab.experiments import gemv_sass as gs
@@ -73,9 +74,7 @@ overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after meas
 # from fusing neighbours into one LOP3 / IADD3.
 
 # %%
-src = wo.HEADER.read_text()
-i = src.index("template <int N>\n__device__ __forceinline__ uint32_t alu_chain")
-print(src[i:src.index("return x;", i) + 12])
+print(excerpt(wo.HEADER, "alu_chain"))
 
 # %% [markdown]
 # Compiled here for sm_90: the main loop's instructions per weight element. k = 0 must be the

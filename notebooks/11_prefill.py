@@ -50,6 +50,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import prefill as px
 from fp8lab.kernels import triton_w8a16 as tw
@@ -75,10 +76,7 @@ overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after meas
 # are never used by a weight-only kernel.
 
 # %%
-import inspect
-
-src = inspect.getsource(tw)  # the module: a @triton.jit object has no source of its own
-print(src[src.index("    acc = tl.zeros"):src.index("    c_ptrs")])
+print(excerpt(tw.__file__, "w8a16_main_loop"))
 
 # %% [markdown]
 # ## Measure

@@ -38,6 +38,7 @@ __all__ = ["FmaConfig", "default_config", "small_config", "flop", "make_buffers"
            "reference", "check", "fma_peak_kernel"]
 
 if triton is not None:
+    # fp8lab:excerpt fma_peak_kernel
     @triton.jit
     def fma_peak_kernel(x_ptr,    # (n_programs * ROWS * BLOCK,) fp32: chain start values
                         out_ptr,  # (n_programs * ROWS * BLOCK,) fp32: chain end values
@@ -53,6 +54,7 @@ if triton is not None:
             for _u in tl.static_range(UNROLL):
                 acc = tl.fma(acc, b, c)
         tl.store(out_ptr + offs, acc)
+    # fp8lab:excerpt-end fma_peak_kernel
 else:  # pragma: no cover
     fma_peak_kernel = None
 

@@ -137,7 +137,7 @@ __device__ __forceinline__ uint32_t fadd_bits(uint32_t a, uint32_t b) {   // FAD
 
 // (q & 0x80008000) | ((q & mask) >> shift): the sign stays, exponent and mantissa slide into the
 // target's fields with the source bias (hence the folded power of two). 3 instructions.
-template <uint32_t MASK, int SHIFT>
+template <uint32_t MASK, int SHIFT>  // fp8lab:excerpt e4m3_dequant
 __device__ __forceinline__ uint32_t sign_shift(uint32_t q) {
   uint32_t t = lop3<kLutAnd>(q, MASK, 0u);
   t = shr<SHIFT>(t);
@@ -153,7 +153,7 @@ __device__ __forceinline__ void dequant_e4m3(uint32_t q, uint32_t (&h)[2]) {
   const uint32_t lo = sign_shift<0x7F007F00u, kShift>(q8);  // bytes 0, 2: elements (0, 1)
   h[0] = lo;
   h[1] = hi;
-}
+}  // fp8lab:excerpt-end e4m3_dequant
 
 // e2m1 -> fp16 (shift 3, factor 2^14) / bf16 (shift 6, factor 2^126): 15 per 8 values.
 template <bool BF16>
@@ -361,7 +361,7 @@ __device__ __forceinline__ void store16(void* base, size_t idx, float v) {
 // salt = 0 the word, and so the output, is bit-exact. It costs issue slots per weight element
 // while the bytes read stay the same: a lower SM clock, emulated.
 // ------------------------------------------------------------------------------------------------
-template <int N>
+template <int N>  // fp8lab:excerpt alu_chain
 __device__ __forceinline__ uint32_t alu_chain(uint32_t x, uint32_t salt) {
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -372,7 +372,7 @@ __device__ __forceinline__ uint32_t alu_chain(uint32_t x, uint32_t salt) {
     }
   }
   return x;
-}
+}  // fp8lab:excerpt-end alu_chain
 
 // ------------------------------------------------------------------------------------------------
 // The kernel

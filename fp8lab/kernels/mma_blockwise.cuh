@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
     const uint32_t sB = sB0 + slot * Cfg::B_STAGE_BYTES;
     const float zero[4] = {0.f, 0.f, 0.f, 0.f};
 
-    if (VARIANT == kPerSlice) {
+    if (VARIANT == kPerSlice) {  // fp8lab:excerpt per_slice
 #pragma unroll
       for (int ks = 0; ks < kBK / 32; ++ks) {
         uint32_t af[MI][4], bf[NI][2];
@@ -296,7 +296,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[mi][ni][r] += part[mi][ni][r];
       }
-    } else if (VARIANT == kPerBlock) {
+      // fp8lab:excerpt-end per_slice
+    } else if (VARIANT == kPerBlock) {  // fp8lab:excerpt per_block
       float blk[MI][NI][4];  // one block fragment: the four slices accumulate in the MMA's C operand
 #pragma unroll
       for (int ks = 0; ks < kBK / 32; ++ks) {
@@ -317,7 +318,8 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
         for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[mi][ni][r] += blk[mi][ni][r] * s[mi][r >> 1];
-    } else {  // kPerBlockInplace
+      // fp8lab:excerpt-end per_block
+    } else {  // kPerBlockInplace  // fp8lab:excerpt per_block_inplace
       if (kb > 0) {
         // move the accumulator from block kb-1's scale domain into block kb's
 #pragma unroll
@@ -343,7 +345,7 @@ __global__ void __launch_bounds__(Cfg::THREADS) mma_blockwise_kernel(const MmaPa
       }
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) s_prev[mi][0] = s[mi][0], s_prev[mi][1] = s[mi][1];
-    }
+    }  // fp8lab:excerpt-end per_block_inplace
   }
   ptx::cp_async_wait<0>();  // only empty groups can be pending here; drain them before exit
 

@@ -60,7 +60,7 @@ scalar_tiled_kernel(const __nv_bfloat16* __restrict__ a, const uint8_t* __restri
   const int kblocks = K / 128;
   float acc = 0.f;
 
-  for (int k0 = 0; k0 < K; k0 += TILE) {
+  for (int k0 = 0; k0 < K; k0 += TILE) {  // fp8lab:excerpt scalar_main_loop
     s_in[ty][tx] = (m < M) ? __bfloat162float(a[static_cast<size_t>(m) * K + k0 + tx]) : 0.f;
     float wv = 0.f;
     if (wn < N) {
@@ -72,7 +72,7 @@ scalar_tiled_kernel(const __nv_bfloat16* __restrict__ a, const uint8_t* __restri
 #pragma unroll
     for (int k = 0; k < TILE; ++k) acc += s_in[ty][k] * s_w[tx][k];
     __syncthreads();
-  }
+  }  // fp8lab:excerpt-end scalar_main_loop
   if (m < M && n < N) c[static_cast<size_t>(m) * N + n] = from_float<OutT>(acc);
 }
 

@@ -300,6 +300,7 @@ def _blockwise_fp8_swapab_kernel(
     # BLOCK_W divides 128, so the whole tile shares one weight block per K block
     sw_ptr = bs_ptr + ((pid_w * BLOCK_W) // 128) * stride_bsn
 
+    # fp8lab:excerpt swapab_main_loop
     n_kb = tl.cdiv(K, 128)
     kb_per = tl.cdiv(n_kb, SPLIT_K)
     kb0 = pid_k * kb_per
@@ -344,6 +345,7 @@ def _blockwise_fp8_swapab_kernel(
                 x = tl.load(x_ptrs + k0, mask=k_ok[:, None], other=0.0)
                 acc += tl.dot(w, x) * (sx * sw)[None, :]
 
+    # fp8lab:excerpt-end swapab_main_loop
     c_ptrs = c_ptr + offs_t[None, :] * stride_cm + offs_w[:, None]  # (BLOCK_W, BLOCK_T) -> C^T
     c_mask = mask_w[:, None] & mask_t[None, :]
     if SPLIT_K == 1:

@@ -58,6 +58,7 @@ def _w8a16_kernel(
     q_ptrs = q_ptr + rows_n[:, None] * stride_qn + offs_k[None, :]     # (BLOCK_N, 128)
     s_ptrs = s_ptr + rows_n * stride_sn                                 # (BLOCK_N,)
 
+    # fp8lab:excerpt w8a16_main_loop
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kb in range(0, K // 128):
         x = tl.load(x_ptrs + kb * 128)
@@ -67,6 +68,7 @@ def _w8a16_kernel(
         bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)
         w = bits.to(tl.bfloat16, bitcast=True) * s[:, None]    # x (s x 2^120): w x s in bf16
         acc = tl.dot(x, tl.trans(w), acc)
+    # fp8lab:excerpt-end w8a16_main_loop
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, acc.to(tl.bfloat16), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 

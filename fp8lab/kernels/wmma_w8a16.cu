@@ -347,7 +347,7 @@ wmma_w8a16_kernel(const Params p) {
   float scale = w_scale_row[kb_begin];
   __syncthreads();
 
-  for (int kb = kb_begin; kb < kb_end; ++kb) {
+  for (int kb = kb_begin; kb < kb_end; ++kb) {  // fp8lab:excerpt wmma_main_loop
     const int cur = (kb - kb_begin) & 1;
     const bool more = kb + 1 < kb_end;
     float next_scale = 0.f;
@@ -380,7 +380,7 @@ wmma_w8a16_kernel(const Params p) {
     if (more) ld.finish(As0 + (cur ^ 1) * Cfg::A_STAGE, Ws0 + (cur ^ 1) * Cfg::W_STAGE);
     __syncthreads();
     scale = next_scale;
-  }
+  }  // fp8lab:excerpt-end wmma_main_loop
 
   // Epilogue: the loop ended on a barrier, so the operand tiles are dead and store_tile may reuse them.
   store_tile<Cfg, OutT>(p, acc, smem_raw, m0, n0, wm, wn);
