@@ -73,7 +73,7 @@ test-gpu: setup
 	$(PY) -m pytest -q -m gpu $(ARGS)
 
 ## Open the notebooks in JupyterLab: rooted at notebooks/, with a kernel that runs this venv's
-## Python, and a paired .py opening as a notebook (fp8lab/lab.py says why). ARGS go to jupyter lab.
+## Python, and a paired .py opening as a notebook (fp8lab/run/lab.py says why). ARGS go to jupyter lab.
 lab: setup
 	$(PY) -m fp8lab lab $(ARGS)
 

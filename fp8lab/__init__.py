@@ -1,8 +1,8 @@
 """fp8lab: reproduce claims about block-scaled FP8 and weight-only FP8/FP4 GEMMs.
 
-Layers (one direction of flow): kernels and emulators -> experiments -> notebooks.
-``fp8lab.results`` writes tidy tables with provenance, ``fp8lab.plotting`` draws them in
-one house style, ``fp8lab.claims`` records verdicts for the claims ledger.
+One subpackage per layer, imports running down (tests/test_layers.py): ``paths`` ->
+``emulate`` / ``facts`` -> ``toolchain`` -> ``kernels`` -> ``arms`` -> ``measure`` -> ``report``
+-> ``experiments`` / ``peers`` -> ``run``. The README's "Where the code lives" says what each holds.
 """
 
 __version__ = "0.1.0"

@@ -40,6 +40,9 @@ def figures_dir() -> Path:
 #: (a notebook opened in JupyterLab or run with nbconvert / papermill by hand): the
 #: committed figures under figures/ are the measured ones and change only in a measure run.
 SCRATCH_FIGURES = ("runs", "scratch", "figures")
+#: figures/cross-device/: the folder of the figures that draw several devices at once
+#: (``fp8lab.experiments.overlay``), beside one folder per device
+CROSS_DEVICE = "cross-device"
 #: where a host notebook run by hand writes its tables (see ``output_data_dir``).
 SCRATCH_DATA = ("runs", "scratch", "data")
 

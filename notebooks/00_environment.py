@@ -18,7 +18,7 @@
 #
 # Every later notebook compares a kernel with what the card can do. Datasheet numbers are
 # leads, not ceilings: this notebook measures five ceilings on the card it runs on and puts
-# each beside the spec sheet (`fp8lab.devices`) as a fraction of it.
+# each beside the spec sheet (`fp8lab.facts.devices`) as a fraction of it.
 #
 # | ceiling | how | work counted |
 # | --- | --- | --- |
@@ -50,8 +50,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import clocks, overlay, plotting, results
-from fp8lab.excerpts import excerpt
+from fp8lab.measure import clocks
+from fp8lab.experiments import overlay
+from fp8lab.report import plotting, results
+from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 

@@ -44,8 +44,8 @@ import ml_dtypes
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-from fp8lab import results, plotting, claims, formats
-from fp8lab import dequant as dq
+from fp8lab.report import results, plotting, claims
+from fp8lab.emulate import dequant as dq, formats
 from fp8lab.experiments import formats as exp
 
 run = results.start_run("01_formats", params=dict(mode=mode, seed=seed), device="cpu")
@@ -237,7 +237,7 @@ plt.show()
 # per 32-bit word. Marlin itself is not in this project: the row's subject is `analogue`.
 
 # %%
-from fp8lab import tools
+from fp8lab.toolchain import tools
 
 c2_table, c2_why = None, ""
 try:

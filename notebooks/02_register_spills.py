@@ -43,8 +43,9 @@ import pandas as pd
 from IPython.display import Markdown, display
 from matplotlib.colors import PowerNorm
 
-from fp8lab import claims, plotting, results, tools
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.toolchain import tools
+from fp8lab.report.excerpts import excerpt
 from fp8lab.experiments import spills
 from fp8lab.kernels import mma_blockwise as mb
 

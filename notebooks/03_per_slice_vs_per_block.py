@@ -38,7 +38,7 @@
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
-shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.shapes)
+shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.facts.shapes)
 Ms = [1, 16, 128, 1024, 4096]  # tokens; A3's headline needs o_proj at M = 4096
 mma_configs = 2  # tiles per M picked by the rule in blockwise.mma_candidates (plus the seed's) (0: all 16)
 include_triton = True  # time triton_blockwise too (A3's "~4x slower than Triton")
@@ -51,11 +51,12 @@ devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []:
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.report.excerpts import excerpt
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
 
@@ -308,11 +309,7 @@ for dev, t in tables.items():
         verdicts.append(bw.verdict_a4(t["a4_correctness"]))
     if "a5_lookups" in t:
         verdicts.append(bw.verdict_a5(t["a5_lookups"]))
-    vdf = pd.DataFrame([dict(claim=v.claim, subject=v.subject, verdict=v.verdict, our_figure=v.our_figure,
-                             reason=v.reason, rule=v.rule) for v in verdicts])
-    display(vdf)
-    if run.mode == "measure" and dev == run.device:
-        claims.record(run, verdicts)
+    display(claims.table(claims.record_if_measured(run, dev, verdicts)))
     q = quant_of(t["sweep"])
     pr = bw.promotion_ratios(t["sweep"], quant=q)
     head = pr[(pr["shape"] == "qwen3-8b:o_proj") & (pr["M"] == 4096)]

@@ -35,7 +35,7 @@
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
-shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.shapes)
+shapes = ["qwen3-8b:o_proj", "qwen3-8b:down_proj", "deepseek-v3:dense_down"]  # 'model:site' (fp8lab.facts.shapes)
 Ms = [1, 16, 128, 1024, 4096]  # tokens
 mma_configs = 3  # tiles per M picked by the rule in blockwise.mma_candidates (0: all 16)
 # tiles timed at every M besides the rule's picks: a decode tile, the seed's, two prefill tiles
@@ -59,7 +59,9 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
@@ -337,10 +339,7 @@ for dev, t in tables.items():
                                  + ([t["peers"][[c for c in t["peers"].columns if c in bw.COLUMNS]]]
                                     if "peers" in t else []), ignore_index=True)
     verdicts += bw.verdict_a8(stream_and_peers, copy_Bps)
-    display(pd.DataFrame([dict(claim=v.claim, subject=v.subject, verdict=v.verdict, our_figure=v.our_figure,
-                               reason=v.reason, rule=v.rule) for v in verdicts]))
-    if run.mode == "measure" and dev == run.device:
-        claims.record(run, verdicts)
+    display(claims.table(claims.record_if_measured(run, dev, verdicts)))
     sel = bw.tile_selection(t["tile_sweep"])
     text = [f"**{name}** ({str(meta.get('time', ''))[:10]})."]
     if not sel["ranges"].empty:

@@ -63,12 +63,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
-from fp8lab.peers import report as peer_report
-from fp8lab.peers import sweeps as peer_sweeps
+from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "05_arms_over_m"
 run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
@@ -319,10 +320,7 @@ for dev, t in tables.items():
     display(bw.winners(df).round(3))
     verdicts = [bw.verdict_a9(df, "cutlass_blockwise_sm90"), bw.verdict_a9(df, "mma_blockwise"),
                 bw.verdict_b5(df), bw.verdict_b7(df)]
-    display(pd.DataFrame([dict(claim=v.claim, subject=v.subject, variant=v.variant, verdict=v.verdict,
-                               our_figure=v.our_figure, reason=v.reason, rule=v.rule) for v in verdicts]))
-    if run.mode == "measure" and dev == run.device:
-        claims.record(run, verdicts)
+    display(claims.table(claims.record_if_measured(run, dev, verdicts)))
     text = [f"**{name}** ({str(meta.get('time', ''))[:10]})."]
     tt = t.get("targets", pd.DataFrame())
     for kind, what in (("speedup vs cuBLASLt", "speedup over cuBLASLt blockwise"),

@@ -43,7 +43,7 @@
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
-sites = ["q_a", "o_proj", "dense_gate_up"]  # DeepSeek-V3 sites swept over M (see fp8lab/shapes.py)
+sites = ["q_a", "o_proj", "dense_gate_up"]  # DeepSeek-V3 sites swept over M (see fp8lab/facts/shapes.py)
 Ms = [1, 16, 128, 1024, 4096]  # tokens per GEMM
 scalar_max_m = 256  # the scalar kernel is slow at large M (~0.1 s per GEMM at M 4096): it runs up to this M only
 step_sites = ["q_a", "kv_a", "q_b", "kv_b", "o_proj", "dense_gate_up", "dense_down"]  # B4: one dense layer
@@ -61,11 +61,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results, tools
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.toolchain import tools
+from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
-from fp8lab.experiments import ceilings as ce
-from fp8lab.experiments import three_arms as ta
+from fp8lab.experiments import ceilings as ce, three_arms as ta
 from fp8lab.kernels import seed001
 
 NB = "06_three_arms"

@@ -53,13 +53,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
 from fp8lab.arms import registry
-from fp8lab.experiments import ceilings as ce
-from fp8lab.experiments import quantisers as qx
+from fp8lab.experiments import ceilings as ce, quantisers as qx
 from fp8lab.kernels import quant_act as qa
-from fp8lab.peers import report as peer_report
-from fp8lab.peers import sweeps as peer_sweeps
+from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "06b_act_quantisers"
 run = results.start_run(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms, peers=peers), device="gpu", mode=mode)

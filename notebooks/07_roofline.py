@@ -50,9 +50,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, overlay, plotting, provenance, results
-from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
-from fp8lab import roofline as rl
+from fp8lab.report import claims, plotting, provenance, results
+from fp8lab.experiments import overlay
+from fp8lab.facts import devices as spec_sheet  # the name 'devices' is the parameter
+from fp8lab.facts import roofline as rl
 from fp8lab.arms import registry
 from fp8lab.experiments import roofline as ex
 
@@ -63,7 +64,7 @@ overlay.check_devices("07_roofline", devices, run)  # a wrong key fails now, not
 
 # figures computed from the spec sheet alone say so in their footnote
 SPEC_INFO = results.FigureInfo(notebook="07_roofline", device="spec-sheet",
-                               device_name="the spec sheet (fp8lab.devices)",
+                               device_name="the spec sheet (fp8lab.facts.devices)",
                                date=provenance.utc_now()[:10], mode="computed",
                                commit=run.meta["git"].get("commit"))
 
@@ -71,7 +72,7 @@ SPEC_INFO = results.FigureInfo(notebook="07_roofline", device="spec-sheet",
 # ## The spec sheet
 #
 # Dense tensor rates with FP32 accumulate, bandwidth in GB/s; each row names its source
-# (`fp8lab/devices.py`). The ridge point is where a precision's compute roof meets the memory
+# (`fp8lab/facts/devices.py`). The ridge point is where a precision's compute roof meets the memory
 # roof: below it a kernel is memory-bound.
 
 # %%

@@ -32,14 +32,14 @@
 #
 # fp8lab's own four kernels (`gemv_w8a16_fp8`, `gemv_w8a16_int8`, `gemv_w4a16_nvfp4`,
 # `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
-# instruction sequences of the emulators in `fp8lab/dequant.py` and feed bf16 `mma.sync` (HMMA).
+# instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
 # This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
 # M = 1..64, reports the effective bandwidth (weight + scale bytes over time) against the copy
 # bandwidth measured in the same run, and profiles M = 1 with Nsight Compute (clocks not locked),
 # beside a plain streaming kernel (an elementwise copy of the bf16 weight's bytes): the best DRAM
 # fraction a kernel reaches under ncu on this card is C3's yardstick, not the seed's 3090 figure.
 #
-# **The H200 is not a 3090.** The issue-slot model of `fp8lab.roofline` predicts that NVFP4
+# **The H200 is not a 3090.** The issue-slot model of `fp8lab.facts.roofline` predicts that NVFP4
 # decode at full H200 bandwidth with Marlin's 3.66 instructions per element would need ~93% of
 # the issue slots: the H200 streams about twice as many bytes per scheduler-clock as a 3090, so
 # on it the dequant instruction count matters much more than on the seed's card. We measure how
@@ -50,7 +50,7 @@
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
-shape_names = ["llama3-70b:down_proj", "qwen3-8b:gate_up"]  # fp8lab.shapes names, >= 32 MiB of weights
+shape_names = ["llama3-70b:down_proj", "qwen3-8b:gate_up"]  # fp8lab.facts.shapes names, >= 32 MiB of weights
 Ms = [1, 4, 16, 64]  # tokens per decode step; the full sweep: [1, 2, 4, 8, 16, 32, 64]
 formats = ["fp8", "int8", "nvfp4", "int4"]
 act = "bf16"  # activation / mma dtype: "bf16" or "fp16"
@@ -69,17 +69,18 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, dequant, overlay, plotting, results
-from fp8lab.excerpts import excerpt
-from fp8lab import devices as spec_sheet  # the name 'devices' is the parameter
-from fp8lab import roofline as rl
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.emulate import dequant
+from fp8lab.report.excerpts import excerpt
+from fp8lab.facts import devices as spec_sheet  # the name 'devices' is the parameter
+from fp8lab.facts import roofline as rl
 from fp8lab.arms import registry
-from fp8lab.experiments import decode as dx
-from fp8lab.experiments import gemv_sass as gs
+from fp8lab.experiments import decode as dx, gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
-from fp8lab.peers import report as peer_report
-from fp8lab.peers import sweeps as peer_sweeps
-from fp8lab.tools import have_tool
+from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
+from fp8lab.toolchain.tools import have_tool
 
 NB = "08_decode_bandwidth"
 run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
@@ -171,7 +172,7 @@ if run.mode == "measure":
     pm = peer_report.measured(peer_sweep)
     assert (pm["check_relerr"] < 1e-2).all() and (pm["fraction_of_copy"] < 1.25).all(), pm
     if ncu and have_tool("ncu"):
-        from fp8lab import profile
+        from fp8lab.toolchain import profile
         from fp8lab.paths import cache_dir
 
         summaries, opcodes = [], []
@@ -525,12 +526,8 @@ for dev, df in tables.items():
     # by the same rules as fp8lab's kernels
     verdicts = (dx.c3_verdicts(with_marlin, s) + dx.c4_verdicts(with_marlin) + dx.c5_verdicts(s, st, act_of)
                 + [dx.c8_verdict(model)])
-    own = run.mode == "measure" and dev == run.device
-    if own:
-        claims.record(run, verdicts)
-    for v in verdicts:
-        display(Markdown(f"**{v.claim} ({v.subject}): {v.verdict}** ({dev}). {v.our_figure}. {v.reason}  \n"
-                         f"*Rule:* {v.rule}"))
+    for v in claims.record_if_measured(run, dev, verdicts):
+        display(Markdown(claims.markdown(v, dev)))
     meta = df.attrs["meta"]
     m1 = df[(df["M"] == 1) & (df["arm"] != dx.CUBLAS)]
     cb = df[(df["M"] == 1) & (df["arm"] == dx.CUBLAS)]

@@ -51,10 +51,10 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import binaries as fp8bin
-from fp8lab import claims, plotting, results
+from fp8lab.toolchain import binaries as fp8bin
+from fp8lab.report import claims, plotting, results
 from fp8lab.experiments import census
-from fp8lab.tools import tool_version
+from fp8lab.toolchain.tools import tool_version
 
 NB = "09_sass_census"
 t_start = time.perf_counter()
@@ -150,7 +150,7 @@ print(census.format_post_table(post))
 # ## 4. Binaries you supply
 #
 # Each binary in `binaries` (a `.whl` is read member by member) goes through
-# `fp8lab.binaries`: each cubin's function names are read first, and only cubins of the
+# `fp8lab.toolchain.binaries`: each cubin's function names are read first, and only cubins of the
 # asked architectures with a function matching `kernel_filter` are disassembled, in
 # parallel. Its tables and figure go to its own folder (`binaries/<name>/`, never the
 # tables above, which decide C1 for fp8lab's kernels). For C1, a kernel's activation class

@@ -23,7 +23,7 @@
 #   900 MHz.
 #
 # Locking clocks needs root and changes a shared card for everyone, so here it is **opt-in**
-# (`lock_clocks`, a list of SM MHz, used only on a machine you own: `fp8lab.clocks.locked_clocks`
+# (`lock_clocks`, a list of SM MHz, used only on a machine you own: `fp8lab.measure.clocks.locked_clocks`
 # resets the clocks on exit, error, interrupt and SIGTERM). **By default nothing is locked**:
 # the notebook *emulates* a lower clock. The EXTRA_ALU variants of the fp8 decode kernel
 # (`gemv_w8a16_fp8_xalu<k>`) issue k extra dependent integer instructions per weight element
@@ -38,7 +38,7 @@
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 lock_clocks = []  # SM MHz to lock, e.g. [1980, 1500, 1200, 900]: ONLY on a machine you own (needs root)
 extra_alu = [0, 1, 2, 4, 8, 16]  # extra dependent integer instructions per weight element (built: 0, 1, 2, 4, 8, 16)
-shape = "llama3-70b:down_proj"  # fp8lab.shapes name (one large decode GEMM)
+shape = "llama3-70b:down_proj"  # fp8lab.facts.shapes name (one large decode GEMM)
 ncu = True  # Nsight Compute issue-active % per k (measure mode only)
 rep_ms = 40  # timing budget per arm, milliseconds of graph replays
 seed = 0
@@ -49,13 +49,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
-from fp8lab.experiments import headroom as hr
-from fp8lab.experiments import gemv_sass as gs
+from fp8lab.experiments import gemv_sass as gs, headroom as hr
 from fp8lab.kernels import weight_only as wo
-from fp8lab.tools import have_tool
+from fp8lab.toolchain.tools import have_tool
 
 NB = "10_clock_sweep"
 run = results.start_run(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu=list(extra_alu), shape=shape,
@@ -274,11 +275,8 @@ for dev, df in tables.items():
     if lk is not None:
         display(hr.locked_table(lk).style.format("{:+.1%}"))
     verdicts = hr.c6_verdicts(df, lk, locked=locked)
-    if run.mode == "measure" and dev == run.device:
-        claims.record(run, verdicts)
-    for v in verdicts:
-        display(Markdown(f"**C6 ({v.subject}, {v.variant}): {v.verdict}** ({dev}). {v.our_figure}. {v.reason}  \n"
-                         f"*Rule:* {v.rule}"))
+    for v in claims.record_if_measured(run, dev, verdicts):
+        display(Markdown(claims.markdown(v, dev)))
     rep = df["repeat"].fillna(0) > 0 if "repeat" in df else pd.Series(False, index=df.index)
     sw = df[(df["arm"] == hr.ARM) & (df["lock_status"] == "not requested") & ~rep]
     knee = hr.find_knee(df)

@@ -35,7 +35,7 @@
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
-shape_name = "llama3-70b:o_proj"  # fp8lab.shapes name (N = K = 8192)
+shape_name = "llama3-70b:o_proj"  # fp8lab.facts.shapes name (N = K = 8192)
 Ms = [1, 64, 1024, 8192]  # tokens; the full sweep: [1, 4, 16, 64, 256, 1024, 4096, 8192]
 arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise"]
 rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
@@ -49,13 +49,14 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from fp8lab import claims, clocks, overlay, plotting, results
-from fp8lab.excerpts import excerpt
+from fp8lab.report import claims, plotting, results
+from fp8lab.experiments import overlay
+from fp8lab.measure import clocks
+from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import prefill as px
 from fp8lab.kernels import triton_w8a16 as tw
-from fp8lab.peers import report as peer_report
-from fp8lab.peers import sweeps as peer_sweeps
+from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "11_prefill"
 run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed,
@@ -205,12 +206,8 @@ for dev, df in tables.items():
     with_marlin = pd.concat([df, marlin], ignore_index=True) if len(marlin) else df
     with_marlin.attrs = df.attrs
     verdicts = px.c7_verdicts(with_marlin) + [px.c9_verdict(df)]
-    if run.mode == "measure" and dev == run.device:
-        claims.record(run, verdicts)
-    for v in verdicts:
-        sub = v.subject + (f", {v.variant}" if v.variant else "")
-        display(Markdown(f"**{v.claim} ({sub}): {v.verdict}** ({dev}). {v.our_figure}. {v.reason}  \n"
-                         f"*Rule:* {v.rule}"))
+    for v in claims.record_if_measured(run, dev, verdicts):
+        display(Markdown(claims.markdown(v, dev)))
     t = px.c7_table(df)
     b = px.best_by_scheme(df, with_quant=True)
     lo, hi = b["M"].min(), b["M"].max()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's fp8lab
 
-from fp8lab import binaries  # noqa: E402
+from fp8lab.toolchain import binaries  # noqa: E402
 
 
 def main(argv=None) -> int:

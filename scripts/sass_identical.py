@@ -62,7 +62,7 @@ TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSION
 def _tool(name: str) -> str:
     sys.path.insert(0, str(ROOT))
     try:
-        from fp8lab.tools import find_tool
+        from fp8lab.toolchain.tools import find_tool
         return str(find_tool(name))
     except Exception:
         return shutil.which(name) or name

@@ -33,7 +33,7 @@ def sandbox(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: False)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 0)
     monkeypatch.delenv("FP8LAB_MODE", raising=False)
@@ -44,7 +44,7 @@ def mma_pair_cubin(tmp_path_factory):
     """tests/fixtures/sass/mma_pair.cu built for sm_89 now (a built cubin is not committed)."""
     from pathlib import Path
 
-    from fp8lab.tools import have_tool, run_tool
+    from fp8lab.toolchain.tools import have_tool, run_tool
     if not have_tool("nvcc"):
         pytest.skip("nvcc not installed")
     src = Path(__file__).parent / "fixtures" / "sass" / "mma_pair.cu"

@@ -1,4 +1,4 @@
-"""JupyterLab for a test, started as `make lab` starts it (fp8lab.lab's kernel spec, settings
+"""JupyterLab for a test, started as `make lab` starts it (fp8lab.run.lab's kernel spec, settings
 and command line), headless: a free port, a token, no browser, and every per-user Jupyter
 folder (config, settings, workspaces, runtime) in the test's own temporary folder, so
 neither the user's settings nor a tab restored from their last session changes what the
@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from fp8lab import lab
+from fp8lab.run import lab
 
 
 @dataclasses.dataclass

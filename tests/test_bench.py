@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fp8lab import bench
+from fp8lab.measure import bench
 
 
 def test_quantiles_by_hand():

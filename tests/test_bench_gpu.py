@@ -7,7 +7,8 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from fp8lab import bench, devices  # noqa: E402
+from fp8lab.measure import bench
+from fp8lab.facts import devices  # noqa: E402
 
 
 @pytest.fixture(scope="module")

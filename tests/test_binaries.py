@@ -1,4 +1,4 @@
-"""fp8lab.binaries / ``python -m fp8lab census``: the filter-first census of user binaries.
+"""fp8lab.toolchain.binaries / ``python -m fp8lab census``: the filter-first census of user binaries.
 
 Fixtures are built now from tests/fixtures/sass/mma_pair.cu (kernels ``mma_bf16`` and
 ``mma_e4m3<1>``): a cubin (conftest's ``mma_pair_cubin``, sm_89), an sm_90 cubin, and a
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import binaries, cli
-from fp8lab.tools import have_tool, run_tool
+from fp8lab.toolchain import binaries
+from fp8lab.run import cli
+from fp8lab.toolchain.tools import have_tool, run_tool
 
 SRC = Path(__file__).parent / "fixtures" / "sass" / "mma_pair.cu"
 E4M3 = "_Z8mma_e4m3ILi1EEvPKjS1_Pf"
@@ -278,7 +279,7 @@ def test_counts_agree_with_the_full_disassembly(pair_so, own_tmp, tool, kernel_f
     """Filter-first (nvdisasm / cuobjdump on extracted cubins, -fun or not) counts what
     sass.sass_census (cuobjdump -sass on the whole .so) counts, kernel by kernel: the
     alignment NOPs after nvdisasm's labelled self-branch are not counted either."""
-    from fp8lab import sass
+    from fp8lab.toolchain import sass
     full = sass.sass_census(pair_so, arch=["sm_80", "sm_89"], demangle_names=False)
     want = {(a, k): int(n) for (a, k), n in full.groupby(["arch", "kernel"])["count"].sum().items()}
     r = binaries.census([pair_so], archs=["sm_80", "sm_89"], demangle_names=False, tool=tool,
@@ -351,14 +352,14 @@ _KILLED = """
 import sys, tempfile
 tempfile.tempdir = sys.argv[1]
 from pathlib import Path
-from fp8lab import binaries
+from fp8lab.toolchain import binaries
 from fp8lab.experiments import census
 fake = sys.argv[2]
 if sys.argv[3] == "nvcc":     # notebook 09's build of fp8lab's kernels
     census.find_tool = lambda name: fake
     census.have_tool = lambda name: True
     census.census_fp8lab(["sm_89"], triton=False, kernels_dir=Path(sys.argv[4]))
-else:                         # a user binary through fp8lab.binaries
+else:                         # a user binary through fp8lab.toolchain.binaries
     binaries.find_tool = lambda name: fake
     binaries.census([sys.argv[4]], kernel_filter="bf16", tool="nvdisasm")
 """
@@ -396,6 +397,6 @@ def test_sigterm_kills_tools_and_removes_the_temp_folder(what, tmp_path, mma_pai
         if proc.poll() is None:
             proc.kill()
     tool_pid = int(next(pids.iterdir()).name)
-    from fp8lab import procs
+    from fp8lab.toolchain import procs
     assert not procs.alive(tool_pid)
     assert list(systmp.iterdir()) == []     # no fp8lab-census-*, no tmpxft_* left

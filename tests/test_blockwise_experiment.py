@@ -461,7 +461,7 @@ def test_verdict_b7():
 
 
 def test_every_verdict_names_subject_and_rule():
-    from fp8lab import claims
+    from fp8lab.report import claims
 
     vs = [bw.verdict_a3(_a3_df(6536e-6, 1374e-6)), bw.verdict_a4(_a4_df()), bw.verdict_a5(_a5_df()),
           bw.verdict_a6(_tile_df()), bw.verdict_a7(_swz(2e-3, 1e-3)), *bw.verdict_a8(_df(_a8_rows()), 4.27e12),

@@ -29,8 +29,7 @@ def test_digest_follows_sources_versions_and_extra(tmp_path, monkeypatch):
 
 def test_every_binding_uses_the_shared_builder():
     import inspect
-    from fp8lab.kernels import cutlass_blockwise_sm90, mma_blockwise, seed001, weight_only
-    from fp8lab.kernels import hmma_peak
+    from fp8lab.kernels import cutlass_blockwise_sm90, hmma_peak, mma_blockwise, seed001, weight_only
     for mod in (mma_blockwise, seed001, weight_only, hmma_peak):
         src = inspect.getsource(mod.load_extension)
         assert "extension(" in src and "_build" in inspect.getsource(mod), mod.__name__

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import sass
+from fp8lab.toolchain import sass
 from fp8lab.experiments import census
-from fp8lab.tools import have_tool
+from fp8lab.toolchain.tools import have_tool
 
 FIX = Path(__file__).parent / "fixtures" / "sass"
 needs_ptxas = pytest.mark.skipif(not (have_tool("ptxas") and have_tool("cuobjdump")),
@@ -156,7 +156,7 @@ def test_census_sources_skip_bindings(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# Notebook 09's path for user binaries: fp8lab.binaries, its own folder, the post's table
+# Notebook 09's path for user binaries: fp8lab.toolchain.binaries, its own folder, the post's table
 
 needs_tools = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump") and have_tool("nvdisasm")),
                                  reason="nvcc, cuobjdump and nvdisasm needed")
@@ -165,7 +165,7 @@ needs_tools = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump
 @pytest.fixture(scope="session")
 def pair_so(tmp_path_factory):
     """A tiny .so built now from the project's own fixture source (sm_80 + sm_89)."""
-    from fp8lab.tools import run_tool
+    from fp8lab.toolchain.tools import run_tool
     if not have_tool("nvcc"):
         pytest.skip("nvcc not installed")
     out = tmp_path_factory.mktemp("so09") / "libpair.so"
@@ -176,7 +176,7 @@ def pair_so(tmp_path_factory):
 
 def test_binaries_resolve_from_where_the_command_was_typed(pair_so, tmp_path, monkeypatch):
     """The runner's kernel works in notebooks/; a relative path counts from the shell's $PWD."""
-    from fp8lab import binaries
+    from fp8lab.toolchain import binaries
     typed = pair_so.parent
     monkeypatch.chdir(tmp_path)                      # the kernel's folder (notebooks/)
     monkeypatch.setenv("FP8LAB_RUN_ID", "r1")        # run by the runner
@@ -191,7 +191,7 @@ def test_binaries_resolve_from_where_the_command_was_typed(pair_so, tmp_path, mo
 
 
 def test_binaries_folder_is_never_the_own_census(sandbox, tmp_path, monkeypatch):
-    from fp8lab import binaries
+    from fp8lab.toolchain import binaries
     data = sandbox / "data"
     whl = Path("/x/vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl")
     d = census.binaries_folder(data, "cpu", "09_sass_census", whl)
@@ -206,7 +206,8 @@ def test_binaries_folder_is_never_the_own_census(sandbox, tmp_path, monkeypatch)
 
 @needs_tools
 def test_notebook_path_filters_first_and_writes_its_own_folder(pair_so, sandbox, monkeypatch):
-    from fp8lab import binaries, results
+    from fp8lab.toolchain import binaries
+    from fp8lab.report import results
     seen = []
     real = binaries.Children.popen
     monkeypatch.setattr(binaries.Children, "popen", lambda self, cmd, **kw: seen.append(cmd) or real(self, cmd, **kw))
@@ -305,7 +306,7 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
     import nbformat
     import yaml
 
-    from fp8lab import binaries, procs
+    from fp8lab.toolchain import binaries, procs
     root = Path(__file__).resolve().parent.parent
     systmp, pids, src = tmp_path / "systmp", tmp_path / "pids", tmp_path / "src"
     for d in (systmp, pids, src):
@@ -324,7 +325,7 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
     nbformat.write(nb, nbdir / "90_build.ipynb")
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
         {"id": "90", "name": "90_build", "title": "build", "kind": "host", "timeout": 300}]}))
-    runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab import cli, notebooks\n"
+    runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab.run import cli, notebooks\n"
                   "notebooks.manifest_path = lambda: Path(sys.argv[1])\nsys.exit(cli.main(sys.argv[2:]))\n")
     env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(systmp),
            "FP8LAB_DATA_DIR": str(tmp_path / "data"), "FP8LAB_FIGURES_DIR": str(tmp_path / "figs")}

@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import claims, paths, results
+from fp8lab.report import claims, results
+from fp8lab import paths
 
 
 def test_registry_matches_the_shared_claims_list():
@@ -77,3 +78,22 @@ def test_readme_markers_roundtrip(sandbox, tmp_path):
 def test_committed_readme_ledger_is_current():
     """The README's ledger must match data/ (regenerate with `python -m fp8lab claims`)."""
     assert claims.update_readme(check=True), "README ledger is stale: run `python -m fp8lab claims`"
+
+
+def test_record_if_measured_records_only_the_device_this_run_measured(tmp_path, monkeypatch):
+    recorded = []
+    monkeypatch.setattr(claims, "record", lambda run, vs: recorded.append(list(vs)))
+    v = claims.Verdict("A3", "holds", "1.9x", subject="analogue", rule="holds if ratio >= 1.5", variant="k")
+
+    class Run:
+        mode, device = "measure", "h200"
+
+    assert claims.record_if_measured(Run, "h200", [v]) == [v] and recorded == [[v]]
+    assert claims.record_if_measured(Run, "l4", [v]) == [v] and len(recorded) == 1
+    Run.mode = "replot"
+    claims.record_if_measured(Run, "h200", [v])
+    assert len(recorded) == 1
+    t = claims.table([v])
+    assert list(t.columns) == ["claim", "subject", "verdict", "our_figure", "reason", "rule"]
+    assert t.iloc[0]["subject"] == "analogue, k"
+    assert claims.markdown(v, "h200") == "**A3 (analogue, k): holds** (h200). 1.9x.   \n*Rule:* holds if ratio >= 1.5"

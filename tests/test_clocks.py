@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fp8lab import clocks
+from fp8lab.measure import clocks
 
 
 class FakeNVMLError(Exception):
@@ -21,7 +21,7 @@ class FakeNVMLError(Exception):
 
 
 class FakeNVML:
-    """The slice of pynvml that fp8lab.clocks uses, recording every call."""
+    """The slice of pynvml that fp8lab.measure.clocks uses, recording every call."""
     NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
     NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = 3, 4
 
@@ -337,7 +337,7 @@ def _write_record(path, pid, start, uuid="GPU-fake-0", sm=True, mem=False):
 
 
 def test_release_kills_the_holder_then_resets(tmp_path):
-    from fp8lab import procs
+    from fp8lab.toolchain import procs
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                               start_new_session=True)
     try:
@@ -555,7 +555,7 @@ def test_samples_out_of_arrival_order_are_ordered_by_time():
 def test_blockwise_rows_from_a_short_window_get_clocks(monkeypatch):
     """The rows that decide A8 were graph-replayed for ~10 ms under a 20 ms sampler: NaN clocks
     before; now the bracketing samples, and a note where there is no sampler."""
-    from fp8lab import bench
+    from fp8lab.measure import bench
     from fp8lab.experiments import blockwise as bw
 
     s, clock = _quiet_sampler()
@@ -579,7 +579,7 @@ def _experiment_modules():
     import importlib
     import pathlib
 
-    root = pathlib.Path(clocks.__file__).parent / "experiments"
+    root = pathlib.Path(clocks.__file__).parents[1] / "experiments"
     return {p.stem: (p, importlib.import_module(f"fp8lab.experiments.{p.stem}"))
             for p in sorted(root.glob("*.py")) if p.stem != "__init__"}
 
@@ -589,7 +589,7 @@ def test_no_experiment_summarises_a_window_itself():
 
     for name, (path, mod) in _experiment_modules().items():
         src = path.read_text()
-        # a windowed sampler.summary(t0, t1) outside fp8lab.clocks is a private copy of row_clocks
+        # a windowed sampler.summary(t0, t1) outside fp8lab.measure.clocks is a private copy of row_clocks
         assert not re.search(r"\.summary\(\s*[^)\s]", src), f"{name}: use clocks.timed / clocks.row_clocks"
         if "bench.bench(" in src:
             assert "clocks.timed(" in src or re.search(r"\btimed\(sampler", src), \

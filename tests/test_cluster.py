@@ -9,14 +9,14 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import cli, notebooks, runner
+from fp8lab.run import cli, notebooks, runner
 from nb_fixture import make_notebook
 
 distributed = pytest.importorskip("distributed")
-from fp8lab import cluster  # noqa: E402  (needs distributed only when it runs a cluster)
+from fp8lab.run import cluster  # noqa: E402  (needs distributed only when it runs a cluster)
 
 HEAD = ("import os, time, pandas as pd\n"
-        "from fp8lab import provenance, results, paths\n"
+        "from fp8lab import paths\nfrom fp8lab.report import provenance, results\n"
         "DEV = os.environ['FP8LAB_WORKER_DEVICE']\n")
 
 
@@ -103,7 +103,7 @@ def at_client(checkouts, monkeypatch):
 
 def test_notebooks_run_on_the_workers_and_results_come_back(checkouts, dask_cluster, at_client,
                                                             tmp_path, capsys):
-    from fp8lab import results
+    from fp8lab.report import results
     client, (wa, wb) = checkouts
     lines = []
     rc = runner.run(manifest=client / "notebooks" / "manifest.yaml", run_dir=tmp_path / "run",
@@ -193,7 +193,7 @@ def test_cluster_arguments(no_gpu, monkeypatch, capsys):
         m.setitem(sys.modules, "distributed", None)          # dask not installed
         with pytest.raises(notebooks.UsageError, match=r"pip install 'fp8lab\[cluster\]'"):
             cluster.local_cluster(1)
-    monkeypatch.setattr("fp8lab.provenance.gpu_count", lambda: 2)
+    monkeypatch.setattr("fp8lab.report.provenance.gpu_count", lambda: 2)
     with pytest.raises(notebooks.UsageError, match="NVML sees 2 GPU"):
         cluster.local_cluster(3)
 

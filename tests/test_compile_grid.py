@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import compile_grid as cg
-from fp8lab import resources, tools
+from fp8lab.experiments import compile_grid as cg
+from fp8lab.toolchain import resources, tools
 from fp8lab.kernels import mma_blockwise as mb
 
 FIX = Path(__file__).parent / "fixtures" / "compile_grid"
@@ -266,7 +266,7 @@ def test_compile_cutlass_example_parses_ptxas_and_cuobjdump(tmp_path, monkeypatc
     """The build reads the GEMM kernel out of several; tools are faked (the real build: notebook 02)."""
     import subprocess
 
-    from fp8lab import tools
+    from fp8lab.toolchain import tools
     from fp8lab.experiments import spills
     (tmp_path / spills.CUTLASS_EXAMPLE).parent.mkdir(parents=True)
     (tmp_path / spills.CUTLASS_EXAMPLE).write_text("GemmShape<64, 128, 128> GemmShape<64, 64, 128> Stages = 3;")
@@ -324,10 +324,10 @@ def test_a_killed_grid_leaves_no_temp_folder_behind(monkeypatch, tmp_path):
     import subprocess
     import sys
 
-    from fp8lab import procs
+    from fp8lab.toolchain import procs
     child = subprocess.Popen(
         [sys.executable, "-c",
-         "import time\nfrom fp8lab import compile_grid as cg\n"
+         "import time\nfrom fp8lab.experiments import compile_grid as cg\n"
          "def slow(args):\n    print('compiling', flush=True)\n    time.sleep(60)\n"
          "cg._run_nvcc = slow\n"
          "cg._compile_fresh(cg.grid_jobs('all', 'per_slice', 'sm_90')[0], 'k' * 64, "

@@ -9,9 +9,8 @@ import pytest
 from fp8lab import paths
 from fp8lab.arms import counts, registry
 from fp8lab.experiments import three_arms as ta
-from fp8lab.kernels import quant_act as qa
-from fp8lab.kernels import weight_only as wo
-from fp8lab.peers import catalog
+from fp8lab.kernels import quant_act as qa, weight_only as wo
+from fp8lab.arms import peer_catalog
 
 from test_registry import emitted
 
@@ -94,9 +93,9 @@ def test_weight_only():
 
 
 @pytest.mark.parametrize("pid", [p for p in registry.ids("arm") if registry.is_peer(p)
-                                 and catalog.get(p).kind != "quantiser"])
+                                 and peer_catalog.get(p).kind != "quantiser"])
 def test_a_peers_weight_stream_is_its_formats(pid):
-    assert registry.count(pid, N=256, K=384).weight_bytes == catalog.weight_stream_bytes(pid, 256, 384)
+    assert registry.count(pid, N=256, K=384).weight_bytes == peer_catalog.weight_stream_bytes(pid, 256, 384)
 
 
 @pytest.mark.parametrize("arm, kw, msg", [

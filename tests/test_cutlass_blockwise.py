@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8lab import tools
+from fp8lab.toolchain import tools
 from fp8lab.kernels import cutlass_blockwise_sm90 as cb
 
 

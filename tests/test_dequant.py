@@ -1,6 +1,6 @@
 """Dequant emulators, exhaustively over every code against an independent reference.
 
-The reference is ``fp8lab.formats.decode``: ml_dtypes' own conversion for the float formats,
+The reference is ``fp8lab.emulate.formats.decode``: ml_dtypes' own conversion for the float formats,
 ``code - zero_point`` for the integers. Nothing here re-derives a value with the shift/mask
 arithmetic under test (a test sharing the kernel's derivation let a wrong FP4 decode of
 codes 0x0/0x1 pass in tilelang). Every comparison is bit for bit: pattern * folded factor
@@ -14,8 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8lab import dequant as dq
-from fp8lab import formats
+from fp8lab.emulate import dequant as dq, formats
 
 RNG = np.random.default_rng(20240601)
 ALL_TRICKS = sorted(dq.TRICKS)

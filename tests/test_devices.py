@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from fp8lab import devices, provenance
+from fp8lab.facts import devices
+from fp8lab.report import provenance
 
 EXPECTED = {"l4", "l40s", "rtx-4090", "rtx-3090", "rtx-5090", "a100", "h100", "h200", "b200"}
 

@@ -1,4 +1,4 @@
-"""Kernel excerpts in notebooks come from named markers in the sources (fp8lab.excerpts): the
+"""Kernel excerpts in notebooks come from named markers in the sources (fp8lab.report.excerpts): the
 markers pair up in every source, every excerpt a notebook prints exists, and no notebook cuts
 fp8lab's own sources at ad-hoc text any more (it once did: a merged dedupe dropped the
 "  // Epilogue" that notebook 06 cut at, and 06 failed under `make run` on a CPU box). This
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import excerpts, paths
+from fp8lab.report import excerpts
+from fp8lab import paths
 
 ROOT = paths.repo_root()
 KERNELS = ROOT / "fp8lab" / "kernels"
@@ -53,7 +54,7 @@ def test_no_notebook_cuts_fp8labs_sources_at_adhoc_text():
         for no, line in enumerate(nb.read_text().splitlines(), 1):
             if re.search(r"\b(HEADER|SOURCE|_SOURCE)\b.*read_text\(\)|getsource\(|\.src\b", line):
                 bad.append(f"{nb.name}:{no}: {line.strip()}")
-    assert not bad, "use fp8lab.excerpts.excerpt(path, name):\n" + "\n".join(bad)
+    assert not bad, "use fp8lab.report.excerpts.excerpt(path, name):\n" + "\n".join(bad)
 
 
 # ---------------------------------------------------------------------------- the parser

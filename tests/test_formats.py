@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import formats
+from fp8lab.emulate import formats
 
 
 @pytest.mark.parametrize("fmt", sorted(formats.FORMATS))
@@ -125,7 +125,7 @@ def test_bad_inputs():
 
 def test_experiment_sweep_tables():
     # The notebook's sweep, without Jupyter: every trick bit-exact on every finite code.
-    from fp8lab import dequant
+    from fp8lab.emulate import dequant
     from fp8lab.experiments import formats as exp
 
     s = exp.trick_summary(seed=1)
@@ -144,7 +144,7 @@ def test_experiment_sweep_tables():
 
 
 # ------------------------------------------------------------------ B2 and C2 verdicts
-from fp8lab import tools  # noqa: E402
+from fp8lab.toolchain import tools  # noqa: E402
 from fp8lab.experiments import formats as fx  # noqa: E402
 
 needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool("cuobjdump")),

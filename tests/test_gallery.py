@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from fp8lab import cli, gallery, notebooks
+from fp8lab.run import cli, gallery, notebooks
 from fp8lab.paths import figures_dir
 
 
@@ -57,7 +57,7 @@ def test_render_from_a_sandbox_tree(tree):
     # the newest sidecar's date, and the mode each device implies
     assert "*alpha: NVIDIA H200 · 2026-01-05 · measured · claims: A3, A4*" in text
     assert "*codes: CPU (x86_64) · 2026-02-03 · computed · claims: B2*" in text
-    assert ("*floors: spec sheet (fp8lab.devices) · 2026-03-04 · computed from the spec sheet "
+    assert ("*floors: spec sheet (fp8lab.facts.devices) · 2026-03-04 · computed from the spec sheet "
             "· claims: —*") in text
     assert "*lonely: l4 · — · no data in data/ · claims: —*" in text
     assert "(not in notebooks/manifest.yaml)" in text
@@ -104,7 +104,8 @@ def test_committed_gallery_is_current(monkeypatch):
 def test_cli_check_exit_codes(monkeypatch, capsys):
     """`claims --check` / `gallery --check`: 0 when current, 1 with the command to run when stale;
     without --check the file is (re)written and the command exits 0."""
-    from fp8lab import claims, cli, gallery
+    from fp8lab.report import claims
+    from fp8lab.run import cli, gallery
     for mod, fn, cmd, what in ((claims, "update_readme", "claims", "README ledger"),
                                (gallery, "update", "gallery", "figures/README.md")):
         for current, check, rc, msg in ((True, True, 0, f"{what} is current"),

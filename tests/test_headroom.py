@@ -4,10 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab.experiments import gemv_sass as gs
-from fp8lab.experiments import headroom as hr
+from fp8lab.experiments import gemv_sass as gs, headroom as hr
 from fp8lab.kernels import weight_only as wo
-from fp8lab.tools import have_tool
+from fp8lab.toolchain.tools import have_tool
 
 needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")),
                                 reason="needs nvcc and cuobjdump")

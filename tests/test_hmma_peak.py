@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fp8lab.kernels import hmma_peak as hp
-from fp8lab.tools import have_tool
+from fp8lab.toolchain.tools import have_tool
 
 
 def test_config_validation_and_flop():
@@ -32,7 +32,7 @@ def test_reference_is_exact_in_fp32_at_the_largest_n_iters():
 def test_sass_is_bf16_hmma_without_spills(tmp_path):
     import subprocess
 
-    from fp8lab.tools import find_tool, run_tool
+    from fp8lab.toolchain.tools import find_tool, run_tool
 
     cubin = tmp_path / "hp.cubin"
     r = subprocess.run([str(find_tool("nvcc")), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v",

@@ -1,6 +1,6 @@
 """`make lab` (python -m fp8lab lab): the kernel the notebooks ask for runs this Python, a
 paired .py opens as a notebook, and saving through JupyterLab rewrites both sides of the
-pair. The server is the real one (fp8lab.lab's command line and environment), on a copy of
+pair. The server is the real one (fp8lab.run.lab's command line and environment), on a copy of
 one notebook pair; the browser side is tests/test_lab_browser.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 import labserver
-from fp8lab import cli, lab
+from fp8lab.run import cli, lab
 from fp8lab.paths import repo_root
 
 NB = "01_formats"

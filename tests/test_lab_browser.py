@@ -9,7 +9,7 @@ decoded (non-zero natural size). Afterwards nothing under data/, figures/ or not
 changed: a hand run writes to runs/scratch/ only. Screenshots of both notebooks go to
 runs/lab-test/<time>/ (the path is printed), with JupyterLab's log.
 
-A second JupyterLab on a fixture notebook with a nested sweep (fp8lab.progress, as the
+A second JupyterLab on a fixture notebook with a nested sweep (fp8lab.measure.progress, as the
 experiments' loops use it) checks that the sweep is one progress-bar widget that renders
 and fills to 100 %, and nothing else in the cell's output.
 
@@ -221,11 +221,11 @@ def test_notebooks_run_all_in_jupyterlab(tmp_path, capsys):
     assert redrawn, f"no redrawn figure of {GPU_NB} under {scratch}"
 
 
-# A sweep as the experiments write it (fp8lab.progress, an inner loop inside an outer one),
+# A sweep as the experiments write it (fp8lab.measure.progress, an inner loop inside an outer one),
 # in a notebook of its own: what a person sees is one bar that fills, not a line per point.
 SWEEP_NB = "sweep.ipynb"
 SWEEP_CELLS = [
-    "import time\nfrom fp8lab import progress as pg\nprint('progress mode:', pg.mode())",
+    "import time\nfrom fp8lab.measure import progress as pg\nprint('progress mode:', pg.mode())",
     "for shape in pg.progress(range(3), desc='fixture sweep', unit='shapes'):\n"
     "    for M in pg.progress(range(4), desc='M'):\n"
     "        time.sleep(0.15)",
@@ -250,7 +250,7 @@ WIDGET_JS = """() => {
 
 
 def test_a_sweep_shows_one_progress_bar_in_jupyterlab(tmp_path, capsys):
-    """The widget bar of fp8lab.progress renders in JupyterLab (ipywidgets in the kernel,
+    """The widget bar of fp8lab.measure.progress renders in JupyterLab (ipywidgets in the kernel,
     its extension in the server) and fills to 100 %; nested loops are one bar; nothing
     else (no text fallback, no throttled lines) lands in the cell's output."""
     import nbformat

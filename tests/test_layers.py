@@ -1,6 +1,7 @@
 """fp8lab's imports form no circle and run down the layers (issue 18): read from the sources,
 function-level imports included (a lazy import still ties two modules together), so a change
-that closes a circle or makes a kernel wrapper import measuring or reporting code fails here."""
+that closes a circle or makes a module import from a layer above its own (a kernel wrapper
+importing measuring code, say) fails here."""
 
 import ast
 from pathlib import Path
@@ -11,11 +12,31 @@ import fp8lab
 
 PKG = Path(fp8lab.__file__).resolve().parent
 
-#: what the kernel wrappers may import besides each other: number formats and emulators, the
-#: arm registry and its counts, paths, the toolchain helpers. Never measuring (bench, clocks,
-#: experiments, peers), reporting (results, claims, plotting, overlay) or running (runner, cli).
-KERNEL_MAY_IMPORT = ("fp8lab.kernels", "fp8lab.arms", "fp8lab.dequant", "fp8lab.formats", "fp8lab.paths",
-                     "fp8lab.tools", "fp8lab.resources")
+#: fp8lab's subpackages from the bottom up; a module imports only from its own layer or below.
+#: paths: where things live. emulate / facts: number formats and emulators, shapes, spec sheets,
+#: roofline arithmetic (no GPU). toolchain: nvcc, ptxas, SASS, ncu, child processes. kernels: the
+#: kernel sources and their wrappers. arms: the registry of every arm (fp8lab's and peers') with its
+#: count. measure: timing, clocks, progress. report: tables, provenance, plots, the ledger.
+#: experiments / peers: sweeps -> tables -> verdicts -> figures. run: the runner, the cluster, the CLI.
+LAYERS = (
+    ("fp8lab.paths",),
+    ("fp8lab.emulate", "fp8lab.facts"),
+    ("fp8lab.toolchain",),
+    ("fp8lab.kernels",),
+    ("fp8lab.arms",),
+    ("fp8lab.measure",),
+    ("fp8lab.report",),
+    ("fp8lab.experiments", "fp8lab.peers"),
+    ("fp8lab.run",),
+    ("fp8lab.__main__",),
+)
+
+
+def layer(module: str) -> int:
+    for i, names in enumerate(LAYERS):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    raise KeyError(module)
 
 
 def _modules() -> dict:
@@ -92,7 +113,19 @@ def test_no_import_circle():
         " <-> ".join(c) for c in found)
 
 
-@pytest.mark.parametrize("module", sorted(m for m in _modules() if m.startswith("fp8lab.kernels.")))
-def test_kernels_never_import_up(module):
-    up = sorted(t for t in imports(_modules())[module] if not t.startswith(KERNEL_MAY_IMPORT))
-    assert not up, f"{module} imports {up}: kernel wrappers may import only {KERNEL_MAY_IMPORT}"
+def test_every_module_has_a_layer():
+    homeless = sorted(m for m in _modules() if m != "fp8lab" and not any(
+        m == n or m.startswith(n + ".") for names in LAYERS for n in names))
+    assert not homeless, f"modules in no layer of LAYERS (put each in a subpackage): {homeless}"
+
+
+def test_the_layer_rule_can_fail():
+    assert layer("fp8lab.kernels.weight_only") < layer("fp8lab.measure.bench") < layer("fp8lab.run.cli")
+    assert layer("fp8lab.experiments.decode") == layer("fp8lab.peers.sweeps")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in _modules() if m != "fp8lab"))
+def test_imports_run_down_the_layers(module):
+    up = sorted(t for t in imports(_modules())[module] if t != "fp8lab" and layer(t) > layer(module))
+    assert not up, (f"{module} (layer {layer(module)}) imports {up} from a higher layer; move the shared "
+                    "code down or the importer up (LAYERS, tests/test_layers.py)")

@@ -1,4 +1,4 @@
-"""Cross-device figures (fp8lab.overlay), on a second device cloned from the committed h200
+"""Cross-device figures (fp8lab.experiments.overlay), on a second device cloned from the committed h200
 tables into a temporary data/ (never into the repo's data/)."""
 
 import json
@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import gallery, notebooks, overlay, results
+from fp8lab.run import gallery
+from fp8lab.experiments import overlay
+from fp8lab.report import results
+from fp8lab.run import notebooks
 from fp8lab.paths import repo_root
 
 REPO_DATA = repo_root() / "data"

@@ -10,15 +10,13 @@ import pytest
 
 from fp8lab import peers
 from fp8lab.arms import registry
-from fp8lab.experiments import blockwise as bw
-from fp8lab.experiments import decode as dx
-from fp8lab.experiments import prefill as px
-from fp8lab.experiments import quantisers as qx
-from fp8lab.peers import build, catalog, discover, harness, sweeps
+from fp8lab.experiments import blockwise as bw, decode as dx, prefill as px, quantisers as qx
+from fp8lab.peers import build, discover, harness, sweeps
+from fp8lab.arms import peer_catalog
 
 
 def _missing(pid):
-    return discover.Availability(pid, False, reason="nothing here (fake)", install=catalog.get(pid).install)
+    return discover.Availability(pid, False, reason="nothing here (fake)", install=peer_catalog.get(pid).install)
 
 
 def _present(pid):
@@ -26,25 +24,25 @@ def _present(pid):
 
 
 def test_catalog_rows_are_complete_and_registered():
-    for pid, p in catalog.PEERS.items():
+    for pid, p in peer_catalog.PEERS.items():
         assert pid.startswith(registry.PEER_PREFIX) and registry.is_peer(pid)
-        assert p.kind in catalog.KINDS and p.discover in ("import", "build")
+        assert p.kind in peer_catalog.KINDS and p.discover in ("import", "build")
         assert p.install.strip() and p.licence.strip() and p.weight and p.scales and p.act
-        assert set(p.notebooks) <= set(catalog.NOTEBOOKS)
-        assert catalog.NOTEBOOKS[p.notebooks[0]] == p.kind
+        assert set(p.notebooks) <= set(peer_catalog.NOTEBOOKS)
+        assert peer_catalog.NOTEBOOKS[p.notebooks[0]] == p.kind
         assert registry.entry(pid).kind == "arm" and registry.color(pid)
     # the seed's subject is in 08 and 11; every notebook's arm list is its peers
     assert "peer_marlin_int4" in dx.PEERS and "peer_marlin_int4" in px.PEERS
-    assert bw.PEERS == catalog.ids_for("05") and "peer_torchao_blockwise" in bw.PEERS
+    assert bw.PEERS == peer_catalog.ids_for("05") and "peer_torchao_blockwise" in bw.PEERS
     assert set(qx.PEERS) == {"peer_vllm_quant_group", "peer_sglang_quant_group"}
     with pytest.raises(ValueError, match="unknown peer"):
-        catalog.get("peer_nope")
+        peer_catalog.get("peer_nope")
 
 
 def test_carried_says_which_can_reach_the_offline_box():
-    assert catalog.get("peer_torchao_blockwise").carries and catalog.get("peer_marlin_int4").carries
+    assert peer_catalog.get("peer_torchao_blockwise").carries and peer_catalog.get("peer_marlin_int4").carries
     for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise", "peer_vllm_marlin_int4"):
-        assert not catalog.get(pid).carries
+        assert not peer_catalog.get(pid).carries
 
 
 @pytest.mark.parametrize("pid, N, K, want", [
@@ -55,12 +53,12 @@ def test_carried_says_which_can_reach_the_offline_box():
     ("peer_torchao_blockwise", 129, 256, 129 * 256 + 4 * 2 * 2),        # a ragged N block still has a scale
 ])
 def test_weight_stream_bytes(pid, N, K, want):
-    assert catalog.weight_stream_bytes(pid, N, K) == want
+    assert peer_catalog.weight_stream_bytes(pid, N, K) == want
 
 
 def test_quantisers_have_no_weight_stream():
     with pytest.raises(ValueError, match="activations"):
-        catalog.weight_stream_bytes("peer_vllm_quant_group", 128, 128)
+        peer_catalog.weight_stream_bytes("peer_vllm_quant_group", 128, 128)
 
 
 def test_availability_from_a_probe_and_the_gpu_generation():
@@ -130,7 +128,7 @@ def test_status_rows_keep_text_columns_text():
 
 def test_peers_table_names_every_peer():
     t = peers.table(avail=_missing)
-    assert list(t["peer"]) == list(catalog.PEERS) and (t["here"] == "no").all()
+    assert list(t["peer"]) == list(peer_catalog.PEERS) and (t["here"] == "no").all()
     assert t.loc[t["peer"] == "peer_torchao_blockwise", "offline_box"].item() == "wheel 3.4 MB"
 
 
@@ -242,8 +240,8 @@ def test_readme_peers_table_is_the_catalogs():
     text = (paths.repo_root() / "README.md").read_text()
     i, j = text.index(peers.README_BEGIN), text.index(peers.README_END)
     assert text[i + len(peers.README_BEGIN) + 1:j] == peers.readme_table(), \
-        "run `python -m fp8lab.peers readme` after changing fp8lab/peers/catalog.py"
-    for p in catalog.PEERS.values():
+        "run `python -m fp8lab.peers readme` after changing fp8lab/arms/peer_catalog.py"
+    for p in peer_catalog.PEERS.values():
         assert f"`{p.id}`" in text
 
 

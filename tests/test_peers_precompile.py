@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp8lab.peers import catalog, precompile
+from fp8lab.arms import peer_catalog
+from fp8lab.peers import precompile
 
 
 class _Cfg:
@@ -73,7 +74,7 @@ def test_compile_only_covers_every_config_once_across_the_workers():
 
 
 def test_only_triton_autotuned_peers_are_compiled_ahead():
-    auto = precompile.autotuned(list(catalog.PEERS))
+    auto = precompile.autotuned(list(peer_catalog.PEERS))
     assert "peer_torchao_blockwise" in auto and "peer_gemlite_w8a16_fp8" in auto
     assert "peer_marlin_int4" not in auto and "peer_vllm_blockwise" not in auto and "peer_deepgemm" not in auto
 
@@ -159,7 +160,7 @@ def test_the_build_plans_what_the_notebooks_sweep_asks_for(monkeypatch, nb, smok
     import re
     from pathlib import Path
 
-    from fp8lab import prebuild
+    from fp8lab.run import prebuild
     from fp8lab.peers import discover, sweeps
 
     params = json.loads(next(t for t in prebuild.with_params(prebuild.TARGETS, smoke=smoke)

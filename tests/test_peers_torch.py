@@ -129,10 +129,11 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from fp8lab import bench, clocks  # noqa: E402
+from fp8lab.measure import bench, clocks  # noqa: E402
 from fp8lab.experiments import decode as dx  # noqa: E402
 from fp8lab.experiments import prefill as px  # noqa: E402
-from fp8lab.peers import catalog, sweeps  # noqa: E402
+from fp8lab.arms import peer_catalog
+from fp8lab.peers import sweeps  # noqa: E402
 
 T = 1e-5   # every fake call takes 10 us
 
@@ -195,7 +196,7 @@ def test_decode_sweep_rows_for_every_outcome(cpu_sweeps):
     assert (m["stream_bytes"] == N * K + 4 * N).all() and (m["weight_bytes"] == N * K).all()
     assert np.allclose(m["bw_p50"], (N * K + 4 * N) / T) and np.allclose(m["fraction_of_copy"], m["bw_p50"] / 4e12)
     assert (m["check_relerr"] < harness.CHECK_RELERR).all() and (m["bytes_note"] == "").all()
-    assert (m["version"] == "9.9").all() and (m["format_bytes"] == catalog.weight_stream_bytes(
+    assert (m["version"] == "9.9").all() and (m["format_bytes"] == peer_catalog.weight_stream_bytes(
         "peer_gemlite_w8a16_fp8", N, K)).all()
     assert (m["timing_method"] == "graph").all() and set(m["M"]) == {1, 16}
 

@@ -1,7 +1,7 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from fp8lab import plotting, results
+from fp8lab.report import plotting, results
 
 
 def test_save_writes_svg_and_2x_png_with_footnote(sandbox):
@@ -75,7 +75,7 @@ def test_a_redraw_by_hand_never_overwrites_committed_figures(tmp_path, monkeypat
 
 
 def test_cross_device_figure_of_committed_data_only_goes_to_scratch(tmp_path, monkeypatch):
-    from fp8lab import overlay
+    from fp8lab.experiments import overlay
     root = tmp_path / "repo"
     for d in ("fp8lab", "notebooks", "figures"):
         (root / d).mkdir(parents=True)

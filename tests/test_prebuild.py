@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import cli, prebuild
+from fp8lab.run import cli, prebuild
 from fp8lab.kernels import cutlass_blockwise_sm90, hmma_peak, mma_blockwise, seed001, weight_only
 from fp8lab.experiments import gemv_sass
 
-PKG = Path(prebuild.__file__).resolve().parent
+PKG = Path(prebuild.__file__).resolve().parents[1]
 KERNELS = PKG / "kernels"
 
 
@@ -119,7 +119,7 @@ def test_only_refuses_unknown_names(capsys, only):
 
 
 def test_no_gpu_builds_nothing(capsys, monkeypatch):
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: False)
     monkeypatch.setattr(prebuild, "run_targets", lambda *a, **k: pytest.fail("built without a GPU"))
     assert cli.main(["build"]) == 0
@@ -127,7 +127,7 @@ def test_no_gpu_builds_nothing(capsys, monkeypatch):
 
 
 def test_bad_jobs(capsys, monkeypatch):
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     assert cli.main(["build", "--jobs", "0"]) == 2
     assert "--jobs" in capsys.readouterr().err
@@ -184,7 +184,7 @@ def test_driver_stops_a_build_past_its_timeout_and_the_lock_goes(tmp_path):
 
 
 def test_cli_one_line_per_target_and_failure_exit(tmp_path, capsys, monkeypatch):
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setenv("FP8LAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(prebuild, "TARGETS", (_t("ok", "fake_build", str(tmp_path / "ok")), _t("bad", "fake_fail"),
@@ -205,7 +205,7 @@ def test_cli_one_line_per_target_and_failure_exit(tmp_path, capsys, monkeypatch)
 def test_a_peer_that_fails_to_build_does_not_fail_the_run(tmp_path, capsys, monkeypatch):
     """The original Marlin (a peer) builds as a target of its own kind: when it fails, its
     notebooks' rows say not-run; fp8lab's own targets failing still fail make run."""
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setenv("FP8LAB_CACHE_DIR", str(tmp_path))
     peer = dataclasses.replace(_t("peer_x", "fake_fail"), kind="peer")

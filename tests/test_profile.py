@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import profile
+from fp8lab.kernels import ncu_fixture
+from fp8lab.toolchain import profile
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "ncu").glob("*.ncu-rep"))
 
@@ -72,10 +73,10 @@ def _module_level_fn():
 
 
 def test_targets():
-    assert profile._target_argv("fp8lab.profile:fixture_workload") == [
-        sys.executable, "-m", "fp8lab.profile", "run", "fp8lab.profile:fixture_workload"]
-    argv = profile._target_argv(profile.fixture_workload)
-    assert argv[-1] == "fp8lab.profile:fixture_workload"
+    assert profile._target_argv("fp8lab.kernels.ncu_fixture:fixture_workload") == [
+        sys.executable, "-m", "fp8lab.toolchain.profile", "run", "fp8lab.kernels.ncu_fixture:fixture_workload"]
+    argv = profile._target_argv(ncu_fixture.fixture_workload)
+    assert argv[-1] == "fp8lab.kernels.ncu_fixture:fixture_workload"
     assert profile._target_argv(["./bin", "--n", 3]) == ["./bin", "--n", "3"]
     with pytest.raises(ValueError, match="importable"):
         profile._target_argv(lambda: None)
@@ -83,9 +84,9 @@ def test_targets():
         profile._target_argv("/no/such/script.py")
     with pytest.raises(ValueError, match="target must be"):
         profile._target_argv(42)
-    assert profile._resolve("fp8lab.profile:fixture_workload") is profile.fixture_workload
+    assert profile._resolve("fp8lab.kernels.ncu_fixture:fixture_workload") is ncu_fixture.fixture_workload
     with pytest.raises(ValueError, match="module:function"):
-        profile._resolve("fp8lab.profile")
+        profile._resolve("fp8lab.toolchain.profile")
 
 
 # ------------------------------------------------------------------ reader, fake report
@@ -213,7 +214,7 @@ def test_load_report_missing_file():
 # ------------------------------------------------------------------ the committed fixture
 @pytest.mark.skipif(not FIXTURES, reason=(
     "ncu fixture missing: tests/fixtures/ncu/*.ncu-rep is made on a GPU box with "
-    "`python -m fp8lab.profile selftest tests/fixtures/ncu/h200_small.ncu-rep`"))
+    "`python -m fp8lab.kernels.ncu_fixture tests/fixtures/ncu/h200_small.ncu-rep`"))
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
 def test_fixture_report(path):
     pytest.importorskip("ncu_report")
@@ -231,7 +232,7 @@ def test_fixture_report(path):
     ew = df[df["kernel"].str.contains("fixture_scale")]
     assert len(ew) == 1
     ew = ew.iloc[0]
-    assert ew["dram_read_bytes"] == pytest.approx(profile.FIXTURE_SCALE_ELEMENTS * 4, rel=0.1)
+    assert ew["dram_read_bytes"] == pytest.approx(ncu_fixture.FIXTURE_SCALE_ELEMENTS * 4, rel=0.1)
     assert ew["dram_pct"] > 50
     # the FMA kernel is FFMA and nothing much else, with no local memory
     fma = df[df["kernel"].str.contains("fma_peak")].iloc[0]
@@ -260,7 +261,7 @@ sys.exit(child.returncode)
 
 
 def test_profile_runs_the_target_under_ncu(tmp_path, monkeypatch):
-    from fp8lab import tools
+    from fp8lab.toolchain import tools
 
     log = tmp_path / "ncu.json"
     fake = tmp_path / "ncu"
@@ -269,15 +270,15 @@ def test_profile_runs_the_target_under_ncu(tmp_path, monkeypatch):
     monkeypatch.setenv("FP8LAB_NCU", str(fake))
     tools.find_tool.cache_clear()
     try:
-        out = profile.profile("fp8lab.devices:spec_table", tmp_path / "rep", kernel_regex="fma")
+        out = profile.profile("fp8lab.facts.devices:spec_table", tmp_path / "rep", kernel_regex="fma")
         import json
         rec = json.loads(log.read_text())
         assert out == tmp_path / "rep.ncu-rep" and out.read_bytes() == b"fake report"
         assert rec["child_rc"] == 0, rec["child_err"]       # the child imported fp8lab and ran it
         assert rec["argv"][rec["argv"].index("--clock-control") + 1] == "none"
-        assert rec["argv"][-2:] == ["run", "fp8lab.devices:spec_table"]
+        assert rec["argv"][-2:] == ["run", "fp8lab.facts.devices:spec_table"]
         # a failing target surfaces as an error with ncu's output
         with pytest.raises(RuntimeError, match="ncu failed"):
-            profile.profile("fp8lab.devices:no_such_function", tmp_path / "bad")
+            profile.profile("fp8lab.facts.devices:no_such_function", tmp_path / "bad")
     finally:
         tools.find_tool.cache_clear()

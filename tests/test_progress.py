@@ -1,4 +1,4 @@
-"""fp8lab.progress: which mode it picks, where its lines go, how often, nested loops, and
+"""fp8lab.measure.progress: which mode it picks, where its lines go, how often, nested loops, and
 the runner's log receiving a running notebook's progress lines before the notebook ends."""
 
 import importlib.util
@@ -12,8 +12,8 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import progress as pg
-from fp8lab import runner
+from fp8lab.measure import progress as pg
+from fp8lab.run import runner
 from fp8lab.paths import repo_root
 
 
@@ -251,7 +251,7 @@ def test_a_bar_that_cannot_be_drawn_falls_back_to_lines(monkeypatch, plain, caps
     monkeypatch.setattr(pg, "_make_bar", broken)
     assert list(pg.progress(range(3), desc="sweep", unit="points")) == [0, 1, 2]
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "fp8lab.progress: no progress bar (RuntimeError: no comm); plain lines instead"
+    assert err[0] == "fp8lab.measure.progress: no progress bar (RuntimeError: no comm); plain lines instead"
     assert err[-1] == "sweep: 3 points in 0 s"
 
 
@@ -282,7 +282,7 @@ def test_the_offline_wheelhouse_carries_ipywidgets():
 
 SWEEP_CELL = """
 import os, time
-from fp8lab.progress import progress
+from fp8lab.measure.progress import progress
 for shape in progress(range(4), desc="fixture sweep", unit="shapes"):
     time.sleep(0.3)
 # hold the notebook open until the test has read the log
@@ -351,19 +351,19 @@ SWEEPS = {
     "fp8lab/experiments/ceilings.py": ("measure_ceilings",),
     "fp8lab/experiments/census.py": ("probe_mma_types", "census_fp8lab", "_triton_census"),
     "fp8lab/peers/sweeps.py": ("decode", "prefill", "blockwise", "quantisers"),
-    "fp8lab/compile_grid.py": ("build_grid",),
+    "fp8lab/experiments/compile_grid.py": ("build_grid",),
 }
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS))
 def test_every_long_sweep_loop_reports_its_progress(path):
-    """Each long loop iterates through fp8lab.progress (imported as ``track``): a loop
+    """Each long loop iterates through fp8lab.measure.progress (imported as ``track``): a loop
     rewritten or merged without it would sweep silently again."""
     import ast
     tree = ast.parse((repo_root() / path).read_text())
     aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                and (node.module or "").endswith("progress") for a in node.names if a.name == "progress"}
-    assert aliases, f"{path} does not import fp8lab.progress.progress"
+    assert aliases, f"{path} does not import fp8lab.measure.progress.progress"
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     for name in SWEEPS[path]:
         loops = [n for n in ast.walk(funcs[name]) if isinstance(n, (ast.For, ast.Call))]

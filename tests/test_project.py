@@ -8,7 +8,9 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import claims, notebooks, paths
+from fp8lab.report import claims
+from fp8lab.run import notebooks
+from fp8lab import paths
 
 ROOT = paths.repo_root()
 

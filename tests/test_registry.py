@@ -14,21 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import devices, formats, paths
+from fp8lab.facts import devices
+from fp8lab.emulate import formats
+from fp8lab import paths
 from fp8lab.arms import registry
-from fp8lab.experiments import blockwise as bw
-from fp8lab.experiments import ceilings as ce
-from fp8lab.experiments import census
-from fp8lab.experiments import decode as dx
-from fp8lab.experiments import headroom as hr
-from fp8lab.experiments import prefill as px
-from fp8lab.experiments import quantisers as qx
-from fp8lab.experiments import roofline as rx
-from fp8lab.experiments import spills
-from fp8lab.experiments import three_arms as ta
-from fp8lab.kernels import mma_blockwise as mb
-from fp8lab.kernels import quant_act as qa
-from fp8lab.kernels import weight_only as wo
+from fp8lab.experiments import blockwise as bw, ceilings as ce, census, decode as dx, headroom as hr
+from fp8lab.experiments import prefill as px, quantisers as qx, roofline as rx, spills, three_arms as ta
+from fp8lab.kernels import mma_blockwise as mb, quant_act as qa, weight_only as wo
 
 ROOT = paths.repo_root()
 REGISTRY_FILE = ROOT / "fp8lab" / "arms" / "registry.py"
@@ -169,7 +161,7 @@ def test_unknown_id_names_itself_and_the_file(bad):
 
 
 def test_plotting_color_delegates_without_a_fallback():
-    from fp8lab import plotting
+    from fp8lab.report import plotting
     assert plotting.color("cublas_bf16") == registry.color("cublas_bf16")
     with pytest.raises(registry.UnknownId):
         plotting.color("no_such_arm")
@@ -219,8 +211,8 @@ def own_tables(source: str, ids: set) -> list:
 ALLOWED = {
     ("fp8lab/kernels/triton_blockwise.py", "GPU_DISABLED"): "the reason a variant is off on GPUs",
     ("fp8lab/experiments/blockwise.py", "REFERENCES"): "what each float64 reference computes",
-    ("fp8lab/binaries.py", "_DTYPE_NAMES"): "SASS / PTX operand types of other people's kernels",
-    ("fp8lab/binaries.py", "known = {"): "Marlin's scalar-type ids decoded (exponent, mantissa)",
+    ("fp8lab/toolchain/binaries.py", "_DTYPE_NAMES"): "SASS / PTX operand types of other people's kernels",
+    ("fp8lab/toolchain/binaries.py", "known = {"): "Marlin's scalar-type ids decoded (exponent, mantissa)",
 }
 
 

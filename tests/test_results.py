@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import provenance, results
+from fp8lab.report import provenance, results
 
 
 def _data_files(folder):
@@ -274,7 +274,7 @@ def test_one_run_of_a_notebook_per_device_folder(sandbox):
     import subprocess
     import sys
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom fp8lab import results\n"
+        [sys.executable, "-c", "import sys, time\nfrom fp8lab.report import results\n"
          "results.start_run('01_formats', device='cpu')\nprint('started', flush=True)\n"
          "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:

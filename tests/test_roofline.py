@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import devices, results
-from fp8lab import roofline as rl
+from fp8lab.facts import devices
+from fp8lab.report import results
+from fp8lab.facts import roofline as rl
 from fp8lab.experiments import roofline as ex
 
 

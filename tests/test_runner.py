@@ -6,7 +6,7 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import notebooks, runner
+from fp8lab.run import notebooks, runner
 from nb_fixture import make_notebook, write_manifest
 
 
@@ -126,7 +126,7 @@ def test_measure_without_gpu_is_refused(no_gpu):
 
 
 def test_cli_exit_codes(fixture_manifest, no_gpu, capsys, monkeypatch):
-    from fp8lab import cli
+    from fp8lab.run import cli
     manifest, tmp, _ = fixture_manifest
     monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     assert cli.main(["run", "--only", "10", "-p", "bogus", "1", "--no-progress",
@@ -153,7 +153,7 @@ def test_manifest_validation(tmp_path):
 ])
 def test_bad_run_arguments_are_one_line_and_exit_2(fixture_manifest, no_gpu, capsys, monkeypatch,
                                                     args, msg):
-    from fp8lab import cli
+    from fp8lab.run import cli
     manifest, tmp, out = fixture_manifest
     monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     assert cli.main(["run", "--no-progress", "--out", str(tmp / "c"), *args]) == 2
@@ -163,7 +163,7 @@ def test_bad_run_arguments_are_one_line_and_exit_2(fixture_manifest, no_gpu, cap
 
 
 def test_out_under_a_file_is_one_line(fixture_manifest, no_gpu, capsys, monkeypatch):
-    from fp8lab import cli
+    from fp8lab.run import cli
     manifest, tmp, _ = fixture_manifest
     monkeypatch.setattr(notebooks, "manifest_path", lambda: manifest)
     (tmp / "afile").write_text("x")
@@ -174,7 +174,8 @@ def test_out_under_a_file_is_one_line(fixture_manifest, no_gpu, capsys, monkeypa
 
 
 def test_a_bad_sidecar_is_one_line_for_claims_and_gallery(sandbox, capsys):
-    from fp8lab import cli, results
+    from fp8lab.run import cli
+    from fp8lab.report import results
     run = results.start_run("01_formats", device="cpu")
     path = run.write_table("verdicts", __import__("pandas").DataFrame({"claim": ["A1"]}))
     path.with_name("verdicts.meta.json").write_text("{}")

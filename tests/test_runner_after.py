@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from fp8lab import notebooks, runner
+from fp8lab.run import notebooks, runner
 
 
 def _manifest(tmp_path, entries):

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 import yaml
 
-from fp8lab import cli, notebooks, runner
+from fp8lab.run import cli, notebooks, runner
 from nb_fixture import make_notebook, write_manifest
 
 
@@ -121,7 +121,7 @@ def test_cli_gpus(gpu_manifest, no_gpu, monkeypatch, capsys):
                      "--no-progress", "--out", str(tmp / "c")]) == 0
     assert sorted(c[0] for c in calls) == ["20_rec", "21_rec", "22_rec"]
     assert {c[2] for c in calls} <= {"gpu0", "gpu1"}
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_count", lambda: 3)
     assert runner.parse_gpus("all") == ["0", "1", "2"]
 
@@ -158,7 +158,7 @@ def test_smoke_writes_into_the_run_folder_only(tmp_path, monkeypatch):
     nbformat.write(nb, nbdir / "20_x.ipynb")
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
         {"id": "20", "name": "20_x", "title": "x", "kind": "gpu", "timeout": 120, "smoke": {"n": 1}}]}))
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
     rc = runner.run(manifest=nbdir / "manifest.yaml", run_dir=tmp_path / "run", progress=False,
@@ -177,7 +177,7 @@ def test_host_notebooks_run_beside_gpu_notebooks_on_one_gpu(gpu_manifest, monkey
     """One GPU, measure mode: a host lane takes the host notebooks while the GPU lane runs
     the GPU one; nothing is pinned, every notebook runs once, outcomes in manifest order."""
     manifest, tmp, seen = gpu_manifest
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -226,7 +226,7 @@ def test_a_smoke_run_that_writes_into_data_fails(tmp_path, monkeypatch):
     nbformat.write(_nb(f"open({str(data / 'h200' / 'x.csv')!r}, 'w').write('a')"), nbdir / "20_x.ipynb")
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": [
         {"id": "20", "name": "20_x", "title": "x", "kind": "gpu", "timeout": 120}]}))
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
     lines = []
@@ -248,7 +248,7 @@ def _three_gpu_notebooks(tmp_path, monkeypatch, cell: str, prefix: str):
         nbformat.write(_nb(cell.format(name=name, p=str(stamps / f"{prefix}{i}"))), nbdir / f"{name}.ipynb")
         entries.append({"id": f"{prefix}{i}", "name": name, "title": "g", "kind": "gpu", "timeout": 120})
     (nbdir / "manifest.yaml").write_text(yaml.safe_dump({"notebooks": entries}))
-    from fp8lab import provenance
+    from fp8lab.report import provenance
     monkeypatch.setattr(provenance, "gpu_present", lambda: True)
     monkeypatch.setattr(provenance, "gpu_count", lambda: 1)
     return nbdir / "manifest.yaml", stamps
@@ -279,7 +279,7 @@ def test_gpu_notebooks_take_turns_in_a_measure_run(tmp_path, monkeypatch):
     """A measure run on one GPU starts the next GPU notebook while one runs, but the second
     reaches its GPU work (results.start_run) only after the first has ended; the wait is in
     run.json and the notebook's log says so."""
-    cell = ("import time, pathlib\nfrom fp8lab import results\n"
+    cell = ("import time, pathlib\nfrom fp8lab.report import results\n"
             "started = time.time()\nresults.take_gpu_turn({name!r})\nt0 = time.time(); time.sleep(1.5)\n"
             "pathlib.Path({p!r}).write_text(f'{{started}} {{t0}} {{time.time()}}')")
     manifest, stamps = _three_gpu_notebooks(tmp_path, monkeypatch, cell, "4")
@@ -296,6 +296,6 @@ def test_gpu_notebooks_take_turns_in_a_measure_run(tmp_path, monkeypatch):
     rows = json.loads((tmp_path / "run" / "run.json").read_text())["notebooks"]
     assert sum(r.get("gpu_wait_s", 0) > 0.5 for r in rows) >= 1
     # without the runner's lock there is no turn to take
-    from fp8lab import results
+    from fp8lab.report import results
     monkeypatch.delenv(results.GPU_TURN_ENV, raising=False)
     assert results.take_gpu_turn("x") is None

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="n
 RUNNER = """
 import sys
 from pathlib import Path
-from fp8lab import cli, notebooks
+from fp8lab.run import cli, notebooks
 notebooks.manifest_path = lambda: Path(sys.argv[1])
 sys.exit(cli.main(sys.argv[2:]))
 """
@@ -43,7 +43,7 @@ def _nb(*cells):
 
 def _lock_cell(flag: Path, done: Path, after_lock: str = "time.sleep(120)") -> str:
     return ("import json, os, time\n"
-            "from fp8lab import clocks\n"
+            "from fp8lab.measure import clocks\n"
             "with clocks.locked_clocks(1200, opt_in=True) as lock:\n"
             "    assert lock.locked, lock.status\n"
             f"    open({str(flag)!r}, 'w').write(json.dumps({{'pid': os.getpid(), 'uuid': getattr(lock, 'uuid', None)}}))\n"
@@ -93,7 +93,7 @@ def _wait_for(path: Path, proc, timeout=90.0) -> dict:
 
 
 def _gone(pid: int, timeout=20.0) -> bool:
-    from fp8lab import procs
+    from fp8lab.toolchain import procs
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
         if not procs.alive(pid):
@@ -180,7 +180,7 @@ def test_running_cell_names_the_cell_a_kill_interrupted(tmp_path):
     the copy shows completed; 'before any cell' only when none completed."""
     import nbformat
 
-    from fp8lab import notebooks
+    from fp8lab.run import notebooks
 
     def nb_with(statuses):
         nb = nbformat.v4.new_notebook()

@@ -1,4 +1,4 @@
-"""fp8lab.sass: parsing real cuobjdump / nvdisasm output, opcode families, binaries.
+"""fp8lab.toolchain.sass: parsing real cuobjdump / nvdisasm output, opcode families, binaries.
 
 The *.sass.txt fixtures are real cuobjdump output of tests/fixtures/sass/mma_pair.cu
 (how they were made is in that file's header). Tests that run the tools skip when the
@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fp8lab import sass
-from fp8lab.tools import have_tool
+from fp8lab.toolchain import sass
+from fp8lab.toolchain.tools import have_tool
 
 FIX = Path(__file__).parent / "fixtures" / "sass"
 E4M3_MANGLED = "_Z8mma_e4m3ILi1EEvPKjS1_Pf"
@@ -199,7 +199,7 @@ def test_parse_streams_a_generator_of_many_kernels():
 
 def _vllm_scalar_type_id(exponent, mantissa, signed, bias=0, finite_values_only=False, nan_repr=0):
     """vLLM's ScalarType::id() packing (csrc/core/scalar_type.hpp), written out here
-    independently of fp8lab.sass's decoder."""
+    independently of fp8lab.toolchain.sass's decoder."""
     fields = [(exponent, 8), (mantissa, 8), (int(signed), 1), (bias & 0xFFFFFFFF, 32),
               (int(finite_values_only), 1), (nan_repr, 8)]
     out, off = 0, 0
@@ -240,7 +240,7 @@ def test_cubin_census_and_demangle(mma_pair_cubin):
     assert set(df["binary"]) == {"mma_pair_sm_89.cubin"}
     assert set(df["arch"]) == {"sm_89"}
     # the census equals a parse of cuobjdump's own text for the same cubin
-    from fp8lab.tools import run_tool
+    from fp8lab.toolchain.tools import run_tool
     raw = sass.parse_sass(run_tool("cuobjdump", ["-sass", mma_pair_cubin]).stdout.splitlines())
     key = ["kernel", "opcode"]
     assert df.set_index(key)["count"].to_dict() == raw.set_index(key)["count"].to_dict()

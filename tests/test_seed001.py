@@ -10,11 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8lab import tools
-from fp8lab.experiments import quantisers as qx
-from fp8lab.experiments import three_arms as ta
-from fp8lab.kernels import quant_act as qa
-from fp8lab.kernels import seed001 as s1
+from fp8lab.toolchain import tools
+from fp8lab.experiments import quantisers as qx, three_arms as ta
+from fp8lab.kernels import quant_act as qa, seed001 as s1
 
 needs_nvcc = pytest.mark.skipif(not (tools.have_tool("nvcc") and tools.have_tool("cuobjdump")),
                                 reason="needs nvcc and cuobjdump")
@@ -360,7 +358,7 @@ def _compile(src, arch="sm_90a", extra=()):
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_89"])
 def test_kernels_compile_alone_without_spills(arch):
-    from fp8lab.resources import parse_ptxas_v
+    from fp8lab.toolchain.resources import parse_ptxas_v
 
     for src in (s1.SCALAR_SOURCE, s1.QUANT_SOURCE, s1.DEQUANT_SOURCE):
         log, sass = _compile(src, arch)
@@ -376,7 +374,7 @@ def test_kernels_compile_alone_without_spills(arch):
 
 @needs_nvcc
 def test_wmma_kernel_compiles_to_ldmatrix_and_hmma():
-    from fp8lab.resources import parse_ptxas_v
+    from fp8lab.toolchain.resources import parse_ptxas_v
 
     log, sass = _compile(s1.WMMA_SOURCE, "sm_90a")
     funcs = parse_ptxas_v(log)
@@ -452,8 +450,7 @@ def test_b9_compile_check():
 
 # --------------------------------------------------------------------------- experiment logic
 def test_w8a8_tile_rules_name_real_configs():
-    from fp8lab.kernels import mma_blockwise as mb
-    from fp8lab.kernels import triton_blockwise as tb
+    from fp8lab.kernels import mma_blockwise as mb, triton_blockwise as tb
 
     names = {c.name for c in mb.configs()}
     for M in (1, 16, 17, 32, 64, 128, 256, 4096):

@@ -1,6 +1,6 @@
 import pytest
 
-from fp8lab import shapes
+from fp8lab.facts import shapes
 
 
 def test_seed_shapes_are_there():

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fp8lab import tools
+from fp8lab.toolchain import tools
 
 
 def _fake_tool(path, version="V13.9.1"):

@@ -8,9 +8,9 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from fp8lab import sass  # noqa: E402
+from fp8lab.toolchain import sass  # noqa: E402
 from fp8lab.kernels import triton_blockwise as tb  # noqa: E402
-from fp8lab.tools import have_tool  # noqa: E402
+from fp8lab.toolchain.tools import have_tool  # noqa: E402
 
 needs_cuobjdump = pytest.mark.skipif(not have_tool("cuobjdump"), reason="cuobjdump not installed")
 

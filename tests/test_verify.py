@@ -16,7 +16,9 @@ import time
 import pandas as pd
 import pytest
 
-from fp8lab import cli, paths, provenance, results, verify
+from fp8lab.run import cli
+from fp8lab import paths
+from fp8lab.report import provenance, results, verify
 
 
 def _git(cwd, *args) -> str:

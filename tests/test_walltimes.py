@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from fp8lab import cli, walltimes
+from fp8lab.run import cli
+from fp8lab.report import walltimes
 
 
 def _run_json(tmp_path, name, *, fresh, built, ok=True, **over):

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab import dequant
+from fp8lab.emulate import dequant
 from fp8lab.arms import registry
 from fp8lab.experiments import gemv_sass as gs
 from fp8lab.kernels import weight_only as wo
-from fp8lab.tools import have_tool
+from fp8lab.toolchain.tools import have_tool
 
 needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")),
                                 reason="needs nvcc and cuobjdump")
@@ -234,7 +234,7 @@ def synthetic_decode(bw=None, copy=4.2e12, Ms=(1, 4)):
     bw = bw or {}
     rows = []
     for sn in dx.DEFAULT_SHAPES:
-        from fp8lab import shapes
+        from fp8lab.facts import shapes
         s = shapes.get(sn)
         for arm in dx.ARMS:
             fmt = wo.FORMAT_OF_ARM.get(arm, "bf16")
@@ -257,7 +257,7 @@ def synthetic_decode(bw=None, copy=4.2e12, Ms=(1, 4)):
 def synthetic_ncu(dram=92.0, issue=None, ipe=None, deq=None):
     import pandas as pd
     from fp8lab.experiments import decode as dx
-    from fp8lab import shapes
+    from fp8lab.facts import shapes
     sn = dx.DEFAULT_SHAPES[1]
     s = shapes.get(sn)
     issue = issue or {}
@@ -494,7 +494,7 @@ def synthetic_prefill(tflops, mhz=None, Ms=(1, 64, 1024, 8192), quant_s=5e-6):
 
 
 def test_spec_per_ghz_uses_the_datasheets_clock():
-    from fp8lab import devices
+    from fp8lab.facts import devices
     from fp8lab.experiments import prefill as px
     h = devices.get("h200")
     per_ghz, clk = px.spec_per_ghz(h)
@@ -589,7 +589,7 @@ def test_prefill_c9_boundaries_and_best():
 def test_triton_w8a16_compiles_to_hgmma_without_fp8():
     import tempfile
     from pathlib import Path
-    from fp8lab import sass
+    from fp8lab.toolchain import sass
     from fp8lab.kernels import triton_w8a16 as tw
     if not have_tool("cuobjdump"):
         pytest.skip("needs cuobjdump")
@@ -717,7 +717,7 @@ def test_read_c8_metrics_reads_each_action(monkeypatch):
     """C8's counters come back per (range, action) as read_report keys its rows, NaN where the
     report lacks one (a profile collected before they were asked for)."""
     import math
-    from fp8lab import profile
+    from fp8lab.toolchain import profile
     from fp8lab.experiments import decode as dx
 
     class M:
@@ -746,10 +746,10 @@ def test_read_c8_metrics_reads_each_action(monkeypatch):
 
 def test_marlin_under_ncu_is_its_own_arm_with_its_format():
     """notebook 08 profiles the original Marlin beside fp8lab's kernels: its kernel maps to its
-    peer arm (never to the copy or cuBLAS), its format and stream bytes come from the catalog."""
+    peer arm (never to the copy or cuBLAS), its format and stream bytes come from the peer_catalog."""
     import pandas as pd
     from fp8lab.experiments import decode as dx
-    from fp8lab.peers import catalog
+    from fp8lab.arms import peer_catalog
     name = "void Marlin<256, 1, 8, 8, 4, 8>(const int4 *, const int4 *, int4 *, const int4 *, int, int, int, int *)"
     assert dx.arm_of_kernel(name) == "peer_marlin_int4" and dx.arm_of_kernel("Marlin") == "peer_marlin_int4"
     assert dx.arm_of_kernel("void at::native::vectorized_elementwise_kernel<4>(...)") == dx.STREAM_ARM
@@ -762,7 +762,7 @@ def test_marlin_under_ncu_is_its_own_arm_with_its_format():
     s, _ = dx.ncu_tables(k, o, sn)
     r = s.iloc[0]
     assert r["arm"] == "peer_marlin_int4" and r["fmt"] == "int4"
-    assert r["stream_bytes"] == catalog.weight_stream_bytes("peer_marlin_int4", 4096, 4096)
+    assert r["stream_bytes"] == peer_catalog.weight_stream_bytes("peer_marlin_int4", 4096, 4096)
     with pytest.raises(ValueError, match="no kernel name known"):
         dx.profile_decode(sn, Path("/nonexistent"), peers=["peer_gemlite_w8a16_fp8"])
 

@@ -6,7 +6,7 @@ workspace clean, and bad input refused."""
 import numpy as np
 import pytest
 
-from fp8lab import dequant
+from fp8lab.emulate import dequant
 from fp8lab.kernels import weight_only as wo
 
 pytestmark = pytest.mark.gpu

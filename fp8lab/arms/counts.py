@@ -13,7 +13,7 @@ same arithmetic. Every rule returns a :class:`Count`:
 
 Scale granularities are the formats' (128 x 128 weight blocks and 1 x 128 activation groups of
 fp32 for blockwise FP8; the weight-only formats' groups from ``kernels.weight_only``; a peer's
-from ``peers.catalog``). Shapes are checked here: a count of a shape the kernel cannot take
+from ``arms.peer_catalog``). Shapes are checked here: a count of a shape the kernel cannot take
 raises ValueError with one line.
 """
 
@@ -123,14 +123,14 @@ def quant_act(M, K, N=None) -> Count:
 
 
 def peer(peer_id: str, M, N, K) -> Count:
-    """Another library's GEMM: its weight stream from its own format (``peers.catalog``),
+    """Another library's GEMM: its weight stream from its own format (``arms.peer_catalog``),
     activations as its scheme reads them (W8A8: e4m3 with 1x128 fp32 scales; else 16-bit) and a
     16-bit output."""
-    from ..peers import catalog
+    from . import peer_catalog
 
     M, N, K = _mnk(M, N, K)
-    p = catalog.get(peer_id)
-    stream = catalog.weight_stream_bytes(peer_id, N, K)
+    p = peer_catalog.get(peer_id)
+    stream = peer_catalog.weight_stream_bytes(peer_id, N, K)
     codes = N * K // 2 if p.fmt in ("int4", "nvfp4", "fp4") else N * K
     act = dict(act=M * K, act_scales=4 * M * math.ceil(K / BLOCK)) if p.fmt == "fp8_blockwise" \
         else dict(act=2 * M * K)

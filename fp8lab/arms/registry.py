@@ -121,7 +121,7 @@ _ROWS = (
     _arm("hmma_peak", "hmma_peak (BF16 mma.sync kernel)", "#77AADD", "W16A16", short="hmma_peak"),
 
     # --- peers (issue 17): other people's kernels, checked and timed through fp8lab's path
-    # (fp8lab.peers.catalog holds their library, licence, install line and format). Drawn in one
+    # (fp8lab.arms.peer_catalog holds their library, licence, install line and format). Drawn in one
     # style of their own (style(): dash-dotted, open diamonds) beside fp8lab's solid arms. Hues
     # differ from the own arms of the notebooks each is drawn in (08 / 11: blues, reds, black;
     # 05: Okabe-Ito); a library's FP / INT pair shares a family, FP dark and INT light.

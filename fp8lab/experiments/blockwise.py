@@ -38,18 +38,18 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import shapes as shp
+from ..facts import shapes as shp
 from ..arms import registry
 from ..kernels import mma_blockwise as mb
-from ..peers import catalog as peers_catalog
-from ..progress import progress as track
+from ..arms import peer_catalog
+from ..measure.progress import progress as track
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
 OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
 W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
 #: other people's blockwise FP8 GEMMs (issue 17): fp8lab.peers.sweeps.blockwise, a table of their own
-PEERS = peers_catalog.ids_for("05")
+PEERS = peer_catalog.ids_for("05")
 #: What the ``quant`` column can name besides 'none': the CUDA quantiser, or the torch one
 #: when it is missing (:func:`pick_quantiser`). Legend texts and colours: fp8lab.arms.registry.
 QUANTISERS = ("quant_act_warp", "quant_act_reference")
@@ -475,8 +475,7 @@ def cutlass_quant_call(config: str | None, M: int):
     first M rows. Returns call(s, out=None) -> (M, N) bf16, or None when the plan class is absent."""
     import torch
 
-    from ..kernels import cutlass_blockwise_sm90 as cb
-    from ..kernels import quant_act as qa
+    from ..kernels import cutlass_blockwise_sm90 as cb, quant_act as qa
 
     plan_cls = getattr(cb, "CutlassBlockwise", None)
     if plan_cls is None:
@@ -569,7 +568,7 @@ def _time(fn_rot, *, warmup_ms, rep_ms, graph_threshold_s, sampler, method="auto
     """(Timing, the row's clock columns): ``clocks.timed`` stamps the window on the sampler's
     own clock, and a graph-replayed point shorter than its interval still gets the samples
     bracketing it, or a note saying why none."""
-    from .. import bench, clocks
+    from ..measure import bench, clocks
 
     return clocks.timed(sampler, lambda: bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
                                                      graph_threshold_s=graph_threshold_s))
@@ -639,7 +638,7 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     rotated so that together they exceed 2x L2 either way."""
     import torch
 
-    from .. import bench
+    from ..measure import bench
 
     N, K = shape.N, shape.K
     need_bf16 = any(c.arm == "cublas_bf16" for c in candidates)
@@ -892,8 +891,7 @@ def k_tail_behaviour(M: int = 7, N: int = 256, K: int = 200) -> pd.DataFrame:
     (checked against float64)."""
     import torch
 
-    from ..kernels import baselines as bl
-    from ..kernels import triton_blockwise as tb
+    from ..kernels import baselines as bl, triton_blockwise as tb
 
     g = torch.Generator(device="cuda").manual_seed(3)
     kb, nb = -(-K // 128), -(-N // 128)
@@ -963,7 +961,7 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
     'not-run: ...' when that module is missing or refuses."""
     import torch
 
-    from .. import bench
+    from ..measure import bench
 
     (shape,) = resolve_shapes([shape])
     N, K = shape.N, shape.K
@@ -1181,7 +1179,7 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") 
 # Every verdict names its subject (claims.SUBJECTS) and the one-line rule that decided it; the
 # rule is an f-string over the very constants the code compares with, so it cannot drift.
 def _v(claim, verdict, fig, reason="", *, subject="analogue", rule, variant=""):
-    from .. import claims
+    from ..report import claims
 
     return claims.Verdict(claim=claim, verdict=verdict, our_figure=fig, reason=reason, subject=subject,
                           rule=rule, variant=variant)

@@ -27,9 +27,10 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, devices
-from ..clocks import ClockSampler, timed
-from ..progress import progress as track
+from ..measure import bench
+from ..facts import devices
+from ..measure.clocks import ClockSampler, timed
+from ..measure.progress import progress as track
 
 __all__ = ["CEILINGS", "measure_ceilings", "ceilings_for_roofline", "COLUMNS"]
 

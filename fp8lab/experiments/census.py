@@ -13,7 +13,7 @@ Three pieces, all without a GPU:
   ``fp8lab/kernels/*.cu`` for every arch it compiles for, and the Triton blockwise
   kernel for sm_89 / sm_90) and returns the per-kernel opcode census.
 - :func:`census_user_binaries` does the same for user-supplied ``.whl`` / ``.so`` / cubin
-  files through :mod:`fp8lab.binaries` (function names read first, only matching cubins of
+  files through :mod:`fp8lab.toolchain.binaries` (function names read first, only matching cubins of
   the asked architectures disassembled, in parallel); their tables go to their own folder
   (:func:`binaries_folder`), never over fp8lab's own census.
 
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp8lab import binaries, procs, sass
+from fp8lab.toolchain import binaries, procs, sass
 from fp8lab.arms import registry
-from fp8lab.progress import progress as track
-from fp8lab.tools import find_tool, have_tool
+from fp8lab.measure.progress import progress as track
+from fp8lab.toolchain.tools import find_tool, have_tool
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 DEFAULT_ARCHS = ("sm_80", "sm_89", "sm_90")
@@ -349,7 +349,7 @@ def _triton_census(archs, tiles, tmp: Path):
 
 
 # --------------------------------------------------------------------------------------
-# User binaries: through fp8lab.binaries (filter first, parallel), into their own folder
+# User binaries: through fp8lab.toolchain.binaries (filter first, parallel), into their own folder
 
 def invocation_dir() -> Path:
     """The folder the command was typed in. The runner's kernel works in notebooks/, but it
@@ -403,7 +403,7 @@ def binaries_folder(data_root: Path, device: str, notebook: str, path: Path,
 
 def census_user_binaries(files, archs, kernel_filter: str | None = None, *,
                          workers: int | None = None) -> dict:
-    """Filter-first census (``fp8lab.binaries.census``) of each resolved binary, kept
+    """Filter-first census (``fp8lab.toolchain.binaries.census``) of each resolved binary, kept
     apart: {path: binaries.Census} (each kernel with its opcode Counter ``ops``)."""
     return {f: binaries.census([f], archs=archs or None, kernel_filter=kernel_filter or None,
                                workers=workers, keep_ops=True)
@@ -435,7 +435,7 @@ def binary_tables(result: binaries.Census) -> dict[str, pd.DataFrame]:
 
 def write_tables(folder: Path, tables: dict[str, pd.DataFrame], meta: dict) -> list[Path]:
     """Each table as CSV + provenance sidecar (``results.write_pair``, as data/ tables)."""
-    from fp8lab import results
+    from fp8lab.report import results
     written = []
     for name, df in tables.items():
         buf = io.StringIO()
@@ -569,8 +569,8 @@ def _label(arm: str, binary: str, demangled: str) -> str:
 
 
 def kernel_summary(census: pd.DataFrame) -> pd.DataFrame:
-    """:func:`fp8lab.sass.mma_summary` plus ``arm``, a readable ``label``, and ``act``
-    decided by the kernel's name first (:func:`fp8lab.sass.classify_activation`), then by
+    """:func:`fp8lab.toolchain.sass.mma_summary` plus ``arm``, a readable ``label``, and ``act``
+    decided by the kernel's name first (:func:`fp8lab.toolchain.sass.classify_activation`), then by
     its arm (:data:`ARM_ACTIVATION`)."""
     s = sass.mma_summary(census)
     if not len(s):

@@ -28,12 +28,13 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, clocks, devices, shapes
+from ..measure import bench, clocks
+from ..facts import devices, shapes
 from ..arms import registry
 from ..kernels import weight_only as wo
 from . import gemv_sass as gs
-from ..peers import catalog as peers_catalog
-from ..progress import progress as track
+from ..arms import peer_catalog
+from ..measure.progress import progress as track
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
@@ -41,7 +42,7 @@ CUBLAS = "cublas_bf16"
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
 #: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
 #: their rows in a table of their own (the verdicts above read fp8lab's arms only)
-PEERS = peers_catalog.ids_for("08")
+PEERS = peer_catalog.ids_for("08")
 #: the seed's figures
 SEED_C3_DRAM = (0.91, 0.94)
 SEED_C3_ISSUE = (0.13, 0.33)
@@ -338,7 +339,7 @@ def ncu_workload() -> None:
         xp = torch.randn(1, K, device="cuda").to(pdt)
         out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
         calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))
-    from .. import profile
+    from ..toolchain import profile
 
     # two warm-up calls each: module loads, cuBLAS heuristics, split choice
     profile.profiled_once_each(calls, warmups=2)
@@ -359,7 +360,7 @@ def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FO
     """Profile :func:`ncu_workload` for one shape; returns the .ncu-rep path. ``launch``:
     {fmt: gemv_w16 keyword arguments} (e.g. :func:`launch_of_best`; default launches otherwise).
     ``peers``: weight-only peers to profile too (ids in PEER_KERNELS: the original Marlin)."""
-    from .. import profile
+    from ..toolchain import profile
 
     sh = _shape(shape_name)
     env = dict(os.environ)
@@ -382,8 +383,8 @@ C8_METRICS = tuple(C8_METRIC_COLUMNS.values())
 
 def read_c8_metrics(path) -> pd.DataFrame:
     """C8_METRICS of every profiled kernel of a report: one row per (range, action), the order
-    and keys of :func:`fp8lab.profile.read_report` (merge on them); NaN where not collected."""
-    from .. import profile
+    and keys of :func:`fp8lab.toolchain.profile.read_report` (merge on them); NaN where not collected."""
+    from ..toolchain import profile
 
     rows = []
     for ri, ai, a in profile._actions(profile.load_report(path)):
@@ -422,7 +423,7 @@ def arm_of_kernel(name: str) -> str:
 def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-arm summary and per-opcode table of one shape's M = 1 profile.
 
-    ``kernels`` / ``opcodes``: :func:`fp8lab.profile.read_report` / ``read_opcodes`` of the
+    ``kernels`` / ``opcodes``: :func:`fp8lab.toolchain.profile.read_report` / ``read_opcodes`` of the
     report. A cuBLAS call that launched several kernels is summed (times, instructions) and
     averaged (DRAM %, issue %, weighted by duration). Instructions per weight element use the
     thread-level counts where ncu collected them (the seed's unit), else 32 x warp-level."""
@@ -441,7 +442,7 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
         w = g["duration_s"].fillna(0)
         wsum = float(w.sum()) or 1.0
         og = o[o["arm"] == arm]
-        fmt = peers_catalog.get(arm).fmt if arm in PEER_KERNELS else wo.FORMAT_OF_ARM.get(arm, "bf16")
+        fmt = peer_catalog.get(arm).fmt if arm in PEER_KERNELS else wo.FORMAT_OF_ARM.get(arm, "bf16")
         # the format's codes + scales; the streaming reference copies a bf16 tensor of the weight's size
         stream = registry.count(arm, N=sh.N, K=sh.K).weight_bytes if arm != STREAM_ARM else 2 * elems
         dur = float(g["duration_s"].sum())
@@ -509,7 +510,7 @@ def c8_model(summary: pd.DataFrame, sms: int, *, schedulers_per_sm: int = 4) -> 
     issue-active % by definition (issued instructions / active cycles), a comparison that could
     not fail; without it, what is left over is the model's instruction count (thread
     instructions / 32) against the warp instructions really executed. NaN where not measured."""
-    from .. import roofline
+    from ..facts import roofline
 
     out = summary.copy()
     pred = []
@@ -567,7 +568,7 @@ def targets(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _v(claim, verdict, figure, reason="", *, subject, rule, variant=""):
-    from .. import claims
+    from ..report import claims
 
     return claims.Verdict(claim=claim, verdict=verdict, our_figure=figure, reason=reason, subject=subject,
                           rule=rule, variant=variant)
@@ -576,7 +577,7 @@ def _v(claim, verdict, figure, reason="", *, subject, rule, variant=""):
 #: the seed's subject for C3, C4, C5: Marlin, measured as a peer arm (issue 17) whose id starts so
 MARLIN_PREFIX = "peer_marlin"
 #: every Marlin peer arm: the original (``peer_marlin_*``) and vLLM's (``peer_vllm_marlin_*``)
-MARLIN_ARMS = tuple(p for p in peers_catalog.ids("weight_only") if "marlin" in p)
+MARLIN_ARMS = tuple(p for p in peer_catalog.ids("weight_only") if "marlin" in p)
 MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's source (python "
                   "scripts/peers_offline.py --sources; make run builds it) or install vLLM (its Marlin GEMMs), "
                   "and re-run this notebook (peer arms starting 'peer_marlin')")

@@ -12,8 +12,7 @@ import ml_dtypes
 import numpy as np
 import pandas as pd
 
-from fp8lab import dequant as dq
-from fp8lab import formats
+from fp8lab.emulate import dequant as dq, formats
 from fp8lab.experiments import gemv_sass as gs
 
 __all__ = ["trick_codes", "code_values", "trick_summary", "representable", "format_table", "c2_sass", "b2_verdict",
@@ -226,7 +225,7 @@ def c2_sass(arch: str = C2_ARCH) -> pd.DataFrame:
     elements one loop iteration covers, their ratio per 4 values, the conversion opcodes in the
     loop, the float multiplies in the loop, and the dequant probe's isolated count per 32-bit word
     (probe minus its pass-through twin). Raises when nvcc / cuobjdump are missing."""
-    from fp8lab import sass as sass_mod
+    from fp8lab.toolchain import sass as sass_mod
     from fp8lab.kernels import weight_only as wo
 
     loop = gs.gemv_sass_counts(arch, nt=1)
@@ -259,7 +258,7 @@ def b2_verdict(tricks: pd.DataFrame, rep: pd.DataFrame, cv: pd.DataFrame) -> "cl
     (``representable``) and through every E4M3 trick in every word position (``trick_summary``):
     holds, else differs. A holds row carries the non-finite codes' fate from ``code_values`` (the
     NaN codes decode to finite values through the bit trick) as its caveat."""
-    from fp8lab import claims
+    from fp8lab.report import claims
 
     e4 = tricks[tricks["fmt"] == "e4m3"]
     r4 = rep[rep["fmt"] == "e4m3"]
@@ -302,7 +301,7 @@ def c2_verdict(tricks: pd.DataFrame, sass_df: Optional[pd.DataFrame], why_not: s
     the loop, the factor the emulated trick folds into the scale is the exponent-bias difference
     (fp16 and bf16), and every finite E4M3 and E2M1 code decodes exactly; else differs. No SASS
     (``sass_df`` None, ``why_not`` says why): not-run."""
-    from fp8lab import claims
+    from fp8lab.report import claims
 
     lo, hi = C2_SEED_PER_4 - C2_TOL, C2_SEED_PER_4 + C2_TOL
     bias = folded_bias_log2()

@@ -2,7 +2,7 @@
 dequant tricks and of the main loop.
 
 - :func:`dequant_sass_counts`: per (format, activation dtype), the dequant probe's loop-body
-  opcodes minus its pass-through twin's, against the emulators' traces (fp8lab.dequant).
+  opcodes minus its pass-through twin's, against the emulators' traces (fp8lab.emulate.dequant).
 - :func:`gemv_sass_counts`: static instructions per weight element of each GEMV kernel's main
   loop, the dequant class beside the rest, and the MMA opcodes of the whole kernel (C2, C5).
 - :func:`xalu_sass_counts`: the EXTRA_ALU kernels of notebook 10 against the regular one.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dequant
+from ..emulate import dequant
 from ..kernels import weight_only as wo
 
 __all__ = ["OPCODE_EQUIV", "PROBE_EXTRA_OK", "DEQUANT_FAMILIES", "dequant_sass_counts", "gemv_sass_counts",
@@ -38,7 +38,7 @@ def _kernels_in_order(cubin: Path, arch: str, with_addr: bool = False) -> dict[s
     target or None) with ``with_addr``)."""
     import re
 
-    from .. import sass
+    from ..toolchain import sass
 
     bra = re.compile(r"/\*([0-9a-fA-F]+)\*/\s+(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`\()?0x([0-9a-fA-F]+)")
     addr_re = re.compile(r"/\*([0-9a-fA-F]+)\*/")
@@ -136,7 +136,7 @@ def gemv_sass_counts(arch: str = "sm_90", nt: int = 1):
     whole kernel's census flags: ``mma_ops`` and ``fp8_converts`` (F2FP touching E4M3/E5M2)."""
     import pandas as pd
 
-    from .. import sass
+    from ..toolchain import sass
 
     cubin = wo.gemv_cubin(arch, nt)
     kernels = _kernels_in_order(cubin, arch)

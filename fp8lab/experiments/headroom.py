@@ -6,7 +6,7 @@ have its clocks locked, so this module emulates a lower clock instead: the EXTRA
 (gemv_w16.cuh, fp8 / bf16 / M <= 8) issue k extra dependent integer instructions per weight
 element while reading the same bytes, which eats issue slots as a lower clock would.
 
-Equivalence (seed 003's issue-slot model, fp8lab.roofline.issue_slot_utilisation): a kernel
+Equivalence (seed 003's issue-slot model, fp8lab.facts.roofline.issue_slot_utilisation): a kernel
 needs I instructions per element; at clock f and bandwidth B (elements/s proportional to B) it
 uses a fraction u = I B / (c f) of the issue slots (c: SMs x schedulers x 32). The k-kernel
 (I_k) at clock f asks for as many slots per byte as the k = 0 kernel (I_0) at clock
@@ -36,11 +36,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import clocks
-from .. import roofline as rl
+from ..measure import clocks
+from ..facts import roofline as rl
 from ..arms import registry
 from ..kernels import weight_only as wo
-from ..progress import progress as track
+from ..measure.progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:down_proj"
 DEFAULT_EXTRA_ALU = wo.EXTRA_ALU_LEVELS
@@ -220,7 +220,7 @@ def c6_verdict(df: pd.DataFrame, *, locked: str = LOCK_NOT_RUN, bar: float = FLA
     the sweep is flat down to a clock below 1200 MHz); differs: the knee is at or above 1200 MHz;
     not-run: no sweep, no equivalent clock, a sweep that never reaches 1200 MHz-equivalent, or a
     run-to-run spread above NOISE_OF_BAR x bar (the sweep cannot resolve the bar)."""
-    from .. import claims
+    from ..report import claims
 
     rule = (f"emulated clocks: holds-in-kind if M=1 bandwidth stays within {bar:.0%} of k=0 at every "
             f"equivalent clock >= {SEED_C6_HEADROOM_MHZ:.0f} MHz (knee interpolated at -{bar:.0%}); differs if "
@@ -268,7 +268,7 @@ def c6_verdicts(df: pd.DataFrame, locked_df: Optional[pd.DataFrame] = None, *, l
     """C6's two rows: the emulated sweep (:func:`c6_verdict`) and the locked-clock sweep
     (:func:`c6_locked_verdict` where clocks were really locked, else not-run saying why
     (``locked``) and how a user gets it)."""
-    from .. import claims
+    from ..report import claims
 
     rows = [c6_verdict(df)]
     lv = c6_locked_verdict(locked_df) if locked_df is not None else None
@@ -297,7 +297,7 @@ def measure_headroom(shape_name: str = DEFAULT_SHAPE, extra_alu: Sequence[int] =
     float64. ``lock_mhz`` / ``lock_status`` only label the rows (the caller holds the lock)."""
     import torch
 
-    from .. import bench
+    from ..measure import bench
 
     ks = [int(k) for k in extra_alu]
     for k in ks:
@@ -388,7 +388,7 @@ def ncu_workload() -> None:
     pw_host, _ = wo.random_weight("fp8", N, K, act="bf16", seed=cfg.get("seed", 0), keep_codes=False)
     pw = pw_host.to("cuda")
     x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
-    from .. import profile
+    from ..toolchain import profile
 
     profile.profiled_once_each([lambda k=k: wo.gemv_w16(x, pw, extra_alu=k) for k in cfg["levels"]])
 
@@ -397,7 +397,7 @@ def profile_headroom(shape_name: str, out: Path, *, extra_alu: Sequence[int] = D
                      seed: int = 0, timeout: float = 600) -> pd.DataFrame:
     """ncu over the EXTRA_ALU levels at M = 1: one row per k with ``issue_active_pct``,
     ``dram_pct``, ``ncu_sm_clock_mhz``, ``ncu_duration_s`` (clocks not locked by ncu)."""
-    from .. import profile
+    from ..toolchain import profile
     from .decode import _shape
 
     sh = _shape(shape_name)
@@ -467,7 +467,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
     (``prefill_shape``), once unlocked and once per SM clock in ``lock_clocks``.
 
     ``lock``: a context manager factory ``lock(sm_mhz=...)`` yielding an object with ``status``
-    (default :func:`fp8lab.clocks.locked_clocks` with ``opt_in=True``: the caller's list IS the
+    (default :func:`fp8lab.measure.clocks.locked_clocks` with ``opt_in=True``: the caller's list IS the
     opt-in, and it resets the clocks on exit, error, interrupt and SIGTERM). A clock whose
     status is not 'locked' (not permitted, no NVML, ...) is logged and NOT measured: an unlocked
     run labelled with a clock would be a wrong result. Returns (table, log); ``change_vs_unlocked``
@@ -541,7 +541,7 @@ def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat:
     locked clock >= 1200 MHz, and FP vs INT (fp8 vs int8, nvfp4 vs int4) within 2% of each
     other at every locked clock; differs otherwise. The figure lists the changes at each clock
     (4-bit, 8-bit, cuBLAS BF16 decode and prefill) beside the seed's."""
-    from .. import claims
+    from ..report import claims
 
     d = df[(df["lock_status"] == "locked")]
     if d.empty:

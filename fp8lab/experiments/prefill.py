@@ -28,11 +28,12 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, clocks, devices, shapes
+from ..measure import bench, clocks
+from ..facts import devices, shapes
 from ..arms import registry
 from ..kernels import weight_only as wo
-from ..peers import catalog as peers_catalog
-from ..progress import progress as track
+from ..arms import peer_catalog
+from ..measure.progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"
 DEFAULT_MS = (1, 64, 1024, 8192)
@@ -41,7 +42,7 @@ SCHEME = {arm: registry.scheme(arm) for arm in ARMS}     # the table's ``scheme`
 W8A16_ARMS = ("gemv_w8a16_fp8", "triton_w8a16")
 W8A8_ARMS = ("cublaslt_blockwise", "triton_blockwise")
 #: other people's weight-only kernels at prefill M (issue 17): fp8lab.peers.sweeps.prefill
-PEERS = peers_catalog.ids_for("11")
+PEERS = peer_catalog.ids_for("11")
 SEED_C7 = (0.95, 0.97)
 SEED_C7_CUBLAS_OF_SPEC = 0.99
 #: C7 bars: the seed's 95% with a little slack; below C7_KIND the weight-only cost is a different size
@@ -69,7 +70,7 @@ MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's
 
 def spec_per_ghz(spec) -> tuple[float, float]:
     """(BF16 TFLOP/s per GHz of SM clock, the SM clock in GHz the datasheet's BF16 figure
-    assumes) of a :class:`fp8lab.devices.DeviceSpec`: SMs x BF16_FLOP_PER_CLK_SM / 1000, and the
+    assumes) of a :class:`fp8lab.facts.devices.DeviceSpec`: SMs x BF16_FLOP_PER_CLK_SM / 1000, and the
     datasheet's BF16 TFLOP/s over that. (nan, nan) for a chip not in BF16_FLOP_PER_CLK_SM or
     without a BF16 figure."""
     per_clk = BF16_FLOP_PER_CLK_SM.get(getattr(spec, "key", None)) if spec is not None else None
@@ -279,7 +280,7 @@ def c7_table(df: pd.DataFrame, M: Optional[int] = None, arms: Optional[Sequence[
 
 
 def _v(claim, verdict, figure, reason="", *, subject, rule, variant=""):
-    from .. import claims
+    from ..report import claims
 
     return claims.Verdict(claim=claim, verdict=verdict, our_figure=figure, reason=reason, subject=subject,
                           rule=rule, variant=variant)

@@ -32,11 +32,12 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from .. import bench, claims, clocks
+from ..measure import bench, clocks
+from ..report import claims
 from ..arms import registry
 from ..kernels import quant_act as qa
-from ..peers import catalog as peers_catalog
-from ..progress import progress as track
+from ..arms import peer_catalog
+from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
            "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
@@ -52,7 +53,7 @@ MAX_SETS = 256
 ARMS = (*qa.VARIANTS, "torch_reference")
 DIAGNOSTIC_ARMS = ("traffic_copy",)
 #: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
-PEERS = peers_catalog.ids_for("06b")
+PEERS = peer_catalog.ids_for("06b")
 TIMINGS = ("auto", "events", "graph")
 # The 80%-of-copy performance target is reported on the first of these present in the data: the warp kernel built
 # for bandwidth when it was measured, else the seed's one-warp-per-group kernel.

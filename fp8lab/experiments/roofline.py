@@ -31,8 +31,8 @@ from typing import Iterable, Optional
 import numpy as np
 import pandas as pd
 
-from .. import claims, devices, results
-from .. import roofline as rl
+from ..report import claims, results
+from ..facts import devices, roofline as rl
 from .ceilings import ceilings_for_roofline
 
 __all__ = ["PLACE_COLUMNS", "MAX_LEGEND", "PANEL_ROOFS", "arm_panels", "measured_ceilings", "placeable_points", "roofs", "b4_table",

@@ -1,7 +1,7 @@
 """Notebook 02: registers and spills of the blockwise FP8 kernel family, no GPU needed.
 
 ``run_spills`` compiles the 16 tile configurations x 3 main-loop variants of ``mma_blockwise``
-for sm_89 and sm_90 (``fp8lab.compile_grid``) and returns one tidy row per kernel;
+for sm_89 and sm_90 (``fp8lab.experiments.compile_grid``) and returns one tidy row per kernel;
 ``triton_spills`` adds the Triton blockwise kernel's side of the same question;
 ``verdict_a1`` / ``verdict_a2`` turn the table into claim verdicts (so the rule is testable).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import compile_grid
+from . import compile_grid
 from ..kernels import mma_blockwise as mb
 
 ARM = "mma_blockwise"
@@ -118,7 +118,7 @@ def verdict_a1(df: pd.DataFrame, seed=SEED_A1):
     """A1, analogue row (fp8lab's mma_blockwise). holds: at the seed's tile on sm_89, per_slice
     spills with >= NEAR_CAP registers and a stack within STACK_BAND of the seed's 600 B, and
     per_block does not spill; holds-in-kind: that, with a stack outside the band; differs otherwise."""
-    from .. import claims
+    from ..report import claims
 
     cfg = mb.SEED_CONFIG.name
     arch = seed["arch"]
@@ -205,7 +205,7 @@ def compile_cutlass_example(src: Path, arch: str = "sm_89") -> dict:
     import subprocess
     import time
 
-    from .. import procs, resources, tools
+    from ..toolchain import procs, resources, tools
 
     src = Path(src)
     text = (src / CUTLASS_EXAMPLE).read_text()
@@ -252,7 +252,7 @@ def verdict_a1_seed(example: dict | None, seed=SEED_A1, not_run_reason: str = CU
     it spills at the cap with a stack outside the band; differs: no spill at the cap. not-run:
     no checkout (``example`` None), a failed build, or a tile in the source other than the seed's.
     A holds row says that the per-block fix is the seed author's change, judged on the analogue row."""
-    from .. import claims
+    from ..report import claims
 
     arch = seed["arch"]
     tile = _seed_tile()
@@ -291,7 +291,7 @@ def verdict_a2(df: pd.DataFrame, grid_attrs: dict | None = None, *, expected_ker
 
     grid_attrs: ``run_spills(...).attrs`` (wall_s, n_compiled, n_cached, workers); defaults to df.attrs.
     """
-    from .. import claims
+    from ..report import claims
 
     mma = df[df["arm"] == ARM]
     n_cfg, n_var, n_arch = mma["config"].nunique(), mma["variant"].nunique(), mma["arch"].nunique()

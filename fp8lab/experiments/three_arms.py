@@ -43,11 +43,12 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import bench, claims, clocks, devices
-from .. import shapes as shp
+from ..measure import bench, clocks
+from ..report import claims
+from ..facts import devices, shapes as shp
 from ..arms import registry
 from ..kernels import seed001
-from ..progress import progress as track
+from ..measure.progress import progress as track
 
 __all__ = ["SEED", "DEFAULT_SITES", "DEFAULT_MS", "DENSE_SITES", "STEP_M", "GEMM_ARMS", "W8A8_IMPLS",
            "FAMILY_IDS", "FAMILIES", "triton_config_for", "mma_config_for", "measure", "three_arms_view",
@@ -335,8 +336,7 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
     site_shapes(sites)                     # unknown site names raise here, before any GPU work
     import torch
 
-    from ..kernels import baselines
-    from ..kernels import quant_act as qa_mod
+    from ..kernels import baselines, quant_act as qa_mod
 
     if not torch.cuda.is_available():
         raise RuntimeError("measure() needs a CUDA device")
@@ -593,10 +593,7 @@ def numerics(Ks: Sequence[int] = (512, 2048, 7168, 18432), M: int = 64, N: int =
     float64 result rounded to fp32 and to bf16."""
     import torch
 
-    from ..kernels import baselines
-    from ..kernels import mma_blockwise as mb
-    from ..kernels import quant_act as qa_mod
-    from ..kernels import triton_blockwise as tb
+    from ..kernels import baselines, mma_blockwise as mb, quant_act as qa_mod, triton_blockwise as tb
 
     rows = []
     for K in track(Ks, desc="B8 numerics", unit="K values"):
@@ -651,7 +648,7 @@ def b9_compile_check(arch: str = "sm_90a", pads: Sequence[int] = (8, 0, 1, 4)) -
     import tempfile
     from pathlib import Path
 
-    from .. import tools
+    from ..toolchain import tools
 
     rows = []
     jobs = [(p, False) for p in pads] + [(1, True)]

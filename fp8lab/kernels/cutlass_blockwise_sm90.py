@@ -64,8 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _checks
-from . import mma_blockwise as _mb
+from . import _checks, mma_blockwise as _mb
 from ._checks import need as _need
 
 ARM = "cutlass_blockwise_sm90"
@@ -361,7 +360,7 @@ def probe_layouts(M: int, N: int, K: int, *, include: Path | None = None) -> dic
     Returns dict(sfa=(shape, stride), sfb=(shape, stride), sfa_offsets (M, K) int array,
     sfb_offsets (N, K) int array): what the kernel's ScaleConfig maps each (m, k) / (n, k) to.
     """
-    from .. import tools
+    from ..toolchain import tools
     from ..paths import cache_dir
 
     check_shapes(M, N, K)
@@ -418,7 +417,7 @@ def sass_summary(sass: str) -> dict:
 def compile_standalone(out_dir=None, *, include: Path | None = None, kernel: str | None = None) -> dict:
     """Compile one kernel of the .cu alone to a cubin; return compile seconds, ptxas registers/spills and
     :func:`sass_summary`. Minutes of nvcc: CUTLASS 3.x templates are heavy."""
-    from .. import resources, tools
+    from ..toolchain import resources, tools
 
     with tempfile.TemporaryDirectory(prefix="fp8lab_cutlass_") as tmp:
         cubin = Path(out_dir or tmp) / "cutlass_blockwise_sm90.cubin"

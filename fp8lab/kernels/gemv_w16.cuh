@@ -9,7 +9,7 @@
 //   gemv_w4a16_int4   offset-binary int4 (code c means c - 8), scales per 128
 //
 // The dequant functions below issue exactly the instruction sequences of the emulators in
-// fp8lab/dequant.py (LOP3 / SHF / PRMT / HADD2 / HFMA2 / FADD, one PTX instruction per emulated
+// fp8lab/emulate/dequant.py (LOP3 / SHF / PRMT / HADD2 / HFMA2 / FADD, one PTX instruction per emulated
 // instruction), so the GPU test can compare every code bit for bit with the emulator and the
 // SASS check can count the same instructions per element. The exponent-bias factor of the float
 // tricks (2^8 / 2^120 for e4m3, 2^14 / 2^126 for e2m1) is never multiplied per element: it sits in
@@ -132,7 +132,7 @@ __device__ __forceinline__ uint32_t fadd_bits(uint32_t a, uint32_t b) {   // FAD
 
 // ------------------------------------------------------------------------------------------------
 // Dequant: one packed word in, half2 / bfloat162 bit patterns out, in logical element order
-// (out[k] holds elements 2k, 2k+1). Line by line the emulators of fp8lab/dequant.py.
+// (out[k] holds elements 2k, 2k+1). Line by line the emulators of fp8lab/emulate/dequant.py.
 // ------------------------------------------------------------------------------------------------
 
 // (q & 0x80008000) | ((q & mask) >> shift): the sign stays, exponent and mantissa slide into the

@@ -7,7 +7,7 @@
 // FP8LAB_VARIANT: 0 per_slice, 1 per_block, 2 per_block_inplace (see mma_blockwise.cuh).
 // FP8LAB_SCALE_LOOKUP: 0 per_warp (correct), 1 per_cta (bug: tile index), 2 per_cta_first_col (bug).
 // Exactly one kernel is instantiated per compile, so ptxas -v reports one function and the compile
-// grid (fp8lab/compile_grid.py) parallelises over kernels. Without -D flags it instantiates the
+// grid (fp8lab/experiments/compile_grid.py) parallelises over kernels. Without -D flags it instantiates the
 // seed's configuration (64x128x128 tile, 64x64 warp tile, 3 stages) in all three variants.
 #include "mma_blockwise.cuh"
 

@@ -46,7 +46,7 @@ Entry points:
 - :func:`blockwise_fp8_gemm` runs on a GPU (torch imported lazily), validates its inputs,
   picks a path and autotunes over real tile configs (``set_autotune`` limits the search).
 - :func:`triton_resource_usage` compiles one config for sm_89 / sm_90 with **no GPU**
-  and returns registers, spills, shared memory and the cubin (for ``fp8lab.sass``).
+  and returns registers, spills, shared memory and the cubin (for ``fp8lab.toolchain.sass``).
 """
 
 from __future__ import annotations
@@ -895,13 +895,13 @@ def _res_usage(cubin: bytes) -> dict:
 
     Read back from the cubin itself: the numbers of the binary that would actually run.
     """
-    from fp8lab.tools import run_tool
+    from fp8lab.toolchain.tools import run_tool
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
         text = run_tool("cuobjdump", ["-res-usage", path], timeout=120).stdout
-    from fp8lab.resources import parse_res_usage
+    from fp8lab.toolchain.resources import parse_res_usage
 
     funcs = parse_res_usage(text)
     if len(funcs) != 1:
@@ -943,7 +943,7 @@ def _ptxas_spills(ptx: str, cc: int) -> dict | None:
                 break
         else:
             return None
-    from fp8lab.resources import parse_ptxas_v
+    from fp8lab.toolchain.resources import parse_ptxas_v
 
     try:
         funcs = parse_ptxas_v(proc.stdout + proc.stderr)

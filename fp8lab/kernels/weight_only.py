@@ -3,7 +3,7 @@
 
     out[m, n] = sum_k act[m, k] * value(code[n, k]) * scale(n, k)        (M = 1 .. any; tuned for <= 64)
 
-| format | code (``fp8lab.formats``) | scale per (row n, K group) | bytes per weight element |
+| format | code (``fp8lab.emulate.formats``) | scale per (row n, K group) | bytes per weight element |
 | --- | --- | --- | --- |
 | ``fp8``   | e4m3                      | one 16-bit (act dtype) per 128 | 1 + 2/128       |
 | ``int8``  | int8 (code c means c-128) | one 16-bit per 128             | 1 + 2/128       |
@@ -12,16 +12,16 @@
 
 Activations (and output) are bf16 or fp16; the mma is ``mma.sync.m16n8k16`` on that type
 (HMMA): no mma takes a 16-bit and an 8/4-bit operand, so the weights are converted in
-registers with the bit tricks of :mod:`fp8lab.dequant`, instruction for instruction.
+registers with the bit tricks of :mod:`fp8lab.emulate.dequant`, instruction for instruction.
 
 What this module holds (torch is imported lazily: everything but the launch runs on CPU):
 
 - the packed layouts (:func:`pack_weights`): logical codes -> the words each thread loads,
-  built with :func:`fp8lab.dequant.pack_bytes` / ``pack_nibbles`` (the emulators' byte order);
+  built with :func:`fp8lab.emulate.dequant.pack_bytes` / ``pack_nibbles`` (the emulators' byte order);
   the exponent-bias factor of the float tricks (2^8 / 2^120 for e4m3) folded into the scale;
 - :func:`emulate_packed`: the dense weight the kernel multiplies, rebuilt from the packed words
   with the emulators (a CPU check of the packing, scale folding and byte order);
-- :func:`reference` (float64, from :func:`fp8lab.formats.decode`, independent of the tricks),
+- :func:`reference` (float64, from :func:`fp8lab.emulate.formats.decode`, independent of the tricks),
   (FLOPs and bytes: ``fp8lab.arms.registry.count``, rule ``weight_only``),
   :func:`generate` (realistic random quantised weights and activations);
 - :func:`choose_splits` (split-K against wave quantisation), the torch wrapper
@@ -43,7 +43,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from .. import dequant, formats
+from ..emulate import dequant, formats
 from ._build import COMMON_HEADERS, extension
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -290,7 +290,7 @@ def _layout(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def pack_words(bits: int, logical: np.ndarray) -> np.ndarray:
     """Logical-order codes (uint8) -> uint32 words, the byte / nibble order of
-    :func:`fp8lab.dequant.pack_bytes` / ``pack_nibbles`` (the test checks they agree), built
+    :func:`fp8lab.emulate.dequant.pack_bytes` / ``pack_nibbles`` (the test checks they agree), built
     with byte views instead of 32-bit arithmetic so that large weights pack quickly."""
     c = np.asarray(logical, dtype=np.uint8)
     if bits == 8:
@@ -549,7 +549,7 @@ def emulate_packed(pw: PackedWeight) -> np.ndarray:
 # Reference and inputs
 # ---------------------------------------------------------------------------------------------
 def dequantize(fmt: str, codes, scales, global_scale: float = 1.0) -> np.ndarray:
-    """(N, K) float64 weight from logical codes and scales, through fp8lab.formats.decode
+    """(N, K) float64 weight from logical codes and scales, through fp8lab.emulate.formats.decode
     (ml_dtypes / integer arithmetic: independent of the bit tricks)."""
     check_fmt(fmt)
     c = _as_codes(fmt, codes)
@@ -840,7 +840,7 @@ def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
 
 
 def _nvcc_version() -> str:
-    from ..tools import tool_version
+    from ..toolchain.tools import tool_version
 
     try:
         return tool_version("nvcc")
@@ -851,7 +851,7 @@ def _nvcc_version() -> str:
 def _compile(source: Path, arch: str, defines=()) -> Path:
     """cubin of ``source`` for ``arch`` (content-hashed cache outside the repo)."""
     from ..paths import cache_dir
-    from ..tools import find_tool
+    from ..toolchain.tools import find_tool
 
     h = hashlib.sha256()
     for p in (*SOURCES,):

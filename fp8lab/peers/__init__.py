@@ -11,7 +11,7 @@ through fp8lab's own check-then-time path beside fp8lab's arms (issue 17).
 Nothing here imports torch at import time.
 """
 
-from .catalog import PEERS, Peer, get, ids, ids_for, weight_stream_bytes
+from ..arms.peer_catalog import PEERS, Peer, get, ids, ids_for, weight_stream_bytes
 from .discover import Availability, PeerUnavailable, availability
 
 __all__ = ["PEERS", "Peer", "get", "ids", "ids_for", "weight_stream_bytes", "Availability", "PeerUnavailable",
@@ -34,7 +34,7 @@ def table(peers=None, *, avail=None):
     return pd.DataFrame(rows)
 
 
-README_BEGIN = "<!-- peers:begin (generated from fp8lab/peers/catalog.py by `python -m fp8lab.peers readme`) -->"
+README_BEGIN = "<!-- peers:begin (generated from fp8lab/arms/peer_catalog.py by `python -m fp8lab.peers readme`) -->"
 README_END = "<!-- peers:end -->"
 
 

@@ -215,8 +215,7 @@ def vllm_marlin_fp8(w) -> Prepared:
     import torch
 
     try:
-        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
-        from vllm.model_executor.layers.quantization.utils import marlin_utils_fp8 as mf
+        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu, marlin_utils_fp8 as mf
     except Exception as e:  # noqa: BLE001
         raise PeerUnavailable(f"vllm {_vllm_version()}: FP8 Marlin utilities not importable ({e})") from e
     N, K = w.shape

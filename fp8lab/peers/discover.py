@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import paths
-from . import catalog
+from ..arms import peer_catalog
 
 __all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
            "reset"]
@@ -337,7 +337,7 @@ def _probe_import(module: str) -> None:
         raise PeerUnavailable(f"{module} fails at import: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
 
 
-def _version(p: catalog.Peer) -> str:
+def _version(p: peer_catalog.Peer) -> str:
     if p.discover == "build":
         return _marlin_version()
     for name in (p.dist, p.module):
@@ -371,11 +371,11 @@ def reset() -> None:
     _CACHE.clear()
 
 
-def availability(peer_id: str, *, probe: Optional[Callable[[catalog.Peer], None]] = None,
+def availability(peer_id: str, *, probe: Optional[Callable[[peer_catalog.Peer], None]] = None,
                  sm: Optional[int] = -1) -> Availability:
     """Can ``peer_id`` run here? ``probe`` replaces the import probe (tests); ``sm`` the
     device's compute capability as 10 * major + minor (-1: ask torch; None: no GPU)."""
-    p = catalog.get(peer_id)
+    p = peer_catalog.get(peer_id)
     key = (peer_id, probe, sm)
     if key in _CACHE:
         return _CACHE[key]

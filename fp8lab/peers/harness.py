@@ -119,7 +119,7 @@ def time_rotated(fn, sets, *, method: str, rep_ms: float, warmup_ms: float = 10,
     """(Timing, clock columns, note): ``fn(*set)`` rotated over ``sets`` and timed with
     ``bench.bench`` inside ``clocks.timed``. A graph capture the peer does not survive falls back
     to events (L2 flushed) and the note says so."""
-    from .. import bench, clocks
+    from ..measure import bench, clocks
 
     rot = bench.rotating(fn, sets)
     for _ in range(len(sets)):                     # per-set state built outside any capture
@@ -141,10 +141,10 @@ def time_rotated(fn, sets, *, method: str, rep_ms: float, warmup_ms: float = 10,
 
 def peer_columns(peer_id: str, version: str = "", status: str = "measured", *, nbytes: float = math.nan,
                  note: str = "") -> dict:
-    """The PEER_COLUMNS of one row, from the catalog."""
-    from . import catalog
+    """The PEER_COLUMNS of one row, from the peer_catalog."""
+    from ..arms import peer_catalog
 
-    p = catalog.get(peer_id)
+    p = peer_catalog.get(peer_id)
     return dict(status=status, peer=peer_id, library=p.library, version=version, licence=p.licence,
                 install=p.install, weight_format=p.weight, scale_format=p.scales, peer_act=p.act,
                 format_bytes=nbytes, bytes_note=note)

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from . import catalog
+from ..arms import peer_catalog
 
 __all__ = ["ahead", "compile_only", "worker_count", "autotuned", "ensure", "plan", "prebuild", "prebuild_ready",
            "NOTEBOOKS", "decode_ahead", "prefill_ahead", "blockwise_ahead"]
@@ -48,7 +48,7 @@ TIMEOUT_S = 900.0
 
 def autotuned(peers: Sequence[str]) -> list:
     """The peers among ``peers`` whose kernels Triton autotunes (catalog ``autotunes``)."""
-    return [p for p in peers if catalog.get(p).autotunes]
+    return [p for p in peers if peer_catalog.get(p).autotunes]
 
 
 def worker_count(n_configs_hint: int = 64) -> int:
@@ -220,8 +220,8 @@ def ensure(kind: str, points: Sequence[tuple], *, peers: Sequence[str], workers:
     res = ahead(kind, peers, points, workers=workers, log=log, nice=nice)
     broken = any(e.startswith(("stopped after", "pool:")) for e in res["errors"])
     if res["workers"] and not broken:
-        from ..results import atomic_write_bytes
-        from ..provenance import utc_now
+        from ..report.results import atomic_write_bytes
+        from ..report.provenance import utc_now
 
         doc = dict(by=by, when=utc_now(), compiled=res["compiled"], seconds=round(res["seconds"], 1),
                    workers=res["workers"], problems=res["errors"][:3])
@@ -243,7 +243,7 @@ def decode_ahead(shape_names: Sequence[str], Ms: Sequence[int], *, seed: int = 0
 
 def prefill_ahead(shape_name: str, Ms: Sequence[int], *, seed: int = 0) -> tuple:
     """(kind, points) of :func:`fp8lab.peers.sweeps.prefill`'s compile-ahead."""
-    from .. import shapes
+    from ..facts import shapes
 
     sh = shapes.get(shape_name)
     return "weight_only", [(sh.N, sh.K, sorted(set(Ms)), seed)]
@@ -275,7 +275,7 @@ def plan(notebook: str, params: dict) -> tuple:
 def _live_autotuned(notebook: str, params: dict) -> list:
     from . import discover
 
-    return [p for p in autotuned(catalog.resolve(params.get("peers", "all"), notebook))
+    return [p for p in autotuned(peer_catalog.resolve(params.get("peers", "all"), notebook))
             if discover.availability(p).ok]
 
 
@@ -288,7 +288,7 @@ def prebuild_ready(notebook: str, params_json: str) -> tuple:
     if not torch.cuda.is_available():
         return False, "no CUDA GPU"
     if not _live_autotuned(notebook, json.loads(params_json)):
-        names = sorted({catalog.get(p).library for p in autotuned(catalog.ids_for(notebook))})
+        names = sorted({peer_catalog.get(p).library for p in autotuned(peer_catalog.ids_for(notebook))})
         return False, f"none of notebook {notebook}'s autotuned peers is installed ({', '.join(names)})"
     return True, ""
 

@@ -10,8 +10,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from ..arms import registry
-from . import catalog
+from ..arms import peer_catalog, registry
 
 __all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
            "MARLIN"]
@@ -58,7 +57,7 @@ def status_table(df: Optional[pd.DataFrame], peers: Sequence[str] = ()) -> pd.Da
     rows = []
     ids = list(dict.fromkeys([*(df["arm"] if df is not None and not df.empty else []), *peers]))
     for pid in ids:
-        p = catalog.get(pid)
+        p = peer_catalog.get(pid)
         d = df[df["arm"] == pid] if df is not None and not df.empty else pd.DataFrame()
         n_ok = int((d["status"] == "measured").sum()) if not d.empty else 0
         other = d[d["status"] != "measured"]["status"] if not d.empty else pd.Series(dtype=str)

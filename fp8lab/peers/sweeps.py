@@ -24,9 +24,10 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 
 from ..arms import registry
-from ..progress import progress as track
-from . import catalog, discover, harness
-from .catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
+from ..measure.progress import progress as track
+from ..arms import peer_catalog
+from . import discover, harness
+from ..arms.peer_catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
 from .harness import PEER_COLUMNS, act_dtype, error_text, status_row
 
 __all__ = ["decode", "prefill", "blockwise", "quantisers", "columns", "resolve", "DEVICE", "QUANT_OWN"]
@@ -57,14 +58,14 @@ def _sync() -> None:
 
 
 def _l2_bytes() -> int:
-    from .. import bench
+    from ..measure import bench
 
     return bench.device_l2_bytes()
 
 
 def _time_events(fn, *, warmup_ms, rep_ms, sampler):
     """(Timing, clock columns) of ``fn`` with CUDA events and L2 flushed (prefill's method)."""
-    from .. import bench, clocks
+    from ..measure import bench, clocks
 
     return clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
 
@@ -99,7 +100,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
     ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
     from ..experiments import decode as dx
 
-    catalog.check_ids(peers, "08")
+    peer_catalog.check_ids(peers, "08")
     cols = columns(dx.COLUMNS)
     av = _available(peers, avail)
     rows = []
@@ -110,8 +111,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
             if av[p].ok:
                 continue
             for M in Ms:
-                rows.append(status_row(cols, dict(shape=name, N=sh.N, K=sh.K, M=M, arm=p, fmt=catalog.get(p).fmt,
-                                                  act=catalog.get(p).act), p, av[p].status()))
+                rows.append(status_row(cols, dict(shape=name, N=sh.N, K=sh.K, M=M, arm=p, fmt=peer_catalog.get(p).fmt,
+                                                  act=peer_catalog.get(p).act), p, av[p].status()))
     if not live:
         return pd.DataFrame(rows, columns=cols)
 
@@ -122,7 +123,8 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
 
     import torch
 
-    from .. import bench, devices
+    from ..measure import bench
+    from ..facts import devices
     from . import adapters
 
     prepare = prepare or adapters.WEIGHT_ONLY
@@ -141,7 +143,7 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
         sh = dx._shape(name)
         N, K = sh.N, sh.K
         for p in track(live, desc="peer", unit="peers"):
-            pe = catalog.get(p)
+            pe = peer_catalog.get(p)
             base = dict(shape=name, N=N, K=K, arm=p, fmt=pe.fmt, act=pe.act)
             try:
                 prep = prepare[p](adapters.dense_weight(N, K, seed, device=DEVICE))
@@ -201,10 +203,10 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
             prepare: Optional[dict] = None, precompile_ahead: bool = True) -> pd.DataFrame:
     """One row per (M, peer) in prefill.COLUMNS + PEER_COLUMNS (CUDA events, L2 flushed).
     ``precompile_ahead``: compile the autotuned peers' Triton configs on all cores first."""
-    from .. import shapes
+    from ..facts import shapes
     from ..experiments import prefill as px
 
-    catalog.check_ids(peers, "11")
+    peer_catalog.check_ids(peers, "11")
     cols = columns(px.COLUMNS)
     sh = shapes.get(shape_name)
     N, K = sh.N, sh.K
@@ -225,7 +227,7 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 
     import torch
 
-    from .. import devices
+    from ..facts import devices
     from . import adapters
 
     prepare = prepare or adapters.WEIGHT_ONLY
@@ -295,14 +297,14 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
     QUANT_OWN; what seed 000 timed), checked against the same float64 reference."""
     from ..experiments import blockwise as bw
 
-    catalog.check_ids(peers, "05")
+    peer_catalog.check_ids(peers, "05")
     cols = columns(bw.COLUMNS)
     shape_objs = bw.resolve_shapes(shapes)
     av = _available(peers, avail)
 
     def base(shape, M, p):
         return dict(shape=shape.name, model=shape.model, site=shape.site, M=M, N=shape.N, K=shape.K, arm=p,
-                    variant="", path=catalog.get(p).library, config="", quant="none", poison="",
+                    variant="", path=peer_catalog.get(p).library, config="", quant="none", poison="",
                     weight_bytes=registry.count(p, M=M, N=shape.N, K=shape.K).weight_bytes)
 
     rows = []
@@ -321,7 +323,7 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
 
     import torch
 
-    from .. import bench
+    from ..measure import bench
     from . import adapters
 
     prepare = prepare or adapters.BLOCKWISE
@@ -405,7 +407,7 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, cnt, w
     if not bw.passes(chk):
         return status_row(cols, {**base, **chk}, p, f"failed-check: relerr {chk['relerr']:.3g}", version)
     try:
-        from .. import bench
+        from ..measure import bench
 
         xs = [x] + [x.clone() for _ in range(len(states) - 1)]
         fn = bench.rotating(qcall, list(zip(states, xs)))
@@ -433,7 +435,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
     that rounds differently is reported, not failed), then timed on rotated inputs."""
     from ..experiments import quantisers as qx
 
-    catalog.check_ids(peers, "06b")
+    peer_catalog.check_ids(peers, "06b")
     cols = columns(qx.COLUMNS)
     av = _available(peers, avail)
     rows = []

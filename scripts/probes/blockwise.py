@@ -27,10 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fp8lab import bench, clocks
+from fp8lab.measure import bench, clocks
 from fp8lab.experiments import blockwise as bw
-from fp8lab.kernels import cutlass_blockwise_sm90 as cb
-from fp8lab.kernels import triton_blockwise as tb
+from fp8lab.kernels import cutlass_blockwise_sm90 as cb, triton_blockwise as tb
 
 LARGE_SHAPES = ("qwen3-8b:gate_up", "qwen3-8b:down_proj")
 LARGE_MS = (1024, 4096, 8192)

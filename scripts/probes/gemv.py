@@ -72,7 +72,8 @@ def main(argv=None):
 
     import torch
 
-    from fp8lab import bench, shapes
+    from fp8lab.measure import bench
+    from fp8lab.facts import shapes
     from fp8lab.arms import registry
     from fp8lab.experiments import decode
     from fp8lab.kernels import weight_only as wo

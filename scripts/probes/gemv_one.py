@@ -25,7 +25,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from fp8lab import shapes
+    from fp8lab.facts import shapes
     from fp8lab.kernels import weight_only as wo
 
     sh = shapes.get(args.shape)

@@ -23,8 +23,7 @@ import pandas as pd
 import torch
 
 from fp8lab.experiments import quantisers as qx
-from fp8lab.kernels import baselines
-from fp8lab.kernels import quant_act as qa
+from fp8lab.kernels import baselines, quant_act as qa
 
 T0 = time.time()
 ILP = "quant_act_warp_ilp"

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     import triton
     import triton.language as tl
 
-    from fp8lab import bench
+    from fp8lab.measure import bench
     from fp8lab.experiments import decode
 
     @triton.jit

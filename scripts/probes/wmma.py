@@ -6,7 +6,7 @@
    (M = 1, 7, 83; N not a multiple of 128) against float64, poisoned (NaN) outputs, bf16 and fp32
    outputs, whole K and split K; every pipelined and interleaved configuration bit-identical (fp32
    output) to the original kernel with the same warp tile (same MMAs, same order, same promotion).
-2. Timing (CUDA events, fp8lab.bench): the prefill configurations and medium at deepseek-v3
+2. Timing (CUDA events, fp8lab.measure.bench): the prefill configurations and medium at deepseek-v3
    dense_gate_up (N 36864, K 7168), M = 4096 and M = 512, next to cuBLAS BF16 on the dequantised
    weights in the same run. Prints TFLOP/s and the fraction of 641 TFLOP/s (the mma.sync BF16 peak
    measured with hmma_peak on the H200) and of cuBLAS, and next to each configuration the cycles per
@@ -80,7 +80,7 @@ def _sm_mhz() -> float:
 
 
 def time_all(s1, torch, bench, rep_ms: float) -> pd.DataFrame:
-    from fp8lab import shapes as shp
+    from fp8lab.facts import shapes as shp
     from fp8lab.kernels import baselines
 
     shape = shp.shapes("deepseek-v3", ["dense_gate_up"])[0]
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from fp8lab import bench
+    from fp8lab.measure import bench
     from fp8lab.kernels import seed001 as s1
 
     t0 = time.time()

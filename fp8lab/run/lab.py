@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from .paths import repo_root
+from ..paths import repo_root
 
 KERNEL_NAME = "python3"          # the name every notebook's metadata asks for
 # jupytext's JupyterLab extension registers its notebook view under this name

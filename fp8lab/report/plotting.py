@@ -18,8 +18,8 @@ if not os.environ.get("MPLBACKEND") and "ipykernel" not in str(matplotlib.get_ba
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .arms import registry  # noqa: E402
-from .paths import output_figures_dir  # noqa: E402
+from ..arms import registry  # noqa: E402
+from ..paths import output_figures_dir  # noqa: E402
 from .results import FigureInfo, Run, _atomic_write_bytes, _check_name  # noqa: E402
 
 _CYCLE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
@@ -100,7 +100,7 @@ def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[P
 
 def save_in(fig, folder: Path, name: str, note: str) -> list[Path]:
     """``save`` with the folder and the footnote given: for figures that belong to no one
-    device (``fp8lab.overlay``'s cross-device figures). The note may span several lines."""
+    device (``fp8lab.experiments.overlay``'s cross-device figures). The note may span several lines."""
     _check_name("figure name", name)
     # A figure-level text in figure coordinates, below the axes; bbox='tight' keeps it.
     for t in list(fig.texts):

@@ -37,7 +37,8 @@ def _stop_everything(code: int, why: str) -> None:
     first finish (it exits the process)."""
     if not _CLEANING.acquire(blocking=False):
         return
-    from fp8lab import clocks, procs
+    from fp8lab.measure import clocks
+    from fp8lab.toolchain import procs
     try:
         _say(f"{why}: stopping the kernel")
         for pid in procs.children(os.getpid()):

@@ -38,7 +38,7 @@ def _check_or_update(current: bool, check: bool, what: str, command: str) -> int
 
 
 def _cmd_claims(a) -> int:
-    from . import claims
+    from ..report import claims
     return _check_or_update(claims.update_readme(check=a.check), a.check, "README ledger", "claims")
 
 
@@ -48,7 +48,7 @@ def _cmd_gallery(a) -> int:
 
 
 def _cmd_walltimes(a) -> int:
-    from . import walltimes
+    from ..report import walltimes
     try:
         path = walltimes.record(a.run_dir)
     except walltimes.RecordError as exc:
@@ -59,7 +59,7 @@ def _cmd_walltimes(a) -> int:
 
 
 def _cmd_verify(a) -> int:
-    from . import verify
+    from ..report import verify
     try:
         return verify.main(devices=a.device, notebooks=a.notebook, verbose=a.verbose)
     except (verify.VerifyError, RuntimeError) as exc:   # RuntimeError: no checkout found
@@ -68,7 +68,7 @@ def _cmd_verify(a) -> int:
 
 
 def _cmd_env(a) -> int:
-    from . import provenance
+    from ..report import provenance
     info = {"git": provenance.git_info(), "versions": provenance.versions(),
             "host": provenance.host_info(), "gpus_visible": provenance.gpu_count()}
     print(json.dumps(info, indent=2))
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
                                      "parallel on this machine's cores (nothing without a GPU)")
     prebuild.add_arguments(b)
     b.set_defaults(fn=prebuild.cli)
-    from . import binaries
+    from ..toolchain import binaries
     cs = sub.add_parser("census", help="SASS census of your own binaries (.whl, .so, .cubin): "
                         "activation dtype, weight type, MMA family, kernels, conversion opcodes "
                         "per library and arch; only matching functions are disassembled")
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
         print(f"fp8lab: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
-        from .results import TableError
+        from ..report.results import TableError
         if not isinstance(exc, TableError):
             raise
         # a stored table that cannot vouch for itself: its file named, no traceback

@@ -5,7 +5,7 @@
 - Nothing outlives the run: Ctrl-C, SIGTERM and SIGHUP stop the runner cleanly (the running
   notebooks are killed, exit status 128 + the signal); the executor kills its kernel when
   it is stopped or finds the runner gone (even after a SIGKILL). A clock lock taken in a
-  notebook (``fp8lab.clocks.locked_clocks``) is recorded in a state file the runner names,
+  notebook (``fp8lab.measure.clocks.locked_clocks``) is recorded in a state file the runner names,
   and whatever ended the notebook the runner kills the lock's holder and resets it.
 - A failing notebook does not stop the others; the exit status is non-zero and every
   failure is listed (notebook, cell, error).
@@ -17,14 +17,14 @@
   ``CUDA_VISIBLE_DEVICES``, pulling notebooks from a shared queue; kernel starts are
   staggered and a kernel-port clash at start-up is retried. Executed copies go to
   ``<run>/gpu<id>/`` and each result names its GPU.
-- ``cluster=``: the same notebooks as Dask tasks on several hosts (``fp8lab.cluster``).
+- ``cluster=``: the same notebooks as Dask tasks on several hosts (``fp8lab.run.cluster``).
 - A manifest entry's ``after`` (``all``, or a list of ids listed before it) holds that
   notebook until the notebooks it names that are in this run have finished, passed or
   failed: 07 places the others' results on its roofline, so with several workers it
   must not start before them.
 
 One notebook's manifest entry, parameters, mode, environment and execution are
-:mod:`fp8lab.notebooks`' (the cluster's tasks use them too); this module schedules them.
+:mod:`fp8lab.run.notebooks`' (the cluster's tasks use them too); this module schedules them.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ import threading
 import time
 from pathlib import Path
 
-from . import notebooks, provenance, results
-from .notebooks import (_STOPPER, NotebookSpec, Outcome, Stopped, UsageError, choose_mode,  # noqa: F401
-                        dependency_order, load_manifest, notebook_env, notebook_params, resolve_parameters,
-                        select, stop_live, waits_for)
-from .paths import repo_root
+from . import notebooks
+from ..report import provenance, results
+from .notebooks import (_STOPPER, NotebookSpec, Outcome, Stopped, UsageError, choose_mode, dependency_order,
+    load_manifest, notebook_env, notebook_params, resolve_parameters, select, stop_live, waits_for)
+from ..paths import repo_root
 
 
 def default_run_dir(mode: str) -> Path:
@@ -99,7 +99,7 @@ def run(only=None, params=None, mode: str = "auto", run_dir: Path | None = None,
     "all" or ids run one worker per GPU (see ``parse_gpus``), worker i starting its first
     kernel ``i * stagger_s`` seconds after worker 0.
     ``cluster``: a Dask scheduler address (``tcp://host:8786``) or ``local[:N]``: each
-    notebook is one Dask task on a worker's own checkout (see ``fp8lab.cluster``); each
+    notebook is one Dask task on a worker's own checkout (see ``fp8lab.run.cluster``); each
     worker chooses measure or replot for itself; ``connect_timeout``: seconds for its scheduler
     to answer.
     ``smoke``: every selected notebook in measure mode with its manifest ``smoke`` parameters
@@ -314,7 +314,7 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
 
 def _snapshot_outputs() -> dict:
     """(size, mtime) of every file under data/ and figures/: a smoke run must leave them be."""
-    from .paths import data_dir, figures_dir
+    from ..paths import data_dir, figures_dir
     snap = {}
     for root in (data_dir(), figures_dir()):
         if root.is_dir():
@@ -352,7 +352,7 @@ def run_record(started: str, t_start: float, t_end: float) -> dict:
     epoch seconds at which make started, finished installing and finished prebuilding
     (FP8LAB_MAKE_TIMES="t0 t_setup t_build"), whether it installed anything
     (FP8LAB_MAKE_FRESH_INSTALL=1) and the prebuild's JSON summary (FP8LAB_BUILD_SUMMARY), so
-    the record covers the install and the kernel builds too (``fp8lab.walltimes``)."""
+    the record covers the install and the kernel builds too (``fp8lab.report.walltimes``)."""
     rec = {"started": started, "wall_s": round(t_end - t_start, 1),
            "host": provenance.host_info(), "gpu_names": provenance.nvml_gpu_names(),
            "git": {k: v for k, v in provenance.git_info().items() if k in ("commit", "dirty", "source")},

@@ -42,7 +42,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import provenance
-from .paths import data_dir, output_data_dir, repo_root
+from ..paths import data_dir, output_data_dir, repo_root
 
 MODES = ("auto", "measure", "replot")
 _WRITE_LOCK = ".fp8lab-write.lock"     # held while a CSV + sidecar pair is written (readers: shared)

@@ -46,7 +46,7 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from fp8lab.formats import get_format
+from fp8lab.emulate.formats import get_format
 
 __all__ = [
     "BYTE_ORDER",

@@ -1,6 +1,6 @@
 """SASS census of other people's binaries, filter first: ``python -m fp8lab census``.
 
-:func:`fp8lab.sass.sass_census` disassembles a whole binary and filters kernels
+:func:`fp8lab.toolchain.sass.sass_census` disassembles a whole binary and filters kernels
 afterwards; for an inference-engine wheel that is half an hour spent mostly on libraries
 with no kernel of interest. This module reads the function names first and disassembles
 only what matches:
@@ -18,8 +18,8 @@ only what matches:
 4. steps 2-3 run in a thread pool as wide as the machine's cores (the work is in the child
    processes); every child is killed if the census stops (Ctrl-C, SIGTERM, an error).
 
-The opcode counting is :func:`fp8lab.sass.parse_sass`'s, the MMA operand reading
-:func:`fp8lab.sass.mma_operands`'s. The output is plain text and ``csv`` (no pandas table).
+The opcode counting is :func:`fp8lab.toolchain.sass.parse_sass`'s, the MMA operand reading
+:func:`fp8lab.toolchain.sass.mma_operands`'s. The output is plain text and ``csv`` (no pandas table).
 """
 
 from __future__ import annotations
@@ -743,7 +743,7 @@ def render(result: Census) -> str:
 
 
 def committed_census_dir() -> Path:
-    from .paths import data_dir
+    from ..paths import data_dir
     return data_dir() / "cpu" / "09_sass_census"
 
 

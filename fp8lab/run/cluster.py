@@ -7,7 +7,7 @@ cluster of N worker processes on this machine) makes each notebook one Dask task
   ``--resources GPU=1`` (and pinned to its GPU with CUDA_VISIBLE_DEVICES) runs one at a
   time; a host notebook asks for no resource, so any worker thread takes it (start workers
   with ``--nthreads 2`` to let host notebooks run beside a GPU notebook);
-- the task runs the local runner's own per-notebook executor (``fp8lab.notebooks.execute_with_retries``)
+- the task runs the local runner's own per-notebook executor (``fp8lab.run.notebooks.execute_with_retries``)
   on the notebook in the worker's own checkout, after checking that the checkout is at
   the client's commit (a worker at another commit refuses the task);
 - each worker chooses measure (it sees a GPU) or replot (it does not) for itself;
@@ -41,9 +41,10 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from . import notebooks, provenance
+from . import notebooks
+from ..report import provenance
 from .notebooks import NotebookSpec, Outcome, UsageError
-from .paths import repo_root
+from ..paths import repo_root
 
 GPU_RESOURCE = "GPU"
 _PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@+-]*$")
@@ -273,7 +274,7 @@ def run_notebook_task(job: dict, deps=()) -> dict:
         data_root = Path(merged.get("FP8LAB_DATA_DIR") or root / "data")
         fig_root = Path(merged.get("FP8LAB_FIGURES_DIR") or root / "figures")
         # What the notebooks it waits for wrote, possibly on other hosts, into this checkout.
-        from .results import atomic_write_bytes
+        from ..report.results import atomic_write_bytes
         for dep in deps:
             for rel, data in dep.get("files", []):
                 p = _safe_rel(rel, "a file of a notebook it waits for")
@@ -357,8 +358,8 @@ def check_returned(name: str, files, commit: str) -> list[str]:
 
 def _accept(spec: NotebookSpec, r: dict, run_dir: Path, commit: str) -> Outcome:
     """The task's result as an Outcome; its files written here when it passed."""
-    from .paths import data_dir, figures_dir
-    from .results import atomic_write_bytes
+    from ..paths import data_dir, figures_dir
+    from ..report.results import atomic_write_bytes
     sub = re.sub(r"[^A-Za-z0-9_.@+-]+", "_", f"{r['device']}-{r['worker'] or r['host']}")
     out_dir = run_dir / sub
     o = Outcome(spec.name, bool(r["ok"]), float(r["seconds"]), out_dir / spec.path.name,
@@ -380,7 +381,7 @@ def _accept(spec: NotebookSpec, r: dict, run_dir: Path, commit: str) -> Outcome:
         o.ok = False
         o.error = "refused the files it returned (nothing written): " + "; ".join(problems[:5])
         return o
-    from .results import write_pair
+    from ..report.results import write_pair
     roots = {"data": data_dir(), "figures": figures_dir()}
     files = dict(r["files"])
     # A table and its sidecar are written as a pair, as results.write_table does, so no

@@ -1,6 +1,6 @@
 """Progress of a long sweep, where the person waiting for it looks.
 
-    from fp8lab.progress import progress
+    from fp8lab.measure.progress import progress
     for shape in progress(shapes, desc="blockwise sweep", unit="shapes"):
         for M in progress(Ms, desc="M"):
             ...
@@ -243,7 +243,7 @@ def _sink(loops, how: str):
         try:
             return _Widget(loops)
         except Exception as exc:  # noqa: BLE001 - a bar that cannot be drawn must not stop a sweep
-            _stderr(f"fp8lab.progress: no progress bar ({type(exc).__name__}: {exc}); plain lines instead")
+            _stderr(f"fp8lab.measure.progress: no progress bar ({type(exc).__name__}: {exc}); plain lines instead")
     return _Lines(_stderr, lambda line: None)
 
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from . import provenance
-from .paths import data_dir, repo_root
+from ..paths import data_dir, repo_root
 
 
 class VerifyError(ValueError):

@@ -27,16 +27,15 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import plotting, results
-from .arms import registry
-from .gallery import CROSS_DEVICE   # figures/cross-device/: the folder of figures spanning devices
-from .paths import output_figures_dir
-from .results import _check_name
+from ..report import plotting, results
+from ..arms import registry
+from ..paths import CROSS_DEVICE, output_figures_dir
+from ..report.results import _check_name
 
 plt = plotting.plt                  # pyplot with the backend plotting chose (Agg when headless)
 
 # One colour and marker per device key, the same in every cross-device figure (Okabe-Ito;
-# keys as fp8lab.devices spells them). Keys not listed take the first unused fallback.
+# keys as fp8lab.facts.devices spells them). Keys not listed take the first unused fallback.
 DEVICE_STYLE = {
     "h200": ("#0072B2", "o"), "h100": ("#56B4E9", "s"), "b200": ("#000000", "D"),
     "l4": ("#D55E00", "^"), "l40s": ("#E69F00", "v"), "rtx-4090": ("#CC79A7", "P"),
@@ -264,7 +263,7 @@ def _load(nb, table, devs) -> dict:
 # a device that lacks an auxiliary table (a ceiling, a copy) is left out with a note.
 
 def draw_ceilings(devs):
-    from .experiments import ceilings as ce
+    from . import ceilings as ce
     tabs, metas, st = _tables("00_environment", "ceilings", devs)
     cats = [c for c in ce.CEILINGS if any(((t["ceiling"] == c) & (t["status"] == "measured")).any()
                                              for t in tabs.values())]
@@ -292,7 +291,7 @@ def draw_ceilings(devs):
 
 
 def draw_promotion_ratio(devs):
-    from .experiments import blockwise as bw
+    from . import blockwise as bw
     tabs, metas, st = _tables("03_per_slice_vs_per_block", "promotion_sweep", devs)
     prs = {d: bw.promotion_ratios(t) for d, t in tabs.items()}
     shapes = list(dict.fromkeys(s for p in prs.values() for s in p["shape"]))
@@ -324,8 +323,8 @@ def draw_promotion_ratio(devs):
 
 
 def draw_m1_stream(devs):
-    from .experiments import blockwise as bw
-    from .kernels import mma_blockwise as mb
+    from . import blockwise as bw
+    from ..kernels import mma_blockwise as mb
     have_copy = set(results.devices_with("04_tiles_and_swizzle", "copy"))
     notes = [f"{d}: no copy table (no streaming floor), left out" for d in devs if d not in have_copy]
     devs = [d for d in devs if d in have_copy]
@@ -397,7 +396,7 @@ def draw_targets(devs):
 
 
 def draw_fractions(devs):
-    from .experiments import three_arms as ta
+    from . import three_arms as ta
     tabs = _load("06_three_arms", "sweep", devs)
     have_ceil = set(results.devices_with("06_three_arms", "ceilings"))
     notes = [f"{d}: no ceilings table, left out" for d in devs if d not in have_ceil]
@@ -460,7 +459,7 @@ def draw_quantisers(devs, K: int = 7168):
             if len(g):
                 ax.plot(g["M"], g["fraction_of_copy"], ls=series[arm], color=st[d]["color"],
                         marker=st[d]["marker"], ms=4)
-    from .experiments import quantisers as qx
+    from . import quantisers as qx
     ax.axhline(qx.TARGET_FRACTION, color="#555555", ls="--", lw=0.9)
     ax.text(0.02, qx.TARGET_FRACTION, f"target {qx.TARGET_FRACTION:.0%} (M >= {qx.TARGET_M_RANGE[0]})", fontsize=7,
             va="bottom", transform=ax.get_yaxis_transform())
@@ -475,7 +474,7 @@ def draw_quantisers(devs, K: int = 7168):
 
 
 def draw_decode_m1(devs):
-    from .experiments import decode as dx
+    from . import decode as dx
     tabs = _load("08_decode_bandwidth", "decode", devs)
     metas = {d: _meta(t) for d, t in tabs.items()}
     tabs = {d: dx.best_schedule(t) for d, t in tabs.items()}   # one row per (shape, arm, M)
@@ -500,7 +499,7 @@ def draw_decode_m1(devs):
 
 
 def draw_headroom(devs):
-    from .experiments import headroom as hr
+    from . import headroom as hr
     tabs, metas, st = _tables("10_clock_sweep", "sweep", devs)
     fig, ax = plt.subplots(figsize=(7.5, 4.0))
     for d, t in tabs.items():
@@ -520,7 +519,7 @@ def draw_headroom(devs):
 
 
 def draw_prefill(devs):
-    from .experiments import prefill as px
+    from . import prefill as px
     tabs, metas, st = _tables("11_prefill", "prefill", devs)
     arms = [a for a in px.ARMS if a != "cublas_bf16" and any((t["arm"] == a).any() for t in tabs.values())]
     series = {a: SERIES_LS[i % len(SERIES_LS)] for i, a in enumerate(arms)}
@@ -559,7 +558,7 @@ def draw_prefill(devs):
 
 
 def draw_roofline(devs):
-    from .experiments import roofline as ex
+    from . import roofline as ex
     st = styles(devs)
     metas, notes, pts = {}, [], {}
     for d in devs:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import procs, resources, tools
-from .results import atomic_write_bytes
-from .kernels import mma_blockwise as mb
-from .progress import progress as track
+from ..toolchain import procs, resources, tools
+from ..report.results import atomic_write_bytes
+from ..kernels import mma_blockwise as mb
+from ..measure.progress import progress as track
 
 ARCHS = ("sm_89", "sm_90")
 # -cubin: device code only (no host compile, no fatbin); -O3 only, no -G / -lineinfo.
@@ -76,7 +76,7 @@ class Job:
 
 
 def default_cache_dir() -> Path:
-    from .paths import cache_dir
+    from ..paths import cache_dir
     return cache_dir("compile")
 
 

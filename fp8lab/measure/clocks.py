@@ -515,7 +515,7 @@ def release_recorded(path, nvml=None, *, kill: bool = True) -> list:
     after the reset, then reset the clocks by the recorded UUID. Returns one line per lock
     saying what was done; a lock that could not be reset stays recorded and its line says
     how to reset it by hand."""
-    from . import procs
+    from ..toolchain import procs
 
     recs = recorded_locks(path)
     if not recs:
@@ -607,7 +607,7 @@ def locked_clocks(sm_mhz=None, mem_mhz=None, *, opt_in: bool = False, device_ind
         """Tell the runner (when it asked) which clocks may be locked, before locking them."""
         if state_file is None:
             return
-        from . import procs
+        from ..toolchain import procs
 
         def put(st):
             if sm or mem:

@@ -225,7 +225,7 @@ def device_l2_bytes(device=None) -> int:
     size = int(getattr(props, "L2_cache_size", 0) or 0)
     if size > 0:
         return size
-    from . import devices
+    from ..facts import devices
 
     spec = devices.spec_for(props.name)
     if spec is None:

@@ -1,6 +1,6 @@
 """Number formats: every code of every weight/scale format with its value and class.
 
-Values are decoded *independently* of the bit tricks in :mod:`fp8lab.dequant`: the float
+Values are decoded *independently* of the bit tricks in :mod:`fp8lab.emulate.dequant`: the float
 formats through ``ml_dtypes`` (its own conversion code, not ours), the integer formats
 through plain integer arithmetic. The dequant tests compare the tricks against these tables,
 never against a reference built from the same bit derivation (a shared derivation is how a

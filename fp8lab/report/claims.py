@@ -17,7 +17,7 @@ from typing import Optional
 import pandas as pd
 
 from . import results
-from .paths import data_dir, repo_root
+from ..paths import data_dir, repo_root
 
 VERDICTS = ("holds", "holds-in-kind", "differs", "not-run")
 #: What a verdict row measured. ``seed``: the system the seed itself measured (Marlin, CUTLASS's
@@ -153,6 +153,31 @@ def record_or_recorded(run: "results.Run", make) -> Optional[pd.DataFrame]:
         for dev in results.devices_with(run.notebook, "verdicts"):
             df = results.load_table(dev, run.notebook, "verdicts")
     return None if df is None else df.reindex(columns=SHOWN)
+
+
+def record_if_measured(run: "results.Run", device: str, verdicts: list[Verdict]) -> list[Verdict]:
+    """``verdicts`` computed from ``device``'s tables, recorded (``record``) only when this run
+    measured that device; a redraw, or another device's tables, only shows them. Returns them."""
+    if run.mode == "measure" and device == run.device:
+        record(run, verdicts)
+    return verdicts
+
+
+def _subject(v: Verdict) -> str:
+    return v.subject + (f", {v.variant}" if v.variant else "")
+
+
+def table(verdicts: list[Verdict]) -> pd.DataFrame:
+    """Verdicts as a notebook shows them: claim, subject (with the variant), verdict, our figure,
+    reason, rule."""
+    return pd.DataFrame([dict(claim=v.claim, subject=_subject(v), verdict=v.verdict, our_figure=v.our_figure,
+                              reason=v.reason, rule=v.rule) for v in verdicts])
+
+
+def markdown(v: Verdict, device: str) -> str:
+    """One verdict as a paragraph: claim, subject and verdict in bold, the device, what was
+    measured, why, and the rule."""
+    return f"**{v.claim} ({_subject(v)}): {v.verdict}** ({device}). {v.our_figure}. {v.reason}  \n*Rule:* {v.rule}"
 
 
 def record(run: "results.Run", verdicts: list[Verdict]) -> pd.DataFrame:

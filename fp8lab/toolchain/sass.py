@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 
 import pandas as pd
 
-from fp8lab.tools import ToolNotFound, find_tool, have_tool
+from fp8lab.toolchain.tools import ToolNotFound, find_tool, have_tool
 
 COLUMNS = ["binary", "arch", "kernel", "demangled", "opcode", "family", "count"]
 

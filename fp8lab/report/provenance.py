@@ -18,8 +18,8 @@ import socket
 import subprocess
 import sys
 
-from . import __version__
-from .paths import repo_root
+from .. import __version__
+from ..paths import repo_root
 
 
 def utc_now() -> str:
@@ -252,7 +252,7 @@ def _dist_version(name: str):
 def versions(include_torch: bool | None = None) -> dict:
     """Versions of the software a result depends on. torch is imported only when asked
     (or when it is already imported): importing it costs seconds."""
-    from .tools import tool_version
+    from ..toolchain.tools import tool_version
     v = {
         "fp8lab": __version__,
         "python": platform.python_version(),

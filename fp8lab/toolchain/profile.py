@@ -6,7 +6,7 @@
   we find it), a kernel-name regex and/or NVTX push/pop filter, chosen sections
   and metrics, ``--target-processes all`` (the workload runs in a child Python).
 * ``profile`` runs it. A callable is run by name (``module:function``) in a child
-  interpreter (``python -m fp8lab.profile run module:function``), so it must live
+  interpreter (``python -m fp8lab.toolchain.profile run module:function``), so it must live
   in an importable module, not in a notebook's ``__main__``.
 * ``read_report`` returns one row per profiled kernel (DRAM throughput %, DRAM
   bytes/s and bytes read/written, issue-active %, issue-slots-busy %, registers,
@@ -14,9 +14,8 @@
   ``read_opcodes`` the executed instructions per SASS opcode (warp-level
   ``sass__inst_executed_per_opcode``; thread-level
   ``sass__thread_inst_executed_true_per_opcode`` where collected).
-* ``python -m fp8lab.profile selftest OUT.ncu-rep`` (on a GPU box with ncu) profiles
-  three small kernels (an elementwise scale, a bf16 matmul, the FP32 FMA kernel)
-  and writes a small report: that is the committed test fixture.
+* The committed test fixture (a small report of three known kernels) is written by
+  ``python -m fp8lab.kernels.ncu_fixture OUT.ncu-rep`` on a GPU box with ncu.
 
 Reports are read on any machine with the ``ncu-report`` wheel (module
 ``ncu_report``); on a box with only Nsight Compute, its ``extras/python`` is used.
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 __all__ = ["DEFAULT_SECTIONS", "DEFAULT_METRICS", "STALL_REASONS", "STALL_METRICS", "stall_metric", "ncu_command", "profile", "read_report",
-           "read_opcodes", "load_report", "make_fixture", "FIXTURE_NVTX_RANGE"]
+           "read_opcodes", "load_report", "print_tables"]
 
 #: sections: throughput summary, launch config, per-opcode instruction counts.
 #: Kept few so a report stays small (the committed fixture must be < 1 MB).
@@ -59,7 +58,6 @@ DEFAULT_METRICS = (
 )
 
 CLOCK_CONTROL = ("none", "base", "reset")
-FIXTURE_NVTX_RANGE = "fp8lab_fixture"
 
 # table column -> metric names to try, first present wins
 _COLUMNS = {
@@ -177,7 +175,7 @@ def _target_argv(target) -> list:
                 raise ValueError(f"script {t} does not exist")
             return [sys.executable, t]
         if ":" in t:
-            return [sys.executable, "-m", "fp8lab.profile", "run", t]
+            return [sys.executable, "-m", "fp8lab.toolchain.profile", "run", t]
     raise ValueError("target must be a .py script, an argv list, 'module:function' or an "
                      f"importable callable; got {target!r}")
 
@@ -199,7 +197,7 @@ def profile(target, output: Union[str, Path], *, timeout: float = 600, env=None,
     cmd = ncu_command(_target_argv(target), out, ncu=ncu, **ncu_kwargs)
     child_env = dict(os.environ if env is None else env)
     # the child must import this checkout's fp8lab even when run from elsewhere
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     child_env["PYTHONPATH"] = root + os.pathsep + child_env.get("PYTHONPATH", "")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env)
     if proc.returncode != 0 or not out.is_file():
@@ -358,7 +356,7 @@ def read_opcodes(path: Union[str, Path]):
 
 
 # ---------------------------------------------------------------------------------
-# the child entry point and the fixture
+# the child entry point
 # ---------------------------------------------------------------------------------
 def _resolve(spec: str) -> Callable:
     if ":" not in spec:
@@ -372,126 +370,7 @@ def _resolve(spec: str) -> Callable:
     return obj
 
 
-#: elements of the fixture's elementwise kernel: 256 MiB in and out, so the output
-#: cannot hide in a 60 MiB L2 and DRAM bytes are predictable
-FIXTURE_SCALE_ELEMENTS = 64 * 2**20
-FIXTURE_GEMM = 1024
-
-
-def _fixture_kernels():
-    """Two small Triton kernels for the fixture: a DRAM-bound scale and a bf16 GEMM
-    whose tensor-core instructions (HGMMA on sm_90, HMMA elsewhere) show in the
-    per-opcode counts. ncu stores the whole module of every profiled kernel, and
-    torch's and cuBLAS's modules are megabytes each; Triton's hold one kernel."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def fixture_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
-
-    @triton.jit
-    def fixture_dot_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
-        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-        rm = pid_m * BLOCK + tl.arange(0, BLOCK)
-        rn = pid_n * BLOCK + tl.arange(0, BLOCK)
-        rk = tl.arange(0, BLOCK)
-        acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
-        for k in range(0, n, BLOCK):
-            a = tl.load(a_ptr + rm[:, None] * n + (k + rk)[None, :])
-            b = tl.load(b_ptr + (k + rk)[:, None] * n + rn[None, :])
-            acc += tl.dot(a, b)
-        tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc.to(tl.bfloat16))
-
-    return fixture_scale_kernel, fixture_dot_kernel
-
-
-def fixture_workload():
-    """Three kernels inside the NVTX range the fixture filters on: a Triton
-    scale (DRAM-bound, 256 MiB read + 256 MiB written), a small Triton bf16 GEMM
-    (tensor cores) and fp8lab's FP32 FMA kernel (issue-bound, no DRAM). Warm-up runs
-    outside the range, so set-up and Triton compilation are not profiled."""
-    import torch
-    import triton
-
-    from .kernels import fma_peak
-
-    # inputs drawn on the host and copied: no random-number kernels on the device, so
-    # a kernel-name filter (the fallback) sees only the three kernels below
-    g = torch.Generator().manual_seed(0)
-    n = FIXTURE_GEMM
-    x = torch.randn(FIXTURE_SCALE_ELEMENTS, generator=g).to("cuda")   # (64 Mi,) fp32
-    y = torch.empty_like(x)                                            # (64 Mi,) fp32
-    a = torch.randn(n, n, generator=g).to(torch.bfloat16).to("cuda")  # (M, K) bf16
-    b = torch.randn(n, n, generator=g).to(torch.bfloat16).to("cuda")  # (K, N) bf16
-    c = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")        # (M, N) bf16
-    scale, dot = _fixture_kernels()
-    block = 64
-    cfg = fma_peak.small_config()
-    fma_in, fma_out = fma_peak.make_buffers(cfg)
-
-    def body():
-        scale[(triton.cdiv(x.numel(), 4096),)](x, y, x.numel(), BLOCK=4096)
-        dot[(n // block, n // block)](a, b, c, n, BLOCK=block)
-        fma_peak.launch(fma_in, fma_out, cfg)
-
-    body()
-    torch.cuda.synchronize()
-    ref = (a.double() @ b.double())
-    err = float((c.double() - ref).norm() / ref.norm())
-    assert err < 1e-2, f"fixture GEMM is wrong (rel. err {err:.3g})"
-    assert torch.equal(y, x * 2.0), "fixture scale kernel is wrong"
-    torch.cuda.nvtx.range_push(FIXTURE_NVTX_RANGE)
-    body()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
-
-
-FIXTURE_KERNEL_REGEX = r"fixture_scale|fma_peak|fixture_dot"
-
-
-def make_fixture(output: Union[str, Path], timeout: float = 600) -> Path:
-    """Profile ``fixture_workload`` into ``output`` (a small .ncu-rep), then read it
-    back and print the tables. Tries the NVTX filter with the full metric list
-    first; if ncu rejects something, falls back to a kernel-name filter and then to
-    sections only, saying which attempt produced the file."""
-    from .tools import find_tool
-
-    find_tool("ncu")  # no point in retrying without it
-    nvtx = [FIXTURE_NVTX_RANGE + "/"]
-    no_thread_ops = tuple(m for m in DEFAULT_METRICS if m != "sass__thread_inst_executed_true_per_opcode")
-    attempts = [
-        dict(nvtx_include=nvtx),
-        dict(nvtx_include=nvtx, metrics=no_thread_ops),
-        dict(kernel_regex=FIXTURE_KERNEL_REGEX, launch_skip=3, launch_count=3),
-        dict(nvtx_include=nvtx, metrics=()),
-    ]
-    errors = []
-    for i, kw in enumerate(attempts):
-        try:
-            out = profile("fp8lab.profile:fixture_workload", output, timeout=timeout, **kw)
-        except RuntimeError as e:
-            errors.append(str(e))
-            print(f"[fixture] attempt {i} failed:\n{str(e)[-2000:]}", file=sys.stderr)
-            continue
-        try:
-            df = read_report(out)
-        except ImportError as e:   # a box with ncu but no report reader: keep the file
-            print(f"[fixture] wrote {out} ({out.stat().st_size} bytes) with {kw}; cannot read it "
-                  f"here ({e}); read it where ncu-report is installed", file=sys.stderr)
-            return out
-        if len(df) == 0:
-            errors.append(f"attempt {i}: report has no kernels")
-            print(f"[fixture] attempt {i} profiled no kernels ({kw})", file=sys.stderr)
-            continue
-        print(f"[fixture] attempt {i} ({kw}) wrote {out} ({out.stat().st_size} bytes)")
-        return out
-    raise RuntimeError("could not produce the ncu fixture:\n" + "\n".join(errors))
-
-
-def _print_tables(path):
+def print_tables(path):
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30,
@@ -503,31 +382,17 @@ def _print_tables(path):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fp8lab.profile", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m fp8lab.toolchain.profile", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="call module:function (the child side of profile())")
     r.add_argument("spec")
-    s = sub.add_parser("selftest", help="write the small ncu fixture report and print it")
-    s.add_argument("output", nargs="?", default="tests/fixtures/ncu/h200_small.ncu-rep")
     d = sub.add_parser("read", help="print the tables of a report")
     d.add_argument("report")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         _resolve(args.spec)()
         return 0
-    if args.cmd == "selftest":
-        out = make_fixture(args.output)
-        try:
-            _print_tables(out)
-        except ImportError as e:
-            print(f"[fixture] not printed: {e}", file=sys.stderr)
-        size = out.stat().st_size
-        if size > 1_000_000:
-            print(f"[fixture] WARNING: {out} is {size} bytes (> 1 MB); do not commit it as is",
-                  file=sys.stderr)
-            return 2
-        return 0
-    _print_tables(args.report)
+    print_tables(args.report)
     return 0
 
 

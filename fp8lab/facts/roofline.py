@@ -2,7 +2,7 @@
 issue-slot model (claim C8).
 
 Everything here is plain arithmetic on numbers passed in (spec-sheet rows from
-``fp8lab.devices`` or ceilings measured by notebook 00), so it runs anywhere and is
+``fp8lab.facts.devices`` or ceilings measured by notebook 00), so it runs anywhere and is
 tested on CPU.
 
 Units: FLOP, bytes, seconds, FLOP/s, bytes/s throughout; helpers that print use

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import provenance, results
-from .paths import data_dir
+from ..paths import data_dir
 
 NOTEBOOK = "make_run"
 TABLE = "wall_times"

@@ -1,8 +1,8 @@
 """The notebooks of a run, one at a time: the manifest, each notebook's parameters, the mode,
-its environment, and its execution in a child process (papermill, ``fp8lab._execute``).
+its environment, and its execution in a child process (papermill, ``fp8lab.run._execute``).
 
-The local runner (:mod:`fp8lab.runner`: lanes, GPUs, smoke) and the cluster's tasks
-(:mod:`fp8lab.cluster`) both run notebooks through these; neither imports the other's way of
+The local runner (:mod:`fp8lab.run.runner`: lanes, GPUs, smoke) and the cluster's tasks
+(:mod:`fp8lab.run.cluster`) both run notebooks through these; neither imports the other's way of
 scheduling them.
 
 - The manifest (``notebooks/manifest.yaml``): :class:`NotebookSpec` per entry, ``after``
@@ -34,9 +34,10 @@ from pathlib import Path
 
 import yaml
 
-from . import clocks, provenance
-from . import progress as progress_lines
-from .paths import notebooks_dir
+from ..measure import clocks
+from ..report import provenance
+from ..measure import progress as progress_lines
+from ..paths import notebooks_dir
 
 
 KINDS = {
@@ -396,7 +397,7 @@ _RELEASE_LOCK = threading.Lock()
 
 def release_locks(state: Path) -> list[str]:
     """Kill the holder of every clock lock recorded in ``state`` and reset the lock (see
-    ``fp8lab.clocks.release_recorded``); one line per lock. Nothing recorded: nothing done
+    ``fp8lab.measure.clocks.release_recorded``); one line per lock. Nothing recorded: nothing done
     (NVML is not even loaded)."""
     with _RELEASE_LOCK, _STOPPER.critical():
         try:
@@ -441,14 +442,14 @@ def execute_one(spec: NotebookSpec, params: dict, out_dir: Path, *, timeout: int
     # The notebook records every clock lock it takes here; the runner resets what is left.
     state = out_dir / f".{spec.name}.clocks.json"
     state.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "fp8lab._execute", "--input", str(spec.path), "--output",
+    cmd = [sys.executable, "-m", "fp8lab.run._execute", "--input", str(spec.path), "--output",
            str(output), "--cwd", str(spec.path.parent), "--kernel", kernel,
            "--params", json.dumps(params), "--result", str(result_file),
            "--parent-pid", str(os.getpid())]
     log_path = out_dir / f"{spec.name}.log"
     log_path.write_text("")
     # Appending (O_APPEND): the kernel appends its sweeps' progress lines to the same file
-    # ($FP8LAB_PROGRESS_LOG, fp8lab.progress) while the executor writes to it through this.
+    # ($FP8LAB_PROGRESS_LOG, fp8lab.measure.progress) while the executor writes to it through this.
     log = open(log_path, "a")
     t0 = time.monotonic()
     timed_out = interrupted = False

@@ -50,7 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .peers.discover import MARLIN_VARIANTS
+from ..peers.discover import MARLIN_VARIANTS
 
 #: How long a stopped build gets to release torch's lock before it is killed.
 _TERM_GRACE_S = 10.0
@@ -121,7 +121,7 @@ TARGETS: tuple[Target, ...] = (
 
 def sass_tools() -> tuple[bool, str]:
     """What notebooks 08 and 10 check before they compile their SASS tables."""
-    from .tools import have_tool
+    from ..toolchain.tools import have_tool
     missing = [t for t in ("nvcc", "cuobjdump") if not have_tool(t)]
     return (not missing, f"{' and '.join(missing)} not found" if missing else "")
 
@@ -162,7 +162,7 @@ def available_cores() -> int:
 
 
 def log_dir() -> Path:
-    from .paths import cache_dir
+    from ..paths import cache_dir
     return cache_dir("prebuild")
 
 
@@ -374,7 +374,7 @@ def _selected(only) -> list[Target] | str:
 
 
 def _stale_locks() -> list[Path]:
-    from .paths import cache_dir
+    from ..paths import cache_dir
     return sorted(cache_dir("torch_ext").glob("*/lock"))
 
 
@@ -392,7 +392,7 @@ def cli(a) -> int:
     if a.jobs is not None and a.jobs < 1:
         print(f"fp8lab build: --jobs must be at least 1, got {a.jobs}", file=sys.stderr)
         return 2
-    from . import provenance
+    from ..report import provenance
     # The extension hashes include the visible GPUs' compute capabilities (kernels/_build.py):
     # built without a GPU they would land in folders no notebook on a GPU opens.
     if not provenance.gpu_present():
@@ -441,7 +441,7 @@ def write_summary(path, results, wall_s: float, jobs: int) -> None:
     """The build's counts and per-target seconds as JSON (atomically)."""
     import json
 
-    from .results import atomic_write_bytes
+    from ..report.results import atomic_write_bytes
     n_fail = sum(not r.ok for r in results)
     n_cached = sum(r.ok and r.cached for r in results)
     n_skip = sum(bool(r.skipped) for r in results)
