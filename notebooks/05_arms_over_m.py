@@ -306,7 +306,9 @@ overlay.show_cross_device(NB, devices, run)
 # ## Crossovers, verdicts and what the numbers say
 #
 # Crossovers are where the winning W8A8 arm changes between two measured Ms (the crossover M is
-# interpolated in log M). Verdicts by `verdict_a9` (two rows: CUTLASS and mma.sync against
+# interpolated in log M). `lead_below` / `lead_above` say how much faster the winner is than the
+# other arm at each end; B7 counts a crossover only when both leads reach 5% (`decisive`): a swap
+# inside that is a near-tie that can flip from run to run. Verdicts by `verdict_a9` (two rows: CUTLASS and mma.sync against
 # Triton), `verdict_b5` and `verdict_b7`, each naming its subject and its rule; recorded only by
 # the run that measured them.
 

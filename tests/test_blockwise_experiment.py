@@ -460,6 +460,34 @@ def test_verdict_b7():
     assert bw.verdict_b7(same).verdict == "holds-in-kind"
 
 
+
+def test_verdict_b7_does_not_count_a_near_tie():
+    """Both shapes cross triton -> cuBLASLt in the same bracket; one of them then swaps cuBLASLt
+    for CUTLASS at M = 1024 by 1%: a near-tie that flips from run to run. It is listed, not counted,
+    so the verdict stays holds-in-kind (without the margin it would read as a second bracket)."""
+    same = _arms_df()
+    one = same[same["shape"] == "s:one"].copy()
+    same = pd.concat([one, one.assign(shape="s:two")], ignore_index=True)
+    lt = same[(same["shape"] == "s:two") & (same["M"] == 1024) & (same["arm"] == "cublaslt_blockwise")
+              & (same["quant"] == "none")]
+    same = pd.concat([same, _df([_row("s:two", M, "cutlass_blockwise_sm90",
+                                      float(lt["time_p50_s"].iloc[0]) * (0.99 if M == 1024 else 1.5))
+                                 for M in (1, 16, 128, 1024)])], ignore_index=True)
+    x = bw.crossovers(same)
+    tie = x[(x["shape"] == "s:two") & (x["winner_above"] == "cutlass_blockwise_sm90")]
+    assert len(tie) == 1 and not tie.iloc[0]["decisive"]
+    assert tie.iloc[0]["lead_above"] == pytest.approx(1 / 0.99 - 1)
+    assert x[x["winner_above"] == "cublaslt_blockwise"]["decisive"].all()
+    v = bw.verdict_b7(same)
+    assert v.verdict == "holds-in-kind", v
+    assert "not counted" in v.our_figure and "B7" == v.claim
+    # the same swap by 10% is decisive: two brackets, one threshold would be wrong
+    lt10 = same.copy()
+    sel = (lt10["shape"] == "s:two") & (lt10["M"] == 1024) & (lt10["arm"] == "cutlass_blockwise_sm90")
+    lt10.loc[sel, "time_p50_s"] = float(lt["time_p50_s"].iloc[0]) * 0.9
+    assert bw.verdict_b7(lt10).verdict == "holds"
+
+
 def test_every_verdict_names_subject_and_rule():
     from fp8lab.report import claims
 

@@ -39,10 +39,10 @@ import numpy as np
 import pandas as pd
 
 from ..facts import shapes as shp
-from ..arms import registry
+from ..arms import peer_catalog, registry
 from ..kernels import mma_blockwise as mb
-from ..arms import peer_catalog
 from ..measure.progress import progress as track
+from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
@@ -1104,31 +1104,36 @@ def winners(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame:
 def crossovers(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame:
     """Where the winning arm changes with M, per shape, found from the data: between two
     measured Ms the winner changes; the crossover M is where the two arms' log-time ratio,
-    interpolated linearly in log M, crosses zero."""
+    interpolated linearly in log M, crosses zero. ``lead_below`` / ``lead_above``: how much
+    faster the winner is than the other arm at each end (t(other) / t(winner) - 1); ``decisive``
+    when both reach B7_MARGIN (a swap inside it is a near-tie, not a threshold)."""
     w = winners(df, arms, quant)
     b = best_rows(df)
     b = b[(b["quant"] == quant)]
     out = []
     for shape, g in w.groupby("shape"):
         g = g.sort_values("M").reset_index(drop=True)
+        t = b[b["shape"] == shape].set_index(["arm", "M"])["time_p50_s"]
         for i in range(1, len(g)):
             lo, hi = g.loc[i - 1], g.loc[i]
             if lo["winner"] == hi["winner"]:
                 continue
-            t = b[b["shape"] == shape].set_index(["arm", "M"])["time_p50_s"]
-            m_cross = math.nan
+            m_cross = lead_lo = lead_hi = math.nan
             try:
-                r_lo = math.log(t[(lo["winner"], lo["M"])] / t[(hi["winner"], lo["M"])])
-                r_hi = math.log(t[(lo["winner"], hi["M"])] / t[(hi["winner"], hi["M"])])
+                lead_lo = float(t[(hi["winner"], lo["M"])] / t[(lo["winner"], lo["M"])] - 1)
+                lead_hi = float(t[(lo["winner"], hi["M"])] / t[(hi["winner"], hi["M"])] - 1)
+                r_lo, r_hi = -math.log1p(lead_lo), math.log1p(lead_hi)
                 if r_lo != r_hi:
                     f = r_lo / (r_lo - r_hi)
                     m_cross = float(np.exp(np.log(lo["M"]) + f * (np.log(hi["M"]) - np.log(lo["M"]))))
             except KeyError:
                 pass
             out.append(dict(shape=shape, quant=quant, M_below=int(lo["M"]), M_above=int(hi["M"]),
-                            winner_below=lo["winner"], winner_above=hi["winner"], M_cross=m_cross))
+                            winner_below=lo["winner"], winner_above=hi["winner"], M_cross=m_cross,
+                            lead_below=lead_lo, lead_above=lead_hi,
+                            decisive=bool(lead_lo >= B7_MARGIN and lead_hi >= B7_MARGIN)))  # NaN: False
     return pd.DataFrame(out, columns=["shape", "quant", "M_below", "M_above", "winner_below", "winner_above",
-                                      "M_cross"])
+                                      "M_cross", "lead_below", "lead_above", "decisive"])
 
 
 def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") -> pd.DataFrame:
@@ -1549,10 +1554,13 @@ def verdict_b7(df: pd.DataFrame):
     """B7 (analogue: the W8A8 arms of this run) from the crossovers: holds when the winner among
     the W8A8 arms changes with M and the crossover differs between shapes (or only some shapes
     cross): one threshold would be wrong; holds-in-kind when every shape crosses in the same
-    bracket; differs when one arm wins at every M."""
-    rule = ("among the W8A8 arms (pre-quantised activations): holds if the fastest arm changes with M and the "
-            "crossover brackets differ between shapes (or not every shape crosses); holds-in-kind if every shape "
-            "crosses in the same bracket; differs if one arm wins at every M")
+    bracket; differs when one arm wins at every M. Only decisive changes count (the winner
+    >= B7_MARGIN faster than the other arm at both Ms, as in notebook 06): a swap inside that
+    margin is a near-tie that flips from run to run, not a threshold."""
+    rule = ("among the W8A8 arms (pre-quantised activations), counting a change of the fastest arm only where "
+            f"the winner is >= {B7_MARGIN:.0%} faster than the other at both Ms around it: holds if the fastest "
+            "arm changes with M and the crossover brackets differ between shapes (or not every shape crosses); "
+            "holds-in-kind if every shape crosses in the same bracket; differs if no arm change is decisive")
     w = winners(df)
     if w.empty or w["M"].nunique() < 2:
         return _v("B7", "not-run", "fewer than two M values measured", "the sweep did not cover M", rule=rule)
@@ -1560,12 +1568,22 @@ def verdict_b7(df: pd.DataFrame):
     n_shapes = w["shape"].nunique()
     seq = "; ".join(f"{s}: " + ", ".join(f"M={int(r.M)} {r.winner}" for r in g.sort_values("M").itertuples())
                     for s, g in w.groupby("shape"))
-    if x.empty:
-        return _v("B7", "differs", f"one arm wins at every M: {seq}", "no crossover in the measured range", rule=rule)
-    brackets = {(r.M_below, r.M_above, r.winner_below, r.winner_above) for r in x.itertuples()}
-    crossing = x["shape"].nunique()
-    fig = ("crossovers: " + "; ".join(f"{r.shape}: {r.winner_below} -> {r.winner_above} between M={r.M_below} "
-                                      f"and {r.M_above} (~{r.M_cross:.0f})" for r in x.itertuples()))
+
+    def say(r):
+        return (f"{r.shape}: {r.winner_below} -> {r.winner_above} between M={r.M_below} and {r.M_above} "
+                f"(~{r.M_cross:.0f}; leads {r.lead_below:.1%} / {r.lead_above:.1%})")
+
+    dec = x[x["decisive"]] if len(x) else x
+    ties = x[~x["decisive"]] if len(x) else x
+    tie_txt = (f"; within the {B7_MARGIN:.0%} margin, not counted: " + "; ".join(say(r) for r in ties.itertuples())
+               if len(ties) else "")
+    if dec.empty:
+        why = (f"{len(x)} change(s) of winner, none with a {B7_MARGIN:.0%} lead on both sides" if len(x)
+               else "no crossover in the measured range")
+        return _v("B7", "differs", f"one arm wins at every M (decisively): {seq}{tie_txt}", why, rule=rule)
+    brackets = {(r.M_below, r.M_above, r.winner_below, r.winner_above) for r in dec.itertuples()}
+    crossing = dec["shape"].nunique()
+    fig = "crossovers: " + "; ".join(say(r) for r in dec.itertuples()) + tie_txt
     if len(brackets) > 1 or crossing < n_shapes:
         return _v("B7", "holds", fig, rule=rule)
     return _v("B7", "holds-in-kind", fig, "every shape crosses over in the same M bracket here", rule=rule)
