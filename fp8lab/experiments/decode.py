@@ -30,10 +30,9 @@ import pandas as pd
 
 from ..measure import bench, clocks
 from ..facts import devices, shapes
-from ..arms import registry
+from ..arms import peer_catalog, registry
 from ..kernels import weight_only as wo
 from . import gemv_sass as gs
-from ..arms import peer_catalog
 from ..measure.progress import progress as track
 
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")

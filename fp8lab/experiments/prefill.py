@@ -30,9 +30,8 @@ import pandas as pd
 
 from ..measure import bench, clocks
 from ..facts import devices, shapes
-from ..arms import registry
+from ..arms import peer_catalog, registry
 from ..kernels import weight_only as wo
-from ..arms import peer_catalog
 from ..measure.progress import progress as track
 
 DEFAULT_SHAPE = "llama3-70b:o_proj"

@@ -34,9 +34,8 @@ import pandas as pd
 
 from ..measure import bench, clocks
 from ..report import claims
-from ..arms import registry
+from ..arms import peer_catalog, registry
 from ..kernels import quant_act as qa
-from ..arms import peer_catalog
 from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",

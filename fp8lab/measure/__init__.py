@@ -1,2 +1,2 @@
 """Measuring on the GPU: timing (L2-rotated, CUDA graphs), clocks observed (and locked only on
-request), the progress of a sweep, the process guards that leave no orphan behind."""
+request), the progress of a sweep."""

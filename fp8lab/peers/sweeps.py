@@ -23,9 +23,8 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
-from ..arms import registry
+from ..arms import peer_catalog, registry
 from ..measure.progress import progress as track
-from ..arms import peer_catalog
 from . import discover, harness
 from ..arms.peer_catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
 from .harness import PEER_COLUMNS, act_dtype, error_text, status_row

@@ -1,2 +1,2 @@
 """Running the notebooks: the manifest and the mode, the local runner and the Dask cluster, the
-prebuild, JupyterLab, the command line, recorded wall times."""
+prebuild, JupyterLab, the figure gallery, the command line."""

@@ -34,9 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from ..measure import clocks
+from ..measure import clocks, progress as progress_lines
 from ..report import provenance
-from ..measure import progress as progress_lines
 from ..paths import notebooks_dir
 
 

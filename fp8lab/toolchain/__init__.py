@@ -1,2 +1,3 @@
-"""The compiler side: finding CUDA tools, nvcc / ptxas resource reports, SASS reading and censuses,
-the compile grid, Nsight Compute profiles."""
+"""The compiler side: finding CUDA tools, nvcc / ptxas resource reports, SASS reading and the census
+of other people's binaries, Nsight Compute profiles, and the child-process guards that leave no
+orphan behind."""
