@@ -22,7 +22,7 @@
 # | arm | what runs |
 # | --- | --- |
 # | `mma_blockwise` | our CUDA kernel, `mma.sync` e4m3; best tile and main loop per M (on sm_90 the e4m3 mma.sync is emulated with conversions + fp16 HMMA) |
-# | `triton_blockwise` | our Triton kernel: swap-AB split-K kernel for decode, TMA + wgmma kernels (one fp32 tile kept in the scale domain, two programs per SM) for prefill, the common pointer kernel; autotuned per problem |
+# | `triton_blockwise` | our Triton kernel: swap-AB split-K kernel for decode, TMA + wgmma kernels (one fp32 tile kept in the scale domain, two programs per SM) for prefill, the common pointer kernel; every tile its autotune policy would try is timed here, the fastest is the arm's |
 # | `cutlass_blockwise_sm90` | CUTLASS 3.x Hopper blockwise collective, when `fp8lab.kernels.cutlass_blockwise_sm90` imports |
 # | `cublaslt_blockwise` | `torch.nn.functional.scaled_mm`, 1x128 activation / 128x128 weight scales |
 # | `cublas_bf16` | `torch.mm` on bf16 activations and the dequantised weights |

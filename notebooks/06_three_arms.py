@@ -51,7 +51,7 @@ numerics_Ks = [512, 2048, 7168, 18432]  # K values of the float64 error study (M
 tile_check_site = "dense_gate_up"  # the WMMA tile check (B3 takes the best tile; +0 vs +8 pad)
 tile_check_m = 4096
 rep_ms = 40  # timing window per measurement, milliseconds
-triton_mode = "auto"  # "auto": triton_blockwise picks its path and tile; "rule": pinned tiles by M
+triton_mode = "auto"  # "auto": triton_blockwise's path for M, each of its candidate tiles timed here, fastest kept; "rule": pinned tiles by M
 compile_arch = "sm_90a"  # target of the compile-time pad check (needs nvcc, no GPU)
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 

@@ -547,6 +547,18 @@ def test_build_candidates_mma_always():
     assert names.count(mb.SEED_CONFIG.name) == 2 and all(c.arm == "mma_blockwise" for c in cands)
 
 
+def test_build_candidates_pins_every_triton_tile():
+    pytest.importorskip("triton")
+    from fp8lab.kernels import triton_blockwise as tb
+
+    cands, skipped = bw.build_candidates(1, ["triton_blockwise"], N=4096, K=12288, sms=132)
+    want = [(p, tb.config_text(c)) for p, v in bw.triton_candidates(1)
+            for c in tb.autotune_space(v, p, 1, 4096, 12288, sms=132)]
+    assert not skipped and [(c.path, c.config) for c in cands] == want
+    assert len(want) > len(bw.triton_candidates(1))      # more than one tile per path: each timed
+    assert all(c.arm == "triton_blockwise" and c.takes_out for c in cands)
+
+
 def test_verdict_a6_without_a_common_tile():
     df = _tile_df()
     # only the decode tile at M=1, no decode tile at M=4096: no tile covers every point

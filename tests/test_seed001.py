@@ -689,6 +689,25 @@ def test_b6_verdict_boundaries():
     assert qx._n_sets(20_000, 60 * 2**20)[1] is True
 
 
+def test_three_arms_keeps_the_fastest_triton_tile():
+    rows = [({"impl_config": "swapab A"}, 14e-6), ({"impl_config": "swapab B"}, 8e-6),
+            ({"impl_config": "swapab C", "status": "not-run: x"}, math.inf)]
+    best = ta._fastest(rows)
+    assert best["impl_config"] == "swapab B; fastest of 3 tiles timed here (others 14.0 us)"
+    assert rows[1][0]["impl_config"] == "swapab B"                  # the tried rows are not changed
+    assert ta._fastest(rows[:1]) == {"impl_config": "swapab A"}      # one tile: nothing to say
+    assert ta._fastest(rows[2:])["status"] == "not-run: x"           # none measured: the first row, as is
+
+
+def test_three_arms_triton_tiles():
+    pytest.importorskip("triton")
+    from fp8lab.kernels import triton_blockwise as tb
+
+    assert ta.triton_tiles(1, 4096, 4096, "rule") == [ta.triton_config_for(1)]
+    auto = ta.triton_tiles(1, 4096, 12288, sms=132)
+    assert len(auto) > 1 and {tb.path_of(c) for c in auto} == {tb.auto_path(1)}
+
+
 def test_experiments_refuse_bad_arguments_before_touching_a_gpu():
     with pytest.raises(ValueError, match="unknown arms"):
         ta.measure(arms=["cutlass_blockwise_sm90x"])

@@ -349,6 +349,29 @@ def test_set_autotune_validates():
         tb.set_autotune(before["mode"], warmup_ms=before["warmup_ms"], rep_ms=before["rep_ms"], limit=before["limit"])
 
 
+def test_autotune_space_follows_the_policy():
+    before = tb.set_autotune()
+    try:
+        tb.set_autotune("limited", limit=2)
+        limited = tb.autotune_space("per_block", "swapab", 1, 4096, 12288, sms=132)
+        assert limited == tb.limited_configs("per_block", "swapab", 1, 4096, 12288, sms=132, limit=2)
+        assert len(limited) == 2
+        tb.set_autotune("full")
+        assert tb.autotune_space("per_block", "tma", 4096, 4096, 4096, sms=132) == tb.tile_configs("per_block", "tma")
+    finally:
+        tb.set_autotune(before["mode"], warmup_ms=before["warmup_ms"], rep_ms=before["rep_ms"], limit=before["limit"])
+
+
+def test_config_text_and_path_of():
+    every = {p: tb.tile_configs("per_block", p) for p in tb.PATHS}
+    for path, cfgs in every.items():
+        texts = [tb.config_text(c) for c in cfgs]
+        assert len(set(texts)) == len(texts), path          # the label tells the tiles apart
+        assert all(tb.path_of(c) == path for c in cfgs)
+    assert tb.config_text(dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=8, num_warps=4, num_stages=4, KSTEP=1)) == \
+        "BW128 BT16 SK8 KS1 w4 s4"
+
+
 @needs_cuobjdump
 @pytest.mark.parametrize("path, kw", [
     ("tma", dict(variant="per_block_inplace", BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)),

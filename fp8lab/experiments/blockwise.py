@@ -5,7 +5,7 @@ One registry of arms, one sweep, one tidy table; the three notebooks ask it diff
 | arm                      | what runs                                                            |
 | ------------------------ | -------------------------------------------------------------------- |
 | mma_blockwise            | our CUDA kernel on mma.sync e4m3 (16 tiles x 3 main loops, swizzle)  |
-| triton_blockwise         | our Triton kernel: ptr / tma / swapab paths, autotuned per problem   |
+| triton_blockwise         | our Triton kernel: ptr / tma / swapab paths, every candidate tile    |
 | cutlass_blockwise_sm90   | CUTLASS 3.x Hopper blockwise collective (when its module imports)   |
 | cublaslt_blockwise       | ``F.scaled_mm``, 1x128 activation / 128x128 weight scales            |
 | cublas_bf16              | ``torch.mm`` on bf16 (the dequantised weights): the 16-bit baseline |
@@ -388,7 +388,6 @@ class Candidate:
     config: str = ""
     swizzle: int = 0
     takes_out: bool = False
-    describe: Optional[Callable[[], str]] = None   # config chosen by an autotuner, after a call
 
 
 def _mma_candidate(cfg, variant: str, swizzle: int, lookup: str = "per_warp") -> Candidate:
@@ -399,17 +398,17 @@ def _mma_candidate(cfg, variant: str, swizzle: int, lookup: str = "per_warp") ->
                      swizzle=swizzle, takes_out=True)
 
 
-def _triton_candidate(path: str, variant: str) -> Candidate:
+def _triton_candidate(path: str, variant: str, config: dict) -> Candidate:
+    """One pinned tile of triton_blockwise: every tile its autotune policy would try is a candidate
+    of its own, timed by run_point like the others (the fastest is the arm's best). Triton's own
+    autotuner picks from do_bench on one operand set, and its pick moved a verdict between runs."""
     from ..kernels import triton_blockwise as tb
 
     def gemm(s, a, sa, out):
-        return tb.blockwise_fp8_gemm(a, s.b, sa, s.b_scale, variant=variant, path=path, out=out,
+        return tb.blockwise_fp8_gemm(a, s.b, sa, s.b_scale, variant=variant, path=path, config=config, out=out,
                                      check_scales=False)
-
-    def describe():
-        c = tb.chosen_config(variant, path)
-        return "" if c is None else " ".join(f"{k}={v}" for k, v in c.items())
-    return Candidate("triton_blockwise", gemm, variant=variant, path=path, takes_out=True, describe=describe)
+    return Candidate("triton_blockwise", gemm, variant=variant, path=path, config=tb.config_text(config),
+                     takes_out=True)
 
 
 def cutlass_status() -> str | None:
@@ -625,12 +624,12 @@ def check_candidate(cand: Candidate, s: OpSet, ref_rows, rows, a=None, a_scale=N
 
 
 def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None, quant_arms=(),
-              quant_each: bool = False, seed: int = 0, warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6,
+              quant_each=False, seed: int = 0, warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6,
               graph_max_m: int = 64, max_sets: int = 16, sampler=None, log=None) -> list:
     """Check and time every candidate at one (shape, M); then, for each arm in quant_arms, its
-    fastest candidate (every candidate with ``quant_each``: claim A3 compares two main loops at one
-    tile, both with the quantiser, as the seed's vLLM microbenchmark timed them) again with the
-    activation quantiser inside the timed call. Rows out.
+    fastest candidate (every candidate with ``quant_each`` True, or of the arms it names: claim A3
+    compares two main loops at one tile, both with the quantiser, as the seed's vLLM microbenchmark
+    timed them) again with the activation quantiser inside the timed call. Rows out.
 
     Timing: CUDA-graph replay for M <= graph_max_m (decode-sized calls last a few us, less than
     the Python launch path of a Triton or torch call, so only replay measures the GPU), else
@@ -653,8 +652,6 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     for cand in candidates:
         try:
             chk, poison = check_candidate(cand, s0, reference_for(cand.arm, s0, rows, refs), rows)
-            if cand.describe is not None:
-                cand.config = cand.describe()
         except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
             msg = _err(e)
             status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + msg
@@ -689,7 +686,8 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
         todo = []
         for arm in quant_arms:
             mine = sorted([(t, i, c) for i, (t, c) in enumerate(timed) if c.arm == arm], key=lambda x: x[:2])
-            todo += [c for _, _, c in (mine if quant_each else mine[:1])]
+            every = quant_each is True or (not isinstance(quant_each, bool) and arm in quant_each)
+            todo += [c for _, _, c in (mine if every else mine[:1])]
         for cand in todo:
             arm = cand.arm
             lt = cand.arm == "cublaslt_blockwise"
@@ -738,11 +736,13 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     return out_rows
 
 
-def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: int = 132,
+def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: int | None = None, sms: int = 132,
                      mma_variants=("per_block",), mma_configs=3, mma_seed_config=False, mma_always=(),
                      mma_swizzle=(8,), triton="auto", cutlass="auto") -> tuple[list, list]:
     """(candidates, not-run rows' (arm, reason)) for one (M, N). ``mma_always``: config names
     timed at every M besides the rule's picks (so one tile's cost over all M is known).
+    ``triton``: :func:`triton_candidates`' spec; each (path, variant) gives one candidate per tile
+    of its autotune policy (``tb.autotune_space``; N and K default to 4096 when not given).
     ``cutlass``: :func:`cutlass_candidates`' spec (the arm's best config per M is then picked by
     best_rows, as for mma_blockwise's tiles)."""
     unknown = set(arms) - set(ARMS)
@@ -758,8 +758,11 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, sms: 
                     for swz in mma_swizzle:
                         cands.append(_mma_candidate(cfg, v, int(swz)))
         elif arm == "triton_blockwise":
+            from ..kernels import triton_blockwise as tb
+
             for path, variant in triton_candidates(M, triton):
-                cands.append(_triton_candidate(path, variant))
+                for cfg in tb.autotune_space(variant, path, M, N or 4096, K or 4096, sms=sms):
+                    cands.append(_triton_candidate(path, variant, cfg))
         elif arm == "cutlass_blockwise_sm90":
             why = cutlass_status()
             if why:
@@ -780,7 +783,8 @@ def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per
           quant_each=False, seed=0, warmup_ms=10.0, rep_ms=50.0, graph_threshold_s=20e-6, sampler=None,
           log=None) -> pd.DataFrame:
     """Check and time the arms at every (shape, M); one tidy row per candidate (and per
-    quantised W8A8 arm: its fastest candidate, or every candidate with ``quant_each``).
+    quantised W8A8 arm: its fastest candidate, or every candidate with ``quant_each``: True or a
+    tuple of arms).
     ``df.attrs``: quantiser name and note, cutlass status, triton version.
 
     Budget at the defaults (3 shapes x 5 M, 3 mma configs, autotune limited): ~15 rows per
@@ -803,7 +807,7 @@ def sweep(shapes=DEFAULT_SHAPES, Ms=DEFAULT_MS, arms=ARMS, *, mma_variants=("per
     rows = []
     for shape in track(shape_objs, desc="blockwise sweep", unit="shapes"):
         for M in track(Ms, desc="M"):
-            cands, skipped = build_candidates(M, arms, N=shape.N, sms=sms, mma_variants=mma_variants,
+            cands, skipped = build_candidates(M, arms, N=shape.N, K=shape.K, sms=sms, mma_variants=mma_variants,
                                               mma_configs=mma_configs,
                                               mma_seed_config=mma_seed_config, mma_always=mma_always,
                                               mma_swizzle=mma_swizzle,

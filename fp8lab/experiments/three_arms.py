@@ -13,8 +13,8 @@ Arms (one id from file to table row to legend):
 | cublas_bf16         | cuBLAS on weights dequantised to bf16             | dequant_w8_bf16 (weights)    |
 
 "The best fp8lab W8A8 arm" is measured, not assumed: at every (shape, M) both fp8lab W8A8
-kernels run (triton_blockwise with its own path choice and limited autotune, or pinned by
-:func:`triton_config_for`; mma_blockwise with a tile from the M rule :func:`mma_config_for`)
+kernels run (triton_blockwise on its own path for M, every tile of its autotune policy timed
+here and the fastest kept, or pinned by :func:`triton_config_for`; mma_blockwise with a tile from the M rule :func:`mma_config_for`)
 and the faster total is flagged ``best_w8a8``. A faster W8A8 kernel
 plugs in by adding it to ``W8A8_IMPLS`` and ``_gemm_factory``.
 
@@ -203,9 +203,22 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float):
     return bench.bench(call, method="graph", warmup_ms=warmup_ms, rep_ms=rep_ms)
 
 
-def _gemm_factory(arm: str, site: _Site, x, qa, sa, M: int, triton_mode: str = "auto"):
+def triton_tiles(M: int, N: int, K: int, triton_mode: str = "auto", *, sms: Optional[int] = None) -> list:
+    """The triton_blockwise tiles measure() times at one problem: 'rule' pins
+    :func:`triton_config_for`; 'auto' takes the kernel's own path for M (``tb.auto_path``) and every
+    tile its autotune policy would try there (``tb.autotune_space``), each timed by this sweep, the
+    fastest kept. Triton's autotuner picks from do_bench on one operand set, and its pick moved B7
+    between runs."""
+    from ..kernels import triton_blockwise as tb
+
+    if triton_mode == "rule":
+        return [triton_config_for(M)]
+    return tb.autotune_space("per_block", tb.auto_path(M), M, N, K, sms=sms)
+
+
+def _gemm_factory(arm: str, site: _Site, x, qa, sa, M: int, triton_cfg: Optional[dict] = None):
     """(make(i) -> no-arg callable writing into a preallocated output, output tensor, config text).
-    make(i) uses weight copy i."""
+    make(i) uses weight copy i. ``triton_cfg``: the pinned triton_blockwise tile (triton_tiles)."""
     import torch
 
     N, K = site.shape.N, site.shape.K
@@ -229,22 +242,14 @@ def _gemm_factory(arm: str, site: _Site, x, qa, sa, M: int, triton_mode: str = "
     if arm == "triton_blockwise":
         from ..kernels import triton_blockwise as tb
 
-        cfg = triton_config_for(M) if triton_mode == "rule" else None
-        holder = {}
+        if triton_cfg is None:
+            raise ValueError("triton_blockwise needs a pinned tile (triton_tiles)")
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
 
         def make(i):
             q, s = site.fp8(i)
-
-            def call():
-                holder["out"] = tb.blockwise_fp8_gemm(qa, q, sa, s, variant="per_block", config=cfg)
-                return holder["out"]
-            return call
-        if cfg is not None:
-            text = "ptr BM{BLOCK_M} BN{BLOCK_N} w{num_warps} s{num_stages}".format(**cfg)
-        else:
-            path = tb.auto_path(M) if hasattr(tb, "auto_path") else "ptr"
-            text = f"{path} path, autotuned by triton_blockwise"
-        return make, holder, text
+            return lambda: tb.blockwise_fp8_gemm(qa, q, sa, s, variant="per_block", config=triton_cfg, out=out)
+        return make, out, f"{tb.path_of(triton_cfg)} {tb.config_text(triton_cfg)}"
     if arm == "mma_blockwise":
         from ..kernels import mma_blockwise as mb
 
@@ -304,6 +309,18 @@ def _run_checked(make, out, ref, rows, out_shape):
     return float(torch.linalg.norm(sub - ref) / torch.linalg.norm(ref))
 
 
+def _fastest(tried: list) -> dict:
+    """The row of the fastest measured tile (the first one's row when none was measured); with
+    several tiles its impl_config says how many were timed and the runners-up's medians."""
+    best, t_best = min(tried, key=lambda rt: rt[1])
+    if len(tried) > 1 and math.isfinite(t_best):
+        others = sorted(t for r, t in tried if r is not best and math.isfinite(t))
+        best = dict(best)
+        best["impl_config"] += (f"; fastest of {len(tried)} tiles timed here"
+                                + (f" (others {', '.join(f'{t * 1e6:.1f}' for t in others)} us)" if others else ""))
+    return best
+
+
 def _not_run(e: Exception, prefix: str = "") -> str:
     first = (str(e).strip().splitlines() or [""])[0]
     return f"not-run: {prefix}{type(e).__name__}: {first[:160]}"
@@ -319,8 +336,9 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
     A GEMM row's ``total_p50_s`` adds its prep pass's median (``prep_arm``); ``best_w8a8`` flags
     the faster fp8lab W8A8 total. An arm the card or library refuses gets ``status`` 'not-run:
     ...'; a wrong result gets 'wrong: ...' and is not timed. The scalar kernel runs only for
-    M <= scalar_max_m ('skipped: ...' above). triton_mode: 'auto' lets triton_blockwise pick its
-    own path and tile (its limited autotune: the module's best), 'rule' pins
+    M <= scalar_max_m ('skipped: ...' above). triton_mode: 'auto' times triton_blockwise on its own
+    path for M in every tile its autotune policy would try (:func:`triton_tiles`) and keeps the
+    fastest (a wrong tile makes the row 'wrong'), 'rule' pins
     :func:`triton_config_for` (pointer path, no autotune).
     """
     unknown = set(arms) - set(GEMM_ARMS)
@@ -341,6 +359,7 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
     if not torch.cuda.is_available():
         raise RuntimeError("measure() needs a CUDA device")
     l2 = bench.device_l2_bytes()
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     rows = []
 
     def row(site_shape, M, arm, **kw):
@@ -413,29 +432,35 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
                 if arm == "scalar_tiled" and M > scalar_max_m:
                     rows.append(row(shape, M, arm, status=f"skipped: M > scalar_max_m = {scalar_max_m}", **base))
                     continue
-                try:
-                    make, out, cfg_text = _gemm_factory(arm, site, x, qa, sa, M, triton_mode)
-                    err = _run_checked(make, out, ref8 if KIND_OF[arm] == "w8a8" else ref16, r_idx, (M, N))
-                except Exception as e:  # noqa: BLE001 - a library refusal or a compile failure: say which
-                    rows.append(row(shape, M, arm, status=_not_run(e), **base))
-                    continue
-                if not err < TOL:
-                    rows.append(row(shape, M, arm, status=f"wrong: rel. err {err:.3g} >= {TOL}",
-                                    impl_config=cfg_text, check_relerr=err, **base))
-                    continue
-                n_sets = _rotation_sets(N * K * (2 if arm == "cublas_bf16" else 1), l2)
-                try:
-                    tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms))
-                except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be graph-captured
-                    rows.append(row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
-                                    status=_not_run(e, "timing failed: ")))
-                    continue
-                r = row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
-                        **timed_cols(tm, fb.flops, fb.bytes, clk))
-                r["total_p50_s"] = r["time_p50_s"] + r["prep_p50_s"]
-                r["total_tflops_p50"] = fb.flops / r["total_p50_s"] / 1e12
-                rows.append(r)
-                del make, out
+                tiles = triton_tiles(M, N, K, triton_mode, sms=sms) if arm == "triton_blockwise" else [None]
+                tried = []                  # (row, p50) of each measured tile; the fastest is kept
+                for cfg in tiles:
+                    try:
+                        make, out, cfg_text = _gemm_factory(arm, site, x, qa, sa, M, cfg)
+                        err = _run_checked(make, out, ref8 if KIND_OF[arm] == "w8a8" else ref16, r_idx, (M, N))
+                    except Exception as e:  # noqa: BLE001 - a library refusal or a compile failure: say which
+                        tried.append((row(shape, M, arm, status=_not_run(e), **base), math.inf))
+                        continue
+                    if not err < TOL:
+                        # a wrong tile is a wrong arm (its row, not timed), even when another tile is right
+                        tried = [(row(shape, M, arm, status=f"wrong: rel. err {err:.3g} >= {TOL}",
+                                      impl_config=cfg_text, check_relerr=err, **base), math.inf)]
+                        break
+                    n_sets = _rotation_sets(N * K * (2 if arm == "cublas_bf16" else 1), l2)
+                    try:
+                        tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms,
+                                                                      warmup_ms=warmup_ms))
+                    except Exception as e:  # noqa: BLE001 - e.g. a kernel that cannot be graph-captured
+                        tried.append((row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
+                                          status=_not_run(e, "timing failed: ")), math.inf))
+                        continue
+                    r = row(shape, M, arm, impl_config=cfg_text, check_relerr=err, **base,
+                            **timed_cols(tm, fb.flops, fb.bytes, clk))
+                    r["total_p50_s"] = r["time_p50_s"] + r["prep_p50_s"]
+                    r["total_tflops_p50"] = fb.flops / r["total_p50_s"] / 1e12
+                    tried.append((r, tm.p50_s))
+                if tried:
+                    rows.append(_fastest(tried))
             x = qa = sa = ref16 = ref8 = a8 = None
         site = None                         # free this site's weights before the next one is made
         torch.cuda.empty_cache()

@@ -566,6 +566,27 @@ def set_autotune(mode: str | None = None, *, warmup_ms: float | None = None, rep
     return dict(_AUTOTUNE)
 
 
+def autotune_space(variant: str, path: str, M: int, N: int, K: int, *, sms: int | None = None) -> list[dict]:
+    """The configs the autotune policy in force would try for one problem: :func:`limited_configs`
+    (at most the policy's ``limit``) or, in mode "full", every config of the path. Experiments time
+    each of these themselves (pinned with ``config=``) under their own L2-rotated timing rather than
+    take the autotuner's pick, which it makes from do_bench on one operand set."""
+    if _AUTOTUNE["mode"] == "full":
+        return tile_configs(variant, path)
+    return limited_configs(variant, path, M, N, K, sms=_sm_count() if sms is None else sms,
+                           limit=_AUTOTUNE["limit"])
+
+
+_SHORT = (("BLOCK_M", "BM"), ("BLOCK_N", "BN"), ("BLOCK_W", "BW"), ("BLOCK_T", "BT"), ("SPLIT_K", "SK"),
+          ("KSTEP", "KS"), ("PERSIST", "P"), ("num_warps", "w"), ("num_stages", "s"))
+
+
+def config_text(config: dict) -> str:
+    """A short label of one config, e.g. 'BW128 BT16 SK8 KS1 w4 s4' (the keys that vary between
+    configs; BLOCK_K and GROUP_M are fixed per variant)."""
+    return " ".join(f"{short}{config[k]}" for k, short in _SHORT if k in config)
+
+
 def _sm_count() -> int:
     import torch
 
@@ -699,7 +720,8 @@ def _swapab_buffers(device, n_ws: int, n_cnt: int):
 SWAPAB_LIMIT_M = 256  # the split-K workspace is SPLIT_K x M x N floats: decode sizes only
 
 
-def _infer_path(config: dict) -> str:
+def path_of(config: dict) -> str:
+    """The path a config's keys belong to (swapab: BLOCK_W / SPLIT_K; tma: PERSIST; else ptr)."""
     if "BLOCK_W" in config or "SPLIT_K" in config:
         return "swapab"
     if "PERSIST" in config:
@@ -733,7 +755,7 @@ def blockwise_fp8_gemm(a, b, a_scale, b_scale, *, variant: str = "per_block",
         raise ValueError(f"path must be one of {PATHS + ('auto',)}, got {path!r}")
     M, N, K = _validate(a, b, a_scale, b_scale)
     if path == "auto":
-        path = _infer_path(config) if config is not None else auto_path(M, variant)
+        path = path_of(config) if config is not None else auto_path(M, variant)
     if path == "tma":
         if variant == "per_step":
             raise ValueError("the tma path has variants per_block and per_block_inplace only")

@@ -24,11 +24,14 @@ import numpy as np
 import pandas as pd
 
 
-def _variants(cfg):
+def _variants(cfg, splits=()):
+    """The schedules timed: split-K as chosen, stream-K at full occupancy and at one CTA per SM,
+    and split-K pinned to each of ``splits`` (those the weight's K allows)."""
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
-    return [("splitk", dict(schedule="splitk")),
-            ("streamk", dict(schedule="streamk", ctas=sms * occ)),
-            ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
+    return ([("splitk", dict(schedule="splitk")),
+             ("streamk", dict(schedule="streamk", ctas=sms * occ)),
+             ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
+            + [(f"splitk_{s}", dict(schedule="splitk", splits=s)) for s in splits])
 
 
 def check_correctness(wo, torch):
@@ -68,6 +71,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--shapes", default="qwen3-8b:gate_up,qwen3-8b:down_proj,llama3-70b:down_proj")
     ap.add_argument("--ms", default="1,16")
+    ap.add_argument("--splits", default="", help="split-K factors to pin besides the chosen one, e.g. 1,2,4,8")
     args = ap.parse_args(argv)
 
     import torch
@@ -89,6 +93,7 @@ def main(argv=None):
     big = decode.measure_copy(copy_gib=2.0)["rate_p50"]
     print(f"2 GiB copy: {big / 1e12:.3f} TB/s", flush=True)
     Ms = [int(m) for m in args.ms.split(",")]
+    splits = [int(s) for s in args.splits.split(",") if s]
     rows = []
     same: dict = {}
     for name in args.shapes.split(","):
@@ -109,20 +114,22 @@ def main(argv=None):
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 cfg = wo.launch_config(pw, M)
                 outs = {}
-                for vname, kw in _variants(cfg):
+                for vname, kw in _variants(cfg, [s for s in splits if s <= K // 128]):
                     o = wo.gemv_w16(x, pw, **kw)
                     outs[vname] = o.float()
                 base = outs["splitk"]
                 for vname, o in outs.items():      # same GEMM, fp32 sums in another order
                     d = float((o - base).abs().max())
                     assert d <= 2 ** -6 * float(base.abs().max()) + 1e-30, (name, fmt, M, vname, d)
-                for vname, kw in _variants(cfg):
+                for vname, kw in _variants(cfg, [s for s in splits if s <= K // 128]):
                     oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
                     fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
                     t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                     bw = stream / t.p50_s
                     if vname == "splitk":
                         launch = f"splits={cfg['splits']} grid={cfg['grid']}"
+                    elif vname.startswith("splitk_"):
+                        launch = f"splits={kw['splits']} grid={(cfg['grid'][0], kw['splits'], cfg['grid'][2])}"
                     else:
                         plan = wo.streamk_plan(fmt, M, N, K, kw["ctas"])
                         launch = f"ctas={kw['ctas']} grid={plan['grid']} upc={plan['units_per_cta']}"
