@@ -148,6 +148,13 @@ def test_tiling_mirrors_the_kernel():
     assert wo.smem_bytes(8) == 2 * 64 * 392 * 2 + 832
 
 
+def test_choose_splits_prices_the_reduction_as_measured():
+    # H200 probe (REDUCE_BYTE_COST's note): at qwen3-8b gate_up, M = 16, one split ran 1.56x
+    # faster than the four the reduction priced at 2 weight bytes per byte chose
+    assert wo.choose_splits("fp8", 16, 24576, 4096, sms=132, ctas_per_sm=2) == 1
+    assert wo.choose_splits("fp8", 1, 8192, 28672, sms=132, ctas_per_sm=2) == 4    # llama3-70b down_proj: 4 was best
+
+
 def test_choose_splits():
     # small N: 32 CTAs along N cannot fill 132 x 2 slots alone
     s = wo.choose_splits("fp8", 1, 4096, 4096, sms=132, ctas_per_sm=2)

@@ -145,6 +145,14 @@ def grid_x(fmt: str, N: int, M: int) -> int:
 #: first steps' DRAM latency before any math) and the epilogue
 CTA_OVERHEAD_STEPS = 1.5
 
+#: cost of one byte of split-K partial sums (red.add into the fp32 workspace in L2, the last CTA's
+#: read-back, convert and re-zeroing) in weight bytes streamed. Fitted on an H200 (2026-12-02,
+#: scripts/probes/gemv.py --splits 1,2,3,4,6,8,12 over qwen3-8b gate_up / down_proj, llama3-8b
+#: gate_up, llama3-70b down_proj / qkv, four formats, M = 1 and 16): with 4 to 16 every pick is
+#: within 7% of the fastest split measured; the earlier 2 chose 4 splits at qwen3-8b gate_up,
+#: M = 16 (fp8, int8), where one split was 1.56x faster.
+REDUCE_BYTE_COST = 8.0
+
 
 def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: int,
                   max_splits: int = 64) -> int:
@@ -153,8 +161,8 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
     A memory-bound kernel's time is set by its slowest SM: with C CTAs of equal work on S
     slots it is ceil(C / S) waves of one CTA's time. Each candidate split count s makes
     C = x * z * s CTAs of ceil(steps / s) steps plus a fixed :data:`CTA_OVERHEAD_STEPS`; the
-    reduction adds M x rows x 4 bytes of atomics per CTA (counted at twice a weight byte:
-    read-modify-write in L2). Picks the s with
+    reduction adds M x rows x 4 bytes of atomics per CTA (each counted as
+    :data:`REDUCE_BYTE_COST` weight bytes, a fit to H200 timings). Picks the s with
     the smallest modelled time (the first among equals, so the fewest splits). Returns the
     split count actually launched (ceil(steps / ceil(steps / s)))."""
     check_fmt(fmt)
@@ -177,7 +185,7 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
         s_eff = -(-steps // sps)
         ctas = x * z * s_eff
         t = -(-ctas // slots) * ((sps + CTA_OVERHEAD_STEPS) * wbytes_step
-                                 + (2.0 * rows * mb * 4 if s_eff > 1 else 0.0))
+                                 + (REDUCE_BYTE_COST * rows * mb * 4 if s_eff > 1 else 0.0))
         if t < best_t * (1 - 1e-9):
             best, best_t = s_eff, t
     return best
