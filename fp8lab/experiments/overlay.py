@@ -30,7 +30,7 @@ import numpy as np
 from ..report import plotting, results
 from ..arms import registry
 from ..paths import CROSS_DEVICE, output_figures_dir
-from ..report.results import _check_name
+from ..report.results import check_name
 
 plt = plotting.plt                  # pyplot with the backend plotting chose (Agg when headless)
 
@@ -150,8 +150,8 @@ def figure_folder(notebook: str, redrawn: bool = False) -> Path:
 def save(fig, notebook: str, name: str, metas: dict, run: Optional[results.Run] = None,
          extra: Optional[str] = None) -> list[Path]:
     """Save a cross-device figure with its per-device footnote and a devices sidecar."""
-    _check_name("notebook", notebook)
-    _check_name("figure name", name)
+    check_name("notebook", notebook)
+    check_name("figure name", name)
     if len(metas) < 2:
         raise ValueError(f"a cross-device figure needs two or more devices, got {list(metas)}: "
                          "with one device the notebook's own figure is the figure")

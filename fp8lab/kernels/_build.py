@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 KERNEL_DIR = Path(__file__).resolve().parent
-#: Headers several kernels include (kernels/common/: the shared PTX helpers). Every cache key
-#: that hashes a kernel's sources lists these too, so an edit to one rebuilds every kernel
-#: (tests/test_build.py walks the #include graph to check each key is closed).
-COMMON_HEADERS = tuple(sorted((KERNEL_DIR / "common").glob("*.cuh")))
+#: Headers several kernels include (kernels/common/: the shared PTX helpers, the bindings' launch
+#: helpers). Every cache key that hashes a kernel's sources lists these too, so an edit to one
+#: rebuilds every kernel (tests/test_build.py walks the #include graph to check each key is closed).
+COMMON_HEADERS = tuple(sorted([*(KERNEL_DIR / "common").glob("*.cuh"), *(KERNEL_DIR / "common").glob("*.h")]))
 
 
 def extension_digest(sources: Iterable[Path], torch, *extra: str, gpu_archs: bool = True) -> str:

@@ -43,6 +43,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common/ptx.cuh"
 #include "common/tile.cuh"
 #include "gemv_w16_params.h"
@@ -62,6 +64,28 @@ constexpr int kActStride = kChunkK + 8;       // +8 elements (16 B): ldmatrix ro
 constexpr int kZeroBytes = (kChunkK + 32) * 2;  // zero 'row' read for tokens m >= M, as wide as a
                                                 // chunk so the same immediate offsets stay inside
 constexpr int kMBlock = 64;                   // rows of M per CTA (blockIdx.z walks the rest)
+
+// Host dispatch on the runtime (fmt, bf16) pair (fmt: 0 fp8, 1 int8, 2 nvfp4, 3 int4): returns
+// f(std::integral_constant<int, F>, std::bool_constant<BF16>), or `unknown` for a format id out of
+// range. The launchers of the bindings go through this one switch.
+template <class R, class Fn>
+R by_format(int fmt, bool bf16, R unknown, Fn&& f) {
+  using Fp8 = std::integral_constant<int, kFp8>;
+  using Int8 = std::integral_constant<int, kInt8>;
+  using Nvfp4 = std::integral_constant<int, kNvfp4>;
+  using Int4 = std::integral_constant<int, kInt4>;
+  switch (fmt * 2 + (bf16 ? 1 : 0)) {
+    case 0: return f(Fp8{}, std::false_type{});
+    case 1: return f(Fp8{}, std::true_type{});
+    case 2: return f(Int8{}, std::false_type{});
+    case 3: return f(Int8{}, std::true_type{});
+    case 4: return f(Nvfp4{}, std::false_type{});
+    case 5: return f(Nvfp4{}, std::true_type{});
+    case 6: return f(Int4{}, std::false_type{});
+    case 7: return f(Int4{}, std::true_type{});
+    default: return unknown;
+  }
+}
 
 template <int F>
 struct FormatTraits;

@@ -37,58 +37,26 @@ cudaError_t probe(const uint32_t* words, uint32_t* out, int n, cudaStream_t s) {
 }  // namespace wo
 }  // namespace fp8lab
 
-using fp8lab::wo::kFp8;
-using fp8lab::wo::kInt4;
-using fp8lab::wo::kInt8;
-using fp8lab::wo::kNvfp4;
-
 // fmt: 0 fp8, 1 int8, 2 nvfp4, 3 int4; bf16: activations (and mma operands) bf16, else fp16.
 // Returns cudaErrorInvalidValue for an unknown format (the Python wrapper validates first).
 cudaError_t fp8lab_gemv_w16_launch(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int splits,
                                    cudaStream_t stream) {
-  using namespace fp8lab::wo;
-  switch (fmt * 2 + (bf16 ? 1 : 0)) {
-    case 0: return dispatch_nt<kFp8, false>(p, splits, stream);
-    case 1: return dispatch_nt<kFp8, true>(p, splits, stream);
-    case 2: return dispatch_nt<kInt8, false>(p, splits, stream);
-    case 3: return dispatch_nt<kInt8, true>(p, splits, stream);
-    case 4: return dispatch_nt<kNvfp4, false>(p, splits, stream);
-    case 5: return dispatch_nt<kNvfp4, true>(p, splits, stream);
-    case 6: return dispatch_nt<kInt4, false>(p, splits, stream);
-    case 7: return dispatch_nt<kInt4, true>(p, splits, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return fp8lab::wo::by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
+    return fp8lab::wo::dispatch_nt<decltype(f)::value, decltype(b)::value>(p, splits, stream);
+  });
 }
 
 // CTAs of 256 threads that fit on one SM for (fmt, bf16, nt); -1 for an unknown combination.
 int fp8lab_gemv_w16_occupancy(int fmt, bool bf16, int nt) {
-  using namespace fp8lab::wo;
-  switch (fmt * 2 + (bf16 ? 1 : 0)) {
-    case 0: return occupancy_nt<kFp8, false>(nt);
-    case 1: return occupancy_nt<kFp8, true>(nt);
-    case 2: return occupancy_nt<kInt8, false>(nt);
-    case 3: return occupancy_nt<kInt8, true>(nt);
-    case 4: return occupancy_nt<kNvfp4, false>(nt);
-    case 5: return occupancy_nt<kNvfp4, true>(nt);
-    case 6: return occupancy_nt<kInt4, false>(nt);
-    case 7: return occupancy_nt<kInt4, true>(nt);
-    default: return -1;
-  }
+  return fp8lab::wo::by_format(fmt, bf16, -1, [&](auto f, auto b) {
+    return fp8lab::wo::occupancy_nt<decltype(f)::value, decltype(b)::value>(nt);
+  });
 }
 
 // words: [n] uint32; out: [n * (2 or 4)] uint32.
 cudaError_t fp8lab_gemv_w16_probe(int fmt, bool bf16, const uint32_t* words, uint32_t* out, int n,
                                   cudaStream_t stream) {
-  using namespace fp8lab::wo;
-  switch (fmt * 2 + (bf16 ? 1 : 0)) {
-    case 0: return probe<kFp8, false>(words, out, n, stream);
-    case 1: return probe<kFp8, true>(words, out, n, stream);
-    case 2: return probe<kInt8, false>(words, out, n, stream);
-    case 3: return probe<kInt8, true>(words, out, n, stream);
-    case 4: return probe<kNvfp4, false>(words, out, n, stream);
-    case 5: return probe<kNvfp4, true>(words, out, n, stream);
-    case 6: return probe<kInt4, false>(words, out, n, stream);
-    case 7: return probe<kInt4, true>(words, out, n, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return fp8lab::wo::by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
+    return fp8lab::wo::probe<decltype(f)::value, decltype(b)::value>(words, out, n, stream);
+  });
 }

@@ -24,16 +24,7 @@ cudaError_t dispatch_nt_sk(const WoParams& p, int ctas, cudaStream_t s) {
 // p.units_per_cta are filled in by the launch. cudaErrorInvalidValue for an unknown format.
 cudaError_t fp8lab_gemv_w16_launch_sk(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int ctas,
                                       cudaStream_t stream) {
-  using namespace fp8lab::wo;
-  switch (fmt * 2 + (bf16 ? 1 : 0)) {
-    case 0: return dispatch_nt_sk<kFp8, false>(p, ctas, stream);
-    case 1: return dispatch_nt_sk<kFp8, true>(p, ctas, stream);
-    case 2: return dispatch_nt_sk<kInt8, false>(p, ctas, stream);
-    case 3: return dispatch_nt_sk<kInt8, true>(p, ctas, stream);
-    case 4: return dispatch_nt_sk<kNvfp4, false>(p, ctas, stream);
-    case 5: return dispatch_nt_sk<kNvfp4, true>(p, ctas, stream);
-    case 6: return dispatch_nt_sk<kInt4, false>(p, ctas, stream);
-    case 7: return dispatch_nt_sk<kInt4, true>(p, ctas, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return fp8lab::wo::by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
+    return fp8lab::wo::dispatch_nt_sk<decltype(f)::value, decltype(b)::value>(p, ctas, stream);
+  });
 }

@@ -1,9 +1,7 @@
 // mma_blockwise_ext.cpp -- thin torch binding of the blockwise FP8 mma kernels.
 // The Python wrapper (fp8lab/kernels/mma_blockwise.py) validates everything and raises ValueError;
 // the TORCH_CHECKs here only guard against calling the extension directly.
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/extension.h>
+#include "common/torch_ext.h"
 
 #include "mma_blockwise_params.h"
 
@@ -45,11 +43,10 @@ torch::Tensor mma_blockwise(torch::Tensor a, torch::Tensor a_scale, torch::Tenso
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
   p.swizzle = static_cast<int>(swizzle);
-  const cudaError_t err = fp8lab_mma_blockwise_launch(static_cast<int>(config), static_cast<int>(variant),
+  return fp8lab::ext::launched(fp8lab_mma_blockwise_launch(static_cast<int>(config), static_cast<int>(variant),
                                                       static_cast<int>(lookup), p,
-                                                      at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "mma_blockwise launch failed: ", cudaGetErrorString(err));
-  return out;
+                                                      fp8lab::ext::stream()),
+                               "mma_blockwise launch", out);
 }
 
 }  // namespace

@@ -3,10 +3,9 @@
 // launchers (no torch headers there, so each compiles alone with nvcc); the Python wrappers in
 // fp8lab/kernels/seed001.py and quant_act.py validate everything and raise ValueError; the
 // TORCH_CHECKs here only guard against calling the extension directly.
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
-#include <torch/extension.h>
+
+#include "common/torch_ext.h"
 
 cudaError_t fp8lab_scalar_tiled_launch(const void* a, const void* w, const float* w_scale, void* c, int M, int N,
                                        int K, int tile, int out_fp32, cudaStream_t stream);
@@ -42,12 +41,11 @@ void check_gemm_operands(const torch::Tensor& a, const torch::Tensor& w, const t
 torch::Tensor scalar_tiled(torch::Tensor a, torch::Tensor w, torch::Tensor w_scale, torch::Tensor out, int64_t tile) {
   check_gemm_operands(a, w, w_scale, out);
   const c10::cuda::CUDAGuard guard(a.device());
-  const cudaError_t err = fp8lab_scalar_tiled_launch(
+  return fp8lab::ext::launched(fp8lab_scalar_tiled_launch(
       a.data_ptr(), w.data_ptr(), w_scale.data_ptr<float>(), out.data_ptr(), static_cast<int>(a.size(0)),
       static_cast<int>(w.size(0)), static_cast<int>(a.size(1)), static_cast<int>(tile),
-      out.scalar_type() == at::ScalarType::Float ? 1 : 0, at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "scalar_tiled launch failed: ", cudaGetErrorString(err));
-  return out;
+      out.scalar_type() == at::ScalarType::Float ? 1 : 0, fp8lab::ext::stream()),
+                               "scalar_tiled launch", out);
 }
 
 // As scalar_tiled, plus partial: (splits, M, N) fp32 workspace (an empty tensor when splits == 1).
@@ -65,12 +63,11 @@ torch::Tensor wmma_w8a16(torch::Tensor a, torch::Tensor w, torch::Tensor w_scale
     ws = partial.data_ptr<float>();
   }
   const c10::cuda::CUDAGuard guard(a.device());
-  const cudaError_t err = fp8lab_wmma_w8a16_launch(
+  return fp8lab::ext::launched(fp8lab_wmma_w8a16_launch(
       static_cast<int>(config), out.scalar_type() == at::ScalarType::Float ? 1 : 0, a.data_ptr(), w.data_ptr(),
       w_scale.data_ptr<float>(), out.data_ptr(), ws, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-      static_cast<int>(kb_per_split), at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "wmma_w8a16 launch failed: ", cudaGetErrorString(err));
-  return out;
+      static_cast<int>(kb_per_split), fp8lab::ext::stream()),
+                               "wmma_w8a16 launch", out);
 }
 
 // x: (M, K) bf16 contiguous; q: (M, K) e4m3 contiguous; s: (M, K/128) fp32, any strides.
@@ -84,11 +81,11 @@ void quant_act(torch::Tensor x, torch::Tensor q, torch::Tensor s, int64_t varian
   TORCH_CHECK(K % 128 == 0 && q.size(0) == M && q.size(1) == K && s.size(0) == M && s.size(1) == K / 128,
               "shapes: x (M, K), q (M, K), s (M, K/128), K % 128 == 0");
   const c10::cuda::CUDAGuard guard(x.device());
-  const cudaError_t err = fp8lab_quant_act_launch(static_cast<int>(variant), static_cast<int>(scale_mul_recip),
+  fp8lab::ext::check(fp8lab_quant_act_launch(static_cast<int>(variant), static_cast<int>(scale_mul_recip),
                                                   x.data_ptr(), q.data_ptr(), s.data_ptr<float>(), M,
                                                   static_cast<int>(K), s.stride(0), s.stride(1),
-                                                  at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "quant_act launch failed: ", cudaGetErrorString(err));
+                                                  fp8lab::ext::stream()),
+                     "quant_act launch");
 }
 
 // q: (N, K) e4m3; scale: (ceil(N/128), K/128) fp32; out: (N, K) bf16; all contiguous.
@@ -104,11 +101,10 @@ torch::Tensor dequant_w8_bf16(torch::Tensor q, torch::Tensor scale, torch::Tenso
               "shapes: q (N, K), scale (ceil(N/128), K/128), out (N, K), K % 128 == 0");
   const c10::cuda::CUDAGuard guard(q.device());
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const cudaError_t err = fp8lab_dequant_w8_bf16_launch(q.data_ptr(), scale.data_ptr<float>(), out.data_ptr(), N,
+  return fp8lab::ext::launched(fp8lab_dequant_w8_bf16_launch(q.data_ptr(), scale.data_ptr<float>(), out.data_ptr(), N,
                                                         static_cast<int>(K), sms,
-                                                        at::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "dequant_w8_bf16 launch failed: ", cudaGetErrorString(err));
-  return out;
+                                                        fp8lab::ext::stream()),
+                               "dequant_w8_bf16 launch", out);
 }
 
 }  // namespace

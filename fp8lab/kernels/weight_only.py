@@ -49,12 +49,13 @@ from ._build import COMMON_HEADERS, extension
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "gemv_w16.cuh"
 PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
+BIND_HEADER = KERNEL_DIR / "gemv_w16_bind.h"   # the two bindings' shared checks and WoParams
 STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
 CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
 EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu")
 SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE, *COMMON_HEADERS)
 # What each extension's cache key hashes: its sources and every header they include.
-EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
+EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, BIND_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
 
 FORMATS = ("fp8", "int8", "nvfp4", "int4")
 FORMAT_ID = {f: i for i, f in enumerate(FORMATS)}   # the C++ enum Format
@@ -651,7 +652,7 @@ def load_extension(verbose: bool = False):
 #: the EXTRA_ALU levels instantiated (extra dependent integer instructions per weight element)
 EXTRA_ALU_LEVELS = (0, 1, 2, 4, 8, 16)
 XALU_EXT_SOURCES = (KERNEL_DIR / "gemv_w16_xalu_ext.cpp", KERNEL_DIR / "gemv_w16_xalu_ext.cu")
-XALU_EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *XALU_EXT_SOURCES)
+XALU_EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, BIND_HEADER, *COMMON_HEADERS, *XALU_EXT_SOURCES)
 XALU_KERNEL = "gemv_w8a16_fp8_xalu"
 
 

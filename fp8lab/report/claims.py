@@ -281,5 +281,5 @@ def update_readme(path: Path | None = None, check: bool = False) -> bool:
     if new == text:
         return True
     if not check:
-        results._atomic_write_bytes(path, new.encode())
+        results.atomic_write_bytes(path, new.encode())
     return False

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ..arms import registry  # noqa: E402
 from ..paths import output_figures_dir  # noqa: E402
-from .results import FigureInfo, Run, _atomic_write_bytes, _check_name  # noqa: E402
+from .results import FigureInfo, Run, atomic_write_bytes, check_name  # noqa: E402
 
 _CYCLE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
@@ -92,7 +92,7 @@ def figure_dir(info: FigureInfo) -> Path:
 
 def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[Path]:
     """Add the provenance footnote and save SVG + 2x PNG; returns both paths."""
-    _check_name("figure name", name)
+    check_name("figure name", name)
     info = _info(target)
     note = info.footnote() + (f" · {footnote_extra}" if footnote_extra else "")
     return save_in(fig, figure_dir(info), name, note)
@@ -101,7 +101,7 @@ def save(fig, target, name: str, *, footnote_extra: str | None = None) -> list[P
 def save_in(fig, folder: Path, name: str, note: str) -> list[Path]:
     """``save`` with the folder and the footnote given: for figures that belong to no one
     device (``fp8lab.experiments.overlay``'s cross-device figures). The note may span several lines."""
-    _check_name("figure name", name)
+    check_name("figure name", name)
     # A figure-level text in figure coordinates, below the axes; bbox='tight' keeps it.
     for t in list(fig.texts):
         if getattr(t, "_fp8lab_footnote", False):
@@ -121,7 +121,7 @@ def save_in(fig, folder: Path, name: str, note: str) -> list[Path]:
         buf = io.BytesIO()
         fig.savefig(buf, format=ext, metadata=_metadata(ext))
         path = out / f"{name}.{ext}"
-        _atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, buf.getvalue())
         paths.append(path)
     return paths
 

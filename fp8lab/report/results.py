@@ -56,7 +56,9 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 HOST_DEVICE = "cpu"
 
 
-def _check_name(kind: str, value: str) -> str:
+def check_name(kind: str, value: str) -> str:
+    """``value`` when it is a plain file-name part (a device, notebook, table or figure name),
+    else ValueError naming ``kind``."""
     if not isinstance(value, str) or not _NAME_RE.match(value) or ".." in value:
         raise ValueError(f"{kind} must be a plain name of letters, digits, '_', '.', '-' "
                          f"(no folders), got {value!r}")
@@ -103,8 +105,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             pass
         raise
 
-
-_atomic_write_bytes = atomic_write_bytes
 
 
 def _json_default(o):
@@ -312,9 +312,9 @@ def write_table(device: str, notebook: str, name: str, df: pd.DataFrame, meta: d
                 root: Path | None = None) -> Path:
     """Atomically write one table and its sidecar under ``root`` (data/ unless given);
     returns the CSV path."""
-    _check_name("device", device)
-    _check_name("notebook", notebook)
-    _check_name("table name", name)
+    check_name("device", device)
+    check_name("notebook", notebook)
+    check_name("table name", name)
     if not isinstance(df, pd.DataFrame):
         raise ValueError(f"a result table must be a pandas DataFrame, got {type(df).__name__}")
     if df.columns.duplicated().any():
@@ -347,9 +347,9 @@ def load_meta(device: str, notebook: str, name: str) -> dict:
 
 
 def _table_path(device: str, notebook: str, name: str) -> Path:
-    _check_name("device", device)
-    _check_name("notebook", notebook)
-    _check_name("table name", name)
+    check_name("device", device)
+    check_name("notebook", notebook)
+    check_name("table name", name)
     own = _OWN_TABLES.get((device, notebook))
     # only while this process still writes there (not after FP8LAB_DATA_DIR was set since)
     if (own is not None and own.is_relative_to(output_data_dir(host=True))
@@ -377,8 +377,8 @@ def load_table(device: str, notebook: str, name: str) -> pd.DataFrame:
 
 def devices_with(notebook: str, name: str) -> list[str]:
     """Device keys in data/ that hold this notebook's table."""
-    _check_name("notebook", notebook)
-    _check_name("table name", name)
+    check_name("notebook", notebook)
+    check_name("table name", name)
     return [d for d in known_devices() if (data_dir() / d / notebook / f"{name}.csv").is_file()]
 
 
@@ -438,7 +438,7 @@ class Run:
 
     def __init__(self, notebook: str, params: dict | None = None, device: str = "cpu",
                  mode: str = "auto"):
-        _check_name("notebook", notebook)
+        check_name("notebook", notebook)
         self.notebook = notebook
         self.params = dict(params or {})
         if device == HOST_DEVICE:
