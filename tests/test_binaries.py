@@ -384,7 +384,8 @@ def test_sigterm_kills_tools_and_removes_the_temp_folder(what, tmp_path, mma_pai
     target = src if what == "nvcc" else mma_pair_cubin
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(systmp), str(fake), what, str(target)],
-                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+                            env={**os.environ, "PYTHONPATH": str(root), "FP8LAB_CACHE_DIR": str(tmp_path / "cache")},
+                            start_new_session=True)
     try:
         t_end = time.monotonic() + 60
         while not list(pids.iterdir()) and time.monotonic() < t_end and proc.poll() is None:
@@ -400,3 +401,5 @@ def test_sigterm_kills_tools_and_removes_the_temp_folder(what, tmp_path, mma_pai
     from fp8lab.toolchain import procs
     assert not procs.alive(tool_pid)
     assert list(systmp.iterdir()) == []     # no fp8lab-census-*, no tmpxft_* left
+    cubins = tmp_path / "cache" / "cubin"   # nvcc's output folder in the cubin cache: gone, no entry
+    assert not cubins.is_dir() or list(cubins.iterdir()) == []

@@ -327,7 +327,7 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
         {"id": "90", "name": "90_build", "title": "build", "kind": "host", "timeout": 300}]}))
     runner_src = ("import sys\nfrom pathlib import Path\nfrom fp8lab.run import cli, notebooks\n"
                   "notebooks.manifest_path = lambda: Path(sys.argv[1])\nsys.exit(cli.main(sys.argv[2:]))\n")
-    env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(systmp),
+    env = {**os.environ, "PYTHONPATH": str(root), "TMPDIR": str(systmp), "FP8LAB_CACHE_DIR": str(tmp_path / "cache"),
            "FP8LAB_DATA_DIR": str(tmp_path / "data"), "FP8LAB_FIGURES_DIR": str(tmp_path / "figs")}
     proc = subprocess.Popen([sys.executable, "-c", runner_src, str(nbdir / "manifest.yaml"), "run", "--mode",
                              "replot", "--no-progress", "--out", str(tmp_path / "run")],
@@ -351,6 +351,8 @@ def test_a_stopped_run_leaves_no_census_temp_folder_or_tool(tmp_path):
     assert not procs.alive(tool), "the census's nvcc outlived the run"
     left = [d.name for d in systmp.iterdir() if d.name.startswith(binaries.TEMP_PREFIX) or "tmpxft" in d.name]
     assert left == [], f"the kill path left {left}"
+    cubins = tmp_path / "cache" / "cubin"        # nvcc wrote into the cubin cache's temp folder
+    assert cubins.is_dir() and list(cubins.iterdir()) == [], f"the kill path left {list(cubins.iterdir())}"
 
 
 def test_post_figure_says_only_what_it_shows():

@@ -282,19 +282,30 @@ def test_compile_cutlass_example_parses_ptxas_and_cuobjdump(tmp_path, monkeypatc
              f"ptxas info    : Used 255 registers, used 1 barriers, 576 bytes cumulative stack size\n")
     res = f"Fatbin elf code:\n  Function {k}:\n    REG:255 STACK:576 SHARED:0 LOCAL:0\n  Function fill:\n    REG:12 STACK:0\n"
 
-    def fake(name, args, timeout=600, cwd=None):
-        return subprocess.CompletedProcess(args, 0, stdout=res if name == "cuobjdump" else "", stderr=ptxas)
-    monkeypatch.setattr(tools, "run_tool", fake)
-    row = spills.compile_cutlass_example(tmp_path)
+    monkeypatch.setenv("FP8LAB_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def nvcc(cmd):                 # the cubin cache's runner: writes the -o file, prints ptxas -v
+        calls.append(cmd)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"cubin")
+        return 0, "", ptxas
+
+    def cuobjdump(name, args, timeout=600, cwd=None):
+        assert name == "cuobjdump"
+        return subprocess.CompletedProcess(args, 0, stdout=res, stderr="")
+    monkeypatch.setattr(tools, "run_tool", cuobjdump)
+    row = spills.compile_cutlass_example(tmp_path, runner=nvcc)
     assert row["status"] == "measured" and row["kernel"] == k and row["commit"] == "abc123"
     assert (row["registers"], row["stack_bytes"], row["spill_store_bytes"], row["res_stack"]) == (255, 576, 1616, 576)
     assert spills.verdict_a1_seed(row).verdict == "holds"
+    again = spills.compile_cutlass_example(tmp_path, runner=nvcc)   # the same checkout: from the cache
+    assert len(calls) == 1 and again == row
 
-    def broken(name, args, timeout=600, cwd=None):
-        raise RuntimeError("nvcc failed (exit 1): fatal error: cutlass/cutlass.h: No such file")
-    monkeypatch.setattr(tools, "run_tool", broken)
-    row = spills.compile_cutlass_example(tmp_path)
-    assert row["status"].startswith("error: RuntimeError: nvcc failed")
+    def broken(cmd):
+        return 1, "", "fatal error: cutlass/cutlass.h: No such file"
+    (tmp_path / "COMMIT").write_text("def456\n")                      # another checkout: compiled again
+    row = spills.compile_cutlass_example(tmp_path, runner=broken)
+    assert row["status"].startswith("error: RuntimeError: nvcc failed (exit 1)") and "cutlass.h" in row["status"]
     assert spills.verdict_a1_seed(row).verdict == "not-run"
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp8lab.toolchain import binaries, procs, sass
+from fp8lab.toolchain.cubin import compile_cubin, headers_under
 from fp8lab.arms import registry
 from fp8lab.measure.progress import progress as track
 from fp8lab.toolchain.tools import find_tool, have_tool
@@ -260,19 +261,12 @@ def census_sources(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
     return sorted(p for p in Path(kernels_dir).glob("*.cu") if not _NOT_CENSUS_SOURCES.search(p.stem))
 
 
-def _nvcc_cubin(src: Path, arch: str, out: Path, children: binaries.Children) -> tuple[Path | None, str]:
-    cmd = [str(find_tool("nvcc")), "-cubin", "-O3", "-std=c++17", f"-arch={arch}",
-           "-I", str(src.parent), str(src), "-o", str(out)]
-    rc, stdout, stderr = children.run(cmd)
-    if rc == 0:
-        return out, ""
-    lines = [ln.strip() for ln in (stderr or stdout).splitlines() if "error" in ln.lower()]
-    if not lines:
-        return None, f"nvcc exit {rc}"
-    # Drop the temp-file path and line number: the message is what tells why.
-    tool = "ptxas" if lines[0].startswith("ptxas") else "nvcc"
-    msg = re.sub(r"^.*?error\s*:?\s*", "", lines[0], flags=re.I)
-    return None, f"{tool}: {msg}"[:300]
+def _nvcc_cubin(src: Path, arch: str, children: binaries.Children) -> tuple[Path | None, str]:
+    """(cubin, '') or (None, nvcc's first error without its file path): through the cubin cache,
+    keyed on the source and every header beside it; nvcc runs under ``children`` (killed on a stop)."""
+    b = compile_cubin(src, arch, include=[src.parent], key_files=headers_under(src.parent),
+                      runner=children.run, nvcc=find_tool("nvcc"))
+    return (b.cubin, "") if b.ok else (None, b.error()[:300])
 
 
 def census_fp8lab(archs=DEFAULT_ARCHS, *, triton: bool = True, triton_tiles=TRITON_CENSUS_TILES,
@@ -294,7 +288,7 @@ def census_fp8lab(archs=DEFAULT_ARCHS, *, triton: bool = True, triton_tiles=TRIT
                             ok=False, reason="nvcc not found") for s, a in jobs_list]
             jobs_list = []
         # tool_scope drains the pool on the way out (and kills its nvcc on a stop)
-        futs = {pool.submit(_nvcc_cubin, src, arch, tmp / f"{src.stem}_{arch}.cubin", children): (src, arch)
+        futs = {pool.submit(_nvcc_cubin, src, arch, children): (src, arch)
                 for src, arch in jobs_list}
         # The Triton compiles run here while nvcc works in the pool.
         if triton:

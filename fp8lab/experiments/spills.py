@@ -198,14 +198,16 @@ def _seed_tile() -> dict:
     return dict(bm=c.bm, bn=c.bn, bk=c.bk, wm=c.wm, wn=c.wn, stages=c.stages)
 
 
-def compile_cutlass_example(src: Path, arch: str = "sm_89") -> dict:
+def compile_cutlass_example(src: Path, arch: str = "sm_89", *, runner=None) -> dict:
     """Compile example 94 (device code only, ``nvcc -cubin``) for ``arch`` and read its GEMM
     kernel's registers, stack and spills from ``ptxas -v``, cross-checked by ``cuobjdump
-    -res-usage``. One row in EXAMPLE_COLUMNS; status 'measured' or 'error: ...'."""
+    -res-usage``. One row in EXAMPLE_COLUMNS; status 'measured' or 'error: ...'. The build goes
+    through the cubin cache (key: the example's bytes, the checkout's commit, flags, arch, nvcc):
+    ``compile_s`` is the time of the compile that made the entry. ``runner``: compile_cubin's."""
     import subprocess
-    import time
 
-    from ..toolchain import procs, resources, tools
+    from ..toolchain import resources, tools
+    from ..toolchain.cubin import compile_cubin
 
     src = Path(src)
     text = (src / CUTLASS_EXAMPLE).read_text()
@@ -221,19 +223,19 @@ def compile_cutlass_example(src: Path, arch: str = "sm_89") -> dict:
             commit = ""
     row = dict(source=str(src), commit=commit, example=CUTLASS_EXAMPLE, arch=arch, **example_tile(text),
                nvcc_version=tools.tool_version("nvcc"), status="measured")
-    with procs.owned_temp_dir("fp8lab_cutlass94_") as tmp:
-        cubin = Path(tmp) / "ex94.cubin"
-        args = ["-std=c++17", "-O3", "-cubin", f"-arch={arch}", "-Xptxas", "-v",
-                *(f"-I{src / inc}" for inc in CUTLASS_INCLUDES), "-o", cubin, src / CUTLASS_EXAMPLE]
-        t0 = time.perf_counter()
-        try:
-            proc = tools.run_tool("nvcc", args, timeout=1800)
-            row["compile_s"] = round(time.perf_counter() - t0, 1)
-            ptx = resources.parse_ptxas_v(proc.stdout + proc.stderr)
-            res = resources.parse_res_usage(tools.run_tool("cuobjdump", ["-res-usage", cubin], timeout=300).stdout)
-        except Exception as e:  # noqa: BLE001 - a failed build is a row saying why, not a traceback
-            row["status"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e) else ''}"
-            return {c: row.get(c) for c in EXAMPLE_COLUMNS}
+    try:
+        # the example's own headers are the checkout's: its commit stands for them in the key
+        b = compile_cubin(src / CUTLASS_EXAMPLE, arch, flags=("-std=c++17", "-O3", "-Xptxas", "-v"),
+                          include=[src / inc for inc in CUTLASS_INCLUDES], extra_key=f"cutlass {commit}",
+                          runner=runner, timeout=1800, refresh=not commit)   # no commit: nothing to key on
+        if not b.ok:
+            raise RuntimeError(f"nvcc failed (exit {b.rc}): {b.error()}")
+        row["compile_s"] = round(b.compile_s, 1)
+        ptx = resources.parse_ptxas_v(b.log)
+        res = resources.parse_res_usage(tools.run_tool("cuobjdump", ["-res-usage", b.cubin], timeout=300).stdout)
+    except Exception as e:  # noqa: BLE001 - a failed build is a row saying why, not a traceback
+        row["status"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e) else ''}"
+        return {c: row.get(c) for c in EXAMPLE_COLUMNS}
     gemm = [k for k in ptx if "GemmUniversalBlockwise" in k or "Blockwise" in k]
     if len(gemm) != 1:
         row["status"] = f"error: expected one blockwise GEMM kernel in the cubin, ptxas names {len(gemm)}"

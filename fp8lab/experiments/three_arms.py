@@ -670,33 +670,31 @@ def b9_compile_check(arch: str = "sm_90a", pads: Sequence[int] = (8, 0, 1, 4)) -
     accepted builds the SASS count of ldmatrix (LDSM) loads, whose 8 row addresses must each be
     16-byte aligned."""
     import re
-    import tempfile
-    from pathlib import Path
 
     from ..toolchain import tools
+    from ..toolchain.cubin import compile_cubin, headers_under
 
     rows = []
     jobs = [(p, False) for p in pads] + [(1, True)]
-    with tempfile.TemporaryDirectory() as tmp:
-        for pad, force in jobs:
-            cubin = Path(tmp) / f"pad{pad}{'f' if force else ''}.cubin"
-            args = [str(tools.find_tool("nvcc")), "-cubin", f"-arch={arch}", "-O3", f"-DFP8LAB_WMMA_PAD_CHECK={pad}",
-                    *(["-DFP8LAB_WMMA_FORCE_PAD"] if force else []), str(seed001.WMMA_SOURCE), "-o", str(cubin)]
-            proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
-            msg = ""
-            m = re.search(r"static assertion failed with \"([^\"]+)\"", proc.stderr)
-            if m:
-                msg = m.group(1)
-            elif proc.returncode:
-                msg = (proc.stderr.strip().splitlines() or ["nvcc failed"])[-1]
-            ldsm = math.nan
-            if proc.returncode == 0:
-                sass = tools.run_tool("cuobjdump", ["-sass", str(cubin)]).stdout
-                ldsm = len(re.findall(r"\bLDSM\.", sass))
-            lds_bytes = (128 + pad) * 2
-            rows.append({"pad": pad, "forced": force, "row_bytes": lds_bytes, "row_bytes_mod_16": lds_bytes % 16,
-                         "accepted": proc.returncode == 0, "static_assert": bool(m), "diagnostic": msg,
-                         "ldsm_in_sass": ldsm, "arch": arch})
+    for pad, force in jobs:
+        # flags as the check has always compiled (-O3, nvcc's default C++ standard)
+        b = compile_cubin(seed001.WMMA_SOURCE, arch, flags=("-O3",),
+                          defines=[f"FP8LAB_WMMA_PAD_CHECK={pad}", *(["FP8LAB_WMMA_FORCE_PAD"] if force else [])],
+                          key_files=headers_under(seed001.WMMA_SOURCE.parent), timeout=600)
+        msg = ""
+        m = re.search(r"static assertion failed with \"([^\"]+)\"", b.log)
+        if m:
+            msg = m.group(1)
+        elif b.rc:
+            msg = (b.log.strip().splitlines() or ["nvcc failed"])[-1]
+        ldsm = math.nan
+        if b.ok:
+            sass = tools.run_tool("cuobjdump", ["-sass", str(b.cubin)]).stdout
+            ldsm = len(re.findall(r"\bLDSM\.", sass))
+        lds_bytes = (128 + pad) * 2
+        rows.append({"pad": pad, "forced": force, "row_bytes": lds_bytes, "row_bytes_mod_16": lds_bytes % 16,
+                     "accepted": b.ok, "static_assert": bool(m), "diagnostic": msg,
+                     "ldsm_in_sass": ldsm, "arch": arch})
     return pd.DataFrame(rows)
 
 

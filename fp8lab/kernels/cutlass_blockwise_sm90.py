@@ -58,7 +58,6 @@ import math
 import os
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -415,17 +414,27 @@ def sass_summary(sass: str) -> dict:
 
 
 def compile_standalone(out_dir=None, *, include: Path | None = None, kernel: str | None = None) -> dict:
-    """Compile one kernel of the .cu alone to a cubin; return compile seconds, ptxas registers/spills and
-    :func:`sass_summary`. Minutes of nvcc: CUTLASS 3.x templates are heavy."""
-    from ..toolchain import resources, tools
+    """Compile one kernel of the .cu alone to a cubin (toolchain.cubin's cache: keyed on fp8lab's
+    sources, the CUTLASS version and folder, the defines and nvcc); return compile seconds (of the
+    compile that made the entry), ptxas registers/spills and :func:`sass_summary`; ``out_dir``: a
+    copy of the cubin there. Minutes of nvcc when not cached: CUTLASS 3.x templates are heavy."""
+    import shutil
 
-    with tempfile.TemporaryDirectory(prefix="fp8lab_cutlass_") as tmp:
-        cubin = Path(out_dir or tmp) / "cutlass_blockwise_sm90.cubin"
-        t0 = time.perf_counter()
-        proc = tools.run_tool("nvcc", nvcc_args(cubin, include=include, kernel=kernel), timeout=1800)
-        compile_s = time.perf_counter() - t0
-        ptx = resources.parse_ptxas_v(proc.stdout + proc.stderr)
-        sass = tools.run_tool("cuobjdump", ["-sass", cubin], timeout=300).stdout
+    from ..toolchain import resources, tools
+    from ..toolchain.cubin import compile_cubin
+
+    include = include or cutlass_include_dir()
+    k = get_kernel(kernel or CONFIGS[DEFAULT_CONFIG].kernel)
+    b = compile_cubin(SOURCE, "sm_90a", flags=("-std=c++17", *NVCC_FLAGS, "-Xptxas=-v"), defines=k.defines(),
+                      include=[include, KERNEL_DIR], key_files=SOURCES,
+                      extra_key=f"cutlass {cutlass_version(include)} at {include}", timeout=1800)
+    if not b.ok:
+        raise RuntimeError(f"nvcc failed (exit {b.rc}): {' '.join(b.cmd)}\n{b.log[-3000:]}")
+    compile_s = b.compile_s
+    ptx = resources.parse_ptxas_v(b.log)
+    sass = tools.run_tool("cuobjdump", ["-sass", b.cubin], timeout=300).stdout
+    if out_dir is not None:
+        shutil.copy(b.cubin, Path(out_dir) / "cutlass_blockwise_sm90.cubin")
     kernels = {k: v for k, v in ptx.items() if "GemmUniversal" in k}
     if len(kernels) != 1:
         raise RuntimeError(f"expected one GemmUniversal kernel in the ptxas log, got {list(ptx)}")

@@ -33,10 +33,7 @@ What this module holds (torch is imported lazily: everything but the launch runs
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import os
-import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -848,35 +845,14 @@ def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
     return lanes.reshape(-1).astype(np.uint16)
 
 
-def _nvcc_version() -> str:
-    from ..toolchain.tools import tool_version
-
-    try:
-        return tool_version("nvcc")
-    except Exception:  # pragma: no cover - nvcc missing: compile() raises below
-        return "?"
-
-
 def _compile(source: Path, arch: str, defines=()) -> Path:
-    """cubin of ``source`` for ``arch`` (content-hashed cache outside the repo)."""
-    from ..paths import cache_dir
-    from ..toolchain.tools import find_tool
+    """cubin of ``source`` for ``arch`` (toolchain.cubin's content-hashed cache, outside the repo)."""
+    from ..toolchain.cubin import compile_cubin
 
-    h = hashlib.sha256()
-    for p in (*SOURCES,):
-        h.update(p.read_bytes())
-    h.update(f"{source.name} {arch} {sorted(defines)} {_nvcc_version()}".encode())
-    out = cache_dir("wo_sass") / f"{source.stem}_{arch}_{h.hexdigest()[:16]}.cubin"
-    if out.is_file():
-        return out
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [str(find_tool("nvcc")), "-cubin", "-O3", "-std=c++17", f"-arch={arch}", "-I", str(KERNEL_DIR),
-           *[f"-D{d}" for d in defines], str(source), "-o", str(tmp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if proc.returncode:
-        raise RuntimeError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-    os.replace(tmp, out)
-    return out
+    b = compile_cubin(source, arch, defines=defines, include=[KERNEL_DIR], key_files=SOURCES)
+    if not b.ok:
+        raise RuntimeError(f"nvcc failed ({' '.join(b.cmd)}):\n{b.log[-3000:]}")
+    return b.cubin
 
 
 # The cubins the SASS tables read, one function each so `python -m fp8lab build` compiles the same

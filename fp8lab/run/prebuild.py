@@ -22,8 +22,8 @@ build killed with SIGKILL leaves its lock behind and every later load of that ex
 for ever (so a timed-out build is stopped with SIGTERM first, which lets torch's
 ``finally: baton.release()`` run, and lock files found at start are named); and a process that
 waited on a failed build gets an ImportError, not the compiler's message (that is in this
-command's log). The weight-only cubins need no lock: ``weight_only._compile`` writes a
-per-process temporary and renames it into place.
+command's log). The weight-only cubins need no lock: the cubin cache (``toolchain.cubin``)
+compiles into a per-process temporary folder and renames the result into place.
 
 The original Marlin (a peer) is built here too when its source is unpacked, one target per
 variant (``peer_marlin_*``), each probed in its own process after its build.

@@ -113,14 +113,16 @@ def sweep_stale_temp(prefix: str, base=None) -> list:
 
 
 @contextmanager
-def owned_temp_dir(prefix: str):
+def owned_temp_dir(prefix: str, base=None):
     """A temporary folder (removed on exit, as ``tempfile.TemporaryDirectory``) whose name
     records its owner's pid and start time, so that the first such call of a later process
-    removes the ones a killed process left (``sweep_stale_temp``)."""
+    removes the ones a killed process left (``sweep_stale_temp``). ``base``: the folder to make
+    it in (default the system temp; a cache puts it beside its entries so they can be renamed
+    into place)."""
     with _SWEPT_LOCK:
-        if prefix not in _SWEPT:
-            _SWEPT.add(prefix)
-            sweep_stale_temp(prefix)
+        if (prefix, str(base)) not in _SWEPT:
+            _SWEPT.add((prefix, str(base)))
+            sweep_stale_temp(prefix, base)
     me = os.getpid()
-    with tempfile.TemporaryDirectory(prefix=f"{prefix}{me}-{start_time(me) or 0}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{me}-{start_time(me) or 0}-", dir=base) as tmp:
         yield tmp
