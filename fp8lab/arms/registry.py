@@ -28,9 +28,10 @@ added) reads as its arm plus " + act. quantisation", in the arm's colour.
   configuration (``kernels.fma_peak.flop``, ``kernels.hmma_peak.flop``; a copy moves 2 x its
   size).
 
-This is the seed of the arm registry of issue 18 (kernel, reference and call per id will join
-the rows); it imports nothing heavier than the standard library until a count needs a
-format's facts.
+Each arm's kernel sources, entry point and float64 reference are declared beside it in
+``fp8lab.arms.where`` (``python -m fp8lab arm ID`` prints them with the tests and table rows);
+this module imports nothing heavier than the standard library until a count needs a format's
+facts.
 """
 
 from __future__ import annotations

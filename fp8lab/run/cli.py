@@ -25,6 +25,11 @@ def _cmd_list(a) -> int:
     return 0
 
 
+def _cmd_arm(a) -> int:
+    from . import where
+    return where.main(a.id)
+
+
 def _check_or_update(current: bool, check: bool, what: str, command: str) -> int:
     """Shared tail of the generated-file commands: with --check, 1 and a hint if stale."""
     if check:
@@ -132,6 +137,10 @@ def main(argv=None) -> int:
     binaries.add_arguments(cs)
     cs.set_defaults(fn=binaries.cli)
     sub.add_parser("list", help="list the manifest").set_defaults(fn=_cmd_list)
+    wa = sub.add_parser("arm", help="everything about one arm from its id: legend, count, kernel sources, entry "
+                                    "point, float64 reference, tests, table rows, figures (no id: every arm)")
+    wa.add_argument("id", nargs="?", help="an arm id, e.g. gemv_w8a16_fp8")
+    wa.set_defaults(fn=_cmd_arm)
     c = sub.add_parser("claims", help="regenerate the README's claims ledger from data/")
     c.add_argument("--check", action="store_true", help="only check that it is current")
     c.set_defaults(fn=_cmd_claims)
