@@ -555,7 +555,7 @@ def test_samples_out_of_arrival_order_are_ordered_by_time():
 def test_blockwise_rows_from_a_short_window_get_clocks(monkeypatch):
     """The rows that decide A8 were graph-replayed for ~10 ms under a 20 ms sampler: NaN clocks
     before; now the bracketing samples, and a note where there is no sampler."""
-    from fp8lab.measure import bench
+    from fp8lab.measure import bench, harness
     from fp8lab.experiments import blockwise as bw
 
     s, clock = _quiet_sampler()
@@ -566,9 +566,9 @@ def test_blockwise_rows_from_a_short_window_get_clocks(monkeypatch):
     monkeypatch.setattr(bench, "bench", fake_bench)
     with s:
         clock.advance(0.02)
-        tm, clk = bw._time(lambda: None, warmup_ms=1, rep_ms=1, graph_threshold_s=0, sampler=s, method="graph")
+        tm, clk = harness.timed(lambda: None, sampler=s, method="graph", warmup_ms=1, rep_ms=1, graph_threshold_s=0)
     assert tm == "timing" and clk["clock_source"] == "bracketing samples" and clk["sm_mhz_median"] > 0
-    _, clk = bw._time(lambda: None, warmup_ms=1, rep_ms=1, graph_threshold_s=0, sampler=None)
+    _, clk = harness.timed(lambda: None, sampler=None, method="auto", warmup_ms=1, rep_ms=1, graph_threshold_s=0)
     assert clk["clock_source"] == "none" and clk["clock_note"].startswith("no sampler")
     row = bw._row(bw.resolve_shapes(["qwen3-8b:o_proj"])[0], 1, bw.Candidate("mma_blockwise", None), "none",
                   "measured", **clk)
@@ -592,7 +592,7 @@ def test_no_experiment_summarises_a_window_itself():
         # a windowed sampler.summary(t0, t1) outside fp8lab.measure.clocks is a private copy of row_clocks
         assert not re.search(r"\.summary\(\s*[^)\s]", src), f"{name}: use clocks.timed / clocks.row_clocks"
         if "bench.bench(" in src:
-            assert "clocks.timed(" in src or re.search(r"\btimed\(sampler", src), \
+            assert "clocks.timed(" in src or "harness.timed(" in src or re.search(r"\btimed\(sampler", src), \
                 f"{name} times rows without clocks.timed"
 
 

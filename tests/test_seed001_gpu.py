@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from fp8lab.emulate.compare import relerr
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(1, 200, 128), (7, 576, 384), (83, 136, 1152), (33, 1000, 256)]
@@ -96,7 +98,7 @@ def test_wmma_fp32_output_tracks_the_cpu_model():
     out = s1.wmma_w8a16(d["a"], d["w"], d["w_scale"], config="medium", out_dtype=torch.float32)
     model = s1.emulate_wmma_fp32(d["a"].float().cpu().numpy(), d["w"].float().cpu().numpy(),
                                  d["w_scale"].cpu().numpy())
-    assert s1.rel_err(out.cpu().numpy(), model) < 1e-5       # far below bf16 output rounding (~1e-3)
+    assert relerr(out.cpu().numpy(), model) < 1e-5       # far below bf16 output rounding (~1e-3)
 
 
 def test_gemm_wrappers_reject_bad_input():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fp8lab.emulate import dequant
+from fp8lab.emulate.compare import relerr
 from fp8lab.kernels import weight_only as wo
 
 pytestmark = pytest.mark.gpu
@@ -78,10 +79,6 @@ def test_nvfp4_every_block_scale_code(act):
     assert v[0x38] == 1.0 and abs(v[0x7F]) == 480
 
 
-def _relerr(got, ref):
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-
-
 @pytest.mark.parametrize("fmt", wo.FORMATS)
 @pytest.mark.parametrize("act", wo.ACT_DTYPES)
 @pytest.mark.parametrize("M,N,K", [(1, 96, 384), (7, 200, 640), (83, 136, 256), (3, 2048, 1024)])
@@ -96,7 +93,7 @@ def test_gemv_random_vs_float64(fmt, act, M, N, K):
     got = out.double().cpu().numpy()
     assert np.isfinite(got).all()
     tol = 6e-3 if act == "bf16" else 1e-3                      # the 16-bit output rounding
-    assert _relerr(got, ref) < tol
+    assert relerr(got, ref) < tol
     # every output element, not only the norm
     assert np.max(np.abs(got - ref) / (np.abs(ref) + 1e-3 * np.abs(ref).max())) < 4 * tol
 
@@ -113,7 +110,7 @@ def test_split_k_agrees_and_leaves_the_workspace_clean(fmt):
     for s in (1, 2, 3, 10):
         o = wo.gemv_w16(x, pw, splits=s)
         torch.cuda.synchronize()
-        assert _relerr(o.double().cpu().numpy(), ref) < 6e-3, s
+        assert relerr(o.double().cpu().numpy(), ref) < 6e-3, s
         outs.append(o.float())
         ws, cnt = wo.workspace(x.device, 1, 1)
         assert float(ws.abs().sum()) == 0 and int(cnt.abs().sum()) == 0, s
@@ -174,10 +171,10 @@ def test_triton_w8a16_vs_float64(M, N, K):
     assert np.allclose(ref, wo.reference("fp8", d["act"], d["codes"], d["scales"]))
     got = out.double().cpu().numpy()
     assert np.isfinite(got).all()
-    assert _relerr(got, ref) < 8e-3          # w x s rounded to bf16 once, then the bf16 output
+    assert relerr(got, ref) < 8e-3          # w x s rounded to bf16 once, then the bf16 output
     if M < 16:                               # autotuned (one small config: cheap to compile)
         auto = tw.triton_w8a16(x, q, s)
-        assert _relerr(auto.double().cpu().numpy(), ref) < 8e-3
+        assert relerr(auto.double().cpu().numpy(), ref) < 8e-3
     with pytest.raises(ValueError, match="uint8"):
         tw.triton_w8a16(x, q.to(torch.int16), s)
     with pytest.raises(ValueError, match=r"\(N, K/128\)"):

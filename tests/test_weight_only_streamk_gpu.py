@@ -6,6 +6,7 @@ owns whole tiles, poisoned outputs, and the workspace left clean for the next ca
 import numpy as np
 import pytest
 
+from fp8lab.emulate.compare import relerr
 from fp8lab.kernels import weight_only as wo
 
 pytestmark = pytest.mark.gpu
@@ -15,10 +16,6 @@ def _t(x, act="bf16"):
     import torch
     return torch.from_numpy(np.asarray(x, dtype=np.float32)).to(
         torch.bfloat16 if act == "bf16" else torch.float16).cuda()
-
-
-def _relerr(got, ref):
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
 def _clean():
@@ -51,7 +48,7 @@ def test_streamk_vs_float64_poisoned_and_clean(fmt, M, N, K, ctas):
         wo.gemv_w16(x, pw, out=out, schedule="streamk", ctas=ctas)
         got = out.double().cpu().numpy()
         assert np.isfinite(got).all(), (rep, np.argwhere(~np.isfinite(got))[:5])
-        assert _relerr(got, ref) < tol, rep
+        assert relerr(got, ref) < tol, rep
         assert np.max(np.abs(got - ref) / (np.abs(ref) + 1e-3 * np.abs(ref).max())) < 4 * tol, rep
         assert _clean(), rep
 
@@ -87,7 +84,7 @@ def test_streamk_default_ctas_agrees_with_splitk(fmt):
     b = wo.gemv_w16(x, pw, schedule="streamk")
     torch.cuda.synchronize()
     for o in (a, b):
-        assert _relerr(o.double().cpu().numpy(), ref) < 6e-3
+        assert relerr(o.double().cpu().numpy(), ref) < 6e-3
     assert float((a.float() - b.float()).abs().max()) <= 2 ** -6 * float(a.float().abs().max())
     assert _clean()
 

@@ -41,6 +41,7 @@ import pandas as pd
 from ..facts import shapes as shp
 from ..arms import peer_catalog, registry
 from ..kernels import mma_blockwise as mb
+from ..measure import bench, harness
 from ..measure.progress import progress as track
 from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
 
@@ -317,26 +318,13 @@ def compare(out, ref_rows, rows) -> dict:
         return dict(relerr=math.inf, calc_diff=math.inf, max_err_norm=math.inf, nan_left=nan_left)
     err = got - ref
     den = float((got * got + ref * ref).sum())
-    return dict(relerr=float(err.norm() / ref.norm()),
+    return dict(relerr=harness.relerr(got, ref),
                 calc_diff=0.0 if den == 0 else 1.0 - 2.0 * float((got * ref).sum()) / den,
                 max_err_norm=float(err.abs().max() / ref.abs().max()), nan_left=nan_left)
 
 
 def passes(chk: dict) -> bool:
     return chk["nan_left"] == 0 and chk["relerr"] <= CHECK_RELERR and chk["calc_diff"] <= CHECK_DIFF
-
-
-def _poisoned(M: int, N: int, device):
-    import torch
-
-    return torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=device)
-
-
-def _poison_allocator(M: int, N: int, device):
-    """For arms that allocate their own output: fill a block of the size they will ask for
-    with NaN and free it, so the caching allocator most likely hands it back."""
-    t = _poisoned(M, N, device)
-    del t
 
 
 # ------------------------------------------------------------------------------------------
@@ -563,16 +551,6 @@ def _row(shape, M, cand: Candidate, quant: str, status: str, **kw) -> dict:
     return row
 
 
-def _time(fn_rot, *, warmup_ms, rep_ms, graph_threshold_s, sampler, method="auto"):
-    """(Timing, the row's clock columns): ``clocks.timed`` stamps the window on the sampler's
-    own clock, and a graph-replayed point shorter than its interval still gets the samples
-    bracketing it, or a note saying why none."""
-    from ..measure import bench, clocks
-
-    return clocks.timed(sampler, lambda: bench.bench(fn_rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                                                     graph_threshold_s=graph_threshold_s))
-
-
 def _warm_every_set(fn) -> None:
     """One call per operand set before timing: per-set state built on first use (cuBLASLt's
     padded operands, CUTLASS plans) must not be built inside a CUDA-graph capture, where its
@@ -598,29 +576,67 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def check_candidate(cand: Candidate, s: OpSet, ref_rows, rows, a=None, a_scale=None) -> tuple[dict, str]:
-    """One call of a candidate on operand set ``s`` into a NaN-poisoned output, compared with
-    the float64 reference rows. Returns (compare() dict, how the output was poisoned)."""
+def check_call(arm: str, call, s: OpSet, ref_rows, rows, *, takes_out: bool) -> tuple[dict, str]:
+    """One ``call(s, out)`` on operand set ``s`` into a NaN-poisoned output (``out=`` when it
+    ``takes_out``, else through the caching allocator), compared with the float64 reference rows.
+    Returns (compare() dict, how the output was poisoned)."""
     import torch
 
-    a = s.a if a is None else a
-    a_scale = s.a_scale if a_scale is None else a_scale
     M, N = s.x.shape[0], s.b.shape[0]
-    if cand.takes_out:
-        out = cand.gemm(s, a, a_scale, _poisoned(M, N, s.b.device))
+    if takes_out:
+        out = call(s, harness.poisoned((M, N), device=s.b.device))
         poison = "out="
     else:
         # a first call builds any per-operand state (cuBLASLt's padded copies), so that the
         # poisoned block freed next is the one the output of the checked call gets
-        del_ = cand.gemm(s, a, a_scale, None)
-        del del_
-        _poison_allocator(M, N, s.b.device)
-        out = cand.gemm(s, a, a_scale, None)
+        call(s, None)
+        harness.poison_allocator((M, N), device=s.b.device)
+        out = call(s, None)
         poison = "allocator"
     torch.cuda.synchronize()
     if tuple(out.shape) != (M, N) or out.dtype != torch.bfloat16:
-        raise RuntimeError(f"{cand.arm} returned {tuple(out.shape)} {out.dtype}, expected ({M}, {N}) bfloat16")
+        raise RuntimeError(f"{arm} returned {tuple(out.shape)} {out.dtype}, expected ({M}, {N}) bfloat16")
     return compare(out, ref_rows, rows), poison
+
+
+def check_candidate(cand: Candidate, s: OpSet, ref_rows, rows, a=None, a_scale=None) -> tuple[dict, str]:
+    """:func:`check_call` of a candidate's GEMM on its operands (activations ``a`` / ``a_scale``
+    in place of the set's own where given)."""
+    a = s.a if a is None else a
+    a_scale = s.a_scale if a_scale is None else a_scale
+    return check_call(cand.arm, lambda s_, out: cand.gemm(s_, a, a_scale, out), s, ref_rows, rows,
+                      takes_out=cand.takes_out)
+
+
+def _check_then_time(shape, M: int, cand: Candidate, quant: str, check, call, sets, *, timing: dict,
+                     log=None) -> tuple[dict, Optional[float]]:
+    """The check-then-time step of one (candidate, quantiser) at one point: ``check()`` -> (compare
+    dict, poison); ``call(s)`` the timed call on operand set ``s``, rotated over ``sets``, one warm
+    call per set, then timed (``timing``: harness.timed keywords). (row, p50 seconds or None)."""
+    what = f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}" + (
+        f" +{quant}" if quant != "none" else "")
+    try:
+        chk, poison = check()
+    except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
+        status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + _err(e)
+        if log:
+            log(f"{what}: {status}")
+        return _row(shape, M, cand, quant, status), None
+    if not passes(chk):
+        if log:
+            log(f"{what}: FAILED CHECK {chk}")
+        return _row(shape, M, cand, quant, f"failed-check: relerr {chk['relerr']:.3g}, calc_diff "
+                    f"{chk['calc_diff']:.3g}, NaNs {chk['nan_left']}", poison=poison, **chk), None
+    fn = bench.rotating(call, [(s,) for s in sets])
+    try:
+        _warm_every_set(fn)
+        tm, clk = harness.timed(fn, **timing)
+    except Exception as e:  # noqa: BLE001
+        return _row(shape, M, cand, quant, "error: timing: " + _err(e), poison=poison, **chk), None
+    cnt = registry.count(cand.arm, M=M, N=shape.N, K=shape.K)
+    if log:
+        log(f"{what}: {tm.p50_s * 1e6:.1f} us, {cnt.flops / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
+    return _row(shape, M, cand, quant, "measured", poison=poison, **chk, **timing_cols(tm, cnt), **clk), tm.p50_s
 
 
 def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None, quant_arms=(),
@@ -637,49 +653,24 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     rotated so that together they exceed 2x L2 either way."""
     import torch
 
-    from ..measure import bench
-
     N, K = shape.N, shape.K
     need_bf16 = any(c.arm == "cublas_bf16" for c in candidates)
     s0 = make_operands(M, N, K, seed=seed, bf16_weights=need_bf16)
     per_set = M * K + N * K + 2 * M * N + (2 * N * K if need_bf16 else 0)
     n_sets = min(max_sets, bench.n_rotation_sets(per_set, bench.device_l2_bytes(), max_sets=10**6))
-    sets = [s0] + [s0.clone() for _ in range(n_sets - 1)]
+    sets = harness.copies(s0, n_sets, OpSet.clone)
     rows = check_rows(M, seed=seed)
     refs: dict = {}                      # one reference per kind (reference_for), built on first use
-    method = "graph" if M <= graph_max_m else "auto"
+    timing = dict(sampler=sampler, method="graph" if M <= graph_max_m else "auto", warmup_ms=warmup_ms,
+                  rep_ms=rep_ms, graph_threshold_s=graph_threshold_s)
     out_rows, timed = [], []
     for cand in candidates:
-        try:
-            chk, poison = check_candidate(cand, s0, reference_for(cand.arm, s0, rows, refs), rows)
-        except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
-            msg = _err(e)
-            status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + msg
-            out_rows.append(_row(shape, M, cand, "none", status))
-            if log:
-                log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: {status}")
-            continue
-        if not passes(chk):
-            out_rows.append(_row(shape, M, cand, "none", f"failed-check: relerr {chk['relerr']:.3g}, calc_diff "
-                                 f"{chk['calc_diff']:.3g}, NaNs {chk['nan_left']}", poison=poison, **chk))
-            if log:
-                log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: FAILED CHECK {chk}")
-            continue
-        fn = bench.rotating(lambda s, c=cand: c.gemm(s, s.a, s.a_scale, None), [(s,) for s in sets])
-        try:
-            _warm_every_set(fn)
-            tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
-                            sampler=sampler, method=method)
-        except Exception as e:  # noqa: BLE001
-            out_rows.append(_row(shape, M, cand, "none", "error: timing: " + _err(e), poison=poison, **chk))
-            continue
-        cnt = registry.count(cand.arm, M=M, N=N, K=K)
-        out_rows.append(_row(shape, M, cand, "none", "measured", poison=poison, **chk,
-                             **timing_cols(tm, cnt), **clk))
-        timed.append((tm.p50_s, cand))
-        if log:
-            log(f"{shape.name} M={M} {cand.arm} {cand.path} {cand.variant} {cand.config}: "
-                f"{tm.p50_s * 1e6:.1f} us, {cnt.flops / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
+        row, t = _check_then_time(
+            shape, M, cand, "none", lambda c=cand: check_candidate(c, s0, reference_for(c.arm, s0, rows, refs), rows),
+            lambda s, c=cand: c.gemm(s, s.a, s.a_scale, None), sets, timing=timing, log=log)
+        out_rows.append(row)
+        if t is not None:
+            timed.append((t, cand))
 
     if quantiser is not None and quant_arms:
         qname, qfn = quantiser
@@ -689,49 +680,23 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
             every = quant_each is True or (not isinstance(quant_each, bool) and arm in quant_each)
             todo += [c for _, _, c in (mine if every else mine[:1])]
         for cand in todo:
-            arm = cand.arm
             lt = cand.arm == "cublaslt_blockwise"
 
-            def call(s, c=cand, lt=lt, out=None):
+            def call(s, out=None, c=cand, lt=lt):
                 q, sq = qfn(s.x_pad if lt else s.x)
                 return c.gemm(s, q, sq, out)
             planned = (cutlass_quant_call(cand.config or None, M)
-                       if arm == "cutlass_blockwise_sm90" and qname == QUANTISERS[0] else None)
+                       if cand.arm == "cutlass_blockwise_sm90" and qname == QUANTISERS[0] else None)
             if planned is not None:
                 call = planned          # noqa: F811 - quantiser into fixed buffers, plan built once
-            try:
+
+            def check(c=cand, call=call):
                 q0, sq0 = qfn(s0.x)
                 refq = reference_rows(q0, sq0, s0.b, s0.b_scale, rows)
-                if cand.takes_out:
-                    out = call(s0, out=_poisoned(M, N, s0.a.device))
-                    poison = "out="
-                else:
-                    _poison_allocator(M, N, s0.a.device)
-                    out = call(s0)
-                    poison = "allocator"
-                torch.cuda.synchronize()
-                chk = compare(out, refq, rows)
-                del out, q0, sq0
-            except Exception as e:  # noqa: BLE001
-                out_rows.append(_row(shape, M, cand, qname, "error: " + _err(e)))
-                continue
-            if not passes(chk):
-                out_rows.append(_row(shape, M, cand, qname, f"failed-check: relerr {chk['relerr']:.3g}",
-                                     poison=poison, **chk))
-                continue
-            fn = bench.rotating(call, [(s,) for s in sets])
-            try:
-                _warm_every_set(fn)
-                tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
-                                sampler=sampler, method=method)
-            except Exception as e:  # noqa: BLE001
-                out_rows.append(_row(shape, M, cand, qname, "error: timing: " + _err(e), **chk))
-                continue
-            out_rows.append(_row(shape, M, cand, qname, "measured", poison=poison, **chk,
-                                 **timing_cols(tm, registry.count(arm, M=M, N=N, K=K)), **clk))
-            if log:
-                log(f"{shape.name} M={M} {arm} +{qname}: {tm.p50_s * 1e6:.1f} us")
-    del sets, s0, refs
+                return check_call(c.arm, lambda s_, out: call(s_, out=out), s0, refq, rows, takes_out=c.takes_out)
+            row, _ = _check_then_time(shape, M, cand, qname, check, call, sets, timing=timing, log=log)
+            out_rows.append(row)
+    sets = s0 = refs = None
     torch.cuda.empty_cache()
     return out_rows
 
@@ -858,7 +823,7 @@ def check_mma_family(shapes=A4_SHAPES, *, seed=0, swizzle=8) -> pd.DataFrame:
         all_rows = np.arange(M)
         for cfg in mb.configs():
             for v in mb.VARIANTS:
-                out = _poisoned(M, N, d["a"].device)
+                out = harness.poisoned((M, N), device=d["a"].device)
                 mb.mma_blockwise(**d, config=cfg, variant=v, swizzle=swizzle, out=out)
                 torch.cuda.synchronize()
                 chk = compare(out, ref, all_rows)
@@ -881,7 +846,7 @@ def a5_lookups(M: int = 64, N: int = 520, K: int = 256, *, seed=1) -> pd.DataFra
                        mb.MMAConfig(16, 64, 16, 32, 4), mb.MMAConfig(128, 256, 64, 64, 2)):
             continue
         for lookup in mb.SCALE_LOOKUPS:
-            out = _poisoned(M, N, d["a"].device)
+            out = harness.poisoned((M, N), device=d["a"].device)
             mb.mma_blockwise(**d, config=cfg, variant="per_block", scale_lookup=lookup, out=out)
             torch.cuda.synchronize()
             chk = compare(out, ref, np.arange(M))
@@ -941,14 +906,15 @@ def swizzle_sweep(shape="qwen3-8b:down_proj", M: int = 4096, config=None, swizzl
     cands = {s: _mma_candidate(cfg, variant, int(s)) for s in swizzles}
     rows = []
     for s, c in cands.items():
-        out = c.gemm(s0, s0.a, s0.a_scale, _poisoned(M, shape.N, s0.a.device))
+        out = c.gemm(s0, s0.a, s0.a_scale, harness.poisoned((M, shape.N), device=s0.a.device))
         torch.cuda.synchronize()
         chk = compare(out, ref, rows_chk)
         assert passes(chk), f"swizzle {s}: {chk}"
     for rep in track(range(repeats), desc="swizzle sweep", unit="repeats"):
         for s, c in cands.items():
             fn = lambda c=c, ops=s0: c.gemm(ops, ops.a, ops.a_scale, None)  # noqa: E731
-            tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=0, sampler=sampler)
+            tm, clk = harness.timed(fn, sampler=sampler, method="auto", warmup_ms=warmup_ms, rep_ms=rep_ms,
+                                    graph_threshold_s=0)
             rows.append(dict(shape=shape.name, M=M, N=shape.N, K=shape.K, config=cfg.name, variant=variant,
                              swizzle=s, repeat=rep, **timing_cols(tm, cnt), **clk))
     del s0, ref
@@ -964,8 +930,6 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
     replay over weight copies rotated past L2. One row in this module's columns; status
     'not-run: ...' when that module is missing or refuses."""
     import torch
-
-    from ..measure import bench
 
     (shape,) = resolve_shapes([shape])
     N, K = shape.N, shape.K
@@ -983,7 +947,7 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
         pws = [packed.to("cuda") for _ in range(n_sets)]
         ref = torch.as_tensor(wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"]),
                               device="cuda")
-        out = _poisoned(M, N, act.device)
+        out = harness.poisoned((M, N), device=act.device)
         wo.gemv_w16(act, pws[0], out=out)
         torch.cuda.synchronize()
         chk = compare(out, ref, np.arange(M))
@@ -994,8 +958,8 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
     if not passes(chk):
         return _row(shape, M, cand, "none", f"failed-check: relerr {chk['relerr']:.3g}", weight_bytes=wb, **chk)
     fn = bench.rotating(lambda pw: wo.gemv_w16(act, pw), [(pw,) for pw in pws])
-    tm, clk = _time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=20e-6, sampler=sampler,
-                    method="graph")
+    tm, clk = harness.timed(fn, sampler=sampler, method="graph", warmup_ms=warmup_ms, rep_ms=rep_ms,
+                            graph_threshold_s=20e-6)
     return _row(shape, M, cand, "none", "measured", poison="out=", weight_bytes=wb, **chk,
                 **timing_cols(tm, cnt), **clk)
 

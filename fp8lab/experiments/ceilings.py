@@ -27,9 +27,9 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..measure import bench
+from ..measure import harness
 from ..facts import devices
-from ..measure.clocks import ClockSampler, timed
+from ..measure.clocks import ClockSampler
 from ..measure.progress import progress as track
 
 __all__ = ["CEILINGS", "measure_ceilings", "ceilings_for_roofline", "COLUMNS"]
@@ -51,13 +51,6 @@ COLUMNS = ["ceiling", "arm", "status", "unit", "size", "flop", "bytes", "time_p2
            "sm_mhz_min", "mem_mhz_median", "power_w_max", "clock_reasons", "clock_source", "clock_note"]
 
 FP8_MAX = 448.0  # largest finite e4m3fn
-
-
-def _relerr(got, ref) -> float:
-    import torch
-
-    got = got.double()
-    return float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
 
 
 # --------------------------------------------------------------------------------- arms
@@ -114,12 +107,7 @@ def _bf16_arm(n: int, check_rows: int):
     def fn():
         return torch.mm(a, bt.t(), out=c)
 
-    fn()
-    torch.cuda.synchronize()
-    assert not torch.isnan(c).any(), "bf16 GEMM left unwritten outputs"
-    ref = a[:check_rows].double() @ bt.double().t()
-    err = _relerr(c[:check_rows], ref)
-    assert err < 1e-2, f"bf16 GEMM relative error {err:.3g} >= 1e-2"
+    err = harness.require("bf16 GEMM", fn(), a[:check_rows].double() @ bt.double().t())
     return dict(fn=fn, flop=2.0 * n**3, bytes=2.0 * (2 * n * n) + 2.0 * n * n,
                 size=f"{n}x{n}x{n}", check="rel. err vs float64 (rows)", check_value=err,
                 keep=(a, bt, c))
@@ -144,11 +132,9 @@ def _fp8_tensorwise_arm(n: int, check_rows: int):
         # cuBLAS FP8 wants TN: A row-major, B column-major (b8 (N, K) row-major, transposed)
         return torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
 
-    c = fn()
-    torch.cuda.synchronize()
-    ref = (a8[:check_rows].double() * sa.double()) @ (b8.double() * sb.double()).t()
-    err = _relerr(c[:check_rows], ref)
-    assert err < 1e-2, f"FP8 per-tensor GEMM relative error {err:.3g} >= 1e-2"
+    harness.poison_allocator((n, n))
+    err = harness.require("FP8 per-tensor GEMM", fn(),
+                          (a8[:check_rows].double() * sa.double()) @ (b8.double() * sb.double()).t())
     return dict(fn=fn, flop=2.0 * n**3, bytes=1.0 * (2 * n * n) + 2.0 * n * n,
                 size=f"{n}x{n}x{n}", check="rel. err vs float64 of dequantised inputs (rows)",
                 check_value=err, keep=(a8, b8, sa, sb))
@@ -180,15 +166,12 @@ def _fp8_blockwise_arm(n: int, check_rows: int):
         return F.scaled_mm(a8, b8.t(), sa_mmajor, F.ScalingType.BlockWise1x128, sb_t,
                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
 
-    c = fn()
-    torch.cuda.synchronize()
     deq_a = a8[:check_rows].double() * sa[:check_rows].double().repeat_interleave(128, dim=1)
     deq_b = b8.double() * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
-    ref = deq_a @ deq_b.t()
-    err = _relerr(c[:check_rows], ref)
-    del deq_a, deq_b, ref
-    assert err < 1e-2, (f"FP8 blockwise GEMM relative error {err:.3g} >= 1e-2 "
-                        "(a wrong scale layout gives ~0.35)")
+    harness.poison_allocator((n, n))
+    # a wrong scale layout gives ~0.35
+    err = harness.require("FP8 blockwise GEMM", fn(), deq_a @ deq_b.t())
+    del deq_a, deq_b
     return dict(fn=fn, flop=2.0 * n**3,
                 bytes=1.0 * (2 * n * n) + 2.0 * n * n + 4.0 * (n * kb + kb * kb),
                 size=f"{n}x{n}x{n}", check="rel. err vs float64 of dequantised inputs (rows)",
@@ -260,8 +243,8 @@ def measure_ceilings(copy_gib: float = 2.0, gemm_size: int = 8192, *,
                 rows.append(row)
                 torch.cuda.empty_cache()
                 continue
-            timing, clk = timed(sampler, lambda: bench.bench(built["fn"], method="events", warmup_ms=warmup_ms,
-                                                             rep_ms=rep_ms))
+            timing, clk = harness.timed(built["fn"], sampler=sampler, method="events", warmup_ms=warmup_ms,
+                                        rep_ms=rep_ms)
             work = built["bytes"] if unit == "B/s" else built["flop"]
             r = timing.rate(work)
             row.update(

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..measure import bench, clocks
+from ..measure import bench, harness
 from ..facts import devices, shapes
 from ..arms import peer_catalog, registry
 from ..kernels import weight_only as wo
@@ -67,11 +67,6 @@ def _shape(name: str) -> shapes.Shape:
 # --------------------------------------------------------------------------------------
 # The sweep (GPU)
 # --------------------------------------------------------------------------------------
-def _relerr(got, ref) -> float:
-    got = got.double()
-    return float((got - ref).norm() / ref.norm())
-
-
 def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int):
     """Weight copies for rotation and the float64 check of one format."""
     import torch
@@ -82,19 +77,14 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     x = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
-    out = torch.full((check_m, N), float("nan"), dtype=tdt, device="cuda")
+    out = harness.poisoned((check_m, N), tdt)
     wo.gemv_w16(x, pw, out=out)
     W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
     ref = x.double() @ W.t()
     del W
-    err = _relerr(out, ref)
-    assert torch.isfinite(out).all(), f"{fmt}: non-finite outputs"
-    assert err < 1e-2, f"{fmt} {N}x{K}: relative error {err:.3g} vs float64 (>= 1e-2)"
+    err = harness.require(f"{wo.ARMS[fmt]} {N}x{K}", out, ref)
     stream = registry.count(wo.ARMS[fmt], N=N, K=K).weight_bytes
-    n_sets = bench.n_rotation_sets(stream, l2)
-    sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
-                   for _ in range(n_sets - 1)]
-    return sets, err
+    return harness.rotation_copies(pw, stream, l2, wo.PackedWeight.clone), err
 
 
 def _cublas_arm(N: int, K: int, seed: int, l2: int, check_m: int):
@@ -103,11 +93,9 @@ def _cublas_arm(N: int, K: int, seed: int, l2: int, check_m: int):
     g = torch.Generator(device="cuda").manual_seed(seed)
     w = (0.02 * torch.randn(N, K, device="cuda", generator=g)).to(torch.bfloat16)   # (N, K) bf16
     x = torch.randn(check_m, K, device="cuda", generator=g).to(torch.bfloat16)
-    ref = x.double() @ w.double().t()
-    err = _relerr(torch.mm(x, w.t()), ref)
-    assert err < 1e-2, f"cuBLAS bf16 {N}x{K}: relative error {err:.3g}"
-    n_sets = bench.n_rotation_sets(2 * N * K, l2)
-    return [w] + [w.clone() for _ in range(n_sets - 1)], err
+    err = harness.require(f"{CUBLAS} {N}x{K}", torch.mm(x, w.t(), out=harness.poisoned((check_m, N))),
+                          x.double() @ w.double().t())
+    return harness.rotation_copies(w, 2 * N * K, l2), err
 
 
 def measure_copy(copy_gib: float = 2.0, sampler=None) -> dict:
@@ -146,8 +134,8 @@ def same_size_copy(stream_bytes: int, l2: int, *, rep_ms: float = 40, sampler=No
     # against 0.94 at 121 MB), which is not the ceiling this column means
     srcs = [torch.randn(half // 4, device="cuda") for _ in range(n_sets)]
     dsts = [torch.empty_like(t) for t in srcs]
-    t = bench.bench(bench.rotating(lambda d, s_: d.copy_(s_), list(zip(dsts, srcs))), method="graph",
-                    rep_ms=rep_ms)
+    t, _ = harness.timed(lambda d, s_: d.copy_(s_), list(zip(dsts, srcs)), sampler=sampler, method="graph",
+                         rep_ms=rep_ms)
     return {"Bps": 2 * half / t.p50_s, "time_p50_s": t.p50_s}
 
 
@@ -192,7 +180,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         return same[nbytes]
 
     def timed(fn, sets):
-        return clocks.timed(sampler, lambda: bench.bench(bench.rotating(fn, sets), method="graph", rep_ms=rep_ms))
+        return harness.timed(fn, sets, sampler=sampler, method="graph", rep_ms=rep_ms)
 
     for name in track(shape_names, desc="decode sweep", unit="shapes"):
         sh = _shape(name)
@@ -286,13 +274,11 @@ def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits
     spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
     return dict(shape=name, N=N, K=K, M=M, arm=arm, fmt=fmt, act=act, weight_bytes=b["weight_bytes"],
                 scale_bytes=b["scale_bytes"], stream_bytes=b["stream_bytes"], flop=flop,
-                time_p20_s=timing.p20_s, time_p50_s=timing.p50_s, time_p80_s=timing.p80_s,
                 bw_p20=r["p20"], bw_p50=r["p50"], bw_p80=r["p80"], tflops_p50=flop / timing.p50_s / 1e12,
                 copy_Bps=copy_Bps, fraction_of_copy=r["p50"] / copy_Bps, spec_Bps=spec_bw,
                 fraction_of_spec=r["p50"] / spec_bw, splits=splits, grid=grid, ctas_per_sm=ctas,
-                check_relerr=err, rotation_sets=timing.rotation_sets, timing_method=timing.method,
-                n_samples=timing.n, schedule=schedule, same_copy_Bps=same_Bps,
-                fraction_of_same_copy=r["p50"] / same_Bps, **clk)
+                check_relerr=err, schedule=schedule, same_copy_Bps=same_Bps,
+                fraction_of_same_copy=r["p50"] / same_Bps, **harness.timing_columns(timing, clk))
 
 
 # --------------------------------------------------------------------------------------
@@ -331,10 +317,10 @@ def ncu_workload() -> None:
         dst = torch.empty_like(src)
         calls.append(lambda: torch.bitwise_not(src, out=dst))
     for p in cfg.get("peers", []):
-        from ..peers import adapters, harness
+        from ..peers import adapters, harness as peer_harness
 
         prep = adapters.WEIGHT_ONLY[p](adapters.dense_weight(N, K, cfg.get("seed", 0)))
-        pdt = harness.act_dtype(prep.act)
+        pdt = peer_harness.act_dtype(prep.act)
         xp = torch.randn(1, K, device="cuda").to(pdt)
         out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
         calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))

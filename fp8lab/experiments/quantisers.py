@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from ..measure import bench, clocks
+from ..measure import bench, clocks, harness
 from ..report import claims
 from ..arms import peer_catalog, registry
 from ..kernels import quant_act as qa
@@ -136,9 +136,8 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float, timing: str = "
     fn0 = make(0)
     if timing == "events" or (timing == "auto" and _gpu_call_s(fn0) >= GRAPH_BELOW_S):
         return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
-    fns = [fn0] + [make(i) for i in range(1, n_sets)]
-    call = bench.rotating(lambda f: f(), [(f,) for f in fns]) if n_sets > 1 else fn0
-    return bench.bench(call, method="graph", warmup_ms=warmup_ms, rep_ms=rep_ms)
+    return bench.bench(harness.made_rotation(make, n_sets, first=fn0), method="graph", warmup_ms=warmup_ms,
+                       rep_ms=rep_ms)
 
 
 def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, arms: Sequence[str] = ARMS,
@@ -238,10 +237,9 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                 tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms,
                                                               timing=timing))
                 gbps = nbytes / tm.p50_s / 1e9
-                r.update(status="measured", time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
-                         gbps_p50=gbps, fraction_of_copy=gbps / copy_gbps,
+                r.update(status="measured", gbps_p50=gbps, fraction_of_copy=gbps / copy_gbps,
                          fraction_of_big_copy=(gbps * 1e9 / big_copy_Bps) if big_copy_Bps else math.nan,
-                         timing_method=tm.method, rotation_sets=tm.rotation_sets, n_samples=tm.n, **clk)
+                         **harness.timing_columns(tm, clk))
                 rows.append(r)
             xs = None
             torch.cuda.empty_cache()

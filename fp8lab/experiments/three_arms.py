@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..measure import bench, clocks
+from ..measure import bench, clocks, harness
 from ..report import claims
 from ..facts import devices, shapes as shp
 from ..arms import registry
@@ -196,11 +196,8 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float):
     est = bench.estimate_call_s(fn0)
     if est >= GRAPH_BELOW_S:
         return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=max(rep_ms, 3e3 * est))
-    if n_sets <= 1:
-        return bench.bench(fn0, method="graph", warmup_ms=warmup_ms, rep_ms=rep_ms)
-    fns = [fn0] + [make(i) for i in range(1, n_sets)]
-    call = bench.rotating(lambda f: f(), [(f,) for f in fns])
-    return bench.bench(call, method="graph", warmup_ms=warmup_ms, rep_ms=rep_ms)
+    return bench.bench(harness.made_rotation(make, n_sets, first=fn0), method="graph", warmup_ms=warmup_ms,
+                       rep_ms=rep_ms)
 
 
 def triton_tiles(M: int, N: int, K: int, triton_mode: str = "auto", *, sms: Optional[int] = None) -> list:
@@ -294,19 +291,16 @@ def _run_checked(make, out, ref, rows, out_shape):
     if isinstance(out, torch.Tensor):
         out.fill_(float("nan"))
     else:
-        # the arm allocates its own output: hand the caching allocator a NaN-filled block of that
-        # size first, so a kernel that writes nothing is unlikely to pass on another arm's stale result
-        torch.full(out_shape, float("nan"), dtype=torch.bfloat16, device="cuda")  # freed at once
+        # the arm allocates its own output: so a kernel that writes nothing is unlikely to pass on
+        # another arm's stale result
+        harness.poison_allocator(out_shape)
     fn = make(0)
     res = fn()
     torch.cuda.synchronize()
     got = res if isinstance(res, torch.Tensor) else out
     if isinstance(out, dict):
         got = out["out"]
-    sub = got[rows].double()
-    if not torch.isfinite(sub).all():
-        return math.inf
-    return float(torch.linalg.norm(sub - ref) / torch.linalg.norm(ref))
+    return harness.relerr(got[rows], ref)
 
 
 def _fastest(tried: list) -> dict:
@@ -373,12 +367,8 @@ def measure(sites: Sequence[str] = DEFAULT_SITES, Ms: Sequence[int] = DEFAULT_MS
 
     def timed_cols(timing, flop, nbytes, clk):
         rate = timing.rate(flop) if flop else None
-        c = {"time_p20_s": timing.p20_s, "time_p50_s": timing.p50_s, "time_p80_s": timing.p80_s,
-             "tflops_p50": (rate["p50"] / 1e12) if rate else math.nan, "gbps_p50": nbytes / timing.p50_s / 1e9,
-             "n_samples": timing.n, "timing_method": timing.method, "rotation_sets": timing.rotation_sets,
-             "status": "measured"}
-        c.update(clk)
-        return c
+        return dict(harness.timing_columns(timing, clk), tflops_p50=(rate["p50"] / 1e12) if rate else math.nan,
+                    gbps_p50=nbytes / timing.p50_s / 1e9, status="measured")
 
     for i_site, shape in enumerate(track(site_shapes(sites), desc="three-arms sweep", unit="sites")):
         N, K = shape.N, shape.K
@@ -589,8 +579,7 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
                                           workspace=ws if plan["splits"] > 1 else None)
             fn()
             torch.cuda.synchronize()
-            sub = out[r_idx].double()
-            err = float(torch.linalg.norm(sub - ref) / torch.linalg.norm(ref)) if torch.isfinite(sub).all() else math.inf
+            err = harness.relerr(out[r_idx], ref)
         except Exception as e:  # noqa: BLE001 - e.g. a tile that does not fit this card's shared memory
             r["status"] = _not_run(e)
             rows.append(r)
@@ -600,11 +589,10 @@ def wmma_tiles(site: str = "dense_gate_up", M: int = 4096, configs: Sequence[str
             r["status"] = f"wrong: rel. err {err:.3g} >= {TOL}"
             rows.append(r)
             continue
-        tm, clk = clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
-        r.update(status="measured", time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
-                 tflops_p50=cnt.flops / tm.p50_s / 1e12, gbps_p50=cnt.bytes / tm.p50_s / 1e9,
-                 total_p50_s=tm.p50_s, total_tflops_p50=cnt.flops / tm.p50_s / 1e12, n_samples=tm.n,
-                 timing_method=tm.method, rotation_sets=1, **clk)
+        tm, clk = harness.timed(fn, sampler=sampler, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
+        r.update(status="measured", tflops_p50=cnt.flops / tm.p50_s / 1e12, gbps_p50=cnt.bytes / tm.p50_s / 1e9,
+                 total_p50_s=tm.p50_s, total_tflops_p50=cnt.flops / tm.p50_s / 1e12,
+                 **harness.timing_columns(tm, clk))
         rows.append(r)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -656,7 +644,7 @@ def numerics(Ks: Sequence[int] = (512, 2048, 7168, 18432), M: int = 64, N: int =
             o64 = o.double()
             diff = o64 - ref
             rows.append({"arm": arm, "out_dtype": odt, "K": K, "M": M, "N": N, "status": "measured",
-                         "rel_err": float(torch.linalg.norm(diff) / torch.linalg.norm(ref)),
+                         "rel_err": harness.relerr(o64, ref),
                          "max_abs_err_rel": float(diff.abs().max() / ref.abs().max()),
                          "calc_diff": float(1 - 2 * (o64 * ref).sum() / ((o64 * o64 + ref * ref).sum()))})
     return pd.DataFrame(rows, columns=["arm", "out_dtype", "K", "M", "N", "status", "rel_err", "max_abs_err_rel",
@@ -709,13 +697,13 @@ def _b9_child() -> None:
     res = {"M": M, "N": N, "K": K}
     c8 = seed001.wmma_w8a16(d["a"], d["w"], d["w_scale"], config="medium")
     torch.cuda.synchronize()
-    res["pad8_relerr"] = seed001.rel_err(c8, ref)
+    res["pad8_relerr"] = harness.relerr(c8, ref)
     try:
         c1 = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
         seed001.wmma_w8a16(d["a"], d["w"], d["w_scale"], config="pad1_forced", out=c1, allow_forced_pad=True)
         torch.cuda.synchronize()
         res["pad1_finite"] = bool(torch.isfinite(c1).all())
-        res["pad1_relerr"] = seed001.rel_err(c1.nan_to_num(0.0), ref)
+        res["pad1_relerr"] = harness.relerr(c1.nan_to_num(0.0), ref)
         res["pad1_outcome"] = "correct" if res["pad1_finite"] and res["pad1_relerr"] < TOL else "wrong"
     except Exception as e:  # noqa: BLE001 - the fault is the result
         res["pad1_outcome"] = "fault"

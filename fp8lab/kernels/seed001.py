@@ -414,21 +414,6 @@ def reference_w8a16(a, w, w_scale, rows=None):
     return aa.astype(np.float64) @ (np.asarray(w).astype(np.float64) * full).T
 
 
-def rel_err(got, ref) -> float:
-    """||got - ref||_F / ||ref||_F in float64 (numpy or torch)."""
-    try:
-        import torch
-        if isinstance(got, torch.Tensor):
-            got, ref = got.double(), ref.double()
-            den = float(torch.linalg.norm(ref))
-            return float(torch.linalg.norm(got - ref)) / den if den else float(torch.linalg.norm(got))
-    except ImportError:
-        pass
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    den = float(np.linalg.norm(ref))
-    return float(np.linalg.norm(got - ref)) / den if den else float(np.linalg.norm(got))
-
-
 def emulate_wmma_fp32(a, w, w_scale, kb_per_split: int | None = None) -> np.ndarray:
     """CPU model of wmma_w8a16's arithmetic with an fp32 output, for the numerics claim (B8):
     each 128-wide K block's exact dot product (the tensor core forms exact bf16 x bf16 products;

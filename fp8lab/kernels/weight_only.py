@@ -378,6 +378,11 @@ class PackedWeight:
 
         return dataclasses.replace(self, w=t(self.w), s=t(self.s))
 
+    def clone(self) -> "PackedWeight":
+        """A copy with its own weight and scale words (device tensors cloned, host arrays copied)."""
+        return dataclasses.replace(self, w=self.w.clone() if hasattr(self.w, "clone") else self.w.copy(),
+                                   s=self.s.clone() if hasattr(self.s, "clone") else self.s.copy())
+
     def numpy(self) -> "PackedWeight":
         def n(a):
             if isinstance(a, np.ndarray):

@@ -24,12 +24,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+# the check-then-time steps are fp8lab's own (fp8lab.measure.harness), named here for the sweeps
+from ..measure.harness import CHECK_RELERR, error_text, relerr, time_rotated
+
 __all__ = ["Prepared", "tensor_bytes", "relerr", "check", "poisoned_call", "time_rotated", "CHECK_RELERR",
            "PEER_COLUMNS", "peer_columns", "status_row", "error_text", "act_dtype", "blockwise_operands"]
-
-#: bf16 / fp16 output rounding alone is ~2e-3 (Frobenius); a wrong group scale or a transposed
-#: layout is >= 1e-1. The decode sweep holds fp8lab's own weight-only arms to the same bound.
-CHECK_RELERR = 1e-2
 
 #: columns every peer row carries besides its notebook's own table columns
 PEER_COLUMNS = ["status", "peer", "library", "version", "licence", "install", "weight_format", "scale_format",
@@ -60,18 +59,6 @@ def tensor_bytes(tensors) -> int:
     return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
 
 
-def relerr(got, ref) -> float:
-    got = got.double()
-    den = float(ref.norm())
-    if not math.isfinite(float(got.abs().max())):
-        return math.inf
-    return float((got - ref).norm()) / den if den > 0 else math.inf
-
-
-def error_text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-
-
 def _sync(t) -> None:
     """Wait for the device that holds ``t`` (nothing to wait for on the CPU, where the tests run)."""
     import torch
@@ -84,16 +71,16 @@ def poisoned_call(prep: Prepared, x, M: int, N: int):
     """One call whose output starts as NaN: an output the kernel never wrote shows."""
     import torch
 
+    from ..measure.harness import poison_allocator, poisoned
+
     dt = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bfloat16
     if prep.takes_out:
-        out = torch.full((M, N), float("nan"), dtype=dt, device=x.device)
+        out = poisoned((M, N), dt, x.device)
         got = prep.call(prep.state, x, out)
         got = out if got is None else got
     else:
         prep.call(prep.state, x, None)             # first call: autotuning, workspaces
-        # a NaN block of the output's size, freed: the caching allocator most likely hands it
-        # to the next call's output
-        torch.full((M, N), float("nan"), dtype=dt, device=x.device)
+        poison_allocator((M, N), dt, x.device)
         got = prep.call(prep.state, x, None)
     _sync(got)
     return got
@@ -113,30 +100,6 @@ def check(prep: Prepared, x, ref_x=None, rows: int = 4) -> tuple[float, int]:
     xr = (x if ref_x is None else ref_x)[:r].double()
     ref = xr @ prep.w_ref.t()
     return relerr(got[:r], ref), nan_left
-
-
-def time_rotated(fn, sets, *, method: str, rep_ms: float, warmup_ms: float = 10, sampler=None):
-    """(Timing, clock columns, note): ``fn(*set)`` rotated over ``sets`` and timed with
-    ``bench.bench`` inside ``clocks.timed``. A graph capture the peer does not survive falls back
-    to events (L2 flushed) and the note says so."""
-    from ..measure import bench, clocks
-
-    rot = bench.rotating(fn, sets)
-    for _ in range(len(sets)):                     # per-set state built outside any capture
-        rot()
-    note = ""
-    try:
-        tm, clk = clocks.timed(sampler, lambda: bench.bench(rot, method=method, warmup_ms=warmup_ms, rep_ms=rep_ms))
-    except Exception as e:  # noqa: BLE001 - graph capture refused by the peer's launch path
-        if method != "graph":
-            raise
-        import torch
-
-        torch.cuda.synchronize()
-        note = f"graph capture failed ({error_text(e)[:120]}): timed with events"
-        tm, clk = clocks.timed(sampler, lambda: bench.bench(rot, method="events", warmup_ms=warmup_ms,
-                                                            rep_ms=rep_ms))
-    return tm, clk, note
 
 
 def peer_columns(peer_id: str, version: str = "", status: str = "measured", *, nbytes: float = math.nan,

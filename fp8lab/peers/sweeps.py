@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..arms import peer_catalog, registry
 from ..measure.progress import progress as track
+from ..measure import harness as measure_harness
 from . import discover, harness
 from ..arms.peer_catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
 from .harness import PEER_COLUMNS, act_dtype, error_text, status_row
@@ -64,9 +65,7 @@ def _l2_bytes() -> int:
 
 def _time_events(fn, *, warmup_ms, rep_ms, sampler):
     """(Timing, clock columns) of ``fn`` with CUDA events and L2 flushed (prefill's method)."""
-    from ..measure import bench, clocks
-
-    return clocks.timed(sampler, lambda: bench.bench(fn, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms))
+    return measure_harness.timed(fn, sampler=sampler, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
 
 
 def columns(host: Sequence[str]) -> list:
@@ -359,8 +358,8 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
                     for _ in range(n_sets):
                         fn()
                     _sync()
-                    tm, clk = bw._time(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=graph_threshold_s,
-                                       sampler=sampler, method=method)
+                    tm, clk = measure_harness.timed(fn, sampler=sampler, method=method, warmup_ms=warmup_ms,
+                                                    rep_ms=rep_ms, graph_threshold_s=graph_threshold_s)
                 except Exception as e:  # noqa: BLE001
                     rows.append(status_row(cols, {**b0, **chk}, p, "error: timing: " + error_text(e), av[p].version))
                     continue
@@ -389,13 +388,11 @@ def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bo
 
 def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, cnt, wb, method, bw, **timing) -> dict:
     """The row of one blockwise peer timed with its own activation quantiser inside the call."""
-    import torch
-
     qcall = prep.extra["with_quant"]
     base = {**b0, "quant": QUANT_OWN}
     M, N = x.shape[0], prep.w_ref.shape[0]
     try:
-        torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=x.device)   # poison the allocator
+        measure_harness.poison_allocator((M, N), device=x.device)
         with discover.autotune_choices() as chosen:
             got = qcall(prep.state, x)
         _sync()
@@ -413,7 +410,7 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, cnt, w
         for _ in range(len(states)):
             fn()
         _sync()
-        tm, clk = bw._time(fn, method=method, **timing)
+        tm, clk = measure_harness.timed(fn, method=method, **timing)
     except Exception as e:  # noqa: BLE001
         return status_row(cols, {**base, **chk}, p, "error: timing: " + error_text(e), version)
     r = {c: math.nan for c in cols}

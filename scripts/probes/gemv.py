@@ -76,7 +76,7 @@ def main(argv=None):
 
     import torch
 
-    from fp8lab.measure import bench
+    from fp8lab.measure import bench, harness
     from fp8lab.facts import shapes
     from fp8lab.arms import registry
     from fp8lab.experiments import decode
@@ -104,9 +104,7 @@ def main(argv=None):
             pw = pw_host.to("cuda")
             del pw_host
             stream = registry.count(wo.ARMS[fmt], N=N, K=K).weight_bytes
-            n_sets = bench.n_rotation_sets(stream, l2)
-            sets = [pw] + [wo.PackedWeight(pw.fmt, pw.act, N, K, pw.w.clone(), pw.s.clone(), pw.out_factor)
-                           for _ in range(n_sets - 1)]
+            sets = harness.rotation_copies(pw, stream, l2, wo.PackedWeight.clone)
             wo.workspace(torch.device("cuda"), max(Ms) * N, wo.grid_x(fmt, N, 1) * 2)
             if stream not in same:
                 same[stream] = decode.same_size_copy(stream, l2, rep_ms=args.rep_ms)["Bps"]
