@@ -113,7 +113,8 @@ if run.mode == "measure":
 # activation quantisation added. Right: at the largest M, TFLOP/s per GHz of SM clock (the
 # sampled median during each arm's measurement), beside the spec's BF16 TFLOP/s per GHz: SMs x
 # dense BF16 FLOP per clock, i.e. the datasheet's figure over the clock it assumes (on an H200
-# 989.5 TFLOP/s / (132 x 4096 FLOP/clk) = 1.83 GHz, not the 1.98 GHz boost).
+# 989.5 TFLOP/s / (132 x 4096 FLOP/clk) = 1.83 GHz, not the 1.98 GHz boost). The peers measured
+# at that M are the open hatched bars: the original Marlin among them is C7's seed subject.
 
 # %%
 def draw(df, info, peer=None):
@@ -141,8 +142,17 @@ def draw(df, info, peer=None):
     a1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     M = df["M"].max()
     d = df[(df["M"] == M) & (~df["with_quant"])].set_index("arm").reindex([a for a in px.ARMS if a in set(df["arm"])])
+    # the peers measured at this M (Marlin is C7's seed subject), open hatched bars below fp8lab's
+    pm = peer_report.measured(peer)
+    pm = pm[pm["M"] == M].set_index("arm") if len(pm) else pm
+    n_own = len(d)
+    d = pd.concat([d, pm[[c for c in d.columns if c in pm.columns]]]) if len(pm) else d
     y = np.arange(len(d))
-    a2.barh(y, d["tflops_per_ghz"], color=[plotting.color(a) for a in d.index])
+    own = y < n_own
+    a2.barh(y[own], d["tflops_per_ghz"][own], color=[plotting.color(a) for a in d.index[own]])
+    if (~own).any():
+        a2.barh(y[~own], d["tflops_per_ghz"][~own], color="white", hatch="///",
+                edgecolor=[plotting.color(a) for a in d.index[~own]])
     for yi, (a, r) in zip(y, d.iterrows()):
         a2.text(r["tflops_per_ghz"] + 5, yi, f"{r['tflops_per_ghz']:.0f} ({r['tflops_p50']:.0f} TFLOP/s at "
                 f"{r['sm_mhz_median']:.0f} MHz)", va="center", fontsize=7)
