@@ -403,3 +403,21 @@ def test_inplace_fits_two_programs_per_sm():
                                   num_stages=3)
     assert ip["registers"] <= 128 < pb["registers"]
     assert 2 * ip["shared_mem"] <= 227 * 1024
+
+
+def test_triton_w8a16_sweeps_time_the_tiles_its_autotuner_would_try():
+    """Notebook 11 times triton_w8a16's tiles itself (candidate_tiles) instead of trusting the
+    autotuner's pick; the list must be the autotuner's own early prune at every M."""
+    import types
+
+    from fp8lab.kernels import triton_w8a16 as tw
+
+    as_triton = [types.SimpleNamespace(kwargs=c) for c in tw.tile_configs()]
+    for M in (1, 15, 16, 17, 33, 64, 65, 128, 1024, 8192):
+        mine = tw.candidate_tiles(M)
+        theirs = [c.kwargs for c in tw._prune(as_triton, {"M": M})]
+        assert mine == theirs, M
+        assert all(c["BLOCK_M"] <= max(16, M if M & (M - 1) == 0 else 1 << M.bit_length()) for c in mine)
+    assert [c["BLOCK_M"] for c in tw.candidate_tiles(1)] == [16]
+    assert len(tw.candidate_tiles(8192)) == len(tw.tile_configs())
+    assert tw.tile_text(tw.tile_configs()[0]) == "128x128 w8 s3"

@@ -83,9 +83,26 @@ def tile_configs() -> list[dict]:
     return [dict(BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8, num_warps=w, num_stages=s) for bm, bn, w, s in TILES]
 
 
+def _fits(block_m: int, M: int) -> bool:
+    """A tile worth trying at M: BLOCK_M no taller than M rounded up to a power of two (16 at least)."""
+    return block_m <= max(16, 1 << max(0, int(M) - 1).bit_length())
+
+
+def candidate_tiles(M: int) -> list[dict]:
+    """The tiles of :func:`tile_configs` the autotuner would try at M (its early prune): what a
+    sweep times one by one (each pinned with ``config=``) to keep the fastest itself."""
+    small = [c for c in tile_configs() if _fits(c["BLOCK_M"], M)]
+    return small or tile_configs()[:1]
+
+
+def tile_text(c: dict) -> str:
+    """One tile as the tables print it: BLOCK_MxBLOCK_N, warps, stages."""
+    return f"{c['BLOCK_M']}x{c['BLOCK_N']} w{c['num_warps']} s{c['num_stages']}"
+
+
 def _prune(configs, named_args, **kwargs):
     M = named_args["M"]
-    small = [c for c in configs if c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(M))]
+    small = [c for c in configs if _fits(c.kwargs["BLOCK_M"], M)]
     return small or configs[:1]
 
 
