@@ -110,3 +110,32 @@ def test_rotating_cycles_argument_sets():
 def test_bench_rejects_bad_method_before_touching_a_gpu():
     with pytest.raises(ValueError, match="method must be"):
         bench.bench(lambda: None, method="wall")
+
+
+# ------------------------------------------------------------------ the auto method (no GPU)
+def test_auto_times_launch_bound_calls_in_graphs():
+    """A 30 us kernel behind an 85 us Triton launch: events around one call would time the launch
+    (and swing with the host's load: notebook 06's q_a rows moved 103 -> 32 us between two runs),
+    so it is replayed in a graph; a GPU-bound call of the same length is timed with events."""
+    from fp8lab.measure import bench
+
+    short = bench.pace_of(host_s=85e-6, gpu_s=8e-6, graph_below_s=30e-6)
+    assert (short.method, short.why) == ("graph", "short")
+    launch = bench.pace_of(host_s=85e-6, gpu_s=40e-6, graph_below_s=30e-6)
+    assert (launch.method, launch.why) == ("graph", "launch-bound")
+    gpu = bench.pace_of(host_s=41e-6, gpu_s=40e-6, graph_below_s=30e-6)
+    assert (gpu.method, gpu.why) == ("events", "gpu-bound")
+    edge = bench.pace_of(host_s=bench.HOST_BOUND * 40e-6, gpu_s=40e-6, graph_below_s=30e-6)
+    assert edge.method == "events"                       # the bound itself is not launch-bound
+    # a call no graph captures: judged by its host time alone
+    assert bench.pace_of(85e-6, None, 30e-6).method == "events"
+    assert bench.pace_of(10e-6, None, 30e-6).why == "not capturable"
+
+
+def test_choose_method_measures_both_paces(monkeypatch):
+    from fp8lab.measure import bench
+
+    monkeypatch.setattr(bench, "estimate_call_s", lambda fn, n=5: 90e-6)
+    monkeypatch.setattr(bench, "gpu_call_s", lambda fn, inner=20, n=3: 35e-6)
+    p = bench.choose_method(lambda: None, 30e-6)
+    assert (p.host_s, p.gpu_s, p.method) == (90e-6, 35e-6, "graph")

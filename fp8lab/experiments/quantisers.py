@@ -125,16 +125,9 @@ def _n_sets(nbytes: int, l2: int) -> tuple[int, bool]:
     return max(1, need), False
 
 
-def _gpu_call_s(fn) -> float:
-    """GPU seconds per call with no host gaps: 20 calls replayed in one CUDA graph (median of 3)."""
-    import statistics
-
-    return statistics.median(bench.graph_replay_samples(fn, 20, 3)) * 1e-3
-
-
 def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float, timing: str = "auto"):
     fn0 = make(0)
-    if timing == "events" or (timing == "auto" and _gpu_call_s(fn0) >= GRAPH_BELOW_S):
+    if timing == "events" or (timing == "auto" and bench.choose_method(fn0, GRAPH_BELOW_S).method == "events"):
         return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=rep_ms)
     return bench.bench(harness.made_rotation(make, n_sets, first=fn0), method="graph", warmup_ms=warmup_ms,
                        rep_ms=rep_ms)
@@ -147,8 +140,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
     """Check bit for bit, then time, every arm at every (M, K); one row per (arm, M, K), with the
     same-traffic copy's bandwidth on every row (and the 2 GiB copy's, when given).
 
-    timing: 'auto' (graph replay with rotated inputs for calls under GRAPH_BELOW_S of GPU time,
-    events above), or 'events' / 'graph' for every row (copy included). groups_per_warp (2, 4, 8 or
+    timing: 'auto' (graph replay with rotated inputs for calls under GRAPH_BELOW_S of GPU time or
+    bound by their launch, events for longer GPU-bound calls: bench.choose_method), or 'events' / 'graph' for every row (copy included). groups_per_warp (2, 4, 8 or
     'auto') and persistent (True / False, with a number only): passed to quant_act_warp_ilp (None: its
     default, 'auto'). diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
     unknown = set(arms) - set(ARMS)

@@ -190,12 +190,13 @@ def _rotation_sets(weight_bytes: int, l2: int) -> int:
 
 
 def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float):
-    """Time make(0)() (events, L2 flushed) or, for short calls, a graph replay cycling over
-    make(0..n_sets-1) (weights rotated; graph replay has no flush)."""
+    """Time make(0)() (events, L2 flushed) or, for calls short on the GPU or bound by their
+    launch (bench.choose_method), a graph replay cycling over make(0..n_sets-1) (weights rotated;
+    graph replay has no flush)."""
     fn0 = make(0)
-    est = bench.estimate_call_s(fn0)
-    if est >= GRAPH_BELOW_S:
-        return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=max(rep_ms, 3e3 * est))
+    pace = bench.choose_method(fn0, GRAPH_BELOW_S)      # launch-bound calls replay in graphs too
+    if pace.method == "events":
+        return bench.bench(fn0, method="events", warmup_ms=warmup_ms, rep_ms=max(rep_ms, 3e3 * pace.host_s))
     return bench.bench(harness.made_rotation(make, n_sets, first=fn0), method="graph", warmup_ms=warmup_ms,
                        rep_ms=rep_ms)
 

@@ -11,7 +11,11 @@ How a kernel is timed (``bench``):
   event pair, ``inner`` calls are captured in one CUDA graph and each replay is one
   sample of (replay time / inner). There is no flush between captured calls, so a
   memory-bound kernel must rotate its inputs (below) or it measures L2.
-* ``method="auto"`` picks graph when one call takes under ``graph_threshold_s``.
+* ``method="auto"`` (:func:`choose_method`) times one call two ways, back to back with events
+  (host launch path included) and replayed in a graph (GPU alone), and picks graph when the
+  GPU time is under ``graph_threshold_s`` or the call is launch-bound (host time over
+  ``HOST_BOUND`` x GPU time: events around such a call time the host, and move with its load);
+  events otherwise.
 
 Rotation: ``rotating(fn, arg_sets)`` cycles through argument sets so that
 consecutive calls touch different memory; ``n_rotation_sets`` sizes the set count
@@ -39,7 +43,7 @@ import numpy as np
 
 __all__ = ["QUANTILES", "quantiles", "Timing", "NoiseCheck", "noise_check", "bench",
            "compare", "rotating", "n_rotation_sets", "device_l2_bytes", "rate_quantiles", "estimate_call_s",
-           "graph_replay_samples"]
+           "graph_replay_samples", "gpu_call_s", "Pace", "pace_of", "choose_method", "HOST_BOUND"]
 
 QUANTILES = (0.2, 0.5, 0.8)
 
@@ -250,6 +254,53 @@ def estimate_call_s(fn, n: int = 5) -> float:
     return max(start.elapsed_time(end) / n * 1e-3, 1e-9)
 
 
+#: host-inclusive time per call (back to back, :func:`estimate_call_s`) over GPU time per call
+#: (graph replay, :func:`gpu_call_s`) above which a call is launch-bound: CUDA events around one
+#: call then time the host's launch path (a Triton launch is ~30-90 us of Python, longer on a busy
+#: host), not the kernel.
+HOST_BOUND = 1.25
+
+
+def gpu_call_s(fn, inner: int = 20, n: int = 3) -> Optional[float]:
+    """GPU seconds per call with no host gaps: ``inner`` calls replayed in one CUDA graph
+    (median of ``n`` replays); None when ``fn`` cannot be captured in a graph."""
+    try:
+        return statistics.median(graph_replay_samples(fn, inner, n)) * 1e-3
+    except Exception:  # noqa: BLE001 - a call a graph cannot capture: the caller falls back
+        import torch
+
+        torch.cuda.synchronize()
+        return None
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long one call takes, two ways, and the timing method that follows from them."""
+    host_s: float                   # back to back with events: launch path included
+    gpu_s: Optional[float]          # graph replay: the GPU's time alone (None: not capturable)
+    method: str                     # "graph" | "events"
+    why: str                        # "short" | "launch-bound" | "gpu-bound" | "not capturable"
+
+
+def pace_of(host_s: float, gpu_s: Optional[float], graph_below_s: float) -> Pace:
+    """The method rule (no GPU needed): graph replay for calls under ``graph_below_s`` of GPU time
+    and for launch-bound calls (host_s > HOST_BOUND x gpu_s), whose event timing would measure the
+    host; events (L2 flushed before each call) for GPU-bound calls; a call no graph captures is
+    judged by ``host_s`` and timed with events unless short."""
+    if gpu_s is None:
+        return Pace(host_s, None, "graph" if host_s < graph_below_s else "events", "not capturable")
+    if gpu_s < graph_below_s:
+        return Pace(host_s, gpu_s, "graph", "short")
+    if host_s > HOST_BOUND * gpu_s:
+        return Pace(host_s, gpu_s, "graph", "launch-bound")
+    return Pace(host_s, gpu_s, "events", "gpu-bound")
+
+
+def choose_method(fn, graph_below_s: float) -> Pace:
+    """:func:`pace_of` for ``fn``, measured: :func:`estimate_call_s` and :func:`gpu_call_s`."""
+    return pace_of(estimate_call_s(fn), gpu_call_s(fn), graph_below_s)
+
+
 def _events_samples(fn, warmup_ms: float, rep_ms: float) -> list:
     """Per-call ms, L2 flushed before each call: Triton's do_bench if present, else
     the same loop written out (event pair per call, 256 MB zeroed before each)."""
@@ -333,19 +384,26 @@ def bench(fn: Callable[[], object], *, method: str = "auto", warmup_ms: float = 
     if not torch.cuda.is_available():
         raise RuntimeError("bench needs a CUDA device (torch.cuda.is_available() is False)")
     sets = rotation_sets or getattr(fn, "n_sets", 1)
-    est = estimate_call_s(fn)
+    extra = {}
     if method == "auto":
-        method = "graph" if est < graph_threshold_s else "events"
+        pace = choose_method(fn, graph_threshold_s)
+        method, est = pace.method, pace.host_s
+        extra = {"gpu_estimate_s": pace.gpu_s, "method_why": pace.why}
+        if pace.gpu_s is not None and method == "graph":
+            est = pace.gpu_s                  # what a replay repeats: size the graph by it
+    else:
+        est = estimate_call_s(fn)
+    extra["estimate_s"] = est
     if method == "events":
         ms = _events_samples(fn, warmup_ms, rep_ms)
         return Timing(np.asarray(ms) * 1e-3, method="events", flushed_l2=True,
-                      rotation_sets=sets, inner=1, extra={"estimate_s": est})
+                      rotation_sets=sets, inner=1, extra=extra)
     # one replay of ~1 ms keeps the event resolution (~0.5 us) far below a sample
     inner = graph_inner or int(min(10_000, max(10, math.ceil(1e-3 / est))))
     n = graph_samples or int(min(200, max(20, rep_ms * 1e-3 / (inner * est))))
     ms = graph_replay_samples(fn, inner, n)
     return Timing(np.asarray(ms) * 1e-3, method="graph", flushed_l2=False, rotation_sets=sets,
-                  inner=inner, extra={"estimate_s": est})
+                  inner=inner, extra=extra)
 
 
 def compare(fn_a: Callable, fn_b: Callable, *, repeats: int = 5, **bench_kwargs):
