@@ -572,10 +572,6 @@ def timing_cols(tm, cnt, weight_bytes: Optional[float] = None) -> dict:
                 n_samples=tm.n, timing_method=tm.method, rotation_sets=tm.rotation_sets)
 
 
-def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-
-
 def check_call(arm: str, call, s: OpSet, ref_rows, rows, *, takes_out: bool) -> tuple[dict, str]:
     """One ``call(s, out)`` on operand set ``s`` into a NaN-poisoned output (``out=`` when it
     ``takes_out``, else through the caching allocator), compared with the float64 reference rows.
@@ -618,7 +614,7 @@ def _check_then_time(shape, M: int, cand: Candidate, quant: str, check, call, se
     try:
         chk, poison = check()
     except Exception as e:  # noqa: BLE001 - one arm failing must not stop the others
-        status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + _err(e)
+        status = ("not-run: " if isinstance(e, (ValueError, NotImplementedError)) else "error: ") + harness.error_text(e)
         if log:
             log(f"{what}: {status}")
         return _row(shape, M, cand, quant, status), None
@@ -632,7 +628,7 @@ def _check_then_time(shape, M: int, cand: Candidate, quant: str, check, call, se
         _warm_every_set(fn)
         tm, clk = harness.timed(fn, **timing)
     except Exception as e:  # noqa: BLE001
-        return _row(shape, M, cand, quant, "error: timing: " + _err(e), poison=poison, **chk), None
+        return _row(shape, M, cand, quant, "error: timing: " + harness.error_text(e), poison=poison, **chk), None
     cnt = registry.count(cand.arm, M=M, N=shape.N, K=shape.K)
     if log:
         log(f"{what}: {tm.p50_s * 1e6:.1f} us, {cnt.flops / tm.p50_s / 1e12:.1f} TFLOP/s, relerr {chk['relerr']:.2e}")
@@ -886,7 +882,7 @@ def k_tail_behaviour(M: int = 7, N: int = 256, K: int = 200) -> pd.DataFrame:
         except ValueError as e:
             rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="refused", message=str(e)[:200]))
         except Exception as e:  # noqa: BLE001 - an unclear error is a finding too
-            rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="error (not a ValueError)", message=_err(e)))
+            rows.append(dict(arm=arm, M=M, N=N, K=K, outcome="error (not a ValueError)", message=harness.error_text(e)))
     return pd.DataFrame(rows)
 
 
@@ -952,7 +948,7 @@ def weight_only_point(shape="qwen3-8b:o_proj", M: int = 1, fmt: str = "fp8", *, 
         torch.cuda.synchronize()
         chk = compare(out, ref, np.arange(M))
     except Exception as e:  # noqa: BLE001 - another module's arm: record why it did not run
-        row = _row(shape, M, cand, "none", "not-run: " + _err(e))
+        row = _row(shape, M, cand, "none", "not-run: " + harness.error_text(e))
         row["weight_bytes"] = wb
         return row
     if not passes(chk):

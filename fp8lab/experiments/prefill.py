@@ -197,8 +197,8 @@ def measure_prefill(shape_name: str = DEFAULT_SHAPE, Ms: Sequence[int] = DEFAULT
         if "triton_w8a16" in arms:
             # every tile Triton's autotuner would try at this M, each checked and timed here; the
             # fastest is kept (the autotuner's own pick, from do_bench on one operand set, can move
-            # between runs: B7's lesson, notebook 06)
-            # (a tile over the card's shared memory is skipped, as the autotuner skips it)
+            # between runs: B7's lesson, notebook 06); a tile over the card's shared memory is
+            # skipped, as the autotuner skips it
             tried, too_big = [], []
             for cfg in tw.candidate_tiles(M):
                 out = harness.poisoned((M, N))

@@ -21,7 +21,6 @@ arm registry's) and its own table columns. torch is imported only inside the fun
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -31,7 +30,7 @@ from ..emulate.compare import relerr
 from . import bench, clocks
 
 __all__ = ["CHECK_RELERR", "Check", "CheckFailed", "relerr", "poisoned", "poison_allocator", "check", "require",
-           "copies", "rotation_copies", "made_rotation", "timed", "time_rotated", "timing_columns", "nan_row", "error_text"]
+           "copies", "rotation_copies", "made_rotation", "timed", "time_rotated", "timing_columns", "error_text"]
 
 #: bf16 / fp16 output rounding alone is ~2e-3 (Frobenius); a wrong group scale or a transposed
 #: layout is >= 1e-1. fp8lab's weight-only, prefill and ceiling arms and every peer are held to it.
@@ -157,10 +156,3 @@ def timing_columns(tm, clk: Optional[dict] = None) -> dict:
     rotation_sets, n_samples, and the clock columns of ``clocks.timed``."""
     return dict(time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s, timing_method=tm.method,
                 rotation_sets=tm.rotation_sets, n_samples=tm.n, **(clk or {}))
-
-
-def nan_row(columns: Sequence[str], **values) -> dict:
-    """A row of ``columns``, NaN where ``values`` gives nothing."""
-    row = {c: math.nan for c in columns}
-    row.update(values)
-    return row
