@@ -182,3 +182,23 @@ def test_triton_w8a16_vs_float64(M, N, K):
     if M > 1:                                # (one row of a transpose is still a row)
         with pytest.raises(ValueError, match="columns must be adjacent"):
             tw.triton_w8a16(x, q, s, out=torch.empty((N, M), dtype=torch.bfloat16, device="cuda").t())
+
+
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+@pytest.mark.parametrize("M,chunks", [(1, 16), (1, 17), (2, 8), (2, 9), (9, 3), (9, 4)])
+def test_resident_and_ring_activations_both_right(fmt, M, chunks):
+    """The split-K body keeps all of a CTA's activation chunks in shared memory (no barrier per
+    chunk) when chunks x rows <= 16 x NT, else alternates two chunk buffers: both sides of that
+    boundary, one split (each CTA walks all of K), against float64 with a poisoned output."""
+    import torch
+    K = chunks * wo.RING * wo.STEP_K
+    N = 160
+    d = wo.generate(fmt, M, N, K, seed=M * 31 + chunks)
+    pw = wo.pack_weights(fmt, d["codes"], d["scales"], global_scale=d["global_scale"]).to("cuda")
+    ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
+    x = _t(d["act"], "bf16")
+    for splits in (1, 2):
+        out = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
+        wo.gemv_w16(x, pw, splits=splits, out=out)
+        got = out.double().cpu().numpy()
+        assert np.isfinite(got).all() and relerr(got, ref) < 6e-3, (splits, relerr(got, ref))

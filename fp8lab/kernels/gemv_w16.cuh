@@ -676,9 +676,18 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
   const int kend = (st0 + nsteps) * kStepK;
+  const int iters = (nsteps + kRing - 1) / kRing;
+  // Resident activations (CTA-uniform): when every chunk of this CTA's K slice fits the two
+  // chunk buffers packed at mb rows each (decode: M = 1 and a short split), all of them are loaded
+  // once and the main loop runs without barriers, so no warp waits at each chunk for the
+  // slowest one; else two chunk buffers alternate (a barrier before and after each chunk).
+  const bool resident = iters * mb <= 2 * 8 * NT;
+  auto buf_of = [&](int it) -> uint32_t {
+    return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it & 1) * kBufBytes;
+  };
   auto load_chunk = [&](int it) {
     const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
-    const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+    const uint32_t buf = buf_of(it);
     constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
     for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
       const int m = idx / kSegs;
@@ -710,18 +719,25 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
       }
     }
   }
-  load_chunk(0);
+  if (resident) {
+    for (int it = 0; it < iters; ++it) load_chunk(it);
+  } else {
+    load_chunk(0);
+  }
   ptx::cp_async_commit();
-  const int iters = (nsteps + kRing - 1) / kRing;
   const int mi = lane >> 3;   // ldmatrix.x4: matrix mi = (k16 sub-step 2 kp + mi / 2, k half mi % 2)
   const int r8 = lane & 7;    // its row: token m = 8 j + lane % 8
   for (int it = 0; it < iters; ++it) {
-    if (it + 1 < iters) load_chunk(it + 1);
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<1>();
-    __syncthreads();
+    if (!resident) {
+      if (it + 1 < iters) load_chunk(it + 1);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else if (it == 0) {
+      ptx::cp_async_wait<0>();                             // every chunk, committed as one group
+    }
+    if (!resident || it == 0) __syncthreads();             // resident: once, for all chunks
     if (active) {
-      const uint32_t buf = smem_base + (it & 1) * kBufBytes;
+      const uint32_t buf = buf_of(it);
       uint32_t rows[NT];
       act_rows<NT>(rows, buf, zero_smem, mb, mi, r8);
 #pragma unroll
@@ -730,7 +746,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
         if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
       }
     }
-    __syncthreads();
+    if (!resident) __syncthreads();                        // the buffer is refilled next chunk
   }
 
   // Epilogue (emit_tile / finalize_tile above).
