@@ -189,7 +189,8 @@ def test_triton_w8a16_vs_float64(M, N, K):
 def test_resident_and_ring_activations_both_right(fmt, M, chunks):
     """The split-K body keeps all of a CTA's activation chunks in shared memory (no barrier per
     chunk) when chunks x rows <= 16 x NT, else alternates two chunk buffers: both sides of that
-    boundary, one split (each CTA walks all of K), against float64 with a poisoned output."""
+    boundary, at one and two splits, against float64 with a poisoned output; and with one split
+    (no atomics) the resident and the forced two-buffer loops agree bit for bit."""
     import torch
     K = chunks * wo.RING * wo.STEP_K
     N = 160
@@ -198,7 +199,11 @@ def test_resident_and_ring_activations_both_right(fmt, M, chunks):
     ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
     x = _t(d["act"], "bf16")
     for splits in (1, 2):
-        out = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
-        wo.gemv_w16(x, pw, splits=splits, out=out)
-        got = out.double().cpu().numpy()
-        assert np.isfinite(got).all() and relerr(got, ref) < 6e-3, (splits, relerr(got, ref))
+        for resident in (True, False):
+            out = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
+            wo.gemv_w16(x, pw, splits=splits, out=out, act_resident=resident)
+            got = out.double().cpu().numpy()
+            assert np.isfinite(got).all() and relerr(got, ref) < 6e-3, (splits, resident, relerr(got, ref))
+    a = wo.gemv_w16(x, pw, splits=1, act_resident=True)
+    b = wo.gemv_w16(x, pw, splits=1, act_resident=False)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))

@@ -681,7 +681,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   // chunk buffers packed at mb rows each (decode: M = 1 and a short split), all of them are loaded
   // once and the main loop runs without barriers, so no warp waits at each chunk for the
   // slowest one; else two chunk buffers alternate (a barrier before and after each chunk).
-  const bool resident = iters * mb <= 2 * 8 * NT;
+  const bool resident = p.act_resident != 0 && iters * mb <= 2 * 8 * NT;
   auto buf_of = [&](int it) -> uint32_t {
     return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it & 1) * kBufBytes;
   };

@@ -23,7 +23,7 @@ namespace {
 // -splits persistent CTAs per M block (steps_per_split unused). Returns out.
 torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
                    torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                   int64_t splits, int64_t steps_per_split) {
+                   int64_t splits, int64_t steps_per_split, bool act_resident) {
   TORCH_CHECK(act.scalar_type() == at::ScalarType::BFloat16 || act.scalar_type() == at::ScalarType::Half,
               "act must be bfloat16 or float16");
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
@@ -31,7 +31,7 @@ torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, tor
               "w and act must be 16-byte aligned");
   const c10::cuda::CUDAGuard guard(act.device());
   const fp8lab::wo::WoParams p = fp8lab::wo::params(act, w, scales, out, ws, counters, out_factor, N, n_tiles16,
-                                                    steps_per_split);
+                                                    steps_per_split, act_resident);
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
   // splits < 0: the stream-K schedule with -splits persistent CTAs per M block
   const cudaError_t err =

@@ -26,6 +26,9 @@ struct WoParams {
   // [blockIdx.x * units_per_cta, +units_per_cta) in tile-major order.
   int tiles_x;              // CTA tiles along N: ceil(n_tiles16 / (8 warps * TM))
   int units_per_cta;        // >= 1
+  // Split-K only: 1 lets a CTA keep all its activation chunks resident in shared memory when they
+  // fit (one barrier in all, gemv_body); 0 always alternates two chunk buffers (two per chunk).
+  int act_resident;
 };
 
 }  // namespace wo

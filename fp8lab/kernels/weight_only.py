@@ -777,7 +777,7 @@ def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
 
 
 def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None,
-             schedule: str | None = None, ctas: int | None = None):
+             schedule: str | None = None, ctas: int | None = None, act_resident: bool = True):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
@@ -792,7 +792,11 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     ``schedule``: None (:data:`DEFAULT_SCHEDULE`), ``"splitk"`` or ``"streamk"``: persistent
     CTAs (``ctas`` per 64-token block; None: SMs x CTAs per SM) each walking a contiguous range
     of the (CTA tile along N, 128-K step) units, partial tiles reduced through the same fp32
-    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only."""
+    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only.
+
+    ``act_resident`` (split-K): True lets a CTA keep all its activation chunks in shared memory
+    when they fit (one barrier in all instead of two per chunk; decode M = 1 with a short K slice);
+    False always alternates two chunk buffers (the A/B control for the probe)."""
     import torch
 
     _validate(act, pw, out, splits, torch)
@@ -812,9 +816,11 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         plan = streamk_plan(pw.fmt, M, pw.N, pw.K, int(ctas))
         ws, cnt = workspace(act.device, M * pw.N, plan["tiles_x"] * plan["grid"][2])
         return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps)
+                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, True)
     if ctas is not None:
         raise ValueError("ctas applies to schedule='streamk' only")
+    if not isinstance(act_resident, (bool, np.bool_)):
+        raise ValueError(f"act_resident must be True or False, got {act_resident!r}")
     if extra_alu is not None:
         extra_alu = _check_extra_alu(extra_alu, pw, M)
     if splits is None:
@@ -830,7 +836,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         return load_xalu_extension().gemv_xalu(act, pw.w, pw.s, out, ws, cnt, float(pw.out_factor), pw.N,
                                                pw.n_tiles16, splits, sps, extra_alu, 0)
     return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                 pw.N, pw.n_tiles16, splits, sps)
+                                 pw.N, pw.n_tiles16, splits, sps, bool(act_resident))
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:

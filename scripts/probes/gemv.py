@@ -25,10 +25,12 @@ import pandas as pd
 
 
 def _variants(cfg, splits=()):
-    """The schedules timed: split-K as chosen, stream-K at full occupancy and at one CTA per SM,
-    and split-K pinned to each of ``splits`` (those the weight's K allows)."""
+    """The schedules timed: split-K as chosen (and the same launch with the activation chunks never
+    resident: the A/B of the barrier-free main loop), stream-K at full occupancy and at one CTA per
+    SM, and split-K pinned to each of ``splits`` (those the weight's K allows)."""
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
     return ([("splitk", dict(schedule="splitk")),
+             ("splitk_ring", dict(schedule="splitk", act_resident=False)),
              ("streamk", dict(schedule="streamk", ctas=sms * occ)),
              ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
             + [(f"splitk_{s}", dict(schedule="splitk", splits=s)) for s in splits])
@@ -44,7 +46,8 @@ def check_correctness(wo, torch):
             pw = wo.pack_weights(fmt, d["codes"], d["scales"], global_scale=d["global_scale"]).to("cuda")
             ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
             x = torch.from_numpy(d["act"].astype(np.float32)).to(torch.bfloat16).cuda()
-            for name, kw in [("splitk", {}), ("streamk", dict(schedule="streamk")),
+            for name, kw in [("splitk", {}), ("splitk_ring", dict(act_resident=False)),
+                             ("streamk", dict(schedule="streamk")),
                              ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
                              ("streamk_5", dict(schedule="streamk", ctas=5))]:
                 for rep in range(2):
@@ -124,7 +127,7 @@ def main(argv=None):
                     fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
                     t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                     bw = stream / t.p50_s
-                    if vname == "splitk":
+                    if vname in ("splitk", "splitk_ring"):
                         launch = f"splits={cfg['splits']} grid={cfg['grid']}"
                     elif vname.startswith("splitk_"):
                         launch = f"splits={kw['splits']} grid={(cfg['grid'][0], kw['splits'], cfg['grid'][2])}"
@@ -145,6 +148,7 @@ def main(argv=None):
     piv = df.pivot_table(index=["shape", "M", "fmt"], columns="variant", values="frac_big")
     piv["best"] = piv.idxmax(axis=1)
     piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
+    piv["resident_gain"] = piv["splitk"] / piv["splitk_ring"]     # > 1: the barrier-free loop is faster
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
     par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
