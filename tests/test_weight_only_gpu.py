@@ -185,12 +185,15 @@ def test_triton_w8a16_vs_float64(M, N, K):
 
 
 @pytest.mark.parametrize("fmt", wo.FORMATS)
-@pytest.mark.parametrize("M,chunks", [(1, 16), (1, 17), (2, 8), (2, 9), (9, 3), (9, 4)])
+@pytest.mark.parametrize("M,chunks", [(1, 16), (1, 17), (1, 126), (2, 9), (9, 4), (64, 2), (64, 3)])
 def test_resident_and_ring_activations_both_right(fmt, M, chunks):
     """The split-K body keeps all of a CTA's activation chunks in shared memory (no barrier per
-    chunk) when chunks x rows <= 16 x NT, else alternates two chunk buffers: both sides of that
-    boundary, at one and two splits, against float64 with a poisoned output; and with one split
-    (no atomics) the resident and the forced two-buffer loops agree bit for bit."""
+    chunk) when they fit: within the two chunk buffers (chunks x rows <= 16 NT: M = 1 with 16
+    chunks, M = 64 with 2), in more shared memory the launcher gives (up to 96 KB: M = 1 with 17,
+    M = 2 with 9, M = 9 with 4), else it alternates two buffers (M = 1 with 126 chunks is over
+    96 KB; M = 64's buffers are larger than 96 KB already). At one and two splits, against float64
+    with a poisoned output, each also with act_resident=False; with one split (no atomics) the two
+    loops agree bit for bit."""
     import torch
     K = chunks * wo.RING * wo.STEP_K
     N = 160

@@ -624,19 +624,20 @@ __device__ __forceinline__ void finalize_tile(const WoParams& p, int tile16, int
   });
 }
 
-// Shared memory of both bodies: two activation chunks [8 NT rows][kActStride] bf16, then the zero
-// region that rows m >= M read. zero_act_pad zeroes it (the caller's first barrier publishes it)
-// and returns its shared-window address.
+// Shared memory of both bodies: first the zero region that rows m >= M read, then the activation
+// chunks in p.act_smem bytes: two alternating [8 NT rows][kActStride] bf16 buffers, or (split-K,
+// resident) every chunk of the CTA's K slice packed at mb rows. zero_act_pad zeroes the zero
+// region (the caller's first barrier publishes it) and returns its shared-window address; the
+// chunks start kZeroBytes after it.
 template <int NT>
 __host__ __device__ constexpr int act_buf_bytes() {
   return 8 * NT * kActStride * 2;
 }
 template <int NT>
 __device__ __forceinline__ uint32_t zero_act_pad(unsigned char* smem) {
-  constexpr int kBufBytes = act_buf_bytes<NT>();
-  uint32_t* const zero = reinterpret_cast<uint32_t*>(smem + 2 * kBufBytes);
+  uint32_t* const zero = reinterpret_cast<uint32_t*>(smem);
   for (int i = threadIdx.x; i < kZeroBytes / 4; i += kThreads) zero[i] = 0u;
-  return ptx::smem_u32(smem) + 2 * kBufBytes;
+  return ptx::smem_u32(smem);
 }
 
 // rows[j]: this lane's ldmatrix.x4 row address in the chunk at buf for n8 tile j: matrix mi =
@@ -652,7 +653,7 @@ __device__ __forceinline__ void act_rows(uint32_t (&rows)[NT], uint32_t buf, uin
   }
 }
 
-// grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem smem_bytes<NT>().
+// grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem.
 template <int F, bool BF16, int NT, int XA = 0>
 __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u) {
   using T = Tiling<F, NT>;
@@ -671,17 +672,17 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   const bool active = tile16 < p.n_tiles16;                // warp-uniform
 
   constexpr int kBufBytes = act_buf_bytes<NT>();
-  const uint32_t smem_base = ptx::smem_u32(smem);
   const uint32_t zero_smem = zero_act_pad<NT>(smem);
+  const uint32_t smem_base = zero_smem + kZeroBytes;      // the activation chunks
 
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
   const int kend = (st0 + nsteps) * kStepK;
   const int iters = (nsteps + kRing - 1) / kRing;
-  // Resident activations (CTA-uniform): when every chunk of this CTA's K slice fits the two
-  // chunk buffers packed at mb rows each (decode: M = 1 and a short split), all of them are loaded
-  // once and the main loop runs without barriers, so no warp waits at each chunk for the
-  // slowest one; else two chunk buffers alternate (a barrier before and after each chunk).
-  const bool resident = p.act_resident != 0 && iters * mb <= 2 * 8 * NT;
+  // Resident activations (CTA-uniform): when every chunk of this CTA's K slice, packed at mb rows
+  // each, fits the p.act_smem bytes the launcher gave (decode: M = 1), all of them are loaded once
+  // and the main loop runs without barriers, so no warp waits at each chunk for the slowest one;
+  // else two chunk buffers alternate (a barrier before and after each chunk).
+  const bool resident = p.act_resident != 0 && iters * mb * kActStride * 2 <= p.act_smem;
   auto buf_of = [&](int it) -> uint32_t {
     return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it & 1) * kBufBytes;
   };
@@ -776,6 +777,25 @@ constexpr int smem_bytes() {
   return 2 * act_buf_bytes<NT>() + kZeroBytes;
 }
 
+// Resident activations may take up to this many bytes of shared memory per CTA: with the zero
+// region, two such CTAs still fit an SM (the NT <= 2 kernels run 2 CTAs per SM, register-bound),
+// so the occupancy the host plans with (smem_bytes) holds. NT >= 4 buffers are larger already.
+constexpr int kResidentCap = 96 * 1024;
+template <int NT>
+constexpr int max_smem_bytes() {
+  return kZeroBytes + (2 * act_buf_bytes<NT>() > kResidentCap ? 2 * act_buf_bytes<NT>() : kResidentCap);
+}
+
+// The split-K launch's activation bytes: every chunk of a CTA's K slice at min(M, 64) rows when the
+// caller allows resident activations and they fit kResidentCap, else the two alternating buffers.
+template <int NT>
+int act_smem_for(const WoParams& p) {
+  const int two = 2 * act_buf_bytes<NT>();
+  const long long iters = (p.steps_per_split + kRing - 1) / kRing;
+  const long long need = iters * (p.M < kMBlock ? p.M : kMBlock) * kActStride * 2;
+  return (p.act_resident && need > two && need <= kResidentCap) ? static_cast<int>(need) : two;
+}
+
 // One __global__ per format, named after the arm (gemv_w8a16_fp8 ...), so the SASS census and
 // ncu name the scheme; __launch_bounds__ asks for 2 CTAs (16 warps) per SM where the
 // accumulators allow it.
@@ -799,9 +819,12 @@ __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) gemv_w8a16_fp8_xa
 }
 
 // grid as launch_gemv; NT = 1 needs no shared-memory opt-in.
+// The EXTRA_ALU kernels keep the two buffers' shared memory (resident only within them).
 template <bool BF16, int XA>
-cudaError_t launch_gemv_xalu(const WoParams& p, int splits, uint32_t salt, cudaStream_t stream) {
+cudaError_t launch_gemv_xalu(const WoParams& p0, int splits, uint32_t salt, cudaStream_t stream) {
   using T = Tiling<kFp8, 1>;
+  WoParams p = p0;
+  p.act_smem = 2 * act_buf_bytes<1>();
   const int tiles_per_cta = kWarps * T::kTM;
   dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
   gemv_w8a16_fp8_xalu<BF16, 1, XA><<<grid, kThreads, smem_bytes<1>(), stream>>>(p, salt);
@@ -821,11 +844,11 @@ FP8LAB_WO_KFOR(gemv_w4a16_nvfp4, kNvfp4)
 FP8LAB_WO_KFOR(gemv_w4a16_int4, kInt4)
 #undef FP8LAB_WO_KFOR
 
-// Opt in to more than 48 KB of dynamic shared memory (NT = 4, 8) once per instantiation; the
-// occupancy query needs it too, or it reports that no CTA fits.
+// Opt in to more than 48 KB of dynamic shared memory (resident activations, NT = 4, 8) once per
+// instantiation; the occupancy query needs it too, or it reports that no CTA fits.
 template <int F, bool BF16, int NT>
 cudaError_t ensure_smem_attr() {
-  constexpr int smem = smem_bytes<NT>();
+  constexpr int smem = max_smem_bytes<NT>();
   if (smem <= 48 * 1024) return cudaSuccess;
   static bool done = false;
   if (done) return cudaSuccess;
@@ -837,13 +860,15 @@ cudaError_t ensure_smem_attr() {
 
 // grid.x is the number of CTAs along N, grid.y the K splits, grid.z the M blocks.
 template <int F, bool BF16, int NT>
-cudaError_t launch_gemv(const WoParams& p, int splits, cudaStream_t stream) {
+cudaError_t launch_gemv(const WoParams& p0, int splits, cudaStream_t stream) {
   using T = Tiling<F, NT>;
   const cudaError_t e = ensure_smem_attr<F, BF16, NT>();
   if (e != cudaSuccess) return e;
+  WoParams p = p0;
+  p.act_smem = act_smem_for<NT>(p);
   const int tiles_per_cta = kWarps * T::kTM;
   dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
-  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, smem_bytes<NT>(), stream>>>(p);
+  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -954,8 +979,8 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   if (nunits <= 0) return;   // CTA-uniform (the host launches none such)
 
   constexpr int kBufBytes = act_buf_bytes<NT>();
-  const uint32_t smem_base = ptx::smem_u32(smem);
   const uint32_t zero_smem = zero_act_pad<NT>(smem);
+  const uint32_t smem_base = zero_smem + kZeroBytes;      // the activation chunks
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
 
   // The only divisions: where the CTA starts (tile cx0, step cs0).
@@ -1119,6 +1144,7 @@ cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
   const long long units = static_cast<long long>(p.tiles_x) * p.steps;
   const long long upc = (units + ctas - 1) / ctas;
   p.units_per_cta = static_cast<int>(upc);
+  p.act_smem = 2 * act_buf_bytes<NT>();
   dim3 grid(static_cast<unsigned>((units + upc - 1) / upc), 1, (p.M + kMBlock - 1) / kMBlock);
   KernelForSk<F, BF16, NT>::fn<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();

@@ -29,6 +29,7 @@ struct WoParams {
   // Split-K only: 1 lets a CTA keep all its activation chunks resident in shared memory when they
   // fit (one barrier in all, gemv_body); 0 always alternates two chunk buffers (two per chunk).
   int act_resident;
+  int act_smem;             // bytes of shared memory for the activation chunks (set by the launcher)
 };
 
 }  // namespace wo
