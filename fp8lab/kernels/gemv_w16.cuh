@@ -87,6 +87,24 @@ R by_format(int fmt, bool bf16, R unknown, Fn&& f) {
   }
 }
 
+// Host dispatch on the n8-tile count: f(std::integral_constant<int, NT>) for nt in 1, 2, 4, 8,
+// else `unknown`. nt_for_rows(M) is the count a launch uses for M rows (the NT = 1 tile holds 8).
+template <class R, class Fn>
+R by_nt(int nt, R unknown, Fn&& f) {
+  switch (nt) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: return unknown;
+  }
+}
+
+inline int nt_for_rows(int M) {
+  const int mb = M < kMBlock ? M : kMBlock;
+  return mb <= 8 ? 1 : mb <= 16 ? 2 : mb <= 32 ? 4 : 8;
+}
+
 template <int F>
 struct FormatTraits;
 template <>

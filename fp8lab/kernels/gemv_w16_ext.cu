@@ -8,26 +8,6 @@ namespace wo {
 namespace {
 
 template <int F, bool BF16>
-cudaError_t dispatch_nt(const WoParams& p, int splits, cudaStream_t s) {
-  const int mb = p.M < kMBlock ? p.M : kMBlock;
-  if (mb <= 8) return launch_gemv<F, BF16, 1>(p, splits, s);
-  if (mb <= 16) return launch_gemv<F, BF16, 2>(p, splits, s);
-  if (mb <= 32) return launch_gemv<F, BF16, 4>(p, splits, s);
-  return launch_gemv<F, BF16, 8>(p, splits, s);
-}
-
-template <int F, bool BF16>
-int occupancy_nt(int nt) {
-  switch (nt) {
-    case 1: return occupancy_gemv<F, BF16, 1>();
-    case 2: return occupancy_gemv<F, BF16, 2>();
-    case 4: return occupancy_gemv<F, BF16, 4>();
-    case 8: return occupancy_gemv<F, BF16, 8>();
-    default: return -1;
-  }
-}
-
-template <int F, bool BF16>
 cudaError_t probe(const uint32_t* words, uint32_t* out, int n, cudaStream_t s) {
   dequant_probe<F, BF16, true><<<(n + 255) / 256, 256, 0, s>>>(words, out, n);
   return cudaGetLastError();
@@ -41,15 +21,21 @@ cudaError_t probe(const uint32_t* words, uint32_t* out, int n, cudaStream_t s) {
 // Returns cudaErrorInvalidValue for an unknown format (the Python wrapper validates first).
 cudaError_t fp8lab_gemv_w16_launch(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int splits,
                                    cudaStream_t stream) {
-  return fp8lab::wo::by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
-    return fp8lab::wo::dispatch_nt<decltype(f)::value, decltype(b)::value>(p, splits, stream);
+  using namespace fp8lab::wo;
+  return by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
+    return by_nt(nt_for_rows(p.M), cudaErrorInvalidValue, [&](auto nt) {
+      return launch_gemv<decltype(f)::value, decltype(b)::value, decltype(nt)::value>(p, splits, stream);
+    });
   });
 }
 
 // CTAs of 256 threads that fit on one SM for (fmt, bf16, nt); -1 for an unknown combination.
 int fp8lab_gemv_w16_occupancy(int fmt, bool bf16, int nt) {
-  return fp8lab::wo::by_format(fmt, bf16, -1, [&](auto f, auto b) {
-    return fp8lab::wo::occupancy_nt<decltype(f)::value, decltype(b)::value>(nt);
+  using namespace fp8lab::wo;
+  return by_format(fmt, bf16, -1, [&](auto f, auto b) {
+    return by_nt(nt, -1, [&](auto t) {
+      return occupancy_gemv<decltype(f)::value, decltype(b)::value, decltype(t)::value>();
+    });
   });
 }
 
