@@ -31,6 +31,7 @@ from ..measure import harness
 from ..facts import devices
 from ..measure.clocks import ClockSampler
 from ..measure.progress import progress as track
+from ..emulate import blockscale
 
 __all__ = ["CEILINGS", "measure_ceilings", "ceilings_for_roofline", "COLUMNS"]
 
@@ -166,8 +167,8 @@ def _fp8_blockwise_arm(n: int, check_rows: int):
         return F.scaled_mm(a8, b8.t(), sa_mmajor, F.ScalingType.BlockWise1x128, sb_t,
                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
 
-    deq_a = a8[:check_rows].double() * sa[:check_rows].double().repeat_interleave(128, dim=1)
-    deq_b = b8.double() * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+    deq_a = blockscale.dequant(a8[:check_rows], sa[:check_rows], (1, 128))
+    deq_b = blockscale.dequant(b8, sb, (128, 128))
     harness.poison_allocator((n, n))
     # a wrong scale layout gives ~0.35
     err = harness.require("FP8 blockwise GEMM", fn(), deq_a @ deq_b.t())

@@ -49,6 +49,7 @@ from ..facts import devices, shapes as shp
 from ..arms import registry
 from ..kernels import seed001
 from ..measure.progress import progress as track
+from ..emulate import blockscale
 
 __all__ = ["SEED", "DEFAULT_SITES", "DEFAULT_MS", "DENSE_SITES", "STEP_M", "GEMM_ARMS", "W8A8_IMPLS",
            "FAMILY_IDS", "FAMILIES", "triton_config_for", "mma_config_for", "measure", "three_arms_view",
@@ -159,8 +160,7 @@ class _Site:
         d = seed001.generate_inputs(1, shape.N, shape.K, seed=seed)
         self.q, self.s = d["w"], d["w_scale"]
         self.deq = seed001.dequant_w8_bf16(self.q, self.s)
-        full = self.s.double().repeat_interleave(128, 0)[: shape.N].repeat_interleave(128, 1)
-        self.w64 = self.q.double() * full                                   # (N, K) float64, exact
+        self.w64 = blockscale.dequant(self.q, self.s, (128, 128))          # (N, K) float64, exact
         from ..kernels import baselines
 
         # the dequantiser is the one every bf16 arm depends on: bit for bit the reference's

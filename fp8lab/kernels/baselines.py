@@ -19,6 +19,8 @@ reports it: the padded rows cost a little bandwidth that the arm's row in a tabl
 
 from __future__ import annotations
 
+from ..emulate import blockscale
+
 FP8_MAX = 448.0          # largest finite e4m3fn
 GROUP = 128              # K elements per activation scale; weight blocks are GROUP x GROUP
 
@@ -77,8 +79,7 @@ def dequantize_weight(q, s, dtype=None):
     torch = _torch()
     dtype = dtype or torch.bfloat16
     N, K = q.shape
-    full = s.repeat_interleave(GROUP, 0)[:N].repeat_interleave(GROUP, 1)[:, :K]
-    return (q.float() * full).to(dtype)
+    return (q.float() * blockscale.expand(s, N, K, (GROUP, GROUP))).to(dtype)
 
 
 def cublas_bf16(a, w, out=None):

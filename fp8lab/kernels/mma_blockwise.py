@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..emulate import blockscale
 from . import _checks
 from ._build import COMMON_HEADERS, WarpTiled, extension
 from ._checks import need
@@ -253,11 +254,6 @@ def mma_blockwise_reference(a, a_scale, b, b_scale):
     rounding is the float64 matmul's. Accepts numpy arrays (float8_e4m3fn from ml_dtypes) or torch
     tensors (computed in float64 on their device); returns the same kind, shape [M, N].
     """
-    try:
-        import torch
-        is_torch = isinstance(a, torch.Tensor)
-    except ImportError:
-        is_torch = False
     M, K = a.shape
     N = b.shape[0]
     if b.shape[1] != K or K % BK:
@@ -266,13 +262,7 @@ def mma_blockwise_reference(a, a_scale, b, b_scale):
         raise ValueError(f"a_scale must be [M, K/128] = {(M, K // BK)} and b_scale [ceil(N/128), K/128] = "
                          f"{(math.ceil(N / SCALE_BLOCK), K // BK)}; got {tuple(a_scale.shape)}, "
                          f"{tuple(b_scale.shape)}")
-    if is_torch:
-        sa = a_scale.double().repeat_interleave(BK, dim=1)
-        sb = b_scale.double().repeat_interleave(SCALE_BLOCK, dim=0)[:N].repeat_interleave(BK, dim=1)
-        return (a.double() * sa) @ (b.double() * sb).T
-    sa = np.repeat(np.asarray(a_scale, dtype=np.float64), BK, axis=1)
-    sb = np.repeat(np.repeat(np.asarray(b_scale, dtype=np.float64), SCALE_BLOCK, axis=0)[:N], BK, axis=1)
-    return (np.asarray(a).astype(np.float64) * sa) @ (np.asarray(b).astype(np.float64) * sb).T
+    return blockscale.dequant(a, a_scale, (1, BK)) @ blockscale.dequant(b, b_scale, (SCALE_BLOCK, BK)).T
 
 
 def calc_diff(x, y) -> float:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..emulate import blockscale
 from ._build import COMMON_HEADERS, WarpTiled, extension
 
 KERNEL_DIR = Path(__file__).resolve().parent
@@ -392,11 +393,6 @@ def reference_w8a16(a, w, w_scale, rows=None):
     """float64 reference: bf16 activations times the exactly dequantised weights (an e4m3 code
     times an fp32 scale is exact in float64), one float64 matmul. numpy or torch in, same kind
     out, shape (len(rows) or M, N); ``rows`` picks activation rows (a check subset)."""
-    try:
-        import torch
-        is_torch = isinstance(a, torch.Tensor)
-    except ImportError:
-        is_torch = False
     M, K = a.shape
     N = w.shape[0]
     if w.shape[1] != K or K % SCALE_BLOCK:
@@ -405,13 +401,11 @@ def reference_w8a16(a, w, w_scale, rows=None):
     if tuple(w_scale.shape) != (math.ceil(N / SCALE_BLOCK), K // SCALE_BLOCK):
         raise ValueError(f"w_scale must be (ceil(N/128), K/128) = {(math.ceil(N / SCALE_BLOCK), K // SCALE_BLOCK)}, "
                          f"got {tuple(w_scale.shape)}")
-    if is_torch:
-        aa = a if rows is None else a[rows]
-        full = w_scale.double().repeat_interleave(SCALE_BLOCK, 0)[:N].repeat_interleave(SCALE_BLOCK, 1)
-        return aa.double() @ (w.double() * full).T
-    aa = np.asarray(a)[rows] if rows is not None else np.asarray(a)
-    full = np.repeat(np.repeat(np.asarray(w_scale, np.float64), SCALE_BLOCK, 0)[:N], SCALE_BLOCK, 1)
-    return aa.astype(np.float64) @ (np.asarray(w).astype(np.float64) * full).T
+    w64 = blockscale.dequant(w, w_scale, (SCALE_BLOCK, SCALE_BLOCK))
+    if isinstance(w64, np.ndarray):
+        aa = np.asarray(a) if rows is None else np.asarray(a)[rows]
+        return aa.astype(np.float64) @ w64.T
+    return (a if rows is None else a[rows]).double() @ w64.T
 
 
 def emulate_wmma_fp32(a, w, w_scale, kb_per_split: int | None = None) -> np.ndarray:

@@ -20,6 +20,7 @@ import os
 from . import discover
 from .discover import PeerUnavailable, import_marlin, import_peer_module
 from .harness import Prepared
+from ..emulate import blockscale
 
 __all__ = ["WEIGHT_ONLY", "BLOCKWISE", "QUANTISERS", "dense_weight"]
 
@@ -266,8 +267,8 @@ def _blockwise_prepared(state, call, a, sa, b, sb, config="", with_quant=None):
     ``with_quant(state, x)``: the peer's activation quantiser and GEMM in one call (x bf16)."""
     N, K = b.shape
     M = a.shape[0]
-    A = a.double() * sa.double().reshape(M, -1).repeat_interleave(128, 1)[:, :K]
-    B = b.double() * sb.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+    A = blockscale.dequant(a, sa.reshape(M, -1), (1, 128))
+    B = blockscale.dequant(b, sb, (128, 128))
     return Prepared(state, call, lambda st: tuple(t.clone() for t in st), lambda st: (st[2], st[3]), B, "e4m3",
                     takes_out=False, config=config, extra={"ref_x": A, "with_quant": with_quant})
 

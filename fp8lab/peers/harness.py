@@ -26,6 +26,7 @@ from typing import Callable
 
 # the check-then-time steps are fp8lab's own (fp8lab.measure.harness), named here for the sweeps
 from ..measure.harness import CHECK_RELERR, error_text, relerr, time_rotated
+from ..emulate import blockscale
 
 __all__ = ["Prepared", "tensor_bytes", "relerr", "check", "poisoned_call", "time_rotated", "CHECK_RELERR",
            "PEER_COLUMNS", "peer_columns", "status_row", "error_text", "act_dtype", "blockwise_operands"]
@@ -139,5 +140,5 @@ def blockwise_operands(M: int, N: int, K: int, seed: int, device: str = "cuda"):
     from ..experiments import blockwise as bw
 
     s0 = bw.make_operands(M, N, K, seed=seed, device=device)
-    w = (s0.b.float() * s0.b_scale.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K])
+    w = s0.b.float() * blockscale.expand(s0.b_scale, N, K, (128, 128))
     return s0, w
