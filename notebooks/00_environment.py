@@ -51,18 +51,14 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.measure import clocks
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.report import plotting, results
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce
 
-run = results.start_run("00_environment",
-                        params=dict(copy_gib=copy_gib, gemm_size=gemm_size, rep_ms=rep_ms),
-                        device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices("00_environment", devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start("00_environment",
+                        params=dict(copy_gib=copy_gib, gemm_size=gemm_size, rep_ms=rep_ms), mode=mode, devices=devices)
 
 # %% [markdown]
 # ## The machine

@@ -54,19 +54,16 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import mma_blockwise as mb
 
 NB = "03_per_slice_vs_per_block"
-run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, include_triton=include_triton,
-                                        triton_autotune=triton_autotune, a4_Ms=a4_Ms, warmup_ms=warmup_ms,
-                                        rep_ms=rep_ms), device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, include_triton=include_triton,
+                                     triton_autotune=triton_autotune, a4_Ms=a4_Ms, warmup_ms=warmup_ms,
+                                     rep_ms=rep_ms), mode=mode, devices=devices)
 
 # %% [markdown]
 # ## The two main loops
@@ -280,9 +277,7 @@ for dev in devs:
         draw_a5(tables[dev]["a5_lookups"], dev)
     display(bw.promotion_ratios(df, quant=quant_of(df)).round(3))
 
-if not devs:
-    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
-                     "`measure`); nothing is recorded in this run."))
+notebook.say_if_no_data(devs)
 
 # %% [markdown]
 # ## Across devices
@@ -303,9 +298,7 @@ overlay.show_cross_device(NB, devices, run)
 # `verdict_a4`, `verdict_a5`); recorded only by the run that measured them.
 
 # %%
-for dev, t in tables.items():
-    meta = t["sweep"].attrs["meta"]
-    name = meta.get("device_name", dev)
+for dev, t, meta, name in notebook.each_device(tables, "sweep"):
     verdicts = [bw.verdict_a3(t["sweep"])]
     if "a4_correctness" in t:
         verdicts.append(bw.verdict_a4(t["a4_correctness"]))

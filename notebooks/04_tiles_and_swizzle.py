@@ -60,7 +60,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
@@ -68,15 +68,12 @@ from fp8lab.kernels import mma_blockwise as mb
 from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "04_tiles_and_swizzle"
-run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, mma_always=mma_always,
-                                        include_triton=include_triton,
-                                        triton_autotune=triton_autotune, swizzle_shape=swizzle_shape,
-                                        swizzle_M=swizzle_M, swizzles=swizzles, swizzle_repeats=swizzle_repeats,
-                                        stream_shape=stream_shape, copy_gib=copy_gib, warmup_ms=warmup_ms,
-                                        rep_ms=rep_ms, marlin=marlin), device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start(NB, params=dict(shapes=shapes, Ms=Ms, mma_configs=mma_configs, mma_always=mma_always,
+                                     include_triton=include_triton,
+                                     triton_autotune=triton_autotune, swizzle_shape=swizzle_shape,
+                                     swizzle_M=swizzle_M, swizzles=swizzles, swizzle_repeats=swizzle_repeats,
+                                     stream_shape=stream_shape, copy_gib=copy_gib, warmup_ms=warmup_ms,
+                                     rep_ms=rep_ms, marlin=marlin), mode=mode, devices=devices)
 
 # %% [markdown]
 # ## The launch order
@@ -304,9 +301,7 @@ for dev in devs:
     if "m1_stream" in t and "copy" in t:
         draw_stream(t["m1_stream"], float(t["copy"]["copy_Bps_p50"].iloc[0]), dev)
 
-if not devs:
-    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
-                     "`measure`); nothing is recorded in this run."))
+notebook.say_if_no_data(devs)
 
 # %% [markdown]
 # ## Across devices
@@ -328,9 +323,7 @@ overlay.show_cross_device(NB, devices, run)
 # measured them.
 
 # %%
-for dev, t in tables.items():
-    meta = t["tile_sweep"].attrs["meta"]
-    name = meta.get("device_name", dev)
+for dev, t, meta, name in notebook.each_device(tables, "tile_sweep"):
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
     verdicts = [bw.verdict_a6(t["tile_sweep"])]
     verdicts.append(bw.verdict_a7(t.get("swizzle", pd.DataFrame())))

@@ -64,7 +64,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
@@ -72,14 +72,10 @@ from fp8lab.experiments import blockwise as bw
 from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "05_arms_over_m"
-run = results.start_run(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
-                                        mma_configs=mma_configs, triton_autotune=triton_autotune,
-                                        copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms, peers=peers),
-                        device="gpu", mode=mode)
+run = notebook.start(NB, params=dict(shapes=shapes, Ms=Ms, arms=arms, with_quant=with_quant,
+                                     mma_configs=mma_configs, triton_autotune=triton_autotune,
+                                     copy_gib=copy_gib, warmup_ms=warmup_ms, rep_ms=rep_ms, peers=peers), mode=mode, devices=devices)
 peer_ids = peer_sweeps.resolve(peers, "05")  # a typo fails here, before any measuring
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## Decode: swap A and B
@@ -268,9 +264,7 @@ for dev in devs:
         display(peer_report.versus_best_peer(mine[mine["quant"] != "none"], pt[pt["quant"] != "none"],
                                              list(bw.OURS), metric="tflops_p50").round(3))
 
-if not devs:
-    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
-                     "`measure`); nothing is recorded in this run."))
+notebook.say_if_no_data(devs)
 
 # %% [markdown]
 # ## Targets

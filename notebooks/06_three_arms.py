@@ -62,7 +62,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.toolchain import tools
 from fp8lab.report.excerpts import excerpt
@@ -71,13 +71,10 @@ from fp8lab.experiments import ceilings as ce, three_arms as ta
 from fp8lab.kernels import seed001
 
 NB = "06_three_arms"
-run = results.start_run(NB, params=dict(sites=sites, Ms=Ms, scalar_max_m=scalar_max_m, step_sites=step_sites,
-                                        numerics_Ks=numerics_Ks, tile_check_site=tile_check_site,
-                                        tile_check_m=tile_check_m, rep_ms=rep_ms, triton_mode=triton_mode,
-                                        compile_arch=compile_arch), device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start(NB, params=dict(sites=sites, Ms=Ms, scalar_max_m=scalar_max_m, step_sites=step_sites,
+                                     numerics_Ks=numerics_Ks, tile_check_site=tile_check_site,
+                                     tile_check_m=tile_check_m, rep_ms=rep_ms, triton_mode=triton_mode,
+                                     compile_arch=compile_arch), mode=mode, devices=devices)
 
 # %% [markdown]
 # ## The two kernels, side by side
@@ -232,9 +229,7 @@ for dev in devs:
     plotting.save(fig, info, "time_over_m")
     plt.show()
 
-if not devs:
-    display(Markdown("**No measured data for this notebook yet.** Run it on a GPU (mode `measure`) to sweep "
-                     "the arms; nothing is recorded in this run."))
+notebook.say_if_no_data(devs, "to sweep the arms")
 
 # %% [markdown]
 # ## B1 and B3: each kernel against its own ceiling

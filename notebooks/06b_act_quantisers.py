@@ -54,7 +54,7 @@ import numpy as np
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.arms import registry
 from fp8lab.experiments import ceilings as ce, quantisers as qx
@@ -62,11 +62,8 @@ from fp8lab.kernels import quant_act as qa
 from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "06b_act_quantisers"
-run = results.start_run(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms, peers=peers), device="gpu", mode=mode)
+run = notebook.start(NB, params=dict(Ms=Ms, Ks=Ks, rep_ms=rep_ms, peers=peers), mode=mode, devices=devices)
 peer_ids = peer_sweeps.resolve(peers, "06b")  # a typo fails here, before any measuring
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## Matching torch bit for bit
@@ -194,9 +191,7 @@ for dev in devs:
         display(peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
                                              metric="time_p50_s", higher=False).round(3))
 
-if not devs:
-    display(Markdown("**No measured data for this notebook yet.** Run it on a GPU (mode `measure`) to time "
-                     "the quantisers; nothing is recorded in this run."))
+notebook.say_if_no_data(devs, "to time the quantisers")
 
 # %% [markdown]
 # ## Across devices
@@ -239,9 +234,7 @@ for dev, qdf in tables.items():
         if len(tt):
             display(Markdown(f"Performance target on {qdf.attrs['meta'].get('device_name', dev)}, K={K}:"))
             display(tt.round(3))
-for dev, qdf in tables.items():
-    meta = qdf.attrs["meta"]
-    name = meta.get("device_name", dev)
+for dev, qdf, meta, name in notebook.each_device(tables):
     parts = [f"**{name}** ({str(meta.get('time', ''))[:10]})."]
     for K in sorted(qdf["K"].unique()):
         t = qx.target_rows(qdf, K)

@@ -51,16 +51,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, provenance, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.facts import devices as spec_sheet  # the name 'devices' is the parameter
 from fp8lab.facts import roofline as rl
 from fp8lab.arms import registry
 from fp8lab.experiments import roofline as ex
 
-run = results.start_run("07_roofline", params=dict(b4_device=b4_device), device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices("07_roofline", devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start("07_roofline", params=dict(b4_device=b4_device), mode=mode, devices=devices)
 
 # figures computed from the spec sheet alone say so in their footnote
 SPEC_INFO = results.FigureInfo(notebook="07_roofline", device="spec-sheet",

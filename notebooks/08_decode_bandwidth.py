@@ -70,7 +70,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.emulate import dequant
 from fp8lab.report.excerpts import excerpt
@@ -83,14 +83,10 @@ from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 from fp8lab.toolchain.tools import have_tool
 
 NB = "08_decode_bandwidth"
-run = results.start_run(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
-                                        rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
-                                        schedules=list(schedules), seed=seed, peers=peers),
-                        device="gpu", mode=mode)
+run = notebook.start(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
+                                     rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
+                                     schedules=list(schedules), seed=seed, peers=peers), mode=mode, devices=devices)
 peer_ids = peer_sweeps.resolve(peers, "08")  # a typo fails here, before any measuring
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 display(dx.shape_table(shape_names).round(1))
 
 # %% [markdown]

@@ -50,7 +50,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
@@ -59,12 +59,8 @@ from fp8lab.kernels import weight_only as wo
 from fp8lab.toolchain.tools import have_tool
 
 NB = "10_clock_sweep"
-run = results.start_run(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu=list(extra_alu), shape=shape,
-                                        ncu=ncu, rep_ms=rep_ms, seed=seed),
-                        device="gpu", mode=mode)
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
+run = notebook.start(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu=list(extra_alu), shape=shape,
+                                     ncu=ncu, rep_ms=rep_ms, seed=seed), mode=mode, devices=devices)
 
 # %% [markdown]
 # ## The knob: a chain the compiler must keep
@@ -232,10 +228,7 @@ tables = {dev: results.load_table(dev, NB, "sweep") for dev in devs}
 locked_tables = {dev: results.load_table(dev, NB, "locked") for dev in results.devices_with(NB, "locked")}
 for dev, df in tables.items():
     draw(df, info_for(dev, df), locked_tables.get(dev))
-if not tables:
-    display(Markdown("**No measured data for this notebook in `data/` yet.** Run it on a GPU (mode "
-                     "`measure`) to sweep the EXTRA_ALU kernels; nothing is recorded in replot mode "
-                     "without data."))
+notebook.say_if_no_data(tables, "to sweep the EXTRA_ALU kernels")
 
 # %% [markdown]
 # ## Across devices

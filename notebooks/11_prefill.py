@@ -50,7 +50,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
-from fp8lab.experiments import overlay
+from fp8lab.experiments import notebook, overlay
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
@@ -59,13 +59,9 @@ from fp8lab.kernels import triton_w8a16 as tw
 from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "11_prefill"
-run = results.start_run(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed,
-                                        peers=peers),
-                        device="gpu", mode=mode)
+run = notebook.start(NB, params=dict(shape_name=shape_name, Ms=Ms, arms=arms, rep_ms=rep_ms, seed=seed,
+                                     peers=peers), mode=mode, devices=devices)
 peer_ids = peer_sweeps.resolve(peers, "11")  # a typo fails here, before any measuring
-plotting.apply_style()
-print(run.summary())
-overlay.check_devices(NB, devices, run)  # a wrong key fails now, not after measuring
 
 # %% [markdown]
 # ## The key idea: dequantise in the K loop, multiply in 16 bits
