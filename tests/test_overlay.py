@@ -197,7 +197,9 @@ def test_every_gpu_notebook_has_a_devices_parameter_and_an_overlay():
         assert params.get("devices", {}).get("type") == "list", (s.name, params.get("devices"))
         assert s.name in overlay.DRAWERS and s.name in overlay.HEADLINE_TABLE
         src = s.path.with_suffix(".py").read_text()
-        assert "overlay.show_cross_device(" in src and "overlay.check_devices(" in src, s.name
+        # notebook.start checks the devices parameter before anything is measured
+        assert "overlay.show_cross_device(" in src and "devices=devices)" in src, s.name
+        assert "run = notebook.start(" in src or "overlay.check_devices(" in src, s.name
     # the runner rejects a non-list value for it, like any typed parameter
     with pytest.raises(notebooks.UsageError, match="devices"):
         notebooks.resolve_parameters(gpu[:1], [("devices", "h200")])
@@ -209,3 +211,11 @@ def test_check_devices_accepts_the_device_being_measured(two_devices):
     assert overlay.check_devices("11_prefill", ["b200", "h200"], FakeRun()) == ["b200", "h200"]
     with pytest.raises(ValueError, match="unknown device key"):
         overlay.check_devices("11_prefill", ["b200"], None)
+
+
+def test_notebook_start_checks_the_devices_parameter_before_measuring(monkeypatch, tmp_path):
+    from fp8lab.experiments import notebook
+
+    monkeypatch.setenv("FP8LAB_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(ValueError, match="unknown device key"):
+        notebook.start("04_tiles_and_swizzle", {}, mode="replot", devices=["no-such-device"])
