@@ -180,8 +180,7 @@ for dev in devs:
     df = results.load_table(dev, "00_environment", "ceilings")
     meta = df.attrs["meta"]
     tables[dev] = df
-    own = run.mode == "measure" and dev == run.device
-    info = run.figure_info() if own else results.FigureInfo.from_meta(meta, redrawn=True)
+    info = run.info_for(dev, meta)
     draw(df, meta, info)
 
 if not devs:

@@ -65,6 +65,7 @@ from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
 from fp8lab.experiments import notebook, overlay
+from fp8lab.facts.shapes import short_name
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
@@ -144,15 +145,6 @@ if run.mode == "measure":
 # include the activation quantisation in the timed call. Drawn from `data/`.
 
 # %%
-def short(shape):
-    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
-
-
-def info_for(df, dev):
-    own = run.mode == "measure" and dev == run.device
-    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
-
-
 def draw_rates(df, copy_Bps, dev, peer=None):
     """Colour = arm (registry), line style = with or without the activation quantiser: the legend
     names each arm once and the two styles once."""
@@ -176,7 +168,7 @@ def draw_rates(df, copy_Bps, dev, peer=None):
             axes[1, j].axhline(copy_Bps / 1e12, color="#555555", ls=":", lw=1)
             axes[1, j].text(g["M"].min(), copy_Bps / 1e12 * 1.03, "copy bandwidth (this run)", fontsize=7)
         r0 = g.iloc[0]
-        axes[0, j].set_title(f"{short(shape)} (N={int(r0['N'])}, K={int(r0['K'])})")
+        axes[0, j].set_title(f"{short_name(shape)} (N={int(r0['N'])}, K={int(r0['K'])})")
         axes[0, j].set_ylabel("TFLOP/s (p50)")
         axes[1, j].set_ylabel("weight bytes / time (TB/s)")
         axes[1, j].set_xlabel("M (tokens)")
@@ -193,7 +185,7 @@ def draw_rates(df, copy_Bps, dev, peer=None):
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.04))
     fig.suptitle("Blockwise FP8 arms over M (dashed: W8A8 arms with the activation quantiser inside the call)",
                  fontsize=10)
-    plotting.save(fig, info_for(df, dev), "arms_over_m",
+    plotting.save(fig, run.info_for(dev, df), "arms_over_m",
                   footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
 
@@ -222,14 +214,14 @@ def draw_targets(tt, dev):
         ax.text(len(g) - 0.45, g["goal"].iloc[0] * 1.02, f"target {g['goal'].iloc[0]:.2f}", fontsize=8, ha="right")
         for i, r in g.iterrows():
             ax.text(i - 0.2, r["value"], f"{r['value']:.2f}", ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(x, [f"{short(r.shape)}\nM={r.M}" for r in g.itertuples()], fontsize=7, rotation=30)
+        ax.set_xticks(x, [f"{short_name(r.shape)}\nM={r.M}" for r in g.itertuples()], fontsize=7, rotation=30)
         ax.set_ylim(0, max(g["goal"].iloc[0], g["value"].max(), np.nanmax(g["cublaslt_value"].to_numpy(float)))
                     * 1.25)
         ax.set_ylabel("cuBLASLt time / best fp8lab time" if kind.startswith("speedup") else
                       "weight bytes per s / copy bandwidth")
         ax.set_title(kind)
         ax.legend(fontsize=7, loc="upper right")
-    plotting.save(fig, info_for(tt, dev), "targets")
+    plotting.save(fig, run.info_for(dev, tt), "targets")
     plt.show()
 
 
@@ -251,9 +243,7 @@ for dev in devs:
         display(notrun)
     copy_Bps = float(t["copy"]["copy_Bps_p50"].iloc[0]) if "copy" in t else None
     draw_rates(df, copy_Bps, dev, peer_tables.get(dev))
-    if dev in peer_tables:
-        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
-        display(peer_report.status_table(peer_tables[dev], peer_ids))
+    if peer_report.show_status(dev, peer_tables, peer_ids):
         # the best fp8lab arm against the best peer of the same run (TFLOP/s, > 1: fp8lab ahead)
         mine = bw.best_rows(df)
         pt = peer_tables[dev]
@@ -326,7 +316,7 @@ for dev, t in tables.items():
             worst = g.loc[g["value"].idxmin()]
             text.append(f"Target '{kind}' met at {int(g['met'].sum())} of {len(g)} points; the best fp8lab "
                         f"{what} ranges {g['value'].min():.2f}-{g['value'].max():.2f} (goal {g['goal'].iloc[0]:.2f}); "
-                        f"worst at {short(worst['shape'])} M={int(worst['M'])} ({worst['best_arm']}, "
+                        f"worst at {short_name(worst['shape'])} M={int(worst['M'])} ({worst['best_arm']}, "
                         f"{worst['shortfall']:.0%} short).")
     if "copy" in t:
         copy_txt = f"Copy bandwidth measured in this run: {float(t['copy']['copy_Bps_p50'].iloc[0]) / 1e12:.2f} TB/s"

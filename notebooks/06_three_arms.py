@@ -188,8 +188,7 @@ data = {}
 for dev in devs:
     sweep = results.load_table(dev, NB, "sweep")
     meta = sweep.attrs["meta"]
-    own = run.mode == "measure" and dev == run.device
-    info = run.figure_info() if own else results.FigureInfo.from_meta(meta, redrawn=True)
+    info = run.info_for(dev, meta)
     ceil = results.load_table(dev, NB, "ceilings") if dev in results.devices_with(NB, "ceilings") else None
     step = results.load_table(dev, NB, "step") if dev in results.devices_with(NB, "step") else None
     num = results.load_table(dev, NB, "numerics") if dev in results.devices_with(NB, "numerics") else None

@@ -167,18 +167,12 @@ def draw(df, info, peer=None):
     plt.show()
 
 
-devs = results.devices_with(NB, "prefill")
-tables = {}
+tables = results.by_device(NB, "prefill")
+devs = list(tables)
 peer_tables = results.by_device(NB, "peers")
-for dev in devs:
-    df = results.load_table(dev, NB, "prefill")
-    tables[dev] = df
-    own = run.mode == "measure" and dev == run.device
-    draw(df, run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True),
-         peer_tables.get(dev))
-    if dev in peer_tables:
-        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
-        display(peer_report.status_table(peer_tables[dev], peer_ids))
+for dev, df in tables.items():
+    draw(df, run.info_for(dev, df), peer_tables.get(dev))
+    if peer_report.show_status(dev, peer_tables, peer_ids):
         # fp8lab's W8A16 arms against the best weight-only peer of the same run (TFLOP/s, > 1: ahead)
         display(peer_report.versus_best_peer(df, peer_tables[dev], list(px.W8A16_ARMS), keys=("M",),
                                              metric="tflops_p50").round(3))

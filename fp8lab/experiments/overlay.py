@@ -29,6 +29,7 @@ import numpy as np
 
 from ..report import plotting, results
 from ..arms import registry
+from ..facts.shapes import short_name
 from ..paths import CROSS_DEVICE, output_figures_dir
 from ..report.results import check_name
 
@@ -240,10 +241,6 @@ def _grouped_bars(ax, cats, devs, st, value_of, *, fmt="{:.0%}", width=0.8):
     return x
 
 
-def _short(shape: str) -> str:
-    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
-
-
 def _meta(df) -> dict:
     return df.attrs["meta"]
 
@@ -311,7 +308,7 @@ def draw_promotion_ratio(devs):
                 ax.text(0.02, bw.SEED_A3_FIX, f"seed, L4: {bw.SEED_A3_FIX:.1f}x", fontsize=7, va="bottom",
                         transform=ax.get_yaxis_transform())
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{_short(shape)}: {what}", fontsize=9)
+            ax.set_title(f"{short_name(shape)}: {what}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("time ratio (x, > 1: per-block faster)")
             if i == 1:
@@ -359,7 +356,7 @@ def draw_m1_stream(devs):
     ax.set_ylabel("streaming floor / time\n(fraction of that device's copy bandwidth)")
     ax.set_ylim(0, 1.25)
     q = set(qtxt.values())
-    ax.set_title(f"A8: {_short(shape) if shape else ''} at M = 1, each device against its own copy bandwidth\n"
+    ax.set_title(f"A8: {short_name(shape) if shape else ''} at M = 1, each device against its own copy bandwidth\n"
                  + ("W8A8 arms include quantising the activations" if q == {True} else
                     "W8A8 arms: pre-quantised activations" if q == {False} else
                     "W8A8 arms: with the quantiser on " + ", ".join(d for d, v in qtxt.items() if v)
@@ -385,7 +382,7 @@ def draw_targets(devs):
         ax.text(-0.45, goal * 1.02, f"target {goal:.2f}", fontsize=8)
         if kind.startswith("speedup"):
             ax.axhline(1.0, color="#999999", lw=0.8)
-        ax.set_xticks(x, [f"{_short(s)}\nM={m}" for s, m in cats[kind]], fontsize=7, rotation=30)
+        ax.set_xticks(x, [f"{short_name(s)}\nM={m}" for s, m in cats[kind]], fontsize=7, rotation=30)
         top = max([goal] + [v for d in val for v in val[d].values() if np.isfinite(v)])
         ax.set_ylim(0, top * 1.3)
         ax.set_ylabel("cuBLASLt time / best fp8lab time (same device)" if kind.startswith("speedup") else
