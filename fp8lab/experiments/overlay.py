@@ -407,10 +407,9 @@ def draw_fractions(devs):
     for d, t in tabs.items():
         ceil = results.load_table(d, "06_three_arms", "ceilings")
         fp32, bf16 = ta.ceiling_rate(ceil, "fp32_fma"), ta.ceiling_rate(ceil, "bf16_tensor")
-        g = t[(t["role"] == "gemm") & (t["status"] == "measured")]
         for site in sites:
             for ax, arm, c in ((a1, "scalar_tiled", fp32), (a2, "wmma_w8a16", bf16)):
-                s = g[(g["site"] == site) & (g["arm"] == arm)].sort_values("M")
+                s = ta.gemm_rows(t, arm, site)
                 if c and len(s):
                     ax.plot(s["M"], s["tflops_p50"] * 1e12 / c, ls=series[site], color=st[d]["color"],
                             marker=st[d]["marker"], ms=4)
@@ -418,21 +417,9 @@ def draw_fractions(devs):
                 notes.append(f"{d}: no FP32 ceiling measured")
             if not bf16:
                 notes.append(f"{d}: no BF16 ceiling measured")
-    a1.axhline(ta.SEED["scalar_ceiling"], color="#555555", ls="--", lw=1)   # grey: device colours are taken
-    a1.text(0.02, ta.SEED["scalar_ceiling"], "seed: structural ceiling 1/4", fontsize=7, va="bottom",
-            transform=a1.get_yaxis_transform())
-    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1)
-    a1.text(0.02, ta.SEED["scalar_fraction_fp32"], "seed: measured 6.8%", fontsize=7, va="bottom",
-            transform=a1.get_yaxis_transform())
-    a2.axhspan(*ta.SEED["wmma_fraction"], color="#dddddd", alpha=0.6, lw=0)
-    a2.text(0.02, ta.SEED["wmma_fraction"][1], "seed: 50-70%", fontsize=7, va="bottom",
-            transform=a2.get_yaxis_transform())
+    ta.mark_seed_fractions(a1, a2, "fraction of the ceiling measured in the same run")  # grey: device colours are taken
     a1.set_title("B1: scalar_tiled / that device's FP32 FMA rate")
     a2.set_title("B3: wmma_w8a16 / that device's cuBLAS BF16 rate")
-    for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("fraction of the ceiling measured in the same run")
     fig.tight_layout()
     _fig_legends(fig, _handles(devs, metas, st), _series_handles(series), "site")
     return fig, metas, list(dict.fromkeys(notes))
