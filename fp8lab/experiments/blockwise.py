@@ -41,6 +41,7 @@ import pandas as pd
 from ..facts import shapes as shp
 from ..arms import peer_catalog, registry
 from ..kernels import mma_blockwise as mb
+from ..emulate import blockscale
 from ..measure import bench, harness
 from ..measure.progress import progress as track
 from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
@@ -253,17 +254,11 @@ def _rows64(t, rows):
     return np.asarray(t, dtype=np.float64)[np.asarray(rows, dtype=np.int64)]
 
 
-def _repeat(t, n: int, axis: int):
-    return t.repeat_interleave(n, axis) if _is_torch(t) else np.repeat(t, n, axis)
-
-
 def reference_rows(a, a_scale, b, b_scale, rows):
     """float64 (len(rows), N) of the blockwise-scaled product, from dequantised operands
     (an e4m3 code times an fp32 scale is exact in float64)."""
-    K = a.shape[1]
-    N = b.shape[0]
-    A = _rows64(a, rows) * _repeat(_rows64(a_scale, rows), 128, 1)[:, :K]
-    B = _f64(b) * _repeat(_repeat(_f64(b_scale), 128, 0)[:N], 128, 1)[:, :K]
+    A = blockscale.dequant(_rows64(a, rows), _rows64(a_scale, rows), (1, 128))
+    B = blockscale.dequant(b, b_scale, (128, 128))
     return A @ B.T
 
 
