@@ -38,7 +38,7 @@ mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 shape_name = "llama3-70b:o_proj"  # fp8lab.facts.shapes name (N = K = 8192)
 Ms = [1, 64, 1024, 8192]  # tokens; the full sweep: [1, 4, 16, 64, 256, 1024, 4096, 8192]
 arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise"]
-rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
+rep_ms = 100  # timing repetition time per (M, arm), milliseconds
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 peers = "all"  # other people's kernels (fp8lab.peers: Marlin, gemlite, vLLM): "all" of this notebook's, a list of ids, or []

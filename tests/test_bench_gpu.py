@@ -53,6 +53,24 @@ def test_spin_kernel_time_scales_with_its_length():
     assert t2.p50_s / t1.p50_s == pytest.approx(2.0, rel=0.1)
 
 
+def test_events_time_the_gpu_when_the_host_path_outlasts_the_flush():
+    # the host spends ~0.1 ms (a sleep) before it launches a ~10 us kernel: events with the head
+    # start time the kernel; without it the GPU drains after the flush (~60 us) and the event pair
+    # holds the host's wait as well
+    import time
+
+    def host_heavy():
+        time.sleep(100e-6)
+        torch.cuda._sleep(10_000)
+
+    gpu = bench.bench(lambda: torch.cuda._sleep(10_000), method="graph").p50_s
+    ev = bench.bench(host_heavy, method="events", rep_ms=20)
+    assert ev.p50_s < 3 * gpu + 5e-6, (ev.p50_s, gpu)
+    raw = bench._events_samples(host_heavy, 2, 20, head_start_cycles=0)
+    # the contrast the head start removes (a host busier than this one only widens it)
+    assert sorted(raw)[len(raw) // 2] * 1e-3 > ev.p50_s + 20e-6, (sorted(raw)[len(raw) // 2], ev.p50_s)
+
+
 def test_graph_replay_times_tiny_kernels():
     x = torch.randn(1024, device="cuda")
     y = torch.empty_like(x)
