@@ -219,7 +219,6 @@ def draw(df, info, lk=None):
 
 
 tables = results.by_device(NB, "sweep")
-devs = list(tables)
 locked_tables = results.by_device(NB, "locked")
 for dev, df in tables.items():
     draw(df, run.info_for(dev, df), locked_tables.get(dev))

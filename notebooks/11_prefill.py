@@ -168,7 +168,7 @@ def draw(df, info, peer=None):
 
 
 tables = results.by_device(NB, "prefill")
-devs = list(tables)
+notebook.say_if_no_data(tables, "to time the prefill arms")
 peer_tables = results.by_device(NB, "peers")
 for dev, df in tables.items():
     draw(df, run.info_for(dev, df), peer_tables.get(dev))
@@ -177,10 +177,6 @@ for dev, df in tables.items():
         display(peer_report.versus_best_peer(df, peer_tables[dev], list(px.W8A16_ARMS), keys=("M",),
                                              metric="tflops_p50").round(3))
     display(px.best_by_scheme(df, with_quant=True)[["M", "scheme", "arm", "time_p50_s", "tflops_p50"]].round(3))
-
-if not devs:
-    display(Markdown("**No measured prefill data in `data/` yet.** Run this notebook on a GPU (mode "
-                     "`measure`) to measure it; nothing is recorded in this run."))
 
 # %% [markdown]
 # ## Across devices
