@@ -28,8 +28,8 @@
 # | FP8 tensor, per-tensor scale | cuBLAS `torch._scaled_mm`, 8192³ | 2MNK |
 # | FP8 tensor, blockwise scales | cuBLASLt `F.scaled_mm`, 1x128 activations / 128x128 weights | 2MNK |
 #
-# Each is checked for correctness before it is timed, timed with CUDA events (Triton's
-# `do_bench`, L2 flushed before every call), reported at p20 / p50 / p80, and measured with an
+# Each is checked for correctness before it is timed, timed with CUDA events (an event pair per
+# call, L2 flushed before every call, as Triton's `do_bench`), reported at p20 / p50 / p80, and measured with an
 # NVML sampler running beside it; the clock summary lands in the table's provenance.
 #
 # No claim is judged here. Seed 001's B5 says cuBLASLt's blockwise FP8 "reaches the FP8 tensor
@@ -41,7 +41,7 @@
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 copy_gib = 2.0  # size of the copied buffer; >= 2 GiB so it dwarfs any L2
 gemm_size = 8192  # M = N = K of the GEMM ceilings (a multiple of 512)
-rep_ms = 200  # do_bench repetition time per ceiling, in milliseconds
+rep_ms = 200  # timing repetition time per ceiling, in milliseconds
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
@@ -180,8 +180,7 @@ for dev in devs:
     df = results.load_table(dev, "00_environment", "ceilings")
     meta = df.attrs["meta"]
     tables[dev] = df
-    own = run.mode == "measure" and dev == run.device
-    info = run.figure_info() if own else results.FigureInfo.from_meta(meta, redrawn=True)
+    info = run.info_for(dev, meta)
     draw(df, meta, info)
 
 if not devs:

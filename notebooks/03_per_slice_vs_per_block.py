@@ -55,6 +55,7 @@ from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
 from fp8lab.experiments import notebook, overlay
+from fp8lab.facts.shapes import short_name
 from fp8lab.measure import clocks
 from fp8lab.report.excerpts import excerpt
 from fp8lab.experiments import blockwise as bw
@@ -142,15 +143,6 @@ if run.mode == "measure":
 # Drawn from `data/`, for every device that has this notebook's tables.
 
 # %%
-def short(shape):
-    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
-
-
-def info_for(df, dev):
-    own = run.mode == "measure" and dev == run.device
-    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
-
-
 def quant_of(df):
     """The timings A3 is read from: with the quantiser when the table has them (the seed's way)."""
     return bw.QUANT_INCLUDED if (bw.measured(df)["quant"] != "none").any() else "none"
@@ -167,8 +159,8 @@ def draw_ratios(df, dev):
     fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))  # room below for plotting.save's footnote
     for shape, g in pr.groupby("shape"):
         g = g.sort_values("M")
-        axes[0].plot(g["M"], g["same_tile_promo"], marker="o", label=short(shape))
-        axes[1].plot(g["M"], g["seed_to_best"], marker="o", label=short(shape))
+        axes[0].plot(g["M"], g["same_tile_promo"], marker="o", label=short_name(shape))
+        axes[1].plot(g["M"], g["seed_to_best"], marker="o", label=short_name(shape))
     axes[1].axhline(bw.SEED_A3_FIX, color="#555555", ls="--", lw=0.9)
     axes[1].text(1, bw.SEED_A3_FIX * 0.97, f"seed (L4, o_proj M=4096): {bw.SEED_A3_FIX:.1f}x", fontsize=8, va="top")
     axes[1].set_ylim(top=max(bw.SEED_A3_FIX * 1.1, float(pr["seed_to_best"].max()) * 1.1))
@@ -181,7 +173,7 @@ def draw_ratios(df, dev):
         ax.set_xlabel("M (tokens)")
         ax.set_ylabel("time ratio (x, > 1: per-block faster)")
         ax.legend()
-    plotting.save(fig, info_for(df, dev), "promotion_ratio")
+    plotting.save(fig, run.info_for(dev, df), "promotion_ratio")
     plt.show()
 
 
@@ -215,7 +207,7 @@ def draw_headline(df, dev, shape="qwen3-8b:o_proj", M=4096):
     ax.set_xticks(x, [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("time per call (us, p50)")
     ax.set_title(f"{shape} (N=K=4096), M={M}, {quant_note(q)}: seed 6536 -> 1374 us on an L4", fontsize=9)
-    plotting.save(fig, info_for(df, dev), "a3_headline")
+    plotting.save(fig, run.info_for(dev, df), "a3_headline")
     plt.show()
 
 
@@ -237,7 +229,7 @@ def draw_a4(a4, dev):
     ax.set_title(f"A4: {a4.groupby(['config', 'variant']).ngroups} variants, N={a4['N'].iloc[0]}, K={a4['K'].iloc[0]}")
     ax.set_ylim(0, max(bw.CHECK_RELERR * 1.2, a4["relerr"].max() * 1.1))
     ax.legend(loc="upper right")
-    plotting.save(fig, info_for(a4, dev), "a4_errors")
+    plotting.save(fig, run.info_for(dev, a4), "a4_errors")
     plt.show()
 
 
@@ -257,7 +249,7 @@ def draw_a5(a5, dev):
     ax.set_ylabel("relative error vs float64")
     ax.set_title("A5: weight-scale lookup per warp vs per thread block")
     ax.legend()
-    plotting.save(fig, info_for(a5, dev), "a5_lookups")
+    plotting.save(fig, run.info_for(dev, a5), "a5_lookups")
     plt.show()
 
 

@@ -61,6 +61,7 @@ from IPython.display import Markdown, display
 
 from fp8lab.report import claims, plotting, results
 from fp8lab.experiments import notebook, overlay
+from fp8lab.facts.shapes import short_name
 from fp8lab.measure import clocks
 from fp8lab.arms import registry
 from fp8lab.experiments import blockwise as bw
@@ -159,15 +160,6 @@ if run.mode == "measure":
 # Drawn from `data/` for every device that has this notebook's tables.
 
 # %%
-def short(shape):
-    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
-
-
-def info_for(df, dev):
-    own = run.mode == "measure" and dev == run.device
-    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
-
-
 def cfg_label(c):
     bm, bn = c.split("x")[:2]
     w = c.split("_w")[1].split("_")[0]
@@ -194,11 +186,11 @@ def draw_tiles(df, dev):
         ax.set_xticks(range(len(g.columns)), [str(c) for c in g.columns])
         ax.set_yticks(range(len(g.index)), [cfg_label(c) for c in g.index], fontsize=7)
         ax.set_xlabel("M (tokens)")
-        ax.set_title(short(shape))
+        ax.set_title(short_name(shape))
     fig.colorbar(im, ax=axes[0].tolist(), label="log2(time / best time at that M)")
     fig.suptitle("A6: mma_blockwise (per_block) tiles: slowdown vs the best tile per M (blank: not timed)",
                  fontsize=10)
-    plotting.save(fig, info_for(df, dev), "tile_slowdown")
+    plotting.save(fig, run.info_for(dev, df), "tile_slowdown")
     plt.show()
 
 
@@ -208,7 +200,7 @@ def draw_best_tile(df, dev):
     for (shape, g), mk, size in zip(pp.groupby("shape"), "os^vD", (9, 7, 5, 4, 3)):
         g = g.sort_values("M")
         area = [int(c.split("x")[0]) * int(c.split("x")[1]) for c in g["config"]]
-        ax.plot(g["M"], area, marker=mk, ms=size, label=short(shape))
+        ax.plot(g["M"], area, marker=mk, ms=size, label=short_name(shape))
         for m_, a_, c_ in zip(g["M"], area, g["config"]):
             ax.annotate("x".join(c_.split("x")[:2]), (m_, a_), textcoords="offset points", xytext=(4, -10),
                         fontsize=6.5, color="#444444")
@@ -218,7 +210,7 @@ def draw_best_tile(df, dev):
     ax.set_ylabel("best tile BM x BN (elements)")
     ax.set_title("A6: the tile the sweep picks grows with M")
     ax.legend()
-    plotting.save(fig, info_for(df, dev), "best_tile_by_m")
+    plotting.save(fig, run.info_for(dev, df), "best_tile_by_m")
     plt.show()
 
 
@@ -232,8 +224,8 @@ def draw_swizzle(swz, dev):
     ax.set_xlabel("swizzle group (tile rows launched together)")
     ax.set_ylabel("time per call (us, median of runs)")
     r0 = swz.iloc[0]
-    ax.set_title(f"A7: {short(r0['shape'])} M={int(r0['M'])}, {cfg_label(r0['config'])}")
-    plotting.save(fig, info_for(swz, dev), "swizzle")
+    ax.set_title(f"A7: {short_name(r0['shape'])} M={int(r0['M'])}, {cfg_label(r0['config'])}")
+    plotting.save(fig, run.info_for(dev, swz), "swizzle")
     plt.show()
 
 
@@ -275,10 +267,10 @@ def draw_stream(stream, copy_Bps, dev):
     ax.set_xlim(0, t_us.max() * 1.35)
     ax.set_xlabel("time per call (us, p50)")
     ax.legend(loc="upper right", fontsize=8)   # the top bars are the short ones
-    ax.set_title(f"A8: {short(r0['shape'])} at M=1, {wb / 1e6:.1f} MB of FP8 weights\n"
+    ax.set_title(f"A8: {short_name(r0['shape'])} at M=1, {wb / 1e6:.1f} MB of FP8 weights\n"
                  + ("W8A8 bars include quantising the activations (as the seed timed them)" if with_q else
                     "W8A8 bars: pre-quantised activations, the quantiser is not in these timings"), fontsize=10)
-    plotting.save(fig, info_for(stream, dev), "m1_stream")
+    plotting.save(fig, run.info_for(dev, stream), "m1_stream")
     plt.show()
 
 
@@ -347,7 +339,7 @@ for dev, t, meta, name in notebook.each_device(tables, "tile_sweep"):
         s = bw.swizzle_summary(t["swizzle"]).set_index("swizzle")
         if 1 in s.index and len(s) > 1:
             best = s.drop(index=1)["time_p50_s"].idxmin()
-            text.append(f"Swizzle at {short(t['swizzle'].iloc[0]['shape'])} M={int(t['swizzle'].iloc[0]['M'])}: off "
+            text.append(f"Swizzle at {short_name(t['swizzle'].iloc[0]['shape'])} M={int(t['swizzle'].iloc[0]['M'])}: off "
                         f"{s.loc[1, 'time_p50_s'] * 1e6:.0f} us, group {best} {s.loc[best, 'time_p50_s'] * 1e6:.0f} us "
                         f"({s.loc[1, 'time_p50_s'] / s.loc[best, 'time_p50_s']:.2f}x; the seed: 7144 -> 5614 us).")
     if copy_Bps:

@@ -188,8 +188,7 @@ data = {}
 for dev in devs:
     sweep = results.load_table(dev, NB, "sweep")
     meta = sweep.attrs["meta"]
-    own = run.mode == "measure" and dev == run.device
-    info = run.figure_info() if own else results.FigureInfo.from_meta(meta, redrawn=True)
+    info = run.info_for(dev, meta)
     ceil = results.load_table(dev, NB, "ceilings") if dev in results.devices_with(NB, "ceilings") else None
     step = results.load_table(dev, NB, "step") if dev in results.devices_with(NB, "step") else None
     num = results.load_table(dev, NB, "numerics") if dev in results.devices_with(NB, "numerics") else None
@@ -247,44 +246,33 @@ for dev, d in data.items():
     sweep, ceil = d["sweep"], d["ceil"]
     fp32, bf16 = ceiling_rate(ceil, "fp32_fma"), ceiling_rate(ceil, "bf16_tensor")
     mma = ceiling_rate(ceil, "bf16_mma_sync")
-    g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured")]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
     # each panel in its arm's registry colour (no other arm's colour appears); sites by marker,
     # ceilings by line style; the legends are proxies, so each stays at <= 8 entries
     c1, c2 = plotting.color("scalar_tiled"), plotting.color("wmma_w8a16")
-    sites = list(dict.fromkeys(g["site"]))
+    sites = list(dict.fromkeys(sweep.loc[sweep["role"] == "gemm", "site"]))
     site_mark = {site: "os^Dv"[i % 5] for i, site in enumerate(sites)}
     styles = {"datasheet": "-", "cuBLAS BF16 measured": ":", "mma.sync peak measured": "-."}
     for site in sites:
         m_ = site_mark[site]
-        s = g[(g["site"] == site) & (g["arm"] == "scalar_tiled")].sort_values("M")
+        s = ta.gemm_rows(sweep, "scalar_tiled", site)
         if fp32 and len(s):
             a1.plot(s["M"], s["tflops_p50"] * 1e12 / fp32, m_ + "-", color=c1, ms=5)
-        w = g[(g["site"] == site) & (g["arm"] == "wmma_w8a16")].sort_values("M")
+        w = ta.gemm_rows(sweep, "wmma_w8a16", site)
         if len(w):
             for name, rate in (("datasheet", ta.SEED["bf16_peak"]), ("cuBLAS BF16 measured", bf16),
                                ("mma.sync peak measured", mma)):
                 if rate:
                     a2.plot(w["M"], w["tflops_p50"] * 1e12 / rate, m_ + styles[name], color=c2, ms=5 if name == "datasheet" else 3)
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     site_h = [Line2D([], [], color="#333333", marker=site_mark[s_], ls="", label=s_) for s_ in sites]
-    a1.axhline(ta.SEED["scalar_ceiling"], color="#333333", ls="--", lw=1)
-    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#333333", ls=":", lw=1)
-    a1.legend(handles=site_h + [Line2D([], [], color="#333333", ls="--", label="seed: structural ceiling 1/4"),
-                                Line2D([], [], color="#333333", ls=":", label="seed: measured 6.8%")],
-              fontsize=7, loc="center left", bbox_to_anchor=(0.0, 0.7))   # under the 1/4 line
+    ta.mark_seed_fractions(a1, a2)
+    a1.legend(handles=site_h, fontsize=7, loc="center left", bbox_to_anchor=(0.0, 0.6))   # under the 1/4 line
     a1.set_title("scalar_tiled / FP32 FMA rate" + ("" if fp32 else " (no FP32 ceiling)"))
-    a2.axhspan(*ta.SEED["wmma_fraction"], color="#DDDDDD", alpha=0.6)
     style_h = [Line2D([], [], color=c2, ls=st, label=f"/ {name}") for name, st in styles.items()
                if {"datasheet": True, "cuBLAS BF16 measured": bool(bf16), "mma.sync peak measured": bool(mma)}[name]]
-    a2.legend(handles=site_h + style_h + [Patch(color="#DDDDDD", label="seed: 50-70%")], fontsize=7,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    a2.legend(handles=site_h + style_h, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     a2.set_title("wmma_w8a16 / BF16 tensor rate")
-    for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("fraction of the ceiling")
     fig.tight_layout()
     plotting.save(fig, d["info"], "fractions")
     plt.show()

@@ -143,8 +143,7 @@ for dev in devs:
     qdf = results.load_table(dev, NB, "quantisers")
     meta = qdf.attrs["meta"]
     tables[dev] = qdf
-    own = run.mode == "measure" and dev == run.device
-    info = run.figure_info() if own else results.FigureInfo.from_meta(meta, redrawn=True)
+    info = run.info_for(dev, meta)
     for K in sorted(qdf["K"].unique()):
         d = qdf[(qdf["K"] == K) & (qdf["status"] == "measured")]
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.0))
@@ -184,9 +183,7 @@ for dev in devs:
         fig.tight_layout()
         plotting.save(fig, info, f"bandwidth_k{K}")
         plt.show()
-    if dev in peer_tables:
-        display(Markdown(f"**{dev}**: peers (other people's quantisers, checked and timed the same way)"))
-        display(peer_report.status_table(peer_tables[dev], peer_ids))
+    if peer_report.show_status(dev, peer_tables, peer_ids, what="quantisers"):
         # fp8lab's kernels against the fastest peer of the same run (time; > 1: fp8lab ahead)
         display(peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
                                              metric="time_p50_s", higher=False).round(3))

@@ -210,11 +210,8 @@ for dev in measured_devs:
     fig.suptitle(f"Roofline: {m['meta'].get('device_name', dev)}, every result in data/ "
                  f"(grey: roofs, dashed datasheet, solid measured)", fontweight="bold")
     fig.tight_layout()
-    own = run.mode == "measure" and dev == run.device
     # dated by the ceilings' measurement, filed under this notebook
-    info = dataclasses.replace(
-        run.figure_info() if own else results.FigureInfo.from_meta(m["meta"], redrawn=True),
-        notebook="07_roofline")
+    info = dataclasses.replace(run.info_for(dev, m["meta"]), notebook="07_roofline")
     plotting.save(fig, info, "roofline")
     plt.show()
     # a point above the datasheet roof at its own intensity means bytes were undercounted or

@@ -221,11 +221,6 @@ def tick(arm):
     return registry.short_label(arm).replace(" ", "\n", 1)
 
 
-def info_for(dev, df):
-    own = run.mode == "measure" and dev == run.device
-    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
-
-
 def draw_bandwidth(df, info, peer=None):
     shp = list(dict.fromkeys(df["shape"]))
     fig, axes = plt.subplots(1, len(shp), figsize=(5.2 * len(shp), 4.0), squeeze=False, sharey=True)
@@ -291,12 +286,10 @@ for dev in devs:
         display(st.round(3))
     df = dx.best_schedule(full)
     tables[dev] = df
-    info = info_for(dev, df)
+    info = run.info_for(dev, df)
     draw_bandwidth(df, info, peer_tables.get(dev))
     draw_m1(df, info)
-    if dev in peer_tables:
-        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
-        display(peer_report.status_table(peer_tables[dev], peer_ids))
+    if peer_report.show_status(dev, peer_tables, peer_ids):
         # fp8lab's weight-only arms against the best peer of the same run (bandwidth, > 1: ahead)
         display(peer_report.versus_best_peer(df, peer_tables[dev], list(wo.ARMS.values())).round(3))
     display(dx.targets(df).round(4))
@@ -377,7 +370,7 @@ for dev in results.devices_with(NB, "ncu_summary"):
     d = tables.get(dev)
     act_of = d.loc[d["arm"] != dx.CUBLAS, "act"].iloc[0] if d is not None else act
     for sn, g in s.groupby("shape"):
-        draw_ncu(g.reset_index(drop=True), st, info_for(dev, s), act_of)
+        draw_ncu(g.reset_index(drop=True), st, run.info_for(dev, s), act_of)
     display(s[["shape", "arm", "dram_pct", "issue_active_pct", "inst_per_element", "dequant_inst_per_element",
                "issue_predicted_pct", "issue_corrected_pct", "warp_factor", "issue_factor", "active_fraction",
                "sm_clock_hz"] + (["launch"] if "launch" in s else [])].round(3))
@@ -427,7 +420,7 @@ for dev, s in ncu_by_dev.items():
         print(f"{dev}: this profile has no stall metrics (collected before notebook 08 asked for them)")
         continue
     for sn, g in stalls.groupby("shape", sort=False):
-        draw_stalls(g.reset_index(drop=True), info_for(dev, s), sn)
+        draw_stalls(g.reset_index(drop=True), run.info_for(dev, s), sn)
         for _, r in g.iterrows():
             print(f"{dev} {sn} {registry.label(r['arm'])}: {r['cycles_per_issue']:.1f} warp cycles per issued "
                   f"instruction; {r['top']}")
@@ -500,7 +493,7 @@ for dev, s in ncu_by_dev.items():
     spec = spec_sheet.spec_for(s.attrs["meta"].get("device_name", dev)) or spec_sheet.spec_for(dev)
     if df is None or spec is None:
         continue
-    c8_full[dev] = draw_c8(s, float(df["copy_Bps"].iloc[0]), spec, info_for(dev, s))
+    c8_full[dev] = draw_c8(s, float(df["copy_Bps"].iloc[0]), spec, run.info_for(dev, s))
 
 # %% [markdown]
 # ## Verdicts and what the numbers say

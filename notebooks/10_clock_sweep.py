@@ -147,11 +147,6 @@ if run.mode == "measure":
 # on a shared card).
 
 # %%
-def info_for(dev, df):
-    own = run.mode == "measure" and dev == run.device
-    return run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True)
-
-
 # the seed's rows in the colours of our kernels of the same kind (registry colours, no new ones)
 SEED_STYLE = {"4-bit (nvfp4, int4)": dict(color=plotting.color(wo.ARMS["nvfp4"]), marker="s"),
               hr.CUBLAS: dict(color=plotting.color(hr.CUBLAS), marker="D")}
@@ -223,11 +218,10 @@ def draw(df, info, lk=None):
     plt.show()
 
 
-devs = results.devices_with(NB, "sweep")
-tables = {dev: results.load_table(dev, NB, "sweep") for dev in devs}
-locked_tables = {dev: results.load_table(dev, NB, "locked") for dev in results.devices_with(NB, "locked")}
+tables = results.by_device(NB, "sweep")
+locked_tables = results.by_device(NB, "locked")
 for dev, df in tables.items():
-    draw(df, info_for(dev, df), locked_tables.get(dev))
+    draw(df, run.info_for(dev, df), locked_tables.get(dev))
 notebook.say_if_no_data(tables, "to sweep the EXTRA_ALU kernels")
 
 # %% [markdown]

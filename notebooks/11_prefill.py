@@ -38,7 +38,7 @@ mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
 shape_name = "llama3-70b:o_proj"  # fp8lab.facts.shapes name (N = K = 8192)
 Ms = [1, 64, 1024, 8192]  # tokens; the full sweep: [1, 4, 16, 64, 256, 1024, 4096, 8192]
 arms = ["cublas_bf16", "gemv_w8a16_fp8", "triton_w8a16", "cublaslt_blockwise", "triton_blockwise"]
-rep_ms = 100  # do_bench repetition time per (M, arm), milliseconds
+rep_ms = 100  # timing repetition time per (M, arm), milliseconds
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 peers = "all"  # other people's kernels (fp8lab.peers: Marlin, gemlite, vLLM): "all" of this notebook's, a list of ids, or []
@@ -167,26 +167,16 @@ def draw(df, info, peer=None):
     plt.show()
 
 
-devs = results.devices_with(NB, "prefill")
-tables = {}
+tables = results.by_device(NB, "prefill")
+notebook.say_if_no_data(tables, "to time the prefill arms")
 peer_tables = results.by_device(NB, "peers")
-for dev in devs:
-    df = results.load_table(dev, NB, "prefill")
-    tables[dev] = df
-    own = run.mode == "measure" and dev == run.device
-    draw(df, run.figure_info() if own else results.FigureInfo.from_meta(df.attrs["meta"], redrawn=True),
-         peer_tables.get(dev))
-    if dev in peer_tables:
-        display(Markdown(f"**{dev}**: peers (other people's kernels, checked and timed the same way)"))
-        display(peer_report.status_table(peer_tables[dev], peer_ids))
+for dev, df in tables.items():
+    draw(df, run.info_for(dev, df), peer_tables.get(dev))
+    if peer_report.show_status(dev, peer_tables, peer_ids):
         # fp8lab's W8A16 arms against the best weight-only peer of the same run (TFLOP/s, > 1: ahead)
         display(peer_report.versus_best_peer(df, peer_tables[dev], list(px.W8A16_ARMS), keys=("M",),
                                              metric="tflops_p50").round(3))
     display(px.best_by_scheme(df, with_quant=True)[["M", "scheme", "arm", "time_p50_s", "tflops_p50"]].round(3))
-
-if not devs:
-    display(Markdown("**No measured prefill data in `data/` yet.** Run this notebook on a GPU (mode "
-                     "`measure`) to measure it; nothing is recorded in this run."))
 
 # %% [markdown]
 # ## Across devices

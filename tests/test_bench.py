@@ -75,6 +75,14 @@ def test_noise_check_small_difference_within_spread():
     assert nc.spread_a_s == pytest.approx(3e-6)
 
 
+def test_noise_check_needs_more_than_the_event_resolution():
+    # runs that agree to 0.08 us cannot split two arms 0.10 us apart: below the event timer's
+    # 0.5 us resolution; 0.6 us apart they can
+    a = [130.70e-6, 130.72e-6, 130.76e-6]
+    assert not bench.noise_check(a, [v - 0.10e-6 for v in a]).distinguishable
+    assert bench.noise_check(a, [v - 0.60e-6 for v in a]).distinguishable
+
+
 def test_noise_check_takes_timings_and_needs_two_runs():
     ta = [bench.Timing(np.full(5, 1e-3)), bench.Timing(np.full(5, 1.01e-3))]
     tb = [bench.Timing(np.full(5, 2e-3)), bench.Timing(np.full(5, 2.02e-3))]

@@ -53,6 +53,30 @@ def test_spin_kernel_time_scales_with_its_length():
     assert t2.p50_s / t1.p50_s == pytest.approx(2.0, rel=0.1)
 
 
+def test_events_time_the_gpu_when_the_host_path_outlasts_the_flush():
+    # a host that sleeps before it launches a ~5 us kernel. Its default head start covers a host
+    # path of ~0.1 ms. A host of 0.4 ms outlasts the flush (~60 us) and the default head start:
+    # with none the GPU drains and the event pair holds the host's wait; with a head start
+    # longer than the host path (4M cycles, ~2 ms) the pair holds the kernel again
+    import statistics
+    import time
+
+    def host_then_kernel(host_s):
+        def call():
+            time.sleep(host_s)
+            torch.cuda._sleep(10_000)
+        return call
+
+    gpu = bench.bench(lambda: torch.cuda._sleep(10_000), method="graph").p50_s
+    ev = bench.bench(host_then_kernel(100e-6), method="events", rep_ms=20)
+    assert ev.p50_s < 3 * gpu + 5e-6, (ev.p50_s, gpu)
+    slow = host_then_kernel(400e-6)
+    bare = statistics.median(bench._events_samples(slow, 0.1, 0.2, head_start_cycles=0)) * 1e-3
+    held = statistics.median(bench._events_samples(slow, 0.1, 0.2, head_start_cycles=4_000_000)) * 1e-3
+    assert held < 3 * gpu + 5e-6, (held, gpu)
+    assert bare > held + 100e-6, (bare, held)
+
+
 def test_graph_replay_times_tiny_kernels():
     x = torch.randn(1024, device="cuda")
     y = torch.empty_like(x)

@@ -636,3 +636,39 @@ def test_reference_for_caches_per_kind_and_needs_bf16_weights():
     s.w_bf16 = None
     with pytest.raises(ValueError, match="bf16_weights=True"):
         bw.reference_for("cublas_bf16", s, rows)
+
+
+def _paired(ratios, shape="s:x", M=4096, mhz=(1500, 1450)):
+    """paired_b5-shaped rows: per round, blockwise at t / ratio (its rate = ratio x per-tensor's)."""
+    rows = []
+    for r, ratio in enumerate(ratios):
+        for arm, t, clk in (("cublaslt_blockwise", 1e-3 / ratio, mhz[0]), (bw.PER_TENSOR, 1e-3, mhz[1])):
+            row = _row(shape, M, arm, t)
+            row.update(round=r, sm_mhz_median=clk)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_paired_ratios_are_per_round_and_median():
+    pr = bw.paired_ratios(_paired([0.80, 0.95, 0.92, 0.99, 0.91]))
+    assert len(pr) == 1 and pr.iloc[0]["rounds"] == 5
+    assert pr.iloc[0]["ratio_p50"] == pytest.approx(0.92)
+    assert pr.iloc[0]["ratio_p10"] < 0.92 < pr.iloc[0]["ratio_p90"]
+    assert pr.iloc[0]["mhz_blockwise"] == 1500 and pr.iloc[0]["mhz_per_tensor"] == 1450
+
+
+@pytest.mark.parametrize("ratios, want", [([0.95, 0.85, 0.93], "holds"), ([0.85, 0.95, 0.88], "differs")])
+def test_verdict_b5_reads_the_paired_rounds_first(ratios, want):
+    # the sweep alone says the opposite of the rounds: the rounds decide
+    sweep = _df(_b5_rows(0.85 if want == "holds" else 0.99))
+    v = bw.verdict_b5(sweep, _paired(ratios))
+    assert v.verdict == want and "alternating rounds" in v.our_figure and "alternately" in v.rule
+    assert "3 rounds" in v.our_figure
+    # without rounds: the sweep's rule, as for runs before them
+    assert bw.verdict_b5(sweep).verdict == ("differs" if want == "holds" else "holds")
+    assert bw.verdict_b5(sweep, pd.DataFrame()).verdict == bw.verdict_b5(sweep).verdict
+
+
+def test_verdict_b5_paired_rounds_missing_a_shape_is_not_run():
+    v = bw.verdict_b5(_df(_b5_rows(1.0)), _paired([1.0, 1.0], shape="other:y"))
+    assert v.verdict == "not-run" and "s:x" in v.reason

@@ -219,6 +219,16 @@ def test_small_sweep_end_to_end():
     assert df.attrs["quantiser"] in ("quant_act_warp", "quant_act_reference")
 
 
+def test_b5_paired_rounds_alternate_and_are_checked():
+    df = bw.paired_b5(shapes=[(256, 384)], M=132, rounds=3, warmup_ms=1, rep_ms=3)
+    assert len(df) == 6 and df["status"].eq("measured").all(), df[["round", "arm", "status"]]
+    assert (df["relerr"] < bw.CHECK_RELERR).all() and (df["time_p50_s"] > 0).all()
+    order = [tuple(g["arm"]) for _, g in df.groupby("round", sort=True)]
+    assert order[0] == bw.PAIRED_ARMS and order[1] == bw.PAIRED_ARMS[::-1] and order[2] == bw.PAIRED_ARMS
+    pr = bw.paired_ratios(df)
+    assert len(pr) == 1 and pr.iloc[0]["rounds"] == 3 and pr.iloc[0]["ratio_p50"] > 0
+
+
 def test_quant_each_times_every_candidate_with_the_quantiser():
     # A3 compares two main loops at one tile, both with the activation quantiser in the call
     # (as the seed's vLLM microbenchmark timed them): every mma candidate gets a quant row, not

@@ -444,13 +444,17 @@ def _quiet_sampler(nv=None, clock=None):
     return clocks.ClockSampler(interval_s=3600, nvml=nv or FakeNVML(), clock=clock), clock
 
 
+def _at(s, clock, dt):
+    """The sampler's time after the fake clock moves on by ``dt`` seconds."""
+    clock.advance(dt)
+    return s.now()
+
+
 def test_short_window_gets_the_bracketing_samples():
     s, clock = _quiet_sampler()
     with s:
-        clock.advance(0.015)                 # 15 ms after the start sample
-        t0 = s.now()
-        clock.advance(0.008)                 # an 8 ms graph-replay window: no sample inside
-        t1 = s.now()
+        t0 = _at(s, clock, 0.015)            # 15 ms after the start sample
+        t1 = _at(s, clock, 0.008)            # an 8 ms graph-replay window: no sample inside
         clock.advance(0.0001)
         c = clocks.row_clocks(s, t0, t1)
     assert c["clock_source"] == "bracketing samples"
@@ -466,8 +470,7 @@ def test_short_window_gets_the_bracketing_samples():
 def test_window_with_a_sample_inside_is_sampled():
     s, clock = _quiet_sampler()
     with s:
-        clock.advance(0.01)
-        t0 = s.now()
+        t0 = _at(s, clock, 0.01)
         clock.advance(0.01)
         s.sample_now()                       # what the sampler thread does every interval
         clock.advance(0.01)
@@ -480,10 +483,8 @@ def test_window_with_a_sample_inside_is_sampled():
 def test_a_later_summary_uses_the_samples_already_taken():
     s, clock = _quiet_sampler()
     with s:
-        clock.advance(0.005)
-        t0 = s.now()
-        clock.advance(0.002)
-        t1 = s.now()
+        t0 = _at(s, clock, 0.005)
+        t1 = _at(s, clock, 0.002)
         clock.advance(0.003)
     n = len(s.samples)                       # start and stop readings
     c = clocks.row_clocks(s, t0, t1)         # after stop: the stop reading is the one after
@@ -539,8 +540,7 @@ def test_samples_out_of_arrival_order_are_ordered_by_time():
     # thread began earlier
     s, clock = _quiet_sampler()
     with s:
-        clock.advance(0.01)
-        t0 = s.now()
+        t0 = _at(s, clock, 0.01)
         clock.advance(0.01)
         late = s.sample_now()
         early = dict(late, t=t0 + 0.005, sm_mhz=1500)

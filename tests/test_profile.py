@@ -120,26 +120,19 @@ class FakeAction:
         return self._m.get(n)
 
 
-class FakeRange:
-    def __init__(self, actions):
-        self._a = actions
+def _fake_seq(count_name, item_name):
+    """A class of ncu_report's shape for a list: count_name() is its length, item_name(i) an item
+    (IRange holds actions: num_actions / action_by_idx; IContext ranges: num_ranges /
+    range_by_idx)."""
+    return type(f"Fake_{count_name}", (), {
+        "__init__": lambda self, items: setattr(self, "_items", items),
+        count_name: lambda self: len(self._items),
+        item_name: lambda self, i: self._items[i],
+    })
 
-    def num_actions(self):
-        return len(self._a)
 
-    def action_by_idx(self, i):
-        return self._a[i]
-
-
-class FakeContext:
-    def __init__(self, ranges):
-        self._r = ranges
-
-    def num_ranges(self):
-        return len(self._r)
-
-    def range_by_idx(self, i):
-        return self._r[i]
+FakeRange = _fake_seq("num_actions", "action_by_idx")
+FakeContext = _fake_seq("num_ranges", "range_by_idx")
 
 
 def _fake_report():

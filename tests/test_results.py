@@ -121,15 +121,19 @@ def test_load_all_concatenates_devices(sandbox):
     assert results.load_all("07_roofline", "missing").empty
 
 
-@pytest.mark.parametrize("name,slug", [
-    ("NVIDIA H200", "h200"),
-    ("NVIDIA H100 80GB HBM3", "h100"),
-    ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA L40S", "l40s"),
-    ("NVIDIA A100-SXM4-80GB", "a100-sxm4"),
-    ("NVIDIA B200", "b200"),
-])
+#: the name NVML reports -> the device key of data/<key>/
+DEVICE_SLUGS = {
+    "NVIDIA H200": "h200",
+    "NVIDIA H100 80GB HBM3": "h100",
+    "NVIDIA H100 PCIe": "h100-pcie",
+    "NVIDIA GeForce RTX 4090": "rtx-4090",
+    "NVIDIA L40S": "l40s",
+    "NVIDIA A100-SXM4-80GB": "a100-sxm4",
+    "NVIDIA B200": "b200",
+}
+
+
+@pytest.mark.parametrize("name,slug", DEVICE_SLUGS.items())
 def test_device_slug(name, slug):
     assert provenance.device_slug(name) == slug
 

@@ -1,17 +1,15 @@
 """Block scales to per-element scales: the one expansion every float64 reference of a
 block-scaled operand uses (a (ceil(R/br), ceil(C/bc)) grid of scales, one per br x bc block,
-repeated over its block and cut to the operand's R x C). numpy or torch in, same kind out; the
-grid's dtype is kept (references call .double() / astype(float64) first, or pass ``dtype``)."""
+repeated over its block and cut to the operand's R x C). numpy or torch in, same kind out;
+``expand`` keeps the grid's dtype, ``dequant`` works in float64."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .compare import _is_torch
+
 __all__ = ["expand", "dequant"]
-
-
-def _is_torch(t) -> bool:
-    return type(t).__module__.startswith("torch")
 
 
 def expand(scales, rows: int, cols: int, block=(128, 128)):

@@ -372,22 +372,23 @@ def _check_codes(codes, bits: int, per_word: int) -> np.ndarray:
     return codes.astype(np.uint32).reshape(-1, per_word)
 
 
+def _pack(codes, bits: int, order) -> np.ndarray:
+    """len(order) logical ``bits``-bit codes per word; field i holds element ``order[i]``."""
+    c = _check_codes(codes, bits, len(order))
+    w = np.zeros(c.shape[0], dtype=np.uint32)
+    for i, elem in enumerate(order):
+        w |= c[:, elem] << _U32(bits * i)
+    return w
+
+
 def pack_bytes(codes) -> np.ndarray:
     """4 logical 8-bit codes per word; byte i holds element ``BYTE_ORDER[i]``."""
-    c = _check_codes(codes, 8, 4)
-    w = np.zeros(c.shape[0], dtype=np.uint32)
-    for i, elem in enumerate(BYTE_ORDER):
-        w |= c[:, elem] << _U32(8 * i)
-    return w
+    return _pack(codes, 8, BYTE_ORDER)
 
 
 def pack_nibbles(codes) -> np.ndarray:
     """8 logical 4-bit codes per word; nibble i holds element ``NIBBLE_ORDER[i]``."""
-    c = _check_codes(codes, 4, 8)
-    w = np.zeros(c.shape[0], dtype=np.uint32)
-    for i, elem in enumerate(NIBBLE_ORDER):
-        w |= c[:, elem] << _U32(4 * i)
-    return w
+    return _pack(codes, 4, NIBBLE_ORDER)
 
 
 def _check_words(words) -> np.ndarray:
@@ -399,22 +400,22 @@ def _check_words(words) -> np.ndarray:
     return words
 
 
+def _unpack(words, bits: int, order) -> np.ndarray:
+    w = _check_words(words)
+    out = np.zeros((w.size, len(order)), dtype=np.uint32)
+    for i, elem in enumerate(order):
+        out[:, elem] = (w >> _U32(bits * i)) & _U32((1 << bits) - 1)
+    return out.reshape(-1)
+
+
 def unpack_bytes(words) -> np.ndarray:
     """Inverse of :func:`pack_bytes` (logical order), for tests and display."""
-    w = _check_words(words)
-    out = np.zeros((w.size, 4), dtype=np.uint32)
-    for i, elem in enumerate(BYTE_ORDER):
-        out[:, elem] = (w >> _U32(8 * i)) & _U32(0xFF)
-    return out.reshape(-1)
+    return _unpack(words, 8, BYTE_ORDER)
 
 
 def unpack_nibbles(words) -> np.ndarray:
     """Inverse of :func:`pack_nibbles` (logical order)."""
-    w = _check_words(words)
-    out = np.zeros((w.size, 8), dtype=np.uint32)
-    for i, elem in enumerate(NIBBLE_ORDER):
-        out[:, elem] = (w >> _U32(4 * i)) & _U32(0xF)
-    return out.reshape(-1)
+    return _unpack(words, 4, NIBBLE_ORDER)
 
 
 # --------------------------------------------------------------------------- results
@@ -708,28 +709,29 @@ def _reg(f):
     return lambda w: f(w, scale_in_reg=True)
 
 
+def _shift_tricks(fmt, epw, to_fp16, to_bf16, fp16_bias, bf16_bias):
+    """The and/shift/or trick (Marlin) into both targets twice: with the exponent bias folded
+    into the scale, and with it multiplied in registers."""
+    return [
+        _t(fmt, "fp16", "shift", epw, to_fp16,
+           f"and/shift/or (Marlin), bias {fp16_bias} folded into the scale"),
+        _t(fmt, "bf16", "shift", epw, to_bf16,
+           f"and/shift/or (Marlin), bias {bf16_bias} folded into the scale"),
+        _t(fmt, "fp16", "shift+mul", epw, _reg(to_fp16),
+           "and/shift/or, bias multiplied in registers (HMUL2)"),
+        _t(fmt, "bf16", "shift+mul", epw, _reg(to_bf16),
+           "and/shift/or, bias multiplied in registers (HFMA2.BF16)"),
+    ]
+
+
 TRICKS: dict[tuple[str, str, str], Trick] = dict(
     [
-        _t("e4m3", "fp16", "shift", 4, dequant_e4m3_fp16,
-           "and/shift/or (Marlin), bias 2^8 folded into the scale"),
-        _t("e4m3", "bf16", "shift", 4, dequant_e4m3_bf16,
-           "and/shift/or (Marlin), bias 2^120 folded into the scale"),
-        _t("e4m3", "fp16", "shift+mul", 4, _reg(dequant_e4m3_fp16),
-           "and/shift/or, bias multiplied in registers (HMUL2)"),
-        _t("e4m3", "bf16", "shift+mul", 4, _reg(dequant_e4m3_bf16),
-           "and/shift/or, bias multiplied in registers (HFMA2.BF16)"),
+        *_shift_tricks("e4m3", 4, dequant_e4m3_fp16, dequant_e4m3_bf16, "2^8", "2^120"),
         _t("e5m2", "fp16", "prmt", 4, dequant_e5m2_fp16,
            "byte permute: e5m2 is the top byte of fp16"),
         _t("e5m2", "bf16", "shift", 4, dequant_e5m2_bf16,
            "and/shift/or, bias 2^112 folded into the scale"),
-        _t("e2m1", "fp16", "shift", 8, dequant_e2m1_fp16,
-           "and/shift/or (Marlin), bias 2^14 folded into the scale"),
-        _t("e2m1", "bf16", "shift", 8, dequant_e2m1_bf16,
-           "and/shift/or (Marlin), bias 2^126 folded into the scale"),
-        _t("e2m1", "fp16", "shift+mul", 8, _reg(dequant_e2m1_fp16),
-           "and/shift/or, bias multiplied in registers (HMUL2)"),
-        _t("e2m1", "bf16", "shift+mul", 8, _reg(dequant_e2m1_bf16),
-           "and/shift/or, bias multiplied in registers (HFMA2.BF16)"),
+        *_shift_tricks("e2m1", 8, dequant_e2m1_fp16, dequant_e2m1_bf16, "2^14", "2^126"),
         _t("int4", "fp16", "magic", 8, dequant_int4_fp16,
            "LOP3 under magic 0x6400, HADD2/HFMA2 remove magic + zero point 8"),
         _t("int4", "bf16", "magic", 8, dequant_int4_bf16,

@@ -41,6 +41,7 @@ import pandas as pd
 from ..facts import shapes as shp
 from ..arms import peer_catalog, registry
 from ..kernels import mma_blockwise as mb
+from ..emulate import blockscale
 from ..measure import bench, harness
 from ..measure.progress import progress as track
 from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
@@ -253,17 +254,11 @@ def _rows64(t, rows):
     return np.asarray(t, dtype=np.float64)[np.asarray(rows, dtype=np.int64)]
 
 
-def _repeat(t, n: int, axis: int):
-    return t.repeat_interleave(n, axis) if _is_torch(t) else np.repeat(t, n, axis)
-
-
 def reference_rows(a, a_scale, b, b_scale, rows):
     """float64 (len(rows), N) of the blockwise-scaled product, from dequantised operands
     (an e4m3 code times an fp32 scale is exact in float64)."""
-    K = a.shape[1]
-    N = b.shape[0]
-    A = _rows64(a, rows) * _repeat(_rows64(a_scale, rows), 128, 1)[:, :K]
-    B = _f64(b) * _repeat(_repeat(_f64(b_scale), 128, 0)[:N], 128, 1)[:, :K]
+    A = blockscale.dequant(_rows64(a, rows), _rows64(a_scale, rows), (1, 128))
+    B = blockscale.dequant(b, b_scale, (128, 128))
     return A @ B.T
 
 
@@ -635,6 +630,15 @@ def _check_then_time(shape, M: int, cand: Candidate, quant: str, check, call, se
     return _row(shape, M, cand, quant, "measured", poison=poison, **chk, **timing_cols(tm, cnt), **clk), tm.p50_s
 
 
+def _point_sets(shape, M: int, *, seed: int, bf16_weights: bool, max_sets: int):
+    """Operands of one (shape, M): the checked set, its rotated copies (together past 2x L2, at most
+    ``max_sets``) and the rows the float64 check compares."""
+    s0 = make_operands(M, shape.N, shape.K, seed=seed, bf16_weights=bf16_weights)
+    per_set = M * shape.K + shape.N * shape.K + 2 * M * shape.N + (2 * shape.N * shape.K if bf16_weights else 0)
+    n_sets = min(max_sets, bench.n_rotation_sets(per_set, bench.device_l2_bytes(), max_sets=10**6))
+    return s0, harness.copies(s0, n_sets, OpSet.clone), check_rows(M, seed=seed)
+
+
 def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None, quant_arms=(),
               quant_each=False, seed: int = 0, warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6,
               graph_max_m: int = 64, max_sets: int = 16, sampler=None, log=None) -> list:
@@ -649,13 +653,8 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     rotated so that together they exceed 2x L2 either way."""
     import torch
 
-    N, K = shape.N, shape.K
     need_bf16 = any(c.arm == "cublas_bf16" for c in candidates)
-    s0 = make_operands(M, N, K, seed=seed, bf16_weights=need_bf16)
-    per_set = M * K + N * K + 2 * M * N + (2 * N * K if need_bf16 else 0)
-    n_sets = min(max_sets, bench.n_rotation_sets(per_set, bench.device_l2_bytes(), max_sets=10**6))
-    sets = harness.copies(s0, n_sets, OpSet.clone)
-    rows = check_rows(M, seed=seed)
+    s0, sets, rows = _point_sets(shape, M, seed=seed, bf16_weights=need_bf16, max_sets=max_sets)
     refs: dict = {}                      # one reference per kind (reference_for), built on first use
     timing = dict(sampler=sampler, method="graph" if M <= graph_max_m else "auto", warmup_ms=warmup_ms,
                   rep_ms=rep_ms, graph_threshold_s=graph_threshold_s)
@@ -695,6 +694,60 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
     sets = s0 = refs = None
     torch.cuda.empty_cache()
     return out_rows
+
+
+PAIRED_ARMS= ("cublaslt_blockwise", PER_TENSOR)
+
+
+def paired_point(shape, M: int, *, rounds: int = 9, seed: int = 0, warmup_ms: float = 5, rep_ms: float = 20,
+                 max_sets: int = 16, sampler=None, log=None) -> list:
+    """B5's two arms (cuBLASLt blockwise and cuBLAS FP8 per-tensor) at one (shape, M), checked and
+    timed in alternating rounds (A B, B A, A B, ...), each round a short timing of each arm: both
+    see the same clocks and power state, so their ratio per round does not carry the drift between
+    a sweep's far-apart points (at M = 4096 under the H200's 700 W cap the per-tensor rate moved
+    1119..1343 TFLOP/s between three runs while blockwise stayed at 1112..1124). Rows with a
+    ``round`` column; the same columns as the sweep's otherwise."""
+    import torch
+
+    s0, sets, rows = _point_sets(shape, M, seed=seed, bf16_weights=False, max_sets=max_sets)
+    refs: dict = {}
+    timing = dict(sampler=sampler, method="auto", warmup_ms=warmup_ms, rep_ms=rep_ms, graph_threshold_s=20e-6)
+    cands = [_cublaslt_candidate(), _per_tensor_candidate()]
+    out = []
+    for r in range(rounds):
+        for cand in (cands if r % 2 == 0 else cands[::-1]):
+            row, _ = _check_then_time(
+                shape, M, cand, "none", lambda c=cand: check_candidate(c, s0, reference_for(c.arm, s0, rows, refs), rows),
+                lambda s, c=cand: c.gemm(s, s.a, s.a_scale, None), sets, timing=timing, log=log)
+            row["round"] = r
+            out.append(row)
+    sets = s0 = refs = None
+    torch.cuda.empty_cache()
+    return out
+
+
+def paired_b5(shapes=DEFAULT_SHAPES, M: int = 4096, **kw) -> pd.DataFrame:
+    """:func:`paired_point` at M for every shape: the table B5's rule reads first."""
+    return pd.DataFrame([r for shape in resolve_shapes(shapes) for r in paired_point(shape, M, **kw)])
+
+
+def paired_ratios(paired: pd.DataFrame) -> pd.DataFrame:
+    """Per shape: blockwise rate / per-tensor rate of every round (= per-tensor time / blockwise
+    time of that round), its median and p10..p90 over the rounds, and the arms' median SM clocks."""
+    ok = paired[paired["status"] == "measured"]
+    t = ok.pivot_table(index=["shape", "M", "round"], columns="arm", values="time_p50_s")
+    mhz = ok.groupby(["shape", "arm"])["sm_mhz_median"].median().unstack("arm")
+    rows = []
+    if not set(PAIRED_ARMS) <= set(t.columns):
+        return pd.DataFrame(columns=["shape", "M", "rounds", "ratio_p50", "ratio_p10", "ratio_p90"])
+    t = t.dropna(subset=list(PAIRED_ARMS))
+    for (shape, M), g in t.groupby(level=["shape", "M"]):
+        r = g[PER_TENSOR] / g["cublaslt_blockwise"]
+        rows.append(dict(shape=shape, M=int(M), rounds=len(r), ratio_p50=float(r.median()),
+                         ratio_p10=float(r.quantile(0.1)), ratio_p90=float(r.quantile(0.9)),
+                         mhz_blockwise=float(mhz.loc[shape, "cublaslt_blockwise"]),
+                         mhz_per_tensor=float(mhz.loc[shape, PER_TENSOR])))
+    return pd.DataFrame(rows)
 
 
 def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: int | None = None, sms: int = 132,
@@ -1471,14 +1524,23 @@ def _mhz(g: pd.DataFrame, arm: str) -> str:
     return f"{v.iloc[0]:.0f}" if len(v) else "?"
 
 
-def verdict_b5(df: pd.DataFrame):
+def verdict_b5(df: pd.DataFrame, paired: Optional[pd.DataFrame] = None):
     """B5 (seed: cuBLASLt's block-scaled FP8 GEMM). It runs at every point asked (M padded to 4
     by the wrapper), and at the largest common M of every shape its TFLOP/s is >= B5_OF_FP8 of
-    cuBLAS FP8 *per-tensor* measured in the same run (what block scaling costs). Beside it: the
-    ratio to cuBLAS BF16 (2x on paper), and each arm's median SM clock from its own rows."""
-    rule = (f"differs if cuBLASLt blockwise fails at any point; at the largest M per shape holds if TFLOP/s(blockwise) "
-            f">= {B5_OF_FP8:.2f} x TFLOP/s({PER_TENSOR}) of the same run on every shape, else differs "
-            f"(vs BF16 shown beside, 2x on paper)")
+    cuBLAS FP8 *per-tensor* measured in the same run (what block scaling costs). With ``paired``
+    (:func:`paired_b5`'s table) the ratio is the median over its alternating rounds, one per shape;
+    without it (runs before paired rounds existed), the sweep's own p50s. Beside it: the ratio to
+    cuBLAS BF16 (2x on paper), and each arm's median SM clock from its own rows."""
+    pr = paired_ratios(paired) if paired is not None and len(paired) else pd.DataFrame()
+    if len(pr):
+        rule = (f"differs if cuBLASLt blockwise fails at any point of the sweep; holds if, at the largest M per shape, "
+                f"the median over rounds that time blockwise and {PER_TENSOR} alternately of "
+                f"TFLOP/s(blockwise) / TFLOP/s({PER_TENSOR}) is >= {B5_OF_FP8:.2f} on every shape, else differs "
+                f"(vs BF16 from the sweep shown beside, 2x on paper)")
+    else:
+        rule = (f"differs if cuBLASLt blockwise fails at any point; at the largest M per shape holds if TFLOP/s(blockwise) "
+                f">= {B5_OF_FP8:.2f} x TFLOP/s({PER_TENSOR}) of the same run on every shape, else differs "
+                f"(vs BF16 shown beside, 2x on paper)")
     lt = df[(df["arm"] == "cublaslt_blockwise") & (df["quant"].fillna("none") == "none")]
     if lt.empty:
         return _v("B5", "not-run", "cuBLASLt blockwise not in the sweep", "arm not requested", subject="seed",
@@ -1503,11 +1565,24 @@ def verdict_b5(df: pd.DataFrame):
     if not rows:
         return _v("B5", "not-run", f"cuBLASLt blockwise ran at all {len(lt)} points (M padded to 4)",
                   f"no {PER_TENSOR} timing in this run to compare its rate with", subject="seed", rule=rule)
-    worst = min(r[2] / r[3] for r in rows)
-    fig = (f"ran at all {len(lt)} points; at the largest M: " + "; ".join(
-        f"{s} M={m}: {a:.0f} TFLOP/s = {a / p:.2f}x FP8 per-tensor ({p:.0f})"
-        + (f", {a / c:.2f}x BF16 ({c:.0f})" if c == c else "") + f", SM MHz {mhz}"
-        for s, m, a, p, c, mhz in rows))
+    if len(pr):
+        by = pr.set_index("shape")
+        missing = sorted({r[0] for r in rows} - set(by.index))
+        if missing:
+            return _v("B5", "not-run", f"cuBLASLt blockwise ran at all {len(lt)} points (M padded to 4)",
+                      f"no paired rounds for {', '.join(missing)}", subject="seed", rule=rule)
+        worst = float(by["ratio_p50"].min())
+        fig = (f"ran at all {len(lt)} points; blockwise / FP8 per-tensor rate, median of alternating rounds: " + "; ".join(
+            f"{s} M={int(by.loc[s, 'M'])}: {by.loc[s, 'ratio_p50']:.2f}x (p10-p90 {by.loc[s, 'ratio_p10']:.2f}-"
+            f"{by.loc[s, 'ratio_p90']:.2f}, {int(by.loc[s, 'rounds'])} rounds, SM MHz {by.loc[s, 'mhz_blockwise']:.0f} / "
+            f"{by.loc[s, 'mhz_per_tensor']:.0f})" + (f", sweep: {a / c:.2f}x BF16 ({c:.0f})" if c == c else "")
+            for s, m, a, p, c, mhz in rows))
+    else:
+        worst = min(r[2] / r[3] for r in rows)
+        fig = (f"ran at all {len(lt)} points; at the largest M: " + "; ".join(
+            f"{s} M={m}: {a:.0f} TFLOP/s = {a / p:.2f}x FP8 per-tensor ({p:.0f})"
+            + (f", {a / c:.2f}x BF16 ({c:.0f})" if c == c else "") + f", SM MHz {mhz}"
+            for s, m, a, p, c, mhz in rows))
     if worst >= B5_OF_FP8:
         return _v("B5", "holds", fig, subject="seed", rule=rule)
     return _v("B5", "differs", fig, f"block scaling costs: {worst:.2f}x of the FP8 per-tensor rate at worst",

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..report import plotting, results
 from ..arms import registry
+from ..facts.shapes import short_name
 from ..paths import CROSS_DEVICE, output_figures_dir
 from ..report.results import check_name
 
@@ -240,10 +241,6 @@ def _grouped_bars(ax, cats, devs, st, value_of, *, fmt="{:.0%}", width=0.8):
     return x
 
 
-def _short(shape: str) -> str:
-    return shape.split(":")[-1] if shape.startswith("qwen3-8b") else shape.replace("deepseek-v3:", "DSv3 ")
-
-
 def _meta(df) -> dict:
     return df.attrs["meta"]
 
@@ -311,7 +308,7 @@ def draw_promotion_ratio(devs):
                 ax.text(0.02, bw.SEED_A3_FIX, f"seed, L4: {bw.SEED_A3_FIX:.1f}x", fontsize=7, va="bottom",
                         transform=ax.get_yaxis_transform())
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{_short(shape)}: {what}", fontsize=9)
+            ax.set_title(f"{short_name(shape)}: {what}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("time ratio (x, > 1: per-block faster)")
             if i == 1:
@@ -359,7 +356,7 @@ def draw_m1_stream(devs):
     ax.set_ylabel("streaming floor / time\n(fraction of that device's copy bandwidth)")
     ax.set_ylim(0, 1.25)
     q = set(qtxt.values())
-    ax.set_title(f"A8: {_short(shape) if shape else ''} at M = 1, each device against its own copy bandwidth\n"
+    ax.set_title(f"A8: {short_name(shape) if shape else ''} at M = 1, each device against its own copy bandwidth\n"
                  + ("W8A8 arms include quantising the activations" if q == {True} else
                     "W8A8 arms: pre-quantised activations" if q == {False} else
                     "W8A8 arms: with the quantiser on " + ", ".join(d for d, v in qtxt.items() if v)
@@ -385,7 +382,7 @@ def draw_targets(devs):
         ax.text(-0.45, goal * 1.02, f"target {goal:.2f}", fontsize=8)
         if kind.startswith("speedup"):
             ax.axhline(1.0, color="#999999", lw=0.8)
-        ax.set_xticks(x, [f"{_short(s)}\nM={m}" for s, m in cats[kind]], fontsize=7, rotation=30)
+        ax.set_xticks(x, [f"{short_name(s)}\nM={m}" for s, m in cats[kind]], fontsize=7, rotation=30)
         top = max([goal] + [v for d in val for v in val[d].values() if np.isfinite(v)])
         ax.set_ylim(0, top * 1.3)
         ax.set_ylabel("cuBLASLt time / best fp8lab time (same device)" if kind.startswith("speedup") else
@@ -410,10 +407,9 @@ def draw_fractions(devs):
     for d, t in tabs.items():
         ceil = results.load_table(d, "06_three_arms", "ceilings")
         fp32, bf16 = ta.ceiling_rate(ceil, "fp32_fma"), ta.ceiling_rate(ceil, "bf16_tensor")
-        g = t[(t["role"] == "gemm") & (t["status"] == "measured")]
         for site in sites:
             for ax, arm, c in ((a1, "scalar_tiled", fp32), (a2, "wmma_w8a16", bf16)):
-                s = g[(g["site"] == site) & (g["arm"] == arm)].sort_values("M")
+                s = ta.gemm_rows(t, arm, site)
                 if c and len(s):
                     ax.plot(s["M"], s["tflops_p50"] * 1e12 / c, ls=series[site], color=st[d]["color"],
                             marker=st[d]["marker"], ms=4)
@@ -421,21 +417,9 @@ def draw_fractions(devs):
                 notes.append(f"{d}: no FP32 ceiling measured")
             if not bf16:
                 notes.append(f"{d}: no BF16 ceiling measured")
-    a1.axhline(ta.SEED["scalar_ceiling"], color="#555555", ls="--", lw=1)   # grey: device colours are taken
-    a1.text(0.02, ta.SEED["scalar_ceiling"], "seed: structural ceiling 1/4", fontsize=7, va="bottom",
-            transform=a1.get_yaxis_transform())
-    a1.axhline(ta.SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1)
-    a1.text(0.02, ta.SEED["scalar_fraction_fp32"], "seed: measured 6.8%", fontsize=7, va="bottom",
-            transform=a1.get_yaxis_transform())
-    a2.axhspan(*ta.SEED["wmma_fraction"], color="#dddddd", alpha=0.6, lw=0)
-    a2.text(0.02, ta.SEED["wmma_fraction"][1], "seed: 50-70%", fontsize=7, va="bottom",
-            transform=a2.get_yaxis_transform())
+    ta.mark_seed_fractions(a1, a2, "fraction of the ceiling measured in the same run")  # grey: device colours are taken
     a1.set_title("B1: scalar_tiled / that device's FP32 FMA rate")
     a2.set_title("B3: wmma_w8a16 / that device's cuBLAS BF16 rate")
-    for ax in (a1, a2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("M (tokens)")
-        ax.set_ylabel("fraction of the ceiling measured in the same run")
     fig.tight_layout()
     _fig_legends(fig, _handles(devs, metas, st), _series_handles(series), "site")
     return fig, metas, list(dict.fromkeys(notes))

@@ -141,9 +141,10 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
     same-traffic copy's bandwidth on every row (and the 2 GiB copy's, when given).
 
     timing: 'auto' (graph replay with rotated inputs for calls under GRAPH_BELOW_S of GPU time or
-    bound by their launch, events for longer GPU-bound calls: bench.choose_method), or 'events' / 'graph' for every row (copy included). groups_per_warp (2, 4, 8 or
-    'auto') and persistent (True / False, with a number only): passed to quant_act_warp_ilp (None: its
-    default, 'auto'). diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
+    bound by their launch, events for longer GPU-bound calls: bench.choose_method), or 'events' /
+    'graph' for every row (copy included). groups_per_warp (2, 4, 8 or 'auto') and persistent
+    (True / False, with a number only): passed to quant_act_warp_ilp (None: its default, 'auto').
+    diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
     unknown = set(arms) - set(ARMS)
     if unknown:
         raise ValueError(f"unknown arms {sorted(unknown)}; known: {ARMS}")

@@ -944,6 +944,31 @@ def ceiling_rate(ceil: Optional[pd.DataFrame], name: str) -> Optional[float]:
     return float(r["rate_p50"].iloc[0]) if len(r) else None
 
 
+def gemm_rows(sweep: pd.DataFrame, arm: str, site: str) -> pd.DataFrame:
+    """The measured GEMM rows of one arm at one site, by M (B1 / B3's figures)."""
+    g = sweep[(sweep["role"] == "gemm") & (sweep["status"] == "measured") & (sweep["arm"] == arm)
+              & (sweep["site"] == site)]
+    return g.sort_values("M")
+
+
+def mark_seed_fractions(a_scalar, a_wmma, ylabel: str = "fraction of the ceiling") -> None:
+    """The seed's figures on the B1 (scalar_tiled / FP32) and B3 (wmma_w8a16 / BF16) panels, in
+    grey with their own labels: the structural 1/4 ceiling and the measured 6.8%, the 50-70% band."""
+    a_scalar.axhline(SEED["scalar_ceiling"], color="#555555", ls="--", lw=1)
+    a_scalar.text(0.02, SEED["scalar_ceiling"], "seed: structural ceiling 1/4", fontsize=7, va="bottom",
+                  transform=a_scalar.get_yaxis_transform())
+    a_scalar.axhline(SEED["scalar_fraction_fp32"], color="#999999", ls=":", lw=1)
+    a_scalar.text(0.02, SEED["scalar_fraction_fp32"], "seed: measured 6.8%", fontsize=7, va="bottom",
+                  transform=a_scalar.get_yaxis_transform())
+    a_wmma.axhspan(*SEED["wmma_fraction"], color="#dddddd", alpha=0.6, lw=0)
+    a_wmma.text(0.02, SEED["wmma_fraction"][1], "seed: 50-70%", fontsize=7, va="bottom",
+                transform=a_wmma.get_yaxis_transform())
+    for ax in (a_scalar, a_wmma):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel(ylabel)
+
+
 def verdicts(sweep: pd.DataFrame, step: Optional[pd.DataFrame], ceil: Optional[pd.DataFrame],
              num: Optional[pd.DataFrame], comp: Optional[pd.DataFrame], probe: Optional[dict],
              tiles: Optional[pd.DataFrame] = None) -> list:

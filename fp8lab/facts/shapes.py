@@ -100,3 +100,12 @@ def get(name: str) -> Shape:
         raise ValueError(f"shape name must be 'model:site', got {name!r}")
     model, site = name.split(":", 1)
     return shapes(model, [site])[0]
+
+
+def short_name(name: str) -> str:
+    """A shape's name for titles and ticks where the model is said once already: the site alone
+    for Qwen3-8B (the blockwise notebooks' default model), 'DSv3 <site>' for DeepSeek-V3, and
+    the full 'model:site' for every other model."""
+    if name.startswith("qwen3-8b:"):
+        return name.split(":", 1)[1]
+    return name.replace("deepseek-v3:", "DSv3 ")

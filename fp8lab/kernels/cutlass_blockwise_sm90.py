@@ -64,11 +64,11 @@ from pathlib import Path
 import numpy as np
 
 from . import _checks, mma_blockwise as _mb
+from ._build import KERNEL_DIR
 from ._checks import need as _need
 
 ARM = "cutlass_blockwise_sm90"
 
-KERNEL_DIR = Path(__file__).resolve().parent
 SOURCE = KERNEL_DIR / "cutlass_blockwise_sm90.cu"
 HEADER = KERNEL_DIR / "cutlass_blockwise_sm90.h"
 CONFIG_HEADER = KERNEL_DIR / "cutlass_blockwise_sm90_config.h"

@@ -105,6 +105,16 @@ inline int nt_for_rows(int M) {
   return mb <= 8 ? 1 : mb <= 16 ? 2 : mb <= 32 ? 4 : 8;
 }
 
+// Host dispatch of one launch of M rows: launch(F, BF16, NT) as integral constants for the
+// runtime (fmt, bf16) and the tile count nt_for_rows(M); cudaErrorInvalidValue for an unknown
+// format. The split-K and stream-K launchers of the bindings both go through it.
+template <class Launch>
+cudaError_t launch_for_rows(int fmt, bool bf16, int M, Launch&& launch) {
+  return by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
+    return by_nt(nt_for_rows(M), cudaErrorInvalidValue, [&](auto nt) { return launch(f, b, nt); });
+  });
+}
+
 template <int F>
 struct FormatTraits;
 template <>

@@ -22,10 +22,8 @@ cudaError_t probe(const uint32_t* words, uint32_t* out, int n, cudaStream_t s) {
 cudaError_t fp8lab_gemv_w16_launch(int fmt, bool bf16, const fp8lab::wo::WoParams& p, int splits,
                                    cudaStream_t stream) {
   using namespace fp8lab::wo;
-  return by_format(fmt, bf16, cudaErrorInvalidValue, [&](auto f, auto b) {
-    return by_nt(nt_for_rows(p.M), cudaErrorInvalidValue, [&](auto nt) {
-      return launch_gemv<decltype(f)::value, decltype(b)::value, decltype(nt)::value>(p, splits, stream);
-    });
+  return launch_for_rows(fmt, bf16, p.M, [&](auto f, auto b, auto nt) {
+    return launch_gemv<decltype(f)::value, decltype(b)::value, decltype(nt)::value>(p, splits, stream);
   });
 }
 

@@ -13,13 +13,11 @@ in fp32 and :func:`check` compares bit for bit with ``n_iters * (A @ B)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ._build import extension
+from ._build import KERNEL_DIR, extension
 
-KERNEL_DIR = Path(__file__).resolve().parent
 EXT_SOURCES = [KERNEL_DIR / "hmma_peak.cu", KERNEL_DIR / "hmma_peak_ext.cpp"]
 WARPS, CHAINS = 8, 4          # must match kWarps / kChains in hmma_peak.cu
 TILE_FLOP = 2 * 16 * 16 * 16  # one wmma 16x16x16 multiply-add

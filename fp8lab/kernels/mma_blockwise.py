@@ -24,16 +24,14 @@ import dataclasses
 import math
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from ..emulate import blockscale
 from . import _checks
-from ._build import COMMON_HEADERS, WarpTiled, extension
+from ._build import COMMON_HEADERS, KERNEL_DIR, WarpTiled, extension
 from ._checks import need
 
-KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "mma_blockwise.cuh"
 PARAMS_HEADER = KERNEL_DIR / "mma_blockwise_params.h"
 CONFIGS_HEADER = KERNEL_DIR / "mma_blockwise_configs.h"

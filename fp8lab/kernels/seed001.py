@@ -27,14 +27,12 @@ import dataclasses
 import math
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from ..emulate import blockscale
-from ._build import COMMON_HEADERS, WarpTiled, extension
+from ._build import COMMON_HEADERS, KERNEL_DIR, WarpTiled, extension
 
-KERNEL_DIR = Path(__file__).resolve().parent
 SCALAR_SOURCE = KERNEL_DIR / "scalar_tiled.cu"
 WMMA_SOURCE = KERNEL_DIR / "wmma_w8a16.cu"
 QUANT_SOURCE = KERNEL_DIR / "quant_act.cu"

@@ -41,9 +41,8 @@ import ml_dtypes
 import numpy as np
 
 from ..emulate import dequant, formats
-from ._build import COMMON_HEADERS, extension
+from ._build import COMMON_HEADERS, KERNEL_DIR, extension
 
-KERNEL_DIR = Path(__file__).resolve().parent
 HEADER = KERNEL_DIR / "gemv_w16.cuh"
 PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
 BIND_HEADER = KERNEL_DIR / "gemv_w16_bind.h"   # the two bindings' shared checks and WoParams

@@ -3,10 +3,12 @@ p20 / p50 / p80, and a noise check between two arms.
 
 How a kernel is timed (``bench``):
 
-* ``method="events"``: Triton's ``do_bench`` (CUDA events around every call, a
-  256 MB buffer zeroed before each call so L2 starts cold, warm-up first); we ask
-  it for every sample (``return_mode="all"``) and take p20 / p50 / p80 ourselves,
-  with the same linear interpolation ``do_bench(quantiles=...)`` uses.
+* ``method="events"``: CUDA events around every call, as Triton's ``do_bench`` times
+  (a 256 MB buffer zeroed before each call so L2 starts cold, warm-up first), plus a
+  spin kernel queued after the flush (``HEAD_START_CYCLES``) so that the GPU's work per
+  sample outlasts the host's: the host then stays ahead and the event pair holds the
+  call's GPU time only. We take p20 / p50 / p80 of the samples ourselves, with the
+  linear interpolation ``do_bench(quantiles=...)`` uses.
 * ``method="graph"``: for kernels under ~10 us, where launch gaps dominate an
   event pair, ``inner`` calls are captured in one CUDA graph and each replay is one
   sample of (replay time / inner). There is no flush between captured calls, so a
@@ -74,7 +76,7 @@ def quantiles(samples: Sequence[float], qs: Sequence[float] = QUANTILES) -> np.n
 class Timing:
     """Per-call times of one measurement, in seconds."""
     samples_s: np.ndarray
-    method: str = "events"          # "events" (do_bench, L2 flushed) | "graph" (replay)
+    method: str = "events"          # "events" (event pair per call, L2 flushed) | "graph" (replay)
     flushed_l2: bool = True
     rotation_sets: int = 1          # 1 = no rotation
     inner: int = 1                  # calls per sample (graph mode)
@@ -136,7 +138,7 @@ class NoiseCheck:
     rel_diff: float         # diff / median_a
     spread_a_s: float       # max - min of arm A's run medians
     spread_b_s: float
-    distinguishable: bool   # |diff| > max(spread_a, spread_b)
+    distinguishable: bool   # |diff| > max(spread_a, spread_b, EVENT_RESOLUTION_S)
     n_runs: tuple
 
     @property
@@ -153,6 +155,12 @@ class NoiseCheck:
         return d
 
 
+#: the resolution CUDA documents for cudaEventElapsedTime ("around 0.5 microseconds"): two arms
+#: whose medians differ by less are not called different however steady their runs are (on
+#: 2026-12-02 an H200 timed one 131 us arm against itself 0.10 us apart, runs within 0.08 us)
+EVENT_RESOLUTION_S = 0.5e-6
+
+
 def _run_medians(runs) -> list:
     out = []
     for r in runs:
@@ -166,7 +174,8 @@ def noise_check(runs_a, runs_b) -> NoiseCheck:
     ``runs_a`` / ``runs_b``: the medians of separate runs of each arm (floats in
     seconds, or ``Timing`` objects whose p50 is used), at least 2 per arm. The spread
     of an arm is max - min of its run medians; the difference is between the medians
-    of the run medians. A difference no larger than the larger spread is noise.
+    of the run medians. A difference no larger than the larger spread, or than the event timer's
+    resolution (``EVENT_RESOLUTION_S``), is noise.
     """
     a, b = _run_medians(runs_a), _run_medians(runs_b)
     if len(a) < 2 or len(b) < 2:
@@ -179,7 +188,7 @@ def noise_check(runs_a, runs_b) -> NoiseCheck:
     diff = mb - ma
     return NoiseCheck(median_a_s=ma, median_b_s=mb, diff_s=diff, rel_diff=diff / ma,
                       spread_a_s=sa, spread_b_s=sb,
-                      distinguishable=abs(diff) > max(sa, sb), n_runs=(len(a), len(b)))
+                      distinguishable=abs(diff) > max(sa, sb, EVENT_RESOLUTION_S), n_runs=(len(a), len(b)))
 
 
 def n_rotation_sets(bytes_per_set: int, l2_bytes: int, factor: float = 2.0,
@@ -301,26 +310,42 @@ def choose_method(fn, graph_below_s: float) -> Pace:
     return pace_of(estimate_call_s(fn), gpu_call_s(fn), graph_below_s)
 
 
-def _events_samples(fn, warmup_ms: float, rep_ms: float) -> list:
-    """Per-call ms, L2 flushed before each call: Triton's do_bench if present, else
-    the same loop written out (event pair per call, 256 MB zeroed before each)."""
-    try:
-        from triton.testing import do_bench
-    except ImportError:  # triton is optional on paper; every GPU box we target has it
-        do_bench = None
-    if do_bench is not None:
-        return list(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all"))
+#: GPU cycles of the spin kernel queued before every event-timed call, after the L2 flush (~0.2 ms
+#: at 2 GHz). Without it the GPU's work per sample is the flush (~60 us on an H200) plus the call:
+#: a host that needs longer than that to enqueue one sample (a Python wrapper's checks, a Triton
+#: launch, a busy host) lets the GPU drain, and the wait lands between the events. Notebook 03 on
+#: 2026-12-02 (host notebooks running beside it): two mma_blockwise rows at qwen3-8b o_proj M=128
+#: read 171 and 180 us with events where the same tiles took 112 and 94 us with the quantiser
+#: added, replayed in a graph.
+HEAD_START_CYCLES = 400_000
+#: calls of at least this many ms get no head start: the GPU's work per sample already outlasts any
+#: host path, and idle gaps would only lower the power a capped card runs a long GEMM at
+HEAD_START_BELOW_MS = 0.5
+#: the most samples one events timing takes (the GPU spends ~0.3 ms per sample beside the call)
+EVENTS_MAX_SAMPLES = 1000
+
+
+def _events_samples(fn, warmup_ms: float, rep_ms: float, head_start_cycles: int = HEAD_START_CYCLES) -> list:
+    """Per-call ms: for each sample a 256 MB buffer is zeroed (L2 starts cold), a spin kernel of
+    ``head_start_cycles`` is queued (calls estimated under HEAD_START_BELOW_MS only), then an event
+    pair around one call. Samples: rep_ms over a first estimate of the call, 10 ..
+    EVENTS_MAX_SAMPLES."""
     import torch
 
     cache = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
     est_ms = estimate_call_s(fn) * 1e3
     for _ in range(max(1, int(warmup_ms / est_ms))):
         fn()
-    n = max(1, int(rep_ms / est_ms))
+    n = int(min(EVENTS_MAX_SAMPLES, max(10, rep_ms / est_ms)))
+    if est_ms >= HEAD_START_BELOW_MS:
+        head_start_cycles = 0
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    torch.cuda.synchronize()
     for i in range(n):
         cache.zero_()
+        if head_start_cycles:
+            torch.cuda._sleep(int(head_start_cycles))
         starts[i].record()
         fn()
         ends[i].record()

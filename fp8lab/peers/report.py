@@ -71,6 +71,18 @@ def status_table(df: Optional[pd.DataFrame], peers: Sequence[str] = ()) -> pd.Da
                                        "scales", "act"])
 
 
+def show_status(dev: str, peer_tables: dict, peers: Sequence[str] = (), *, what: str = "kernels") -> bool:
+    """In a notebook: device ``dev``'s peers table as :func:`status_table` under a one-line
+    header; False (nothing shown) when that device has no peers table."""
+    if dev not in peer_tables:
+        return False
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"**{dev}**: peers (other people's {what}, checked and timed the same way)"))
+    display(status_table(peer_tables[dev], peers))
+    return True
+
+
 def versus_best_peer(host: pd.DataFrame, peer_df: Optional[pd.DataFrame], own_arms: Sequence[str], *,
                      keys: Sequence[str] = ("shape", "M"), metric: str = "bw_p50", higher: bool = True) -> pd.DataFrame:
     """fp8lab's best arm against the best peer measured in the same run, per ``keys``: both

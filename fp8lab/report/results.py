@@ -483,6 +483,15 @@ class Run:
                                "FigureInfo.from_meta(table.attrs['meta']) for each device")
         return FigureInfo.from_meta(self.meta, redrawn=False)
 
+    def info_for(self, dev: str, table) -> FigureInfo:
+        """Provenance of a figure drawn from device ``dev``'s ``table`` (a DataFrame with its
+        sidecar metadata in ``attrs['meta']``, or that metadata dict): this run's own when this run
+        measured ``dev``; otherwise the table's, marked redrawn."""
+        if self.mode == "measure" and dev == self.device:
+            return self.figure_info()
+        meta = table if isinstance(table, dict) else table.attrs["meta"]
+        return FigureInfo.from_meta(meta, redrawn=True)
+
     def summary(self) -> str:
         g = self.gpu
         where = (f"{g['device_name']} (cc {g['compute_capability']}, {g['sm_count']} SMs, "
