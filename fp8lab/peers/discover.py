@@ -1,7 +1,8 @@
 """Is a peer here? Import probes, versions, and where a source build lives.
 
 A peer is *available* when its module imports (pip-installed peers) or its extension has been
-built from its own source into an ignored folder (``build/peers/<name>``; the original Marlin).
+built from its own source into an ignored folder (``build/peers/<name>``; the original Marlin and
+DeepGEMM).
 Anything else -- not installed, the wrong GPU, an import that raises -- is an
 :class:`Availability` with ``ok=False``, the reason in one line and the install line, which
 the sweeps turn into a ``not-run`` row: never an exception, never a silent gap.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import sys
@@ -23,10 +25,12 @@ from .. import paths
 from ..arms import peer_catalog
 
 __all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
-           "reset"]
+           "deepgemm_src", "deepgemm_build_dir", "deepgemm_build_info", "deepgemm_env", "import_deepgemm", "reset"]
 
 MARLIN_SRC_ENV = "FP8LAB_MARLIN_SRC"
 MARLIN_BUILD_ENV = "FP8LAB_MARLIN_BUILD"
+DEEPGEMM_SRC_ENV = "FP8LAB_DEEPGEMM_SRC"
+DEEPGEMM_BUILD_ENV = "FP8LAB_DEEPGEMM_BUILD"
 
 
 class PeerUnavailable(RuntimeError):
@@ -146,13 +150,18 @@ def _marlin_version() -> str:
         return "source build"
 
 
+def _need_torch() -> None:
+    """torch loads first (a peer's extension links against libtorch); PeerUnavailable without it."""
+    try:
+        importlib.import_module("torch")
+    except ImportError as e:
+        raise PeerUnavailable(f"torch is not importable ({e})") from e
+
+
 def import_marlin():
     """Marlin's Python package (``mul``, ``Layer``): installed, or its source beside the
     extension built here. PeerUnavailable saying which part is missing."""
-    try:
-        import torch  # noqa: F401 - the extension links against libtorch: torch loads first
-    except ImportError as e:
-        raise PeerUnavailable(f"torch is not importable ({e})") from e
+    _need_torch()
     try:
         return importlib.import_module("marlin")
     except ImportError:
@@ -169,6 +178,86 @@ def import_marlin():
         return importlib.import_module("marlin")
     except ImportError as e:
         raise PeerUnavailable(f"Marlin does not import: {str(e).splitlines()[0][:200]}") from e
+
+
+def deepgemm_src() -> Path:
+    """Where DeepGEMM's source is unpacked: $FP8LAB_DEEPGEMM_SRC, else build/peers/src/deepgemm (ignored)."""
+    env = os.environ.get(DEEPGEMM_SRC_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "deepgemm"
+
+
+def deepgemm_build_dir() -> Path:
+    """Where ``python -m fp8lab.peers build deepgemm`` puts the ``deep_gemm`` package with its
+    extension: $FP8LAB_DEEPGEMM_BUILD, else build/peers/deepgemm (ignored)."""
+    env = os.environ.get(DEEPGEMM_BUILD_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "deepgemm"
+
+
+def deepgemm_build_info(build: Optional[Path] = None) -> dict:
+    """The build's build_info.json ({} when there is none or it does not parse)."""
+    info = (build or deepgemm_build_dir()) / "build_info.json"
+    try:
+        return json.loads(info.read_text()) if info.exists() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def deepgemm_env(info: dict) -> dict:
+    """What DeepGEMM's JIT reads at run time, for variables not already set: its kernel cache
+    ($DG_JIT_CACHE_DIR, default ~/.deep_gemm: fp8lab's cache instead) and the CUDA toolkit whose
+    nvcc it runs ($CUDA_HOME, as the build found it; its own guess is ``which nvcc``)."""
+    env = {"DG_JIT_CACHE_DIR": str(paths.cache_dir("deepgemm"))}
+    if info.get("cuda_home"):
+        env["CUDA_HOME"] = info["cuda_home"]
+    return {k: v for k, v in env.items() if not os.environ.get(k)}
+
+
+def _deepgemm_missing(build: Path) -> Optional[str]:
+    """Why the build in ``build`` cannot be imported, one line with what to run; None when it can."""
+    if not any((build / "deep_gemm").glob("_C*.so")):
+        if not (deepgemm_src() / "csrc" / "python_api.cpp").exists():
+            return (f"DeepGEMM's source is not at {deepgemm_src()}: run `python scripts/peers_offline.py --sources` "
+                    "then `python -m fp8lab.peers build deepgemm`")
+        return f"DeepGEMM is not built (no deep_gemm/_C*.so in {build}): run `python -m fp8lab.peers build deepgemm`"
+    for sub in ("deep_gemm", "cute", "cutlass"):
+        if not (build / "deep_gemm" / "include" / sub).is_dir():
+            return (f"DeepGEMM's JIT include {build / 'deep_gemm' / 'include' / sub} is missing (CUTLASS headers "
+                    "moved?): run `python -m fp8lab.peers build deepgemm` again")
+    return None
+
+
+def import_deepgemm():
+    """DeepGEMM's ``deep_gemm`` package: the build here (build/peers/deepgemm, its JIT's variables
+    set from its build_info.json), else an installed one. PeerUnavailable naming what to run."""
+    build = deepgemm_build_dir()
+    why = _deepgemm_missing(build)
+    if why is not None and importlib.util.find_spec("deep_gemm") is None:
+        raise PeerUnavailable(why)          # what to run comes before what else is missing
+    _need_torch()
+    if why is None:
+        os.environ.update(deepgemm_env(deepgemm_build_info(build)))
+        if str(build) not in sys.path:
+            sys.path.insert(0, str(build))
+    try:
+        return importlib.import_module("deep_gemm")
+    except Exception as e:  # noqa: BLE001 - an extension that breaks at import (ABI, CUDA) is a reason
+        raise PeerUnavailable(f"deep_gemm fails at import: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+
+
+def _deepgemm_version() -> str:
+    d = deepgemm_build_info()
+    if d:
+        return (f"{d.get('version', '?')} (source {str(d.get('source_commit', '?'))[:12]}, CUTLASS "
+                f"{d.get('cutlass_version', '?')} headers, built with {d.get('nvcc', '?')})")
+    try:
+        return md.version("deep_gemm")
+    except md.PackageNotFoundError:
+        return "source build"
+
+
+#: the import of each peer built from its own source (catalog ``discover == "build"``), by module
+BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm}
+BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version}
 
 
 @contextlib.contextmanager
@@ -339,7 +428,7 @@ def _probe_import(module: str) -> None:
 
 def _version(p: peer_catalog.Peer) -> str:
     if p.discover == "build":
-        return _marlin_version()
+        return BUILD_VERSIONS[p.module]()
     for name in (p.dist, p.module):
         if not name:
             continue
@@ -383,7 +472,7 @@ def availability(peer_id: str, *, probe: Optional[Callable[[peer_catalog.Peer], 
         if probe is not None:
             probe(p)
         elif p.discover == "build":
-            import_marlin()
+            BUILD_IMPORTS[p.module]()
         else:
             _probe_import(p.module)
         cap = _gpu_sm() if sm == -1 else sm
