@@ -64,8 +64,8 @@ def main(argv=None) -> int:
     sink = torch.empty((), dtype=torch.int64, device=dev)
     flushes = {
         "events-write": lambda: buf_w.zero_(),
-        "events-read": lambda: torch.sum(buf_r, out=sink),
-        "events-both": lambda: (buf_w.zero_(), torch.sum(buf_r, out=sink)),
+        "events-read": lambda: torch.sum(buf_r, dim=0, out=sink),
+        "events-both": lambda: (buf_w.zero_(), torch.sum(buf_r, dim=0, out=sink)),
     }
     l2 = bench.device_l2_bytes()
 
