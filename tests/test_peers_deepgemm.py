@@ -198,3 +198,50 @@ def test_deepgemm_binding_compiles():
     extra = [os.environ["FP8LAB_DEEPGEMM_EXTRA_INCLUDE"]] if os.environ.get("FP8LAB_DEEPGEMM_EXTRA_INCLUDE") else []
     r = build.deepgemm_compile_check(extra_includes=extra)
     assert r["ok"], r["errors"]
+
+
+# ------------------------------------------------------------------------ the separate-process probe
+def _fake_build(root: Path) -> Path:
+    pkg = root / "deep_gemm"
+    for sub in ("deep_gemm", "cute", "cutlass"):
+        (pkg / "include" / sub).mkdir(parents=True)
+    so = pkg / "_C.cpython-311-x86_64-linux-gnu.so"
+    so.write_bytes(b"")
+    return so
+
+
+def test_a_probe_that_crashes_is_one_line_with_what_it_printed_last(tmp_path):
+    import sys
+
+    so = _fake_build(tmp_path)
+    crash = [sys.executable, "-c", "import ctypes; print('Running NVCC command: nvcc x.cu', flush=True); "
+             "ctypes.string_at(0)"]
+    ok, line = discover._probe_child(tmp_path, so, [], {}, 60, cmd=crash)
+    assert not ok and line == "the probe died of SIGSEGV after: Running NVCC command: nvcc x.cu"
+    log = (tmp_path / "probe.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in log          # faulthandler's stack, for the reader
+    # cached against the extension: the same build is not probed again ...
+    assert discover._probe_child(tmp_path, so, [], {}, 60, cmd=[sys.executable, "-c", "print('ok')"]) == (ok, line)
+    # ... a rebuilt one is
+    os.utime(so, ns=(1, 1))
+    assert discover._probe_child(tmp_path, so, [], {}, 60, cmd=[sys.executable, "-c", "print('ok: fine')"]) == \
+        (True, "ok: fine")
+    os.utime(so, ns=(2, 2))
+    ok, line = discover._probe_child(tmp_path, so, [], {}, 60,
+                                     cmd=[sys.executable, "-c", "print('RuntimeError: no kernel image'); exit(1)"])
+    assert not ok and line == "RuntimeError: no kernel image"
+
+
+def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(tmp_path, monkeypatch):
+    _fake_build(tmp_path)
+    monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path))
+    monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV, raising=False)
+    monkeypatch.setattr(discover, "_need_torch", lambda: None)
+    monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
+    monkeypatch.setattr(discover, "probe_deepgemm", lambda timeout=300.0: (False, "the probe died of SIGSEGV after: x"))
+    with pytest.raises(discover.PeerUnavailable, match=r"failed its separate-process probe .*SIGSEGV after: x$"):
+        discover.import_deepgemm()
+    # the probe's own process does not probe again (it would never end)
+    monkeypatch.setenv(discover.DEEPGEMM_PROBING_ENV, "1")
+    monkeypatch.setattr(importlib, "import_module", lambda name: "the module")
+    assert discover.import_deepgemm() == "the module"

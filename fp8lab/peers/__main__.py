@@ -1,4 +1,5 @@
-"""python -m fp8lab.peers status | build marlin|deepgemm | check-compile [marlin|deepgemm] [--arch sm_90] | readme"""
+"""python -m fp8lab.peers status | build marlin|deepgemm | probe-marlin | probe-deepgemm |
+check-compile [marlin|deepgemm] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def main(argv=None) -> int:
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
+    sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels")
     c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm"])
@@ -113,6 +115,10 @@ def main(argv=None) -> int:
         from . import probe
 
         return probe.marlin(args.variant)
+    if args.cmd == "probe-deepgemm":
+        from . import probe
+
+        return probe.deepgemm()
     if args.what == "deepgemm":
         return _check_deepgemm(args)
     from . import build

@@ -25,7 +25,8 @@ from .. import paths
 from ..arms import peer_catalog
 
 __all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
-           "deepgemm_src", "deepgemm_build_dir", "deepgemm_build_info", "deepgemm_env", "import_deepgemm", "reset"]
+           "deepgemm_src", "deepgemm_build_dir", "deepgemm_build_info", "deepgemm_env", "import_deepgemm",
+           "probe_deepgemm", "reset"]
 
 MARLIN_SRC_ENV = "FP8LAB_MARLIN_SRC"
 MARLIN_BUILD_ENV = "FP8LAB_MARLIN_BUILD"
@@ -78,14 +79,16 @@ def marlin_build_dir(variant: str = "as-is") -> Path:
 MARLIN_CHOICE: dict = {}
 
 
-def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
-    """Run one small Marlin multiply, checked, in a separate process (a kernel that faults
-    leaves a CUDA context unusable, so it must not be this one): (ok, one line). Cached in the
-    build folder against the extension's mtime, so a box probes each build once."""
-    build = marlin_build_dir(variant)
-    so = next(build.glob("marlin_cuda*.so"), None)
-    if so is None:
-        return False, f"not built (no marlin_cuda*.so in {build})"
+def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
+                 cmd: Optional[list] = None) -> tuple[bool, str]:
+    """Run ``python -m fp8lab.peers <args>`` (or ``cmd``) in its own process (a kernel that faults, or a binding
+    that crashes, must not take this process's CUDA context with it): (ok, one line). Its whole
+    output goes to ``probe.log`` beside the build; (ok, line) is cached in ``probe.json`` against
+    the extension's name and mtime, so a box probes each build once."""
+    import signal
+    import subprocess
+    import sys as _sys
+
     cache = build / "probe.json"
     stamp = f"{so.name}:{so.stat().st_mtime_ns}"
     if cache.exists():
@@ -95,22 +98,38 @@ def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
                 return bool(d["ok"]), str(d["line"])
         except (ValueError, KeyError):
             pass
-    import subprocess
-    import sys as _sys
-    cmd = [_sys.executable, "-m", "fp8lab.peers", "probe-marlin", "--variant", variant]
+    cmd = cmd or [_sys.executable, "-m", "fp8lab.peers", *args]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           cwd=str(paths.repo_root()), env={**os.environ, MARLIN_VARIANT_ENV: variant})
-        lines = [ln for ln in (r.stdout + r.stderr).strip().splitlines() if ln.strip()]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(paths.repo_root()),
+                           env={**os.environ, "PYTHONFAULTHANDLER": "1", **env})
+        out = r.stdout + r.stderr
+        lines = [ln for ln in out.strip().splitlines() if ln.strip()]
         ok = r.returncode == 0 and bool(lines) and lines[-1].startswith("ok")
         line = lines[-1][:240] if lines else f"exit status {r.returncode}, no output"
-        if not ok:
+        if not ok and r.returncode < 0:     # killed by a signal: what it printed before the crash
+            name = signal.Signals(-r.returncode).name if -r.returncode in signal.Signals._value2member_map_ \
+                else str(-r.returncode)
+            before = [ln for ln in out[:out.find("Fatal Python error")].splitlines() if ln.strip()]
+            line = f"the probe died of {name}" + (f" after: {before[-1].strip()}" if before else "")
+            line = line[:240]
+        elif not ok:
             err = [ln for ln in lines if "Error" in ln or "error" in ln]
             line = (err[-1] if err else line)[:240]
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         ok, line = False, f"the probe did not finish in {timeout:g} s"
+    (build / "probe.log").write_text(f"$ {' '.join(cmd)}\n{out}")
     cache.write_text(json.dumps(dict(stamp=stamp, ok=ok, line=line)))
     return ok, line
+
+
+def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
+    """Run one small Marlin multiply, checked, in a separate process (:func:`_probe_child`)."""
+    build = marlin_build_dir(variant)
+    so = next(build.glob("marlin_cuda*.so"), None)
+    if so is None:
+        return False, f"not built (no marlin_cuda*.so in {build})"
+    return _probe_child(build, so, ["probe-marlin", "--variant", variant], {MARLIN_VARIANT_ENV: variant}, timeout)
 
 
 def choose_marlin_variant() -> str:
@@ -226,15 +245,35 @@ def _deepgemm_missing(build: Path) -> Optional[str]:
     return None
 
 
+#: set in the probe's own process: its import of the build must not probe again
+DEEPGEMM_PROBING_ENV = "FP8LAB_DEEPGEMM_PROBING"
+
+
+def probe_deepgemm(timeout: float = 300.0) -> tuple[bool, str]:
+    """One small checked DeepGEMM multiply (its JIT compiles the kernel first) in a separate
+    process (:func:`_probe_child`), with its JIT's debug lines on (they land in probe.log)."""
+    build = deepgemm_build_dir()
+    so = next((build / "deep_gemm").glob("_C*.so"), None)
+    if so is None:
+        return False, f"not built (no deep_gemm/_C*.so in {build})"
+    return _probe_child(build, so, ["probe-deepgemm"], {DEEPGEMM_PROBING_ENV: "1", "DG_JIT_DEBUG": "1"}, timeout)
+
+
 def import_deepgemm():
     """DeepGEMM's ``deep_gemm`` package: the build here (build/peers/deepgemm, its JIT's variables
-    set from its build_info.json), else an installed one. PeerUnavailable naming what to run."""
+    set from its build_info.json), once its separate-process probe passed on this GPU, else an
+    installed one. PeerUnavailable naming what to run, or what the probe saw."""
     build = deepgemm_build_dir()
     why = _deepgemm_missing(build)
     if why is not None and importlib.util.find_spec("deep_gemm") is None:
         raise PeerUnavailable(why)          # what to run comes before what else is missing
     _need_torch()
     if why is None:
+        if not os.environ.get(DEEPGEMM_PROBING_ENV) and _gpu_sm() is not None:
+            ok, line = probe_deepgemm()
+            if not ok:
+                raise PeerUnavailable(f"DeepGEMM's build failed its separate-process probe ({build / 'probe.log'}): "
+                                      f"{line}")
         os.environ.update(deepgemm_env(deepgemm_build_info(build)))
         if str(build) not in sys.path:
             sys.path.insert(0, str(build))
