@@ -1,28 +1,39 @@
 #!/usr/bin/env python3
 """Gather the peers (issue 17) for an offline GPU box, into ignored folders:
 
-    python scripts/peers_offline.py --wheels --sources [--marlin-git DIR]
+    python scripts/peers_offline.py --wheels --sources [--marlin-git DIR] [--deepgemm-git DIR] [--fmt-git DIR]
 
 - ``wheelhouse/peers/``: torchao's and ninja's wheels (for --python-version / --platform) and a
   wheel built from gemlite's sdist (pure Python + Triton, ``pip wheel --no-deps``);
 - ``build/peers/src/marlin/``: the original Marlin's source (github.com/IST-DASLab/marlin), from
   a local git directory (``--marlin-git``, e.g. a mirror) with ``git archive``, else a shallow
-  clone; stamped with its commit. Never committed (both folders are in .gitignore).
+  clone; stamped with its commit;
+- ``build/peers/src/deepgemm/``: DeepGEMM's source (github.com/deepseek-ai/DeepGEMM), only what
+  its extension build and its run-time JIT read (``csrc/``, the ``deep_gemm/`` package with its
+  kernel headers, LICENSE; not its tests, scripts or figures), from ``--deepgemm-git`` (a local
+  git directory, e.g. a mirror) with ``git archive``, else a shallow clone; plus the ``{fmt}``
+  headers at the commit DeepGEMM pins as its submodule (``third-party/fmt``: include/fmt and
+  LICENSE, from ``--fmt-git`` or a shallow fetch of that commit). Its CUTLASS submodule is not
+  gathered: the build uses the nvidia-cutlass wheel's headers (fp8lab.peers.build says why).
+  Stamped with the commits (DeepGEMM's, fmt's, and the CUTLASS commit it pins).
+Never committed (both folders are in .gitignore).
 
 On the box (torch, triton, nvcc there; the two folders carried beside the repository):
 
     python -m pip install --no-index --no-deps wheelhouse/peers/*.whl
     python -m fp8lab.peers build marlin
+    python -m fp8lab.peers build deepgemm
     python -m fp8lab.peers status
 
-vLLM, sgl-kernel (~535 MB), FlashInfer and DeepGEMM are not gathered: their wheels or builds are
-far over a 64 MiB transfer. Their arms run on a box where ``pip install`` reaches them.
+vLLM, sgl-kernel (~535 MB) and FlashInfer are not gathered: their wheels are far over a 64 MiB
+transfer. Their arms run on a box where ``pip install`` reaches them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -36,6 +47,12 @@ WHEELS = {"torchao": "0.18.0", "ninja": "1.13.2"}
 SDISTS = {"gemlite": "0.6.0.post2"}      # built into a wheel here
 MARLIN_URL = "https://github.com/IST-DASLab/marlin"
 MARLIN_PATHS = ("marlin", "setup.py", "LICENSE", "README.md")
+DEEPGEMM_URL = "https://github.com/deepseek-ai/DeepGEMM"
+#: what DeepGEMM's extension build (csrc/python_api.cpp and its headers) and its JIT (the
+#: deep_gemm package's include/deep_gemm, read by nvcc at run time) need, and its licence
+DEEPGEMM_PATHS = ("csrc", "deep_gemm", "LICENSE")
+FMT_URL = "https://github.com/fmtlib/fmt"
+FMT_PATHS = ("include/fmt", "LICENSE")       # DeepGEMM uses {fmt} header-only (FMT_HEADER_ONLY)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -78,6 +95,61 @@ def marlin_source(dest: Path, git_dir: str | None) -> str:
     return commit
 
 
+def _git(git_dir: str, *args: str) -> str:
+    return subprocess.run(["git", f"--git-dir={git_dir}", *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _unpack(git_dir: str, rev: str, paths, dest: Path) -> None:
+    """``git archive`` of ``paths`` at ``rev``, extracted into dest."""
+    with tempfile.TemporaryDirectory() as d:
+        tar = Path(d) / "src.tar"
+        _run(["git", f"--git-dir={git_dir}", "archive", "-o", str(tar), rev, *paths])
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tar) as t:
+            t.extractall(dest, filter="data")
+
+
+def submodule_commit(git_dir: str, rev: str, path: str) -> str:
+    """The commit a submodule (a gitlink at ``path``) is pinned to in ``rev``'s tree."""
+    line = _git(git_dir, "ls-tree", rev, path)
+    parts = line.split()
+    if len(parts) < 3 or parts[1] != "commit":
+        raise ValueError(f"{path} is not a submodule in {rev} of {git_dir}: {line!r}")
+    return parts[2]
+
+
+def _fetch_commit(url: str, commit: str, where: Path) -> str:
+    """A bare git directory holding ``commit`` of ``url`` (a shallow fetch); returns its path."""
+    _run(["git", "init", "-q", "--bare", str(where)])
+    _run(["git", f"--git-dir={where}", "fetch", "-q", "--depth", "1", url, commit])
+    return str(where)
+
+
+def deepgemm_source(dest: Path, git_dir: str | None, fmt_git: str | None = None) -> str:
+    """Unpack DeepGEMM's HEAD (DEEPGEMM_PATHS) into dest and the {fmt} headers it pins into
+    dest/third-party/fmt; stamp dest/.fp8lab-source.json; returns DeepGEMM's commit."""
+    with tempfile.TemporaryDirectory() as d:
+        if git_dir is None:
+            _run(["git", "clone", "-q", "--depth", "1", DEEPGEMM_URL, str(Path(d) / "deepgemm")])
+            git_dir = str(Path(d) / "deepgemm" / ".git")
+        commit = _git(git_dir, "rev-parse", "HEAD")
+        fmt_commit = submodule_commit(git_dir, "HEAD", "third-party/fmt")
+        cutlass_commit = submodule_commit(git_dir, "HEAD", "third-party/cutlass")
+        if dest.exists() and any(dest.iterdir()):
+            if not (dest / ".fp8lab-source.json").exists():
+                raise FileExistsError(f"{dest} holds files this script did not unpack: not replacing them")
+            shutil.rmtree(dest)           # no files of another commit left behind
+        _unpack(git_dir, "HEAD", DEEPGEMM_PATHS, dest)
+        fmt_git = fmt_git or _fetch_commit(FMT_URL, fmt_commit, Path(d) / "fmt.git")
+        _unpack(fmt_git, fmt_commit, FMT_PATHS, dest / "third-party" / "fmt")
+    (dest / ".fp8lab-source.json").write_text(json.dumps({
+        "url": DEEPGEMM_URL, "commit": commit, "fmt": {"url": FMT_URL, "commit": fmt_commit},
+        "cutlass_pinned": {"commit": cutlass_commit, "carried": False,
+                           "note": "built against the nvidia-cutlass wheel's headers instead"}}, indent=1))
+    return commit
+
+
 def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
 
@@ -85,21 +157,36 @@ def _size(path: Path) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheels", action="store_true", help="torchao's wheel and gemlite's, into --wheelhouse")
-    ap.add_argument("--sources", action="store_true", help="Marlin's source, into --marlin-dest")
+    ap.add_argument("--sources", action="store_true",
+                    help="Marlin's and DeepGEMM's sources (--source-peers), into --marlin-dest / --deepgemm-dest")
+    ap.add_argument("--source-peers", default="marlin,deepgemm", help="which sources --sources gathers")
     ap.add_argument("--python-version", default="3.12")
     ap.add_argument("--wheelhouse", default=str(ROOT / "wheelhouse" / "peers"))
     ap.add_argument("--marlin-dest", default=str(ROOT / "build" / "peers" / "src" / "marlin"))
     ap.add_argument("--marlin-git", default=None, help="a local git directory of IST-DASLab/marlin (no network)")
+    ap.add_argument("--deepgemm-dest", default=str(ROOT / "build" / "peers" / "src" / "deepgemm"))
+    ap.add_argument("--deepgemm-git", default=None,
+                    help="a local git directory of deepseek-ai/DeepGEMM, e.g. a mirror (no network)")
+    ap.add_argument("--fmt-git", default=None,
+                    help="a local git directory of fmtlib/fmt holding the commit DeepGEMM pins (no network)")
     args = ap.parse_args(argv)
     if not (args.wheels or args.sources):
         ap.error("ask for --wheels and/or --sources")
     if args.wheels:
         for w in wheels(Path(args.wheelhouse), args.python_version):
             print(f"{w.name}: {w.stat().st_size / 2**20:.2f} MiB")
-    if args.sources:
+    chosen = {s.strip() for s in args.source_peers.split(",") if s.strip()}
+    if args.sources and not chosen <= {"marlin", "deepgemm"}:
+        ap.error(f"--source-peers: marlin and/or deepgemm, got {sorted(chosen)}")
+    if args.sources and "marlin" in chosen:
         dest = Path(args.marlin_dest)
         commit = marlin_source(dest, args.marlin_git)
         print(f"Marlin {commit[:12]} in {dest}: {_size(dest) / 2**20:.2f} MiB")
+    if args.sources and "deepgemm" in chosen:
+        dest = Path(args.deepgemm_dest)
+        commit = deepgemm_source(dest, args.deepgemm_git, args.fmt_git)
+        print(f"DeepGEMM {commit[:12]} (with fmt headers) in {dest}: {_size(dest)} bytes "
+              f"({_size(dest) / 2**20:.2f} MiB)")
     return 0
 
 

@@ -41,6 +41,7 @@ def test_catalog_rows_are_complete_and_registered():
 
 def test_carried_says_which_can_reach_the_offline_box():
     assert peer_catalog.get("peer_torchao_blockwise").carries and peer_catalog.get("peer_marlin_int4").carries
+    assert peer_catalog.get("peer_deepgemm").carries and peer_catalog.get("peer_deepgemm").discover == "build"
     for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise", "peer_vllm_marlin_int4"):
         assert not peer_catalog.get(pid).carries
 

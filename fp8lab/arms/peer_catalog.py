@@ -55,6 +55,7 @@ class Peer:
 
 
 _MARLIN_SRC = "github.com/IST-DASLab/marlin"
+_DEEPGEMM_SRC = "github.com/deepseek-ai/DeepGEMM"
 _VLLM = "pip install vllm"
 _SGL = "pip install sgl-kernel"
 
@@ -108,11 +109,15 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "sgl-kernel", "import", "Apache-2.0", _SGL, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations (M-major), 128x128 weights, fp32", "e4m3", group=128,
          carried="not carried: the sgl-kernel wheel is ~535 MB", min_sm=90),
-    Peer("peer_deepgemm", "blockwise", "DeepGEMM fp8_gemm_nt", "deep_gemm", "deep_gemm", "import", "MIT",
-         "pip install git+https://github.com/deepseek-ai/DeepGEMM (builds with nvcc, needs CUTLASS)", ("05",),
-         "fp8_blockwise", "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
-         group=128, min_sm=90,
-         carried="not carried: its build needs CUTLASS and its JIT on the box (source + submodules)"),
+    Peer("peer_deepgemm", "blockwise", "DeepGEMM fp8_gemm_nt", "deep_gemm", None, "build", "MIT",
+         f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build deepgemm  ({_DEEPGEMM_SRC})",
+         ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
+         "1x128 activations (MN-major, TMA-aligned), 128x128 weights, fp32", "e4m3", group=128, min_sm=90,
+         carried="source 1.6 MB (csrc, deep_gemm, {fmt} headers), built on the box against the nvidia-cutlass "
+                 "wheel's CUTLASS headers; its JIT compiles each kernel with the box's nvcc",
+         note="K multiple of 128 and N of 64 (the shapes its own tests run)",
+         seen="2.6.1 @ 54e2261 (source; built on the H200, where its first JIT call dies of SIGSEGV: "
+              "fails its probe, so not-run; passes it with libstdc++ preloaded)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,

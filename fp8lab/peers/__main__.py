@@ -1,4 +1,5 @@
-"""python -m fp8lab.peers status | build marlin | check-compile [--arch sm_90] | readme"""
+"""python -m fp8lab.peers status | build marlin|deepgemm | probe-marlin | probe-deepgemm |
+check-compile [marlin|deepgemm] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -14,18 +15,59 @@ def _gpu() -> bool:
         return False
 
 
+def _build_deepgemm(verbose: bool) -> int:
+    """build deepgemm: DeepGEMM's binding from its source, then its availability line."""
+    from . import build, discover
+
+    try:
+        out = build.build_deepgemm(verbose=verbose)
+    except (FileNotFoundError, ImportError, ValueError, RuntimeError, OSError) as e:
+        print(f"cannot build DeepGEMM: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        return 2
+    a = discover.availability("peer_deepgemm")
+    print(f"built DeepGEMM into {out}; {'importable: ' + a.version if a.ok else a.reason}")
+    return 0
+
+
+def _check_deepgemm(args) -> int:
+    """check-compile deepgemm: one JIT kernel (nvcc, cubin) and the binding (g++ -c)."""
+    from . import build
+
+    rc = 0
+    try:
+        checks = (("one JIT kernel (sm_90 1D2D FP8 GEMM)", lambda: build.deepgemm_jit_check(args.arch or "sm_90a")),
+                  ("its binding csrc/python_api.cpp (compile only)", lambda: build.deepgemm_compile_check(
+                      torch_include=args.torch_include, extra_includes=args.include)))
+        for what, check in checks:
+            r = check()
+            print(f"{'ok' if r['ok'] else 'FAILED'}: DeepGEMM's {what} in {r['seconds']:.1f} s\n{r['command']}")
+            for ln in r["errors"]:
+                print(ln)
+            rc = rc or (0 if r["ok"] else 1)
+    except (FileNotFoundError, ImportError, RuntimeError) as e:      # no source, torch headers or CUTLASS
+        print(str(e).splitlines()[0], file=sys.stderr)
+        return 2
+    return rc
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
-    b = sub.add_parser("build", help="build a peer from its own source (marlin)")
-    b.add_argument("what", choices=["marlin"])
+    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm)")
+    b.add_argument("what", choices=["marlin", "deepgemm"])
     b.add_argument("--verbose", action="store_true")
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
-    c = sub.add_parser("check-compile", help="compile Marlin's kernel file alone with nvcc (no GPU)")
-    c.add_argument("--arch", default="sm_90")
+    sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
+    c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
+                       "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels")
+    c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm"])
+    c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT)")
+    c.add_argument("--torch-include", default=None, help="DeepGEMM: torch's headers when torch does not import")
+    c.add_argument("--include", action="append", default=[],
+                   help="DeepGEMM: a header folder searched last (cuBLAS / cuSPARSE / NVRTC headers), repeatable")
     sub.add_parser("readme", help="rewrite the README's peers table from the catalog")
     args = ap.parse_args(argv)
     if args.cmd == "readme":
@@ -46,6 +88,8 @@ def main(argv=None) -> int:
         with pd.option_context("display.max_colwidth", 90, "display.width", 250):
             print(table()[["peer", "here", "version", "reason", "licence", "install"]].to_string(index=False))
         return 0
+    if args.cmd == "build" and args.what == "deepgemm":
+        return _build_deepgemm(args.verbose)
     if args.cmd == "build":
         from . import build, discover
 
@@ -71,10 +115,16 @@ def main(argv=None) -> int:
         from . import probe
 
         return probe.marlin(args.variant)
+    if args.cmd == "probe-deepgemm":
+        from . import probe
+
+        return probe.deepgemm()
+    if args.what == "deepgemm":
+        return _check_deepgemm(args)
     from . import build
 
     try:
-        r = build.compile_check(args.arch)
+        r = build.compile_check(args.arch or "sm_90")
     except FileNotFoundError as e:
         print(str(e), file=sys.stderr)
         return 2

@@ -376,25 +376,49 @@ def sglang_blockwise(x, w) -> Prepared:
     return p
 
 
-def deepgemm_blockwise(x, w) -> Prepared:
-    """DeepGEMM's ``fp8_gemm_nt`` (1x128 activations, 128x128 weights; it lays out the scales
-    for TMA itself), operands quantised by its own test utilities when they import."""
+def _deepgemm_casts(dg):
+    """DeepGEMM's own quantisers (per_token_cast_to_fp8, per_block_cast_to_fp8): deep_gemm.utils
+    (2.x), else deep_gemm.utils.math; PeerUnavailable naming the version otherwise."""
+    for mod in ("deep_gemm.utils", "deep_gemm.utils.math"):
+        try:
+            m = import_peer_module(mod)
+            return m.per_token_cast_to_fp8, m.per_block_cast_to_fp8
+        except (ImportError, AttributeError):
+            continue
+    raise PeerUnavailable(f"deep_gemm {getattr(dg, '__version__', '?')} has no per_token_cast_to_fp8 / "
+                          "per_block_cast_to_fp8 in deep_gemm.utils")
+
+
+def _strided_clone(t):
+    """A copy with ``t``'s strides (clone() makes a padded, MN-major scale tensor row-major)."""
     import torch
 
-    try:
-        import deep_gemm
-    except Exception as e:  # noqa: BLE001
-        raise PeerUnavailable(f"deep_gemm not importable ({e})") from e
-    try:
-        from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
-    except Exception:  # noqa: BLE001 - older layouts keep them in deep_gemm.utils.math
-        try:
-            from deep_gemm.utils.math import per_block_cast_to_fp8, per_token_cast_to_fp8
-        except Exception as e:  # noqa: BLE001
-            raise PeerUnavailable(f"deep_gemm lacks per_token_cast_to_fp8 / per_block_cast_to_fp8 here ({e})") from e
-    a, sa = per_token_cast_to_fp8(x, use_ue8m0=False)
-    b, sb = per_block_cast_to_fp8(w, use_ue8m0=False)
-    gemm = getattr(deep_gemm, "fp8_gemm_nt", None) or getattr(deep_gemm, "gemm_fp8_fp8_bf16_nt")
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def deepgemm_blockwise(x, w) -> Prepared:
+    """DeepGEMM's ``fp8_gemm_nt(a=(codes, sfa), b=(codes, sfb), d)`` on Hopper: 1x128 activation and
+    128x128 weight scales in fp32 (packed UE8M0 is its SM100 format, hence ``use_ue8m0=False``),
+    operands from its own quantisers. It wants the activation scales MN-major and TMA-aligned and
+    transposes row-major ones inside every call (a kernel of its own): they are laid out once
+    here with its ``get_mn_major_tma_aligned_tensor``, as a caller that feeds it keeps them, and
+    ``with_quant`` passes its quantiser's row-major scales, as its own tests do. Each (N, K) is
+    compiled by its JIT (the box's nvcc) at the first call, the check, never in the timing."""
+    import torch
+
+    dg = discover.import_deepgemm()
+    per_token, per_block = _deepgemm_casts(dg)
+    M, K = x.shape
+    N = w.shape[0]
+    _need(K % 128 == 0 and N % 64 == 0, f"DeepGEMM is run here for K % 128 == 0 and N % 64 == 0 (its tests' "
+                                        f"shapes), got N={N}, K={K}")
+    gemm = getattr(dg, "fp8_gemm_nt", None) or getattr(dg, "gemm_fp8_fp8_bf16_nt", None)
+    _need(gemm is not None, f"deep_gemm {getattr(dg, '__version__', '?')} has no fp8_gemm_nt")
+    align = getattr(dg, "get_mn_major_tma_aligned_tensor", None) or getattr(dg, "get_col_major_tma_aligned_tensor",
+                                                                            None)
+    a, sa = per_token(x.contiguous(), use_ue8m0=False)
+    b, sb = per_block(w.contiguous(), use_ue8m0=False)
+    sa_k = align(sa) if align is not None else sa
 
     def call(st, _x, _o):
         out = torch.empty(st[0].shape[0], st[2].shape[0], dtype=torch.bfloat16, device=st[0].device)
@@ -402,10 +426,15 @@ def deepgemm_blockwise(x, w) -> Prepared:
         return out
 
     def with_quant(st, x):
-        qa, qs = per_token_cast_to_fp8(x, use_ue8m0=False)
+        qa, qs = per_token(x, use_ue8m0=False)
         return call((qa, qs, st[2], st[3]), None, None)
 
-    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant)
+    how = "activation scales laid out MN-major, TMA-aligned once" if align is not None else \
+        "activation scales row-major (transposed inside each call: no layout helper in this version)"
+    p = _blockwise_prepared((a, sa_k, b, sb), call, a, sa, b, sb, with_quant=with_quant,
+                            config=f"its JIT's kernel for this N, K; {how}")
+    p.clone = lambda s: tuple(_strided_clone(t) for t in s)
+    return p
 
 
 BLOCKWISE = {

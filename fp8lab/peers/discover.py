@@ -1,7 +1,8 @@
 """Is a peer here? Import probes, versions, and where a source build lives.
 
 A peer is *available* when its module imports (pip-installed peers) or its extension has been
-built from its own source into an ignored folder (``build/peers/<name>``; the original Marlin).
+built from its own source into an ignored folder (``build/peers/<name>``; the original Marlin and
+DeepGEMM).
 Anything else -- not installed, the wrong GPU, an import that raises -- is an
 :class:`Availability` with ``ok=False``, the reason in one line and the install line, which
 the sweeps turn into a ``not-run`` row: never an exception, never a silent gap.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import sys
@@ -23,10 +25,13 @@ from .. import paths
 from ..arms import peer_catalog
 
 __all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
-           "reset"]
+           "deepgemm_src", "deepgemm_build_dir", "deepgemm_build_info", "deepgemm_env", "import_deepgemm",
+           "probe_deepgemm", "reset"]
 
 MARLIN_SRC_ENV = "FP8LAB_MARLIN_SRC"
 MARLIN_BUILD_ENV = "FP8LAB_MARLIN_BUILD"
+DEEPGEMM_SRC_ENV = "FP8LAB_DEEPGEMM_SRC"
+DEEPGEMM_BUILD_ENV = "FP8LAB_DEEPGEMM_BUILD"
 
 
 class PeerUnavailable(RuntimeError):
@@ -74,14 +79,16 @@ def marlin_build_dir(variant: str = "as-is") -> Path:
 MARLIN_CHOICE: dict = {}
 
 
-def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
-    """Run one small Marlin multiply, checked, in a separate process (a kernel that faults
-    leaves a CUDA context unusable, so it must not be this one): (ok, one line). Cached in the
-    build folder against the extension's mtime, so a box probes each build once."""
-    build = marlin_build_dir(variant)
-    so = next(build.glob("marlin_cuda*.so"), None)
-    if so is None:
-        return False, f"not built (no marlin_cuda*.so in {build})"
+def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
+                 cmd: Optional[list] = None) -> tuple[bool, str]:
+    """Run ``python -m fp8lab.peers <args>`` (or ``cmd``) in its own process (a kernel that faults, or a binding
+    that crashes, must not take this process's CUDA context with it): (ok, one line). Its whole
+    output goes to ``probe.log`` beside the build; (ok, line) is cached in ``probe.json`` against
+    the extension's name and mtime, so a box probes each build once."""
+    import signal
+    import subprocess
+    import sys as _sys
+
     cache = build / "probe.json"
     stamp = f"{so.name}:{so.stat().st_mtime_ns}"
     if cache.exists():
@@ -91,22 +98,38 @@ def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
                 return bool(d["ok"]), str(d["line"])
         except (ValueError, KeyError):
             pass
-    import subprocess
-    import sys as _sys
-    cmd = [_sys.executable, "-m", "fp8lab.peers", "probe-marlin", "--variant", variant]
+    cmd = cmd or [_sys.executable, "-m", "fp8lab.peers", *args]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                           cwd=str(paths.repo_root()), env={**os.environ, MARLIN_VARIANT_ENV: variant})
-        lines = [ln for ln in (r.stdout + r.stderr).strip().splitlines() if ln.strip()]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(paths.repo_root()),
+                           env={**os.environ, "PYTHONFAULTHANDLER": "1", **env})
+        out = r.stdout + r.stderr
+        lines = [ln for ln in out.strip().splitlines() if ln.strip()]
         ok = r.returncode == 0 and bool(lines) and lines[-1].startswith("ok")
         line = lines[-1][:240] if lines else f"exit status {r.returncode}, no output"
-        if not ok:
+        if not ok and r.returncode < 0:     # killed by a signal: what it printed before the crash
+            name = signal.Signals(-r.returncode).name if -r.returncode in signal.Signals._value2member_map_ \
+                else str(-r.returncode)
+            before = [ln for ln in out[:out.find("Fatal Python error")].splitlines() if ln.strip()]
+            line = f"the probe died of {name}" + (f" after: {before[-1].strip()}" if before else "")
+            line = line[:240]
+        elif not ok:
             err = [ln for ln in lines if "Error" in ln or "error" in ln]
             line = (err[-1] if err else line)[:240]
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         ok, line = False, f"the probe did not finish in {timeout:g} s"
+    (build / "probe.log").write_text(f"$ {' '.join(cmd)}\n{out}")
     cache.write_text(json.dumps(dict(stamp=stamp, ok=ok, line=line)))
     return ok, line
+
+
+def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
+    """Run one small Marlin multiply, checked, in a separate process (:func:`_probe_child`)."""
+    build = marlin_build_dir(variant)
+    so = next(build.glob("marlin_cuda*.so"), None)
+    if so is None:
+        return False, f"not built (no marlin_cuda*.so in {build})"
+    return _probe_child(build, so, ["probe-marlin", "--variant", variant], {MARLIN_VARIANT_ENV: variant}, timeout)
 
 
 def choose_marlin_variant() -> str:
@@ -146,13 +169,18 @@ def _marlin_version() -> str:
         return "source build"
 
 
+def _need_torch() -> None:
+    """torch loads first (a peer's extension links against libtorch); PeerUnavailable without it."""
+    try:
+        importlib.import_module("torch")
+    except ImportError as e:
+        raise PeerUnavailable(f"torch is not importable ({e})") from e
+
+
 def import_marlin():
     """Marlin's Python package (``mul``, ``Layer``): installed, or its source beside the
     extension built here. PeerUnavailable saying which part is missing."""
-    try:
-        import torch  # noqa: F401 - the extension links against libtorch: torch loads first
-    except ImportError as e:
-        raise PeerUnavailable(f"torch is not importable ({e})") from e
+    _need_torch()
     try:
         return importlib.import_module("marlin")
     except ImportError:
@@ -169,6 +197,106 @@ def import_marlin():
         return importlib.import_module("marlin")
     except ImportError as e:
         raise PeerUnavailable(f"Marlin does not import: {str(e).splitlines()[0][:200]}") from e
+
+
+def deepgemm_src() -> Path:
+    """Where DeepGEMM's source is unpacked: $FP8LAB_DEEPGEMM_SRC, else build/peers/src/deepgemm (ignored)."""
+    env = os.environ.get(DEEPGEMM_SRC_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "deepgemm"
+
+
+def deepgemm_build_dir() -> Path:
+    """Where ``python -m fp8lab.peers build deepgemm`` puts the ``deep_gemm`` package with its
+    extension: $FP8LAB_DEEPGEMM_BUILD, else build/peers/deepgemm (ignored)."""
+    env = os.environ.get(DEEPGEMM_BUILD_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "deepgemm"
+
+
+def deepgemm_build_info(build: Optional[Path] = None) -> dict:
+    """The build's build_info.json ({} when there is none or it does not parse)."""
+    info = (build or deepgemm_build_dir()) / "build_info.json"
+    try:
+        return json.loads(info.read_text()) if info.exists() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def deepgemm_env(info: dict) -> dict:
+    """What DeepGEMM's JIT reads at run time, for variables not already set: its kernel cache
+    ($DG_JIT_CACHE_DIR, default ~/.deep_gemm: fp8lab's cache instead) and the CUDA toolkit whose
+    nvcc it runs ($CUDA_HOME, as the build found it; its own guess is ``which nvcc``)."""
+    env = {"DG_JIT_CACHE_DIR": str(paths.cache_dir("deepgemm"))}
+    if info.get("cuda_home"):
+        env["CUDA_HOME"] = info["cuda_home"]
+    return {k: v for k, v in env.items() if not os.environ.get(k)}
+
+
+def _deepgemm_missing(build: Path) -> Optional[str]:
+    """Why the build in ``build`` cannot be imported, one line with what to run; None when it can."""
+    if not any((build / "deep_gemm").glob("_C*.so")):
+        if not (deepgemm_src() / "csrc" / "python_api.cpp").exists():
+            return (f"DeepGEMM's source is not at {deepgemm_src()}: run `python scripts/peers_offline.py --sources` "
+                    "then `python -m fp8lab.peers build deepgemm`")
+        return f"DeepGEMM is not built (no deep_gemm/_C*.so in {build}): run `python -m fp8lab.peers build deepgemm`"
+    for sub in ("deep_gemm", "cute", "cutlass"):
+        if not (build / "deep_gemm" / "include" / sub).is_dir():
+            return (f"DeepGEMM's JIT include {build / 'deep_gemm' / 'include' / sub} is missing (CUTLASS headers "
+                    "moved?): run `python -m fp8lab.peers build deepgemm` again")
+    return None
+
+
+#: set in the probe's own process: its import of the build must not probe again
+DEEPGEMM_PROBING_ENV = "FP8LAB_DEEPGEMM_PROBING"
+
+
+def probe_deepgemm(timeout: float = 300.0) -> tuple[bool, str]:
+    """One small checked DeepGEMM multiply (its JIT compiles the kernel first) in a separate
+    process (:func:`_probe_child`), with its JIT's debug lines on (they land in probe.log)."""
+    build = deepgemm_build_dir()
+    so = next((build / "deep_gemm").glob("_C*.so"), None)
+    if so is None:
+        return False, f"not built (no deep_gemm/_C*.so in {build})"
+    return _probe_child(build, so, ["probe-deepgemm"], {DEEPGEMM_PROBING_ENV: "1", "DG_JIT_DEBUG": "1"}, timeout)
+
+
+def import_deepgemm():
+    """DeepGEMM's ``deep_gemm`` package: the build here (build/peers/deepgemm, its JIT's variables
+    set from its build_info.json), once its separate-process probe passed on this GPU, else an
+    installed one. PeerUnavailable naming what to run, or what the probe saw."""
+    build = deepgemm_build_dir()
+    why = _deepgemm_missing(build)
+    if why is not None and importlib.util.find_spec("deep_gemm") is None:
+        raise PeerUnavailable(why)          # what to run comes before what else is missing
+    _need_torch()
+    if why is None:
+        if not os.environ.get(DEEPGEMM_PROBING_ENV) and _gpu_sm() is not None:
+            ok, line = probe_deepgemm()
+            if not ok:
+                raise PeerUnavailable(f"DeepGEMM's build failed its separate-process probe ({build / 'probe.log'}): "
+                                      f"{line}")
+        os.environ.update(deepgemm_env(deepgemm_build_info(build)))
+        if str(build) not in sys.path:
+            sys.path.insert(0, str(build))
+    try:
+        return importlib.import_module("deep_gemm")
+    except Exception as e:  # noqa: BLE001 - an extension that breaks at import (ABI, CUDA) is a reason
+        raise PeerUnavailable(f"deep_gemm fails at import: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+
+
+def _deepgemm_version() -> str:
+    d = deepgemm_build_info()
+    if d:
+        return (f"{d.get('version', '?')} (source {str(d.get('source_commit', '?'))[:12]}, CUTLASS "
+                f"{d.get('cutlass_version', '?')} headers, built with {d.get('nvcc', '?')})")
+    try:
+        return md.version("deep_gemm")
+    except md.PackageNotFoundError:
+        return "source build"
+
+
+#: the import of each peer built from its own source (catalog ``discover == "build"``), by module
+BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm}
+BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version}
 
 
 @contextlib.contextmanager
@@ -339,7 +467,7 @@ def _probe_import(module: str) -> None:
 
 def _version(p: peer_catalog.Peer) -> str:
     if p.discover == "build":
-        return _marlin_version()
+        return BUILD_VERSIONS[p.module]()
     for name in (p.dist, p.module):
         if not name:
             continue
@@ -383,7 +511,7 @@ def availability(peer_id: str, *, probe: Optional[Callable[[peer_catalog.Peer], 
         if probe is not None:
             probe(p)
         elif p.discover == "build":
-            import_marlin()
+            BUILD_IMPORTS[p.module]()
         else:
             _probe_import(p.module)
         cap = _gpu_sm() if sm == -1 else sm

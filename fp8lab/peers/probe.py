@@ -1,35 +1,73 @@
 """One small, checked call of a built peer, meant to run in its own process
-(``python -m fp8lab.peers probe-marlin``): a kernel that faults leaves the CUDA context of its
-process unusable, so a notebook asks a child process first (``discover.probe_marlin``)."""
+(``python -m fp8lab.peers probe-marlin`` / ``probe-deepgemm``): a kernel that faults leaves the
+CUDA context of its process unusable, and a binding that crashes ends it, so a notebook asks a
+child process first (``discover.probe_marlin`` / ``discover.probe_deepgemm``)."""
 
 from __future__ import annotations
 
 import os
 
 
-def marlin(variant: str) -> int:
-    """Marlin at N=256, K=1024, M=16 against float64 on what its own pack encoded; prints one
-    line, "ok ..." and exit 0 when it agrees, else the error and exit 1."""
-    from . import adapters, discover
+def _unbuffered_c_stdout() -> None:
+    """This process's C stdio unbuffered, so what a peer's C++ prints before a crash reaches the
+    pipe (glibc; elsewhere nothing changes)."""
+    try:
+        import ctypes
 
-    os.environ[discover.MARLIN_VARIANT_ENV] = variant
+        libc = ctypes.CDLL(None)
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)     # 2: _IONBF
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _checked(run, what: str, tol: float = 1e-2) -> int:
+    """``run()`` -> (got, float64 reference); prints one line, "ok ..." and exit 0 when the
+    relative error is under ``tol``, else the error and exit 1."""
     try:
         import torch
 
         torch.manual_seed(0)
+        got, ref = run(torch)
+        torch.cuda.synchronize()
+        err = float((got.double() - ref).norm() / ref.norm())
+    except Exception as e:  # noqa: BLE001 - the probe's whole job is to report this in one line
+        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:240])
+        return 1
+    if not err < tol:
+        print(f"error: wrong result, relative error {err:.2e} ({what})")
+        return 1
+    print(f"ok: relative error {err:.1e} at {what}")
+    return 0
+
+
+def marlin(variant: str) -> int:
+    """Marlin at N=256, K=1024, M=16 against float64 on what its own pack encoded."""
+    from . import adapters, discover
+
+    os.environ[discover.MARLIN_VARIANT_ENV] = variant
+
+    def run(torch):
         w = torch.randn(256, 1024, device="cuda", dtype=torch.float32)
         prep = adapters.marlin_int4(w)
         x = torch.randn(16, 1024, device="cuda", dtype=torch.float16)
         out = torch.full((16, 256), float("nan"), device="cuda", dtype=torch.float16)
         prep.call(prep.state, x, out)
-        torch.cuda.synchronize()
-        ref = x.double() @ prep.w_ref.t()
-        err = float((out.double() - ref).norm() / ref.norm())
-    except Exception as e:  # noqa: BLE001 - the probe's whole job is to report this in one line
-        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:240])
-        return 1
-    if not err < 1e-2:
-        print(f"error: wrong result, relative error {err:.2e}")
-        return 1
-    print(f"ok: relative error {err:.1e} at N=256 K=1024 M=16 ({variant})")
-    return 0
+        return out, x.double() @ prep.w_ref.t()
+    return _checked(run, f"N=256 K=1024 M=16 ({variant})")
+
+
+def deepgemm() -> int:
+    """DeepGEMM's fp8_gemm_nt through fp8lab's adapter (its own quantisers; its JIT compiles the
+    kernel at this first call) at N=256, K=512, M=128, against float64 on its dequantised operands."""
+    from . import adapters
+
+    _unbuffered_c_stdout()
+
+    def run(torch):
+        w = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16)
+        prep = adapters.deepgemm_blockwise(x, w)
+        print(f"prepared: {prep.config}", flush=True)
+        got = prep.call(prep.state, x, None)
+        return got, prep.extra["ref_x"].double() @ prep.w_ref.double().t()
+    return _checked(run, "N=256 K=512 M=128")
