@@ -71,12 +71,19 @@ def world(tmp_path):
     return {"tmp": tmp_path, "manifest": manifest, "state": state, "env": env}
 
 
+def _default_stop_signals():
+    # a shell starts a background job (`pytest ... &`) with SIGINT ignored, and the runner would
+    # inherit that (a signal its caller ignores stays ignored, by design): give it the default
+    # Ctrl-C a terminal gives, which is what these tests stop it with
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(world, *args):
     return subprocess.Popen(
         [sys.executable, "-c", RUNNER, str(world["manifest"]), "run", "--mode", "replot",
          "--no-progress", "--out", str(world["tmp"] / "run"), *args],
         cwd=ROOT, env=world["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=_default_stop_signals)
 
 
 def _wait_for(path: Path, proc, timeout=90.0) -> dict:
