@@ -236,12 +236,61 @@ def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(tmp_path, 
     _fake_build(tmp_path)
     monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path))
     monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV, raising=False)
+    monkeypatch.delenv(discover.DEEPGEMM_VARIANT_ENV, raising=False)
+    monkeypatch.setattr(discover, "DEEPGEMM_CHOICE", {})
     monkeypatch.setattr(discover, "_need_torch", lambda: None)
     monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
-    monkeypatch.setattr(discover, "probe_deepgemm", lambda timeout=300.0: (False, "the probe died of SIGSEGV after: x"))
-    with pytest.raises(discover.PeerUnavailable, match=r"failed its separate-process probe .*SIGSEGV after: x$"):
+    probed = []
+
+    def probe(variant, timeout=300.0):
+        probed.append(variant)
+        return False, f"the probe died of SIGSEGV after: {variant}"
+    monkeypatch.setattr(discover, "probe_deepgemm", probe)
+    with pytest.raises(discover.PeerUnavailable, match=r"^no DeepGEMM build passed its separate-process probe: "
+                       r"as-is: .*SIGSEGV after: as-is; deepbind: .*; static-libstdcxx: .*static-libstdcxx$"):
         discover.import_deepgemm()
+    assert probed == list(discover.DEEPGEMM_VARIANTS)
     # the probe's own process does not probe again (it would never end)
     monkeypatch.setenv(discover.DEEPGEMM_PROBING_ENV, "1")
     monkeypatch.setattr(importlib, "import_module", lambda name: "the module")
     assert discover.import_deepgemm() == "the module"
+    assert probed == list(discover.DEEPGEMM_VARIANTS)
+
+
+def test_the_first_variant_that_passes_is_imported_the_way_it_was_probed(tmp_path, monkeypatch):
+    import sys
+
+    _fake_build(tmp_path)
+    monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path))
+    monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV, raising=False)
+    monkeypatch.delenv(discover.DEEPGEMM_VARIANT_ENV, raising=False)
+    monkeypatch.setattr(discover, "DEEPGEMM_CHOICE", {})
+    monkeypatch.setattr(discover, "_need_torch", lambda: None)
+    monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
+    monkeypatch.setattr(discover, "probe_deepgemm", lambda v, timeout=300.0: (v == "deepbind", f"{v} said so"))
+    flags = []
+    monkeypatch.setattr(importlib, "import_module", lambda name: flags.append(sys.getdlopenflags()) or "the module")
+    before = sys.getdlopenflags()
+    assert discover.import_deepgemm() == "the module"
+    assert flags == [os.RTLD_NOW | os.RTLD_DEEPBIND] and sys.getdlopenflags() == before
+    assert discover.DEEPGEMM_CHOICE == {"variant": "deepbind", "why": "as-is: as-is said so; deepbind: deepbind said so"}
+    from fp8lab.peers import adapters
+    assert adapters._deepgemm_build_note().startswith("; build deepbind (imported with RTLD_DEEPBIND), probes: as-is:")
+
+
+def test_the_static_variant_has_a_build_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path / "deepgemm"))
+    assert discover.deepgemm_build_dir() == discover.deepgemm_build_dir("deepbind") == tmp_path / "deepgemm"
+    assert discover.deepgemm_build_dir("static-libstdcxx") == tmp_path / "deepgemm-static-libstdcxx"
+    with pytest.raises(ValueError, match="must be one of"):
+        discover.deepgemm_build_dir("nope")
+    # chosen but never built: a reason that says what to run, not an import error
+    _fake_build(tmp_path / "deepgemm")
+    monkeypatch.setenv(discover.DEEPGEMM_VARIANT_ENV, "static-libstdcxx")
+    monkeypatch.setenv(discover.DEEPGEMM_PROBING_ENV, "1")
+    monkeypatch.setattr(discover, "_need_torch", lambda: None)
+    with pytest.raises(discover.PeerUnavailable, match=r"DeepGEMM is not built .*deepgemm-static-libstdcxx"):
+        discover.import_deepgemm()
+    monkeypatch.setenv(discover.DEEPGEMM_VARIANT_ENV, "bogus")
+    with pytest.raises(discover.PeerUnavailable, match=r"FP8LAB_DEEPGEMM_VARIANT='bogus': must be one of"):
+        discover.import_deepgemm()

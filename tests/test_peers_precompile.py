@@ -79,6 +79,23 @@ def test_only_triton_autotuned_peers_are_compiled_ahead():
     assert "peer_marlin_int4" not in auto and "peer_vllm_blockwise" not in auto and "peer_deepgemm" not in auto
 
 
+def test_a_jit_peer_is_compiled_ahead_with_its_points_shared_out(monkeypatch):
+    assert precompile.ahead_peers(list(peer_catalog.PEERS)) == [
+        p for p in peer_catalog.PEERS if p in precompile.autotuned(list(peer_catalog.PEERS)) or p == "peer_deepgemm"]
+    assert "peer_deepgemm" in precompile.ahead_peers(["peer_deepgemm", "peer_marlin_int4"])
+    import sys
+    import types
+
+    calls = []
+    monkeypatch.setattr(precompile, "compile_only", lambda slot, n: [0])
+    monkeypatch.setattr(precompile, "_blockwise_point", lambda peer, *pt: calls.append((peer, pt)))
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None, empty_cache=lambda: None))
+    monkeypatch.setitem(sys.modules, "torch", fake)       # the worker's torch, without a GPU
+    points = [("s", M, 0, True) for M in (1, 16, 128, 1024, 4096)]
+    done = [precompile._worker(("blockwise", ["peer_deepgemm"], points, i, 2, 0)) for i in range(2)]
+    assert [d[0] for d in done] == [3, 2] and [pt[1] for _, pt in calls] == [1, 128, 4096, 16, 1024]
+
+
 def test_ahead_starts_nothing_without_an_autotuned_peer(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("no pool for peers that do not autotune")

@@ -45,6 +45,7 @@ class Peer:
     carried: str = ""       # how it reaches the offline H200 ("" = wheel under the limit)
     min_sm: int = 80        # FP8 tensor-core GEMMs need sm_89 (Ada) or sm_90 (Hopper, wgmma / TMA)
     autotunes: bool = False  # Triton autotunes its kernels at the first call per shape (precompile.ahead)
+    jit: bool = False       # its own JIT compiles a kernel at the first call per shape (precompile.ahead)
     note: str = ""
     seen: str = _NOT_SEEN   # the version this adapter was written against, and how far it was checked
 
@@ -112,7 +113,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
     Peer("peer_deepgemm", "blockwise", "DeepGEMM fp8_gemm_nt", "deep_gemm", None, "build", "MIT",
          f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build deepgemm  ({_DEEPGEMM_SRC})",
          ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
-         "1x128 activations (MN-major, TMA-aligned), 128x128 weights, fp32", "e4m3", group=128, min_sm=90,
+         "1x128 activations (MN-major, TMA-aligned), 128x128 weights, fp32", "e4m3", group=128, min_sm=90, jit=True,
          carried="source 1.6 MB (csrc, deep_gemm, {fmt} headers), built on the box against the nvidia-cutlass "
                  "wheel's CUTLASS headers; its JIT compiles each kernel with the box's nvcc",
          note="K multiple of 128 and N of 64 (the shapes its own tests run)",

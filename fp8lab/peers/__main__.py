@@ -15,17 +15,34 @@ def _gpu() -> bool:
         return False
 
 
-def _build_deepgemm(verbose: bool) -> int:
-    """build deepgemm: DeepGEMM's binding from its source, then its availability line."""
+def _build_deepgemm(verbose: bool, variant) -> int:
+    """build deepgemm: DeepGEMM's binding from its source (every build its variants need, each in
+    its own process, at once; or ``variant``'s alone), then its availability line."""
     from . import build, discover
 
+    if variant is None:
+        import subprocess
+        try:                                # what every build needs, said once
+            build.deepgemm_binding()
+            import torch  # noqa: F401
+        except (FileNotFoundError, ImportError) as e:
+            print(f"cannot build DeepGEMM: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+            return 2
+        builds = ("as-is",) + discover.DEEPGEMM_OWN_BUILD
+        cmd = [sys.executable, "-m", "fp8lab.peers", "build", "deepgemm"] + (["--verbose"] if verbose else [])
+        procs = [subprocess.Popen(cmd + ["--variant", v]) for v in builds]
+        rc = max(p.wait() for p in procs)
+        if any((discover.deepgemm_build_dir(v) / "deep_gemm").glob("_C*.so") for v in builds):
+            a = discover.availability("peer_deepgemm")
+            used = discover.DEEPGEMM_CHOICE.get("variant", "as-is")
+            print(f"DeepGEMM: importable ({used}): {a.version}" if a.ok else f"DeepGEMM: {a.reason}")
+        return rc
     try:
-        out = build.build_deepgemm(verbose=verbose)
+        out = build.build_deepgemm(verbose=verbose, variant=variant)
     except (FileNotFoundError, ImportError, ValueError, RuntimeError, OSError) as e:
-        print(f"cannot build DeepGEMM: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        print(f"cannot build DeepGEMM ({variant}): {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
         return 2
-    a = discover.availability("peer_deepgemm")
-    print(f"built DeepGEMM into {out}; {'importable: ' + a.version if a.ok else a.reason}")
+    print(f"built DeepGEMM ({variant}) into {out}")
     return 0
 
 
@@ -60,7 +77,8 @@ def main(argv=None) -> int:
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
-    sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
+    pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
+    pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels")
     c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm"])
@@ -89,7 +107,7 @@ def main(argv=None) -> int:
             print(table()[["peer", "here", "version", "reason", "licence", "install"]].to_string(index=False))
         return 0
     if args.cmd == "build" and args.what == "deepgemm":
-        return _build_deepgemm(args.verbose)
+        return _build_deepgemm(args.verbose, args.variant)
     if args.cmd == "build":
         from . import build, discover
 
@@ -118,7 +136,7 @@ def main(argv=None) -> int:
     if args.cmd == "probe-deepgemm":
         from . import probe
 
-        return probe.deepgemm()
+        return probe.deepgemm(args.variant)
     if args.what == "deepgemm":
         return _check_deepgemm(args)
     from . import build

@@ -389,6 +389,15 @@ def _deepgemm_casts(dg):
                           "per_block_cast_to_fp8 in deep_gemm.utils")
 
 
+def _deepgemm_build_note() -> str:
+    """DeepGEMM's config column: which build ran when it is not the source as it is, and why."""
+    from .discover import DEEPGEMM_CHOICE
+
+    v = DEEPGEMM_CHOICE.get("variant", "as-is")
+    what = {"deepbind": "imported with RTLD_DEEPBIND", "static-libstdcxx": "libstdc++ linked statically"}
+    return "" if v == "as-is" else f"; build {v} ({what.get(v, v)}), probes: {DEEPGEMM_CHOICE.get('why', '')}"
+
+
 def _strided_clone(t):
     """A copy with ``t``'s strides (clone() makes a padded, MN-major scale tensor row-major)."""
     import torch
@@ -432,7 +441,7 @@ def deepgemm_blockwise(x, w) -> Prepared:
     how = "activation scales laid out MN-major, TMA-aligned once" if align is not None else \
         "activation scales row-major (transposed inside each call: no layout helper in this version)"
     p = _blockwise_prepared((a, sa_k, b, sb), call, a, sa, b, sb, with_quant=with_quant,
-                            config=f"its JIT's kernel for this N, K; {how}")
+                            config=f"its JIT's kernel for this N, K; {how}{_deepgemm_build_note()}")
     p.clone = lambda s: tuple(_strided_clone(t) for t in s)
     return p
 

@@ -387,7 +387,14 @@ def _stage_deepgemm(src: Path, out: Path, cutlass_inc: Path) -> Path:
     return pkg
 
 
-def _deepgemm_setuptools_build(cpp: Path, include_dirs: list, lib_dirs: list, out: Path, verbose: bool) -> None:
+#: the link flags of the static-libstdcxx variant (discover.DEEPGEMM_VARIANTS): libstdc++ linked
+#: in, references to what the library defines bound inside it, none of the static library's
+#: symbols exported (libgcc_s, the unwinder, stays shared: exceptions cross into torch's libraries)
+DG_STATIC_LINK_FLAGS = ("-static-libstdc++", "-Wl,-Bsymbolic", "-Wl,--exclude-libs,ALL")
+
+
+def _deepgemm_setuptools_build(cpp: Path, include_dirs: list, lib_dirs: list, out: Path, verbose: bool,
+                               link_flags: tuple = ()) -> None:
     """setup.py's CUDAExtension("deep_gemm._C") built into out/deep_gemm (no ninja: one file)."""
     import torch
     from setuptools import setup
@@ -395,7 +402,7 @@ def _deepgemm_setuptools_build(cpp: Path, include_dirs: list, lib_dirs: list, ou
 
     flags = [*DG_CXX_FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}"]
     ext = CUDAExtension("deep_gemm._C", [str(cpp)], include_dirs=include_dirs, libraries=list(DG_LIBRARIES),
-                        library_dirs=lib_dirs, extra_compile_args=flags)
+                        library_dirs=lib_dirs, extra_compile_args=flags, extra_link_args=list(link_flags))
     with tempfile.TemporaryDirectory() as tmp:
         try:
             setup(name="deep-gemm-fp8lab-build", ext_modules=[ext],
@@ -419,10 +426,13 @@ def write_deepgemm_build_info(out: Path, info: dict) -> Path:
     return path
 
 
-def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbose: bool = False) -> Path:
-    """Build DeepGEMM's deep_gemm._C with this box's torch into ``out`` (build/peers/deepgemm),
-    beside a copy of its package whose JIT include folder links the wheel's CUTLASS headers;
-    writes build_info.json (commits, versions, flags, CUDA home). Returns the folder."""
+def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbose: bool = False,
+                   variant: str = "as-is") -> Path:
+    """Build DeepGEMM's deep_gemm._C with this box's torch into ``out`` (default: the variant's
+    folder, build/peers/deepgemm), beside a copy of its package whose JIT include folder links the
+    wheel's CUTLASS headers; writes build_info.json (commits, versions, flags, CUDA home). The
+    ``static-libstdcxx`` variant links with DG_STATIC_LINK_FLAGS; the others share the as-is build.
+    Returns the folder."""
     import torch
     from torch.utils import cpp_extension
 
@@ -430,7 +440,10 @@ def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbo
 
     src = Path(src) if src else discover.deepgemm_src()
     cpp = deepgemm_binding(src)
-    out = Path(out) if out else discover.deepgemm_build_dir()
+    if variant not in discover.DEEPGEMM_VARIANTS:
+        raise ValueError(f"DeepGEMM variant must be one of {discover.DEEPGEMM_VARIANTS}, got {variant!r}")
+    link = DG_STATIC_LINK_FLAGS if variant in discover.DEEPGEMM_OWN_BUILD else ()
+    out = Path(out) if out else discover.deepgemm_build_dir(variant)
     out.mkdir(parents=True, exist_ok=True)
     cuda_home = cpp_extension.CUDA_HOME
     if not cuda_home:
@@ -438,7 +451,7 @@ def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbo
     cutlass_inc = cutlass_include_dir()
     _stage_deepgemm(src, out, cutlass_inc)
     _deepgemm_setuptools_build(cpp, deepgemm_include_dirs(src, cuda_home, cutlass_inc), [f"{cuda_home}/lib64"],
-                               out, verbose)
+                               out, verbose, link)
     if not any((out / "deep_gemm").glob("_C*.so")):
         raise RuntimeError(f"the build finished without deep_gemm/_C*.so in {out}")
     stamp = _source_stamp(src)
@@ -446,7 +459,7 @@ def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbo
         version=deepgemm_version(src), source_commit=stamp.get("commit", "?"), source=str(src),
         fmt_commit=stamp.get("fmt", {}).get("commit", "?"), cutlass_pinned=DG_CUTLASS_PINNED,
         cutlass_include=str(cutlass_inc), cutlass_version=cutlass_version(cutlass_inc), cxx_flags=list(DG_CXX_FLAGS),
-        libraries=list(DG_LIBRARIES), jit_nvcc_flags=list(DG_JIT_NVCC_FLAGS), cuda_home=str(cuda_home),
+        libraries=list(DG_LIBRARIES), link_flags=list(link), variant=variant, jit_nvcc_flags=list(DG_JIT_NVCC_FLAGS), cuda_home=str(cuda_home),
         nvcc=_nvcc_version(cpp_extension._join_cuda_home("bin", "nvcc")), torch=torch.__version__,
         torch_cuda=str(torch.version.cuda)))
     discover.reset()

@@ -26,7 +26,7 @@ from ..arms import peer_catalog
 
 __all__ = ["Availability", "PeerUnavailable", "availability", "marlin_src", "marlin_build_dir", "import_marlin",
            "deepgemm_src", "deepgemm_build_dir", "deepgemm_build_info", "deepgemm_env", "import_deepgemm",
-           "probe_deepgemm", "reset"]
+           "probe_deepgemm", "choose_deepgemm_variant", "DEEPGEMM_VARIANTS", "reset"]
 
 MARLIN_SRC_ENV = "FP8LAB_MARLIN_SRC"
 MARLIN_BUILD_ENV = "FP8LAB_MARLIN_BUILD"
@@ -80,16 +80,16 @@ MARLIN_CHOICE: dict = {}
 
 
 def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
-                 cmd: Optional[list] = None) -> tuple[bool, str]:
+                 cmd: Optional[list] = None, stem: str = "probe") -> tuple[bool, str]:
     """Run ``python -m fp8lab.peers <args>`` (or ``cmd``) in its own process (a kernel that faults, or a binding
     that crashes, must not take this process's CUDA context with it): (ok, one line). Its whole
-    output goes to ``probe.log`` beside the build; (ok, line) is cached in ``probe.json`` against
+    output goes to ``<stem>.log`` beside the build; (ok, line) is cached in ``<stem>.json`` against
     the extension's name and mtime, so a box probes each build once."""
     import signal
     import subprocess
     import sys as _sys
 
-    cache = build / "probe.json"
+    cache = build / f"{stem}.json"
     stamp = f"{so.name}:{so.stat().st_mtime_ns}"
     if cache.exists():
         try:
@@ -118,7 +118,7 @@ def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         ok, line = False, f"the probe did not finish in {timeout:g} s"
-    (build / "probe.log").write_text(f"$ {' '.join(cmd)}\n{out}")
+    (build / f"{stem}.log").write_text(f"$ {' '.join(cmd)}\n{out}")
     cache.write_text(json.dumps(dict(stamp=stamp, ok=ok, line=line)))
     return ok, line
 
@@ -132,27 +132,34 @@ def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
     return _probe_child(build, so, ["probe-marlin", "--variant", variant], {MARLIN_VARIANT_ENV: variant}, timeout)
 
 
-def choose_marlin_variant() -> str:
-    """The Marlin build this process imports: $FP8LAB_MARLIN_VARIANT, else the first of
-    MARLIN_VARIANTS whose separate-process probe passes; PeerUnavailable with every probe's
-    line when none does."""
-    forced = os.environ.get(MARLIN_VARIANT_ENV)
+def _choose_variant(what: str, variants: tuple, env_name: str, choice: dict,
+                    probe: Callable[[str], tuple]) -> str:
+    """The build of a peer this process uses: ``$env_name``, else the first of ``variants`` whose
+    separate-process probe passes (``choice`` keeps it and every probe's line, for the config
+    column); PeerUnavailable with every probe's line when none does."""
+    forced = os.environ.get(env_name)
     if forced:
-        if forced not in MARLIN_VARIANTS:
-            raise PeerUnavailable(f"${MARLIN_VARIANT_ENV}={forced!r}: must be one of {MARLIN_VARIANTS}")
-        MARLIN_CHOICE.setdefault("variant", forced)
-        MARLIN_CHOICE.setdefault("why", f"${MARLIN_VARIANT_ENV}")
+        if forced not in variants:
+            raise PeerUnavailable(f"${env_name}={forced!r}: must be one of {variants}")
+        choice.setdefault("variant", forced)
+        choice.setdefault("why", f"${env_name}")
         return forced
-    if "variant" in MARLIN_CHOICE:
-        return MARLIN_CHOICE["variant"]
+    if "variant" in choice:
+        return choice["variant"]
     tried = []
-    for v in MARLIN_VARIANTS:
-        ok, line = probe_marlin(v)
+    for v in variants:
+        ok, line = probe(v)
         if ok:
-            MARLIN_CHOICE.update(variant=v, why="; ".join(tried + [f"{v}: {line}"]))
+            choice.update(variant=v, why="; ".join(tried + [f"{v}: {line}"]))
             return v
         tried.append(f"{v}: {line}")
-    raise PeerUnavailable("no Marlin build passed its separate-process probe: " + "; ".join(tried))
+    raise PeerUnavailable(f"no {what} build passed its separate-process probe: " + "; ".join(tried))
+
+
+def choose_marlin_variant() -> str:
+    """The Marlin build this process imports: $FP8LAB_MARLIN_VARIANT, else the first of
+    MARLIN_VARIANTS whose separate-process probe passes."""
+    return _choose_variant("Marlin", MARLIN_VARIANTS, MARLIN_VARIANT_ENV, MARLIN_CHOICE, probe_marlin)
 
 
 def _marlin_version() -> str:
@@ -205,11 +212,29 @@ def deepgemm_src() -> Path:
     return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "deepgemm"
 
 
-def deepgemm_build_dir() -> Path:
+#: DeepGEMM on one box, in the order they are tried (each must pass its own separate-process
+#: probe): its build as it is; the same build imported with RTLD_DEEPBIND, so that its binding
+#: resolves C++ runtime symbols from the libraries it links before any already loaded (on the
+#: shared H200 its first JIT call dies of SIGSEGV as it is and passes with the system libstdc++
+#: preloaded: something loaded before it provides C++ runtime symbols it binds to); and a second
+#: build with libstdc++ linked into it, statically, its symbols bound inside it and not exported.
+DEEPGEMM_VARIANTS = ("as-is", "deepbind", "static-libstdcxx")
+DEEPGEMM_VARIANT_ENV = "FP8LAB_DEEPGEMM_VARIANT"
+#: the variant that needs a build of its own (the others import build/peers/deepgemm)
+DEEPGEMM_OWN_BUILD = ("static-libstdcxx",)
+#: what the variant in use was chosen by, for the peer's config column ("" until chosen)
+DEEPGEMM_CHOICE: dict = {}
+
+
+def deepgemm_build_dir(variant: str = "as-is") -> Path:
     """Where ``python -m fp8lab.peers build deepgemm`` puts the ``deep_gemm`` package with its
-    extension: $FP8LAB_DEEPGEMM_BUILD, else build/peers/deepgemm (ignored)."""
+    extension: $FP8LAB_DEEPGEMM_BUILD, else build/peers/deepgemm (ignored); a variant with a build
+    of its own beside it (build/peers/deepgemm-static-libstdcxx)."""
+    if variant not in DEEPGEMM_VARIANTS:
+        raise ValueError(f"DeepGEMM variant must be one of {DEEPGEMM_VARIANTS}, got {variant!r}")
     env = os.environ.get(DEEPGEMM_BUILD_ENV)
-    return Path(env) if env else paths.repo_root() / "build" / "peers" / "deepgemm"
+    base = Path(env) if env else paths.repo_root() / "build" / "peers" / "deepgemm"
+    return base.with_name(base.name + "-" + variant) if variant in DEEPGEMM_OWN_BUILD else base
 
 
 def deepgemm_build_info(build: Optional[Path] = None) -> dict:
@@ -249,36 +274,67 @@ def _deepgemm_missing(build: Path) -> Optional[str]:
 DEEPGEMM_PROBING_ENV = "FP8LAB_DEEPGEMM_PROBING"
 
 
-def probe_deepgemm(timeout: float = 300.0) -> tuple[bool, str]:
-    """One small checked DeepGEMM multiply (its JIT compiles the kernel first) in a separate
-    process (:func:`_probe_child`), with its JIT's debug lines on (they land in probe.log)."""
-    build = deepgemm_build_dir()
+def probe_deepgemm(variant: str = "as-is", timeout: float = 300.0) -> tuple[bool, str]:
+    """One small checked DeepGEMM multiply (its JIT compiles the kernel first) with ``variant`` in
+    a separate process (:func:`_probe_child`; probe-<variant>.json and .log beside the build), with
+    its JIT's debug lines on."""
+    build = deepgemm_build_dir(variant)
     so = next((build / "deep_gemm").glob("_C*.so"), None)
     if so is None:
         return False, f"not built (no deep_gemm/_C*.so in {build})"
-    return _probe_child(build, so, ["probe-deepgemm"], {DEEPGEMM_PROBING_ENV: "1", "DG_JIT_DEBUG": "1"}, timeout)
+    return _probe_child(build, so, ["probe-deepgemm", "--variant", variant],
+                        {DEEPGEMM_PROBING_ENV: "1", DEEPGEMM_VARIANT_ENV: variant, "DG_JIT_DEBUG": "1"}, timeout,
+                        stem=f"probe-{variant}")
+
+
+def choose_deepgemm_variant() -> str:
+    """The DeepGEMM build this process imports: $FP8LAB_DEEPGEMM_VARIANT, else the first of
+    DEEPGEMM_VARIANTS whose separate-process probe passes on this GPU."""
+    return _choose_variant("DeepGEMM", DEEPGEMM_VARIANTS, DEEPGEMM_VARIANT_ENV, DEEPGEMM_CHOICE, probe_deepgemm)
+
+
+@contextlib.contextmanager
+def _dlopen_flags(flags: Optional[int]):
+    """sys.setdlopenflags(flags) for the imports inside (None: unchanged)."""
+    if flags is None:
+        yield
+        return
+    old = sys.getdlopenflags()
+    sys.setdlopenflags(flags)
+    try:
+        yield
+    finally:
+        sys.setdlopenflags(old)
 
 
 def import_deepgemm():
     """DeepGEMM's ``deep_gemm`` package: the build here (build/peers/deepgemm, its JIT's variables
-    set from its build_info.json), once its separate-process probe passed on this GPU, else an
-    installed one. PeerUnavailable naming what to run, or what the probe saw."""
+    set from its build_info.json) in the first variant whose separate-process probe passed on this
+    GPU, else an installed one. PeerUnavailable naming what to run, or what every probe saw."""
     build = deepgemm_build_dir()
     why = _deepgemm_missing(build)
     if why is not None and importlib.util.find_spec("deep_gemm") is None:
         raise PeerUnavailable(why)          # what to run comes before what else is missing
     _need_torch()
+    flags = None
     if why is None:
-        if not os.environ.get(DEEPGEMM_PROBING_ENV) and _gpu_sm() is not None:
-            ok, line = probe_deepgemm()
-            if not ok:
-                raise PeerUnavailable(f"DeepGEMM's build failed its separate-process probe ({build / 'probe.log'}): "
-                                      f"{line}")
+        if os.environ.get(DEEPGEMM_PROBING_ENV) or _gpu_sm() is None:
+            variant = os.environ.get(DEEPGEMM_VARIANT_ENV) or "as-is"
+        else:
+            variant = choose_deepgemm_variant()
+        if variant not in DEEPGEMM_VARIANTS:
+            raise PeerUnavailable(f"${DEEPGEMM_VARIANT_ENV}={variant!r}: must be one of {DEEPGEMM_VARIANTS}")
+        build = deepgemm_build_dir(variant)
+        if variant in DEEPGEMM_OWN_BUILD and (miss := _deepgemm_missing(build)):
+            raise PeerUnavailable(miss)
+        if variant == "deepbind":
+            flags = os.RTLD_NOW | os.RTLD_DEEPBIND
         os.environ.update(deepgemm_env(deepgemm_build_info(build)))
         if str(build) not in sys.path:
             sys.path.insert(0, str(build))
     try:
-        return importlib.import_module("deep_gemm")
+        with _dlopen_flags(flags):
+            return importlib.import_module("deep_gemm")
     except Exception as e:  # noqa: BLE001 - an extension that breaks at import (ABI, CUDA) is a reason
         raise PeerUnavailable(f"deep_gemm fails at import: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
 

@@ -15,6 +15,11 @@ real launch keys them, so when the sweep then calls the peer, its autotuner benc
 config as before (the same list, the same benchmarker: the choice is the peer's own), loading
 each kernel from the cache instead of compiling it. Nothing here is written into a table.
 
+A peer with a JIT of its own (catalog ``jit``: DeepGEMM runs nvcc on a kernel generated for each
+shape at its first call, into its own on-disk cache) is compiled ahead the same way, its points
+shared out instead of configs: worker ``i`` makes the calls of points ``i, i + n, ...``, and the
+sweep's first call loads each kernel from that cache.
+
 Best effort: a worker that fails, or a pool past ``timeout_s``, is reported in one line and
 the sweep compiles what is missing itself, as it did before.
 
@@ -39,7 +44,7 @@ from typing import Callable, Optional, Sequence
 
 from ..arms import peer_catalog
 
-__all__ = ["ahead", "compile_only", "worker_count", "autotuned", "ensure", "plan", "prebuild", "prebuild_ready",
+__all__ = ["ahead", "compile_only", "worker_count", "autotuned", "ahead_peers", "ensure", "plan", "prebuild", "prebuild_ready",
            "NOTEBOOKS", "decode_ahead", "prefill_ahead", "blockwise_ahead"]
 
 #: the pool is stopped (SIGTERM to its workers) after this long; the sweep compiles the rest
@@ -49,6 +54,12 @@ TIMEOUT_S = 900.0
 def autotuned(peers: Sequence[str]) -> list:
     """The peers among ``peers`` whose kernels Triton autotunes (catalog ``autotunes``)."""
     return [p for p in peers if peer_catalog.get(p).autotunes]
+
+
+def ahead_peers(peers: Sequence[str]) -> list:
+    """The peers among ``peers`` that compile at their first call per shape: Triton-autotuned
+    ones and those with a JIT of their own (catalog ``jit``)."""
+    return [p for p in peers if peer_catalog.get(p).autotunes or peer_catalog.get(p).jit]
 
 
 def worker_count(n_configs_hint: int = 64) -> int:
@@ -123,13 +134,15 @@ def _worker(job) -> tuple:
 
     errors = []
     for peer in peers:
-        for pt in points:
+        jit = peer_catalog.get(peer).jit          # its own JIT: this worker's share of the points
+        for pt in (points[slot::n] if jit else points):
             try:
                 if kind == "blockwise":
                     _blockwise_point(peer, *pt)
                 else:
                     _weight_only_point(peer, *pt)
                 torch.cuda.synchronize()
+                count[0] += jit
             except Exception as e:  # noqa: BLE001 - best effort: the sweep compiles what is missing
                 from .harness import error_text
 
@@ -140,11 +153,11 @@ def _worker(job) -> tuple:
 
 def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: Optional[int] = None,
           timeout_s: float = TIMEOUT_S, log: Optional[Callable[[str], None]] = print, nice: int = 0) -> dict:
-    """Compile the autotuned ``peers``' configs for ``points`` on ``workers`` processes.
+    """Compile the autotuned ``peers``' configs (and the JIT peers' kernels) for ``points`` on ``workers`` processes.
     ``kind``: "blockwise" (points: (shape, M, seed, with_quant)) or "weight_only" (points:
     (N, K, Ms, seed)); ``nice``: the workers' added niceness. Returns dict(compiled, workers,
     seconds, errors); never raises."""
-    peers = autotuned(peers)
+    peers = ahead_peers(peers)
     if not peers or not points:
         return dict(compiled=0, workers=0, seconds=0.0, errors=[])
     n = workers or worker_count()
@@ -170,8 +183,8 @@ def ahead(kind: str, peers: Sequence[str], points: Sequence[tuple], *, workers: 
     dt = time.monotonic() - t0
     uniq = sorted(set(errors))
     if log:
-        line = (f"[peers] compiled {compiled} Triton kernel configs of {', '.join(peers)} ahead on {n} processes "
-                f"in {dt:.0f} s (their autotuners then benchmark every config as usual)")
+        line = (f"[peers] compiled {compiled} kernels (Triton configs, JIT kernels) of {', '.join(peers)} ahead on "
+                f"{n} processes in {dt:.0f} s (autotuners then benchmark every config as usual)")
         if uniq:
             line += f"; {len(uniq)} problem(s), first: {uniq[0][:200]}"
         log(line)
@@ -203,7 +216,7 @@ def ensure(kind: str, points: Sequence[tuple], *, peers: Sequence[str], workers:
     """:func:`ahead`, unless the same call has compiled on this box before (its marker): then
     one line and nothing else. A pool that ran to its end leaves the marker; one stopped by its
     timeout or broken does not (the next run tries again)."""
-    peers = autotuned(peers)
+    peers = ahead_peers(peers)
     if not peers or not points:
         return dict(compiled=0, workers=0, seconds=0.0, errors=[])
     marker = marker_path(call_key(kind, peers, points))
@@ -275,7 +288,7 @@ def plan(notebook: str, params: dict) -> tuple:
 def _live_autotuned(notebook: str, params: dict) -> list:
     from . import discover
 
-    return [p for p in autotuned(peer_catalog.resolve(params.get("peers", "all"), notebook))
+    return [p for p in ahead_peers(peer_catalog.resolve(params.get("peers", "all"), notebook))
             if discover.availability(p).ok]
 
 
@@ -288,8 +301,8 @@ def prebuild_ready(notebook: str, params_json: str) -> tuple:
     if not torch.cuda.is_available():
         return False, "no CUDA GPU"
     if not _live_autotuned(notebook, json.loads(params_json)):
-        names = sorted({peer_catalog.get(p).library for p in autotuned(peer_catalog.ids_for(notebook))})
-        return False, f"none of notebook {notebook}'s autotuned peers is installed ({', '.join(names)})"
+        names = sorted({peer_catalog.get(p).library for p in ahead_peers(peer_catalog.ids_for(notebook))})
+        return False, f"none of notebook {notebook}'s autotuned or JIT peers is installed ({', '.join(names)})"
     return True, ""
 
 

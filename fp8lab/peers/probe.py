@@ -56,11 +56,13 @@ def marlin(variant: str) -> int:
     return _checked(run, f"N=256 K=1024 M=16 ({variant})")
 
 
-def deepgemm() -> int:
+def deepgemm(variant: str = "as-is") -> int:
     """DeepGEMM's fp8_gemm_nt through fp8lab's adapter (its own quantisers; its JIT compiles the
-    kernel at this first call) at N=256, K=512, M=128, against float64 on its dequantised operands."""
-    from . import adapters
+    kernel at this first call) at N=256, K=512, M=128, with ``variant``
+    (discover.DEEPGEMM_VARIANTS), against float64 on its dequantised operands."""
+    from . import adapters, discover
 
+    os.environ[discover.DEEPGEMM_VARIANT_ENV] = variant
     _unbuffered_c_stdout()
 
     def run(torch):
@@ -70,4 +72,4 @@ def deepgemm() -> int:
         print(f"prepared: {prep.config}", flush=True)
         got = prep.call(prep.state, x, None)
         return got, prep.extra["ref_x"].double() @ prep.w_ref.double().t()
-    return _checked(run, "N=256 K=512 M=128")
+    return _checked(run, f"N=256 K=512 M=128 ({variant})")
