@@ -117,8 +117,9 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          carried="source 1.6 MB (csrc, deep_gemm, {fmt} headers), built on the box against the nvidia-cutlass "
                  "wheel's CUTLASS headers; its JIT compiles each kernel with the box's nvcc",
          note="K multiple of 128 and N of 64 (the shapes its own tests run)",
-         seen="2.6.1 @ 54e2261 (source; built on the H200, where its first JIT call dies of SIGSEGV: "
-              "fails its probe, so not-run; passes it with libstdc++ preloaded)"),
+         seen="2.6.1 @ 54e2261 (source; built on the H200: as it is, its first JIT call dies of SIGSEGV "
+              "(its std::filesystem calls bind to libtorch.so's copies); with libstdc++ linked in statically "
+              "it passes its probe and runs)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,

@@ -15,6 +15,16 @@ This runs DeepGEMM's separate-process probe (``python -m fp8lab.peers probe-deep
 * the probe's own closing line and exit status, and the same probe with libstdc++ preloaded.
 
     python scripts/probes/deepgemm_bindings.py [--variant as-is] [--out DIR]
+
+Result on the H200 (torch 2.11.0+cu130, DeepGEMM 2.6.1 @ 54e2261 built with g++ 13.3, commit
+71296ca, 2026-12-02): the probe as it is died of SIGSEGV (exit -11). Among the C++ runtime symbols
+the binding bound outside libstdc++, 5 went to torch's ``libtorch.so``, which exports its own copy
+of ``std::filesystem`` (e.g. ``std::filesystem::create_directory(path const&, path const&,
+error_code&)``, which DeepGEMM's JIT calls to make its cache folders before it writes a file). The
+same probe with ``LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6`` passed (``ok: relative error
+1.6e-03 at N=256 K=512 M=128``). The binding imported with RTLD_DEEPBIND still died (libtorch.so
+precedes libstdc++ among its own dependencies); built with libstdc++ linked in statically and
+``-Bsymbolic`` it passed (``discover.DEEPGEMM_VARIANTS``).
 """
 from __future__ import annotations
 
@@ -46,6 +56,16 @@ def _short(path: str) -> str:
     return os.path.basename(path) or path
 
 
+def _demangle(syms: list) -> list:
+    """c++filt's names for ``syms`` (the mangled ones where it is missing)."""
+    try:
+        r = subprocess.run(["c++filt"], input="\n".join(syms), capture_output=True, text=True, timeout=30)
+        names = r.stdout.splitlines()
+        return names if len(names) == len(syms) else syms
+    except (OSError, subprocess.SubprocessError):
+        return syms
+
+
 def _libstdcxx() -> str:
     out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True).stdout
     for ln in out.splitlines():
@@ -68,7 +88,8 @@ def main(argv=None) -> int:
 
     foreign = collections.defaultdict(lambda: collections.Counter())     # provider -> {asker: n}
     examples = collections.defaultdict(set)
-    last = {}
+    ext = {}                                    # what the extension itself bound outside libstdc++
+    last, probe_log = {}, None
     for path in sorted(glob.glob(os.path.join(out, "ld.*"))):
         tail = collections.deque(maxlen=12)
         with open(path, errors="replace") as f:
@@ -78,21 +99,30 @@ def main(argv=None) -> int:
                     continue
                 _pid, asker, provider, sym = m.groups()
                 tail.append(f"{_short(asker)} -> {_short(provider)}: {sym}")
-                if CXX_RUNTIME.match(sym) and "libstdc++" not in provider:
+                mine = "/deep_gemm/_C" in asker
+                if mine:
+                    probe_log = path
+                if CXX_RUNTIME.match(sym) and "libstdc++" not in provider and provider != asker:
                     foreign[provider][_short(asker)] += 1
                     if len(examples[provider]) < 4:
                         examples[provider].add(sym)
+                    if mine:
+                        ext[sym] = provider
         last[path] = list(tail)
-    print(f"\nC++ runtime symbols bound to a library other than libstdc++ ({len(foreign)} providers):")
+    print(f"\nC++ runtime symbols DeepGEMM's binding (deep_gemm/_C) bound outside libstdc++ ({len(ext)}):")
+    names = _demangle(sorted(ext))
+    for sym, name in zip(sorted(ext), names):
+        print(f"  {_short(ext[sym])}: {name}")
+    print(f"\nC++ runtime symbols bound to another library than libstdc++ and the asker, process-wide "
+          f"({len(foreign)} providers; templates instantiated in a library are expected here):")
     for provider, askers in sorted(foreign.items(), key=lambda kv: -sum(kv[1].values())):
         print(f"  {provider}: {sum(askers.values())} bindings, asked by "
               + ", ".join(f"{a} ({n})" for a, n in askers.most_common(6)))
         for sym in sorted(examples[provider]):
             print(f"      e.g. {sym}")
-    biggest = max(last, key=lambda p: os.path.getsize(p)) if last else None
-    if biggest:
-        print(f"\nlast bindings of the probe's process ({os.path.basename(biggest)}):")
-        for t in last[biggest]:
+    if probe_log:
+        print(f"\nlast bindings of the probe's process ({os.path.basename(probe_log)}), where it ended:")
+        for t in last[probe_log]:
             print("  " + t)
     lib = _libstdcxx()
     rc2, line2 = _probe(args.variant, {"LD_PRELOAD": lib})
