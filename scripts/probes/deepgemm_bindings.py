@@ -17,13 +17,15 @@ This runs DeepGEMM's separate-process probe (``python -m fp8lab.peers probe-deep
     python scripts/probes/deepgemm_bindings.py [--variant as-is] [--out DIR]
 
 Result on the H200 (torch 2.11.0+cu130, DeepGEMM 2.6.1 @ 54e2261 built with g++ 13.3, commit
-71296ca, 2026-12-02): the probe as it is died of SIGSEGV (exit -11). Among the C++ runtime symbols
-the binding bound outside libstdc++, 5 went to torch's ``libtorch.so``, which exports its own copy
-of ``std::filesystem`` (e.g. ``std::filesystem::create_directory(path const&, path const&,
-error_code&)``, which DeepGEMM's JIT calls to make its cache folders before it writes a file). The
-same probe with ``LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6`` passed (``ok: relative error
-1.6e-03 at N=256 K=512 M=128``). The binding imported with RTLD_DEEPBIND still died (libtorch.so
-precedes libstdc++ among its own dependencies); built with libstdc++ linked in statically and
+fbb9a6b, 2026-12-02): the probe as it is died of SIGSEGV (exit -11). Of the 18 C++ runtime
+symbols the binding bound outside libstdc++, 16 are ``std::filesystem`` functions, bound to the
+copies torch exports: 11 in ``libtorch_cpu.so`` (``path::_M_split_cmpts``, ``path::operator/=``,
+``directory_iterator``, ...) and 5 in ``libtorch.so`` (``create_directories``, ``status``,
+``rename``, ``remove``: what DeepGEMM's JIT calls to make its cache folders before it writes a
+file); the other two are ``__cxa_atexit`` / ``__cxa_finalize`` in libc. The same probe with
+``LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6`` passed (``ok: relative error 1.6e-03 at N=256
+K=512 M=128``). The binding imported with RTLD_DEEPBIND still died (torch's libraries precede
+libstdc++ among its own dependencies); built with libstdc++ linked in statically and
 ``-Bsymbolic`` it passed (``discover.DEEPGEMM_VARIANTS``).
 """
 from __future__ import annotations
