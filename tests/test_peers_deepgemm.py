@@ -284,8 +284,10 @@ def test_the_static_variant_has_a_build_of_its_own(tmp_path, monkeypatch):
     assert discover.deepgemm_build_dir("static-libstdcxx") == tmp_path / "deepgemm-static-libstdcxx"
     with pytest.raises(ValueError, match="must be one of"):
         discover.deepgemm_build_dir("nope")
-    # chosen but never built: a reason that says what to run, not an import error
+    # chosen but never built: a reason that says what to run, not an import error (with the source
+    # there: without it, the reason says to unpack the source first)
     _fake_build(tmp_path / "deepgemm")
+    monkeypatch.setenv(discover.DEEPGEMM_SRC_ENV, str(_fake_source(tmp_path / "src")))
     monkeypatch.setenv(discover.DEEPGEMM_VARIANT_ENV, "static-libstdcxx")
     monkeypatch.setenv(discover.DEEPGEMM_PROBING_ENV, "1")
     monkeypatch.setattr(discover, "_need_torch", lambda: None)
