@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU path on an offline GPU box that gets a copy of this tree without .git (rsync, a job
+# system): install from the carried wheelhouse, build the source peers, run `make smoke` and
+# `make test-gpu` one after the other, measure notebooks, and keep what they wrote.
+#
+#   scripts/offline_box.sh run   JOB COMMIT STEP...   # the steps, in the foreground
+#   scripts/offline_box.sh start JOB COMMIT STEP...   # the same, detached (setsid): it outlives the shell
+#   scripts/offline_box.sh wait  JOB SECONDS          # until the detached job ends (or SECONDS pass)
+#   scripts/offline_box.sh pack  JOB DEST             # JOB's results as tarballs in DEST
+#
+# JOB is a folder outside the tree (its log, one line per step in JOB/summary, JOB/done at the
+# end). COMMIT is the commit the copy holds: tables and figures name it (FP8LAB_GIT_COMMIT; a
+# measuring step hides any .git the copy has, so provenance cannot come from elsewhere).
+# Steps: env, setup, marlin, deepgemm, deepgemm-bindings, smoke, test-gpu, run (every notebook,
+# measured), NN (one notebook measured, e.g. 05). What a measuring step writes under data/ and
+# figures/ is copied to JOB/keep right after it: a tool that copies the tree again before the
+# next command overwrites tracked files. Before carrying the tree: `make wheelhouse
+# WHEEL_HAVE=<the box's pip freeze>` and `python scripts/peers_offline.py --wheels --sources`.
+# Never changes clocks, power limits or GPU modes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wait JOB SECONDS | pack JOB DEST" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+verb=$1 job=$2; shift 2
+MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
+STEPS="env setup marlin deepgemm deepgemm-bindings smoke test-gpu run"
+
+keep() {        # copy what a step wrote under tracked folders out of the tree
+    mkdir -p "$job/keep"
+    for d in "$@"; do [ -e "$d" ] && cp -r --parents "$d" "$job/keep/"; done
+}
+
+step() {
+    case "$1" in
+        env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+             python3 -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)'
+             echo "commit $FP8LAB_GIT_COMMIT, $(nproc) cores" ;;
+        setup) make setup "${MK[@]}" ;;
+        marlin) python3 -m fp8lab.peers build marlin ;;
+        deepgemm) python3 -m fp8lab.peers build deepgemm
+                  for f in build/peers/deepgemm*/probe-*.json; do [ -e "$f" ] && echo "$f: $(cat "$f")"; done ;;
+        deepgemm-bindings) timeout 600 python3 scripts/probes/deepgemm_bindings.py --out "$job/ld" > "$job/deepgemm-bindings.log" 2>&1
+                           local rc=$?; grep -v '^      e\.g\.' "$job/deepgemm-bindings.log" | head -60; rm -rf "$job/ld"; return $rc ;;
+        smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
+        test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
+        run) GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
+             local rc=$?; keep data figures; return $rc ;;
+        [0-9][0-9]|[0-9][0-9][a-z])
+             GIT_DIR=/nonexistent python3 -m fp8lab run --only "$1" --mode measure --no-progress --out "runs/measure-$1"
+             local rc=$?; keep data/*/"$1"_* figures/*/"$1"_*; return $rc ;;
+        *) echo "unknown step '$1' (steps: $STEPS, or a notebook id such as 05)" >&2; return 2 ;;
+    esac
+}
+
+steps() {
+    export FP8LAB_GIT_COMMIT=$1; shift
+    export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    local s t0 rc worst=0
+    for s in "$@"; do
+        t0=$(date +%s); echo "=== step $s start $(date -u +%T)"
+        step "$s"; rc=$?
+        [ $rc -gt $worst ] && worst=$rc
+        echo "=== step $s rc=$rc $(( $(date +%s) - t0 )) s"
+        echo "$s rc=$rc $(( $(date +%s) - t0 ))s" >> "$job/summary"
+    done
+    echo "rc=$worst" > "$job/done"
+    return $worst
+}
+
+case "$verb" in
+    run|start)
+        [ $# -ge 2 ] || usage
+        for s in "${@:2}"; do          # a typo fails here, before anything runs
+            case " $STEPS " in *" $s "*) ;; *) [[ $s =~ ^[0-9][0-9][a-z]?$ ]] || { echo "unknown step '$s' (steps: $STEPS, or a notebook id such as 05)" >&2; exit 2; } ;; esac
+        done
+        rm -rf "$job"; mkdir -p "$job"
+        if [ "$verb" = run ]; then
+            steps "$@" 2>&1 | tee "$job/log"; exit "${PIPESTATUS[0]}"
+        fi
+        setsid nohup "$(pwd)/scripts/offline_box.sh" run-detached "$job" "$@" > "$job/log" 2>&1 < /dev/null &
+        echo "started in $job (pid $!)" ;;
+    run-detached) steps "$@" ;;
+    wait)
+        [ $# -eq 1 ] || usage
+        t0=$(date +%s)
+        while [ ! -f "$job/done" ] && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 5; done
+        if [ -f "$job/done" ]; then echo "done ($(cat "$job/done"))"; else echo "running after $1 s"; fi
+        cat "$job/summary" 2>/dev/null; tail -c 4000 "$job/log" ;;
+    pack)
+        [ $# -eq 1 ] || usage
+        mkdir -p "$1"
+        cp "$job"/*.log "$1"/ 2>/dev/null
+        [ -d "$job/keep" ] && tar czf "$1/keep.tgz" -C "$job/keep" .
+        [ -d runs ] && tar czf "$1/runs.tgz" --exclude='*.so' --exclude='*.cubin' runs
+        ls build/peers/*/probe* build/peers/*/build_info.json >/dev/null 2>&1 && \
+            tar czf "$1/peers.tgz" build/peers/*/probe* build/peers/*/build_info.json
+        ls -la "$1" ;;
+    *) usage ;;
+esac

@@ -1,0 +1,43 @@
+"""scripts/offline_box.sh, the GPU path on an offline box: what it refuses, and its job files."""
+import subprocess
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "offline_box.sh"
+
+
+def _run(*args, **kw):
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_the_script_parses():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+
+
+def test_a_typo_in_a_step_is_one_line_before_anything_runs(tmp_path):
+    job = tmp_path / "job"
+    r = _run("run", str(job), "abc1234", "setup", "smok")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["unknown step 'smok' (steps: env setup marlin deepgemm deepgemm-bindings "
+                                             "smoke test-gpu run, or a notebook id such as 05)"]
+    assert not job.exists()
+
+
+def test_bad_arguments_print_the_usage(tmp_path):
+    for args in ([], ["run", str(tmp_path)], ["wait", str(tmp_path)], ["nope", str(tmp_path), "x"]):
+        r = _run(*args)
+        assert r.returncode == 2 and r.stderr.startswith("usage: scripts/offline_box.sh"), (args, r.stderr)
+
+
+def test_wait_and_pack_read_a_finished_job(tmp_path):
+    job = tmp_path / "job"
+    (job / "keep" / "data" / "h200").mkdir(parents=True)
+    (job / "keep" / "data" / "h200" / "t.csv").write_text("a\n1\n")
+    (job / "summary").write_text("05 rc=0 12s\n")
+    (job / "log").write_text("=== step 05 rc=0 12 s\n")
+    (job / "done").write_text("rc=0\n")
+    r = _run("wait", str(job), "1")
+    assert r.returncode == 0 and r.stdout.startswith("done (rc=0)\n05 rc=0 12s\n")
+    dest = tmp_path / "out"
+    assert _run("pack", str(job), str(dest)).returncode == 0
+    listed = subprocess.run(["tar", "tzf", str(dest / "keep.tgz")], capture_output=True, text=True).stdout
+    assert "./data/h200/t.csv" in listed.split()
