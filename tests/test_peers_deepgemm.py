@@ -232,7 +232,9 @@ def test_a_probe_that_crashes_is_one_line_with_what_it_printed_last(tmp_path):
     assert not ok and line == "RuntimeError: no kernel image"
 
 
-def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(tmp_path, monkeypatch):
+@pytest.fixture
+def built_on_a_gpu(tmp_path, monkeypatch):
+    """A (fake) DeepGEMM build on a (pretended) sm_90 box, no variant chosen yet."""
     _fake_build(tmp_path)
     monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path))
     monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV, raising=False)
@@ -240,6 +242,10 @@ def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(tmp_path, 
     monkeypatch.setattr(discover, "DEEPGEMM_CHOICE", {})
     monkeypatch.setattr(discover, "_need_torch", lambda: None)
     monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
+    return tmp_path
+
+
+def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(built_on_a_gpu, monkeypatch):
     probed = []
 
     def probe(variant, timeout=300.0):
@@ -257,16 +263,9 @@ def test_a_build_that_fails_its_probe_is_not_run_with_the_probes_line(tmp_path, 
     assert probed == list(discover.DEEPGEMM_VARIANTS)
 
 
-def test_the_first_variant_that_passes_is_imported_the_way_it_was_probed(tmp_path, monkeypatch):
+def test_the_first_variant_that_passes_is_imported_the_way_it_was_probed(built_on_a_gpu, monkeypatch):
     import sys
 
-    _fake_build(tmp_path)
-    monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path))
-    monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV, raising=False)
-    monkeypatch.delenv(discover.DEEPGEMM_VARIANT_ENV, raising=False)
-    monkeypatch.setattr(discover, "DEEPGEMM_CHOICE", {})
-    monkeypatch.setattr(discover, "_need_torch", lambda: None)
-    monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
     monkeypatch.setattr(discover, "probe_deepgemm", lambda v, timeout=300.0: (v == "deepbind", f"{v} said so"))
     flags = []
     monkeypatch.setattr(importlib, "import_module", lambda name: flags.append(sys.getdlopenflags()) or "the module")

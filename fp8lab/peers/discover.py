@@ -213,11 +213,12 @@ def deepgemm_src() -> Path:
 
 
 #: DeepGEMM on one box, in the order they are tried (each must pass its own separate-process
-#: probe): its build as it is; the same build imported with RTLD_DEEPBIND, so that its binding
-#: resolves C++ runtime symbols from the libraries it links before any already loaded (on the
-#: shared H200 its first JIT call dies of SIGSEGV as it is and passes with the system libstdc++
-#: preloaded: something loaded before it provides C++ runtime symbols it binds to); and a second
-#: build with libstdc++ linked into it, statically, its symbols bound inside it and not exported.
+#: probe): its build as it is; the same build imported with RTLD_DEEPBIND (its binding looks up
+#: symbols in its own dependencies first); and a second build with libstdc++ linked into it,
+#: statically, its symbols bound inside it and not exported. On the shared H200 the first two die
+#: of SIGSEGV at the first JIT call (its std::filesystem calls bind to copies torch's libraries
+#: export, and those precede libstdc++ among its dependencies too: scripts/probes/deepgemm_bindings.py);
+#: the third passes.
 DEEPGEMM_VARIANTS = ("as-is", "deepbind", "static-libstdcxx")
 DEEPGEMM_VARIANT_ENV = "FP8LAB_DEEPGEMM_VARIANT"
 #: the variant that needs a build of its own (the others import build/peers/deepgemm)

@@ -11,7 +11,6 @@ This runs DeepGEMM's separate-process probe (``python -m fp8lab.peers probe-deep
 
 * every C++ runtime symbol bound to a library other than libstdc++ (any binding process-wide),
   by the library that provided it, with the libraries that asked for it;
-* the last bindings the probe's process made before it ended (where it crashed);
 * the probe's own closing line and exit status, and the same probe with libstdc++ preloaded.
 
     python scripts/probes/deepgemm_bindings.py [--variant as-is] [--out DIR]
@@ -91,26 +90,20 @@ def main(argv=None) -> int:
     foreign = collections.defaultdict(lambda: collections.Counter())     # provider -> {asker: n}
     examples = collections.defaultdict(set)
     ext = {}                                    # what the extension itself bound outside libstdc++
-    last, probe_log = {}, None
     for path in sorted(glob.glob(os.path.join(out, "ld.*"))):
-        tail = collections.deque(maxlen=12)
         with open(path, errors="replace") as f:
             for ln in f:
                 m = BINDING.match(ln)
                 if not m:
                     continue
                 _pid, asker, provider, sym = m.groups()
-                tail.append(f"{_short(asker)} -> {_short(provider)}: {sym}")
                 mine = "/deep_gemm/_C" in asker
-                if mine:
-                    probe_log = path
                 if CXX_RUNTIME.match(sym) and "libstdc++" not in provider and provider != asker:
                     foreign[provider][_short(asker)] += 1
                     if len(examples[provider]) < 4:
                         examples[provider].add(sym)
                     if mine:
                         ext[sym] = provider
-        last[path] = list(tail)
     print(f"\nC++ runtime symbols DeepGEMM's binding (deep_gemm/_C) bound outside libstdc++ ({len(ext)}):")
     names = _demangle(sorted(ext))
     for sym, name in zip(sorted(ext), names):
@@ -122,10 +115,6 @@ def main(argv=None) -> int:
               + ", ".join(f"{a} ({n})" for a, n in askers.most_common(6)))
         for sym in sorted(examples[provider]):
             print(f"      e.g. {sym}")
-    if probe_log:
-        print(f"\nlast bindings of the probe's process ({os.path.basename(probe_log)}), where it ended:")
-        for t in last[probe_log]:
-            print("  " + t)
     lib = _libstdcxx()
     rc2, line2 = _probe(args.variant, {"LD_PRELOAD": lib})
     print(f"\nprobe ({args.variant}) with LD_PRELOAD={lib}: exit {rc2}: {line2}")
