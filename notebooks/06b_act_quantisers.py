@@ -37,8 +37,8 @@
 # reducing the current one, and sizes its grid so no wave is left half full), and the division uses one reciprocal per group (3 FFMA per
 # element, provably the IEEE quotient in the scale range it is used for; the other groups divide
 # per element). Each is measured against the copy ceiling: a device-to-device copy moving the same
-# bytes, timed the same way (target: the warp kernel, `quant_act_warp_ilp` where measured, at >= 80%
-# of it for M = 256..8192, K = 7168).
+# bytes, timed the same way (issue 22's targets: the warp kernel, `quant_act_warp_ilp` where measured,
+# at >= 88% of it for M = 256..8192 and >= 80% for M = 1..16, K = 7168).
 
 # %% tags=["parameters"]
 mode = "auto"  # "measure" on a GPU, "replot" without one (the runner sets it)
@@ -209,8 +209,9 @@ overlay.show_cross_device(NB, devices, run)
 # shared atomics per group, and one warp per group with a shuffle reduction fixes it. It is judged
 # on `quant_act_warp` (that design, `quantisers.FIX_ARM`) against `quant_act_naive` at every M in
 # 256..8192 (K = 7168): at least 2x faster everywhere holds, else differs (the row prints its rule).
-# The 80%-of-copy bar is fp8lab's performance target for its bandwidth kernel, reported below and in
-# the figure, not part of the verdict. Computed from this run's table in measure mode; in replot
+# The fraction-of-copy bars (issue 22: >= 88% at M = 256..8192, >= 80% at M = 1..16) are fp8lab's
+# performance targets for its bandwidth kernel, reported below and in the cross-device figure, not
+# part of the verdict. Computed from this run's table in measure mode; in replot
 # mode the recorded verdict is shown.
 
 # %%
@@ -222,12 +223,13 @@ if verdicts is not None:
 # %% [markdown]
 # ## What the numbers say
 #
-# Including the performance target: the bandwidth kernel at >= 80% of a same-traffic copy.
+# Including the performance targets: the bandwidth kernel at >= 88% of a same-traffic copy at
+# M = 256..8192 and >= 80% at M = 1..16, beside the fastest peer of the same run where one ran.
 
 # %%
 for dev, qdf in tables.items():
     for K in sorted(qdf["K"].unique()):
-        tt = qx.target_table(qdf, K)
+        tt = qx.target_table(qdf, K, peers=peer_tables.get(dev))
         if len(tt):
             display(Markdown(f"Performance target on {qdf.attrs['meta'].get('device_name', dev)}, K={K}:"))
             display(tt.round(3))
@@ -248,6 +250,14 @@ for dev, qdf, meta, name in notebook.each_device(tables):
             met = bool((w["fraction_of_copy"] >= qx.TARGET_FRACTION).all())
             parts.append(f"The {qx.TARGET_FRACTION:.0%}-of-copy target is {'met' if met else 'missed'}"
                          + ("" if met else f" (lowest at M={int(w['fraction_of_copy'].idxmin())})") + ".")
+            lo, hi = qx.TARGET_SMALL_M_RANGE
+            s_ = qdf[(qdf["K"] == K) & (qdf["arm"] == tarm) & (qdf["status"] == "measured")
+                     & qdf["M"].between(lo, hi)].set_index("M")
+            if len(s_):
+                parts.append(f"At M = {', '.join(str(int(m)) for m in s_.index)}: "
+                             f"{s_['fraction_of_copy'].min():.0%}-{s_['fraction_of_copy'].max():.0%} of copy, so the "
+                             f"{qx.TARGET_SMALL_FRACTION:.0%} target there is "
+                             f"{'met' if (s_['fraction_of_copy'] >= qx.TARGET_SMALL_FRACTION).all() else 'missed'}.")
         w0 = t[t["arm"] == "quant_act_warp"].set_index("M")
         if len(h) and len(w0):
             r = (w0["time_p50_s"] / h["time_p50_s"]).dropna()

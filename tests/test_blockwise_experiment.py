@@ -188,7 +188,9 @@ def test_target_table():
     wb = 4096 * 12288 + 4 * 32 * 96
     assert r["value"] == pytest.approx(wb / 14e-6 / 4.27e12)
     assert r["cublaslt_value"] == pytest.approx(wb / 30e-6 / 4.27e12)
-    assert r["best_arm"] == "triton_blockwise" and bool(r["met"]) == (r["value"] >= 0.85)
+    assert r["best_arm"] == "triton_blockwise" and bool(r["met"]) == (r["value"] >= bw.TARGET_BW_FRACTION)
+    assert bw.TARGET_BW_FRACTION == 0.88                   # issue 22's target 3
+    assert (tt["best_peer"] == "").all() and tt["own_over_peer"].isna().all()   # no peers table: no peer
     assert bw.target_table(_df(rows), copy_Bps=None)["target"].eq("speedup vs cuBLASLt").all()
     assert sp["per_tensor_value"].isna().all()             # no per-tensor reference timed
     # the per-tensor FP8 reference: cuBLASLt time over its time, beside the target; never "ours"
@@ -198,6 +200,30 @@ def test_target_table():
     assert sp2.loc[("qwen3-8b:o_proj", 4096), "per_tensor_value"] == pytest.approx(600 / 480)
     assert sp2.loc[("qwen3-8b:o_proj", 1024), "best_arm"] == "triton_blockwise"   # faster, but a reference
     assert bw.weight_bytes(bw.PER_TENSOR, 4096, 4096) == 4096 * 4096 + 4      # codes + one fp32 scale
+
+
+def test_target_table_names_the_best_peer_of_the_same_run():
+    rows = [_row("qwen3-8b:down_proj", M, a, t, N=4096, K=12288)
+            for M, t_ours, t_lt in ((1, 14e-6, 30e-6), (4096, 500e-6, 600e-6))
+            for a, t in (("triton_blockwise", t_ours), ("cublaslt_blockwise", t_lt))]
+    peers = _df([_row("qwen3-8b:down_proj", 4096, "peer_deepgemm", 450e-6, N=4096, K=12288),
+                 _row("qwen3-8b:down_proj", 4096, "peer_torchao_blockwise", 700e-6, N=4096, K=12288),
+                 # faster, but with its own quantiser in the call: not the pre-quantised comparison
+                 _row("qwen3-8b:down_proj", 4096, "peer_torchao_blockwise", 100e-6, N=4096, K=12288,
+                      quant="own quantiser"),
+                 _row("qwen3-8b:down_proj", 1, "peer_deepgemm", 10e-6, N=4096, K=12288, status="not-run: x"),
+                 _row("qwen3-8b:down_proj", 1, "peer_torchao_blockwise", 20e-6, N=4096, K=12288)])
+    tt = bw.target_table(_df(rows), copy_Bps=4.27e12, peers=peers).set_index("M")
+    big, small = tt.loc[4096], tt.loc[1]
+    assert big["best_peer"] == "peer_deepgemm" and big["peer_value"] == pytest.approx(600 / 450)
+    assert big["own_over_peer"] == pytest.approx(450 / 500)              # DeepGEMM ahead: < 1
+    assert small["best_peer"] == "peer_torchao_blockwise"                  # the not-run one never counts
+    assert small["own_over_peer"] == pytest.approx(20 / 14)
+    assert small["peer_value"] == pytest.approx(small["value"] * 14 / 20)
+    # with the quantiser in the call: that peer row is the one compared
+    wq = [dict(r, quant="quant_act_warp") for r in rows]
+    tq = bw.target_table(_df(wq), copy_Bps=4.27e12, quant="quant_act_warp", peers=peers).set_index("M")
+    assert tq.loc[4096, "own_over_peer"] == pytest.approx(100 / 500)
 
 
 # ------------------------------------------------------------------ verdicts
@@ -672,3 +698,17 @@ def test_verdict_b5_reads_the_paired_rounds_first(ratios, want):
 def test_verdict_b5_paired_rounds_missing_a_shape_is_not_run():
     v = bw.verdict_b5(_df(_b5_rows(1.0)), _paired([1.0, 1.0], shape="other:y"))
     assert v.verdict == "not-run" and "s:x" in v.reason
+
+
+def test_versus_peers_pairs_like_with_like():
+    rows = [_row("s:one", 4096, "cutlass_blockwise_sm90", 500e-6), _row("s:one", 4096, "cublaslt_blockwise", 400e-6),
+            _row("s:one", 4096, "cutlass_blockwise_sm90", 600e-6, quant="quant_act_warp")]
+    peers = _df([_row("s:one", 4096, "peer_deepgemm", 450e-6), _row("s:one", 4096, "peer_deepgemm", 900e-6,
+                                                                    quant="own quantiser")])
+    v = bw.versus_peers(_df(rows), peers).set_index("quant")
+    assert list(v.index) == ["none", bw.QUANT_INCLUDED]
+    # cuBLASLt is faster still, but it is a library baseline, not an fp8lab arm
+    assert v.loc["none", "own_arm"] == "cutlass_blockwise_sm90"
+    assert v.loc["none", "own_over_peer"] == pytest.approx(450 / 500)
+    assert v.loc[bw.QUANT_INCLUDED, "own_over_peer"] == pytest.approx(900 / 600)
+    assert bw.versus_peers(_df(rows), None).empty and bw.versus_peers(_df(rows), _df([])).empty

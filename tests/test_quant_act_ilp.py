@@ -160,12 +160,28 @@ def test_fast_range_constants_match_the_source():
 
 
 def test_target_table_is_the_performance_target_not_the_verdict():
-    df = _rows([("quant_act_naive", 100e-6, 0.02), ("quant_act_warp", 8e-6, 0.5), ("quant_act_warp_ilp", 4e-6, 0.85)])
-    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.7999
+    df = _rows([("quant_act_naive", 100e-6, 0.02), ("quant_act_warp", 8e-6, 0.5), ("quant_act_warp_ilp", 4e-6, 0.90)])
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.8799
     t = qx.target_table(df)
     assert list(t["M"]) == [256, 1024, 8192] and (t["arm"] == "quant_act_warp_ilp").all()
-    assert list(t["met"]) == [True, False, True]
-    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.80
+    assert list(t["met"]) == [True, False, True] and (t["target"] == 0.88).all()     # issue 22's target 4
+    df.loc[(df["arm"] == "quant_act_warp_ilp") & (df["M"] == 1024), "fraction_of_copy"] = 0.88
     assert qx.target_table(df)["met"].all()
     assert qx.b6_verdict(df).verdict == "holds"                # missing the target never moves B6
     assert qx.target_table(df[df["arm"] == "quant_act_naive"]).empty
+
+
+def test_target_table_small_m_band_and_the_best_peer():
+    small = pd.DataFrame([{"arm": "quant_act_warp_ilp", "M": M, "K": 7168, "status": "measured",
+                           "time_p50_s": 2e-6, "fraction_of_copy": f} for M, f in ((1, 0.79), (16, 0.81))])
+    df = pd.concat([_rows([("quant_act_warp_ilp", 4e-6, 0.90)]), small], ignore_index=True)
+    peers = pd.DataFrame([{"arm": a, "M": 16, "K": 7168, "status": s, "time_p50_s": t, "fraction_of_copy": f}
+                          for a, s, t, f in (("peer_vllm_quant_group", "measured", 3e-6, 0.55),
+                                             ("peer_sglang_quant_group", "measured", 2.5e-6, 0.66),
+                                             ("peer_vllm_quant_group", "not-run: x", 1e-9, 9.0))])
+    t = qx.target_table(df, peers=peers).set_index("M")
+    assert list(t.index) == [1, 16, 256, 1024, 8192]
+    assert t.loc[1, "target"] == t.loc[16, "target"] == 0.80 and t.loc[256, "target"] == 0.88
+    assert not t.loc[1, "met"] and t.loc[16, "met"]
+    assert t.loc[16, "best_peer"] == "peer_sglang_quant_group" and t.loc[16, "peer_fraction_of_copy"] == 0.66
+    assert t.loc[1, "best_peer"] == "" and np.isnan(t.loc[1, "peer_fraction_of_copy"])

@@ -64,10 +64,10 @@ DEFAULT_MS = (1, 16, 128, 1024, 4096)
 CHECK_RELERR = 5e-3
 CHECK_DIFF = 5e-5
 
-# Issue targets (measured in the same run).
+# Issue 22's targets (measured in the same run, each beside the best peer of that run).
 TARGET_SPEEDUP = 1.10            # best fp8lab arm vs cuBLASLt blockwise, every M >= TARGET_LARGE_M
 TARGET_LARGE_M = 1024
-TARGET_BW_FRACTION = 0.85        # weight bytes / time vs measured copy bandwidth, M <= TARGET_SMALL_M
+TARGET_BW_FRACTION = 0.88        # weight bytes / time vs measured copy bandwidth, M <= TARGET_SMALL_M
 TARGET_SMALL_M = 16
 TARGET_MIN_WEIGHT_BYTES = 32e6   # ... on shapes with >= 32 MB of FP8 weights
 
@@ -1153,15 +1153,37 @@ def crossovers(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame
                                       "M_cross", "lead_below", "lead_above", "decisive"])
 
 
-def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") -> pd.DataFrame:
-    """The issue's targets, one row per (shape, M) they apply to, from the same run's rows.
+TARGET_COLUMNS = ["shape", "M", "N", "K", "target", "best_arm", "best_detail", "best_time_p50_s", "value", "goal",
+                  "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s", "per_tensor_value", "best_peer",
+                  "peer_value", "peer_time_p50_s", "own_over_peer"]
+
+
+def _best_peers(peers: Optional[pd.DataFrame], quant: str) -> pd.DataFrame:
+    """The fastest measured peer row per (shape, M) at ``quant`` ('none': pre-quantised; any
+    other: the peer with its own quantiser in the call)."""
+    if peers is None or peers.empty or "status" not in peers:
+        return pd.DataFrame(columns=["shape", "M", "arm", "time_p50_s"])
+    m = peers[(peers["status"] == "measured") & peers["time_p50_s"].notna()]
+    m = m[m["quant"] == "none"] if quant == "none" else m[m["quant"] != "none"]
+    if m.empty:
+        return pd.DataFrame(columns=["shape", "M", "arm", "time_p50_s"])
+    return m.loc[m.groupby(["shape", "M"])["time_p50_s"].idxmin().values, ["shape", "M", "arm", "time_p50_s"]]
+
+
+def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none",
+                 peers: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """Issue 22's blockwise targets, one row per (shape, M) they apply to, from the same run's rows.
 
     speedup: cuBLASLt blockwise time / the best fp8lab arm's time, every M >= 1024 (target
-    1.10). bandwidth: the best fp8lab arm's weight bytes per second / the measured copy
-    bandwidth, M <= 16 on shapes with >= 32 MB of FP8 weights (target 0.85); cuBLASLt's own
-    fraction beside it."""
+    1.10); ``per_tensor_value`` beside it is cuBLASLt / cuBLAS FP8 per-tensor (the stretch:
+    block scaling for free). bandwidth: the best fp8lab arm's weight bytes per second / the
+    measured copy bandwidth, M <= 16 on shapes with >= 32 MB of FP8 weights (target 0.88);
+    cuBLASLt's own fraction beside it. ``peers``: the peers table of the same run; the fastest
+    measured peer at each point (``best_peer``) gets the same metric (``peer_value``) and
+    ``own_over_peer`` = its time / the best fp8lab arm's time (> 1: fp8lab ahead)."""
     b = best_rows(df)
     b = b[b["quant"] == quant]
+    bp = _best_peers(peers, quant).set_index(["shape", "M"])
     out = []
     for (shape, M), g in b.groupby(["shape", "M"]):
         g = g.set_index("arm")
@@ -1170,29 +1192,49 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none") 
             continue
         best = ours["time_p50_s"].idxmin()
         r0 = g.iloc[0]
+        t_own = float(ours.loc[best, "time_p50_s"])
+        peer = bp.loc[(shape, M)] if (shape, M) in bp.index else None
+        t_peer = float(peer["time_p50_s"]) if peer is not None else math.nan
         base = dict(shape=shape, M=int(M), N=int(r0["N"]), K=int(r0["K"]), best_arm=best,
                     best_detail=f"{ours.loc[best, 'path']} {ours.loc[best, 'variant']} {ours.loc[best, 'config']}".strip(),
-                    best_time_p50_s=float(ours.loc[best, "time_p50_s"]))
-        if M >= TARGET_LARGE_M and "cublaslt_blockwise" in g.index:
-            lt = float(g.loc["cublaslt_blockwise", "time_p50_s"])
-            val = lt / base["best_time_p50_s"]
+                    best_time_p50_s=t_own, best_peer=peer["arm"] if peer is not None else "",
+                    peer_time_p50_s=t_peer, own_over_peer=t_peer / t_own)
+        lt = float(g.loc["cublaslt_blockwise", "time_p50_s"]) if "cublaslt_blockwise" in g.index else math.nan
+        if M >= TARGET_LARGE_M and math.isfinite(lt):
+            val = lt / t_own
             pt = (lt / float(g.loc[PER_TENSOR, "time_p50_s"])) if PER_TENSOR in g.index else math.nan
             out.append(dict(base, target="speedup vs cuBLASLt", value=val, goal=TARGET_SPEEDUP,
                             met=bool(val >= TARGET_SPEEDUP), shortfall=max(0.0, TARGET_SPEEDUP / val - 1),
-                            cublaslt_value=1.0, cublaslt_time_p50_s=lt, per_tensor_value=pt))
+                            cublaslt_value=1.0, cublaslt_time_p50_s=lt, per_tensor_value=pt,
+                            peer_value=lt / t_peer))
         wb = weight_bytes("triton_blockwise", int(r0["N"]), int(r0["K"]))
         if M <= TARGET_SMALL_M and r0["N"] * r0["K"] >= TARGET_MIN_WEIGHT_BYTES and copy_Bps:
-            val = wb / base["best_time_p50_s"] / copy_Bps
-            lt = (wb / float(g.loc["cublaslt_blockwise", "time_p50_s"]) / copy_Bps
-                  if "cublaslt_blockwise" in g.index else math.nan)
+            val = wb / t_own / copy_Bps
             out.append(dict(base, target="weight bandwidth / copy", value=val, goal=TARGET_BW_FRACTION,
                             met=bool(val >= TARGET_BW_FRACTION), shortfall=max(0.0, TARGET_BW_FRACTION / val - 1),
-                            cublaslt_value=lt,
-                            cublaslt_time_p50_s=float(g.loc["cublaslt_blockwise", "time_p50_s"])
-                            if "cublaslt_blockwise" in g.index else math.nan))
-    return pd.DataFrame(out, columns=["shape", "M", "N", "K", "target", "best_arm", "best_detail", "best_time_p50_s",
-                                      "value", "goal", "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s",
-                                      "per_tensor_value"])
+                            cublaslt_value=wb / lt / copy_Bps, cublaslt_time_p50_s=lt,
+                            peer_value=wb / t_peer / copy_Bps))
+    return pd.DataFrame(out, columns=TARGET_COLUMNS)
+
+
+def versus_peers(df: pd.DataFrame, peers: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """The best fp8lab arm against the best peer measured in the same run, per (shape, M), in
+    TFLOP/s (``own_over_peer`` > 1: fp8lab ahead), twice: pre-quantised activations (``quant``
+    'none') and with activation quantisation inside the timed call ('included': ours with the
+    table's quantiser, each peer with its own, as seed 000 timed vLLM's kernels)."""
+    from ..peers import report
+
+    mine = best_rows(df)
+    cols = ["quant", "shape", "M", "own_arm", "own", "best_peer", "peer", "own_over_peer"]
+    if mine.empty or peers is None or peers.empty:
+        return pd.DataFrame(columns=cols)
+    parts = []
+    for label, own_rows, peer_rows in (("none", mine[mine["quant"] == "none"], peers[peers["quant"] == "none"]),
+                                       (QUANT_INCLUDED, mine[mine["quant"] != "none"], peers[peers["quant"] != "none"])):
+        v = report.versus_best_peer(own_rows, peer_rows, list(OURS), metric="tflops_p50")
+        if len(v):
+            parts.append(v.assign(quant=label))
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
 # ------------------------------------------------------------------------------------------
