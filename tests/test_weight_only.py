@@ -284,20 +284,73 @@ def synthetic_ncu(dram=92.0, issue=None, ipe=None, deq=None):
 
 def test_parity_and_targets():
     from fp8lab.experiments import decode as dx
-    sn0, sn1 = dx.DEFAULT_SHAPES
-    df = synthetic_decode({"fp8": 4.0e12, "int8": 3.96e12, "nvfp4": 3.6e12, "int4": 3.9e12})
+    sn0, sn1 = dx.DEFAULT_SHAPES          # llama3-70b down_proj (235 MB), qwen3-8b gate_up (101 MB)
+    df = synthetic_decode({"fp8": 4.0e12, "int8": 3.96e12, "nvfp4": 3.6e12, "int4": 3.9e12, "bf16": 4.1e12},
+                          Ms=(1, 16))
     p = dx.parity(df)
     assert len(p) == 4
     r = p[(p["shape"] == sn0) & (p["fp"] == "nvfp4")].iloc[0]
     assert r["rel_diff"] == pytest.approx(3.6 / 3.9 - 1)
     t = dx.targets(df)
-    # every weight-only arm has >= 32 MiB on both default shapes: 8 bandwidth rows + 4 parity rows
-    assert len(t) == 12
-    assert not t[t["arm"] == wo.ARMS["nvfp4"]]["met"].any()          # 3.6 / 4.2 < 90%
-    assert t[t["arm"] == wo.ARMS["fp8"]]["met"].all()
-    par = t[t["target"].str.contains("<=")]
-    assert par["met"].tolist().count(False) == 2                      # nvfp4 vs int4 on both shapes
+    assert set(t.columns) == set(dx.TARGET_COLUMNS)
+    # per shape: fp8, int8 vs cuBLAS; int4 vs 0.85 cuBLAS; nvfp4 / int4; four M=16 / M=1 rows
+    assert len(t) == 2 * (2 + 1 + 1 + 4)
+    e = t[t["target"] == "8-bit M=1 fraction of copy"].set_index(["shape", "arm"])
+    # both shapes are >= 100 MB: the goal is the larger of cuBLAS BF16's fraction and 0.92
+    assert e["goal"].tolist() == pytest.approx([max(4.1 / 4.2, 0.92)] * 4)
+    assert not e["met"].any()                                      # 4.0 / 4.2 < 4.1 / 4.2
+    assert e.loc[(sn0, wo.ARMS["fp8"]), "shortfall"] == pytest.approx(4.1 / 4.0 - 1)
+    i4 = t[t["target"] == "INT4 M=1 fraction of copy"]
+    assert i4["met"].all() and i4["goal"].tolist() == pytest.approx([0.85 * 4.1 / 4.2] * 2)
+    fi = t[t["target"] == "NVFP4 / INT4 bandwidth at M=1"]
+    assert fi["value"].tolist() == pytest.approx([3.6 / 3.9] * 2) and not fi["met"].any()   # 7.7% < 95%
+    m16 = t[t["target"] == "M=16 rate / M=1 rate"]
+    assert m16["met"].all() and (m16["M"] == 16).all()             # same bandwidth at both M here
+    # a slow M = 16 misses; a shape under 32 MiB of weights has no target row at all
+    slow = synthetic_decode({("qwen3-8b:gate_up", "fp8", 16): 3.0e12, "bf16": 4.1e12}, Ms=(1, 16))
+    r16 = dx.targets(slow).query("target == 'M=16 rate / M=1 rate' and shape == 'qwen3-8b:gate_up'")
+    assert r16.set_index("arm").loc[wo.ARMS["fp8"], "value"] == pytest.approx(3.0 / 3.9)
+    assert not r16.set_index("arm").loc[wo.ARMS["fp8"], "met"]
+    small = df.assign(K=df["K"] // 64)
+    assert dx.targets(small).empty
+    # a shape under 100 MB: the goal is cuBLAS BF16's own fraction, even below 0.92
+    mid = synthetic_decode({"bf16": 3.7e12}, Ms=(1,))
+    mid = mid.assign(K=mid["K"] // 2)                            # 117 MB and 50 MB
+    g = dx.targets(mid).query("target == '8-bit M=1 fraction of copy'").groupby("shape")["goal"]
+    assert g.min()[sn0] == g.max()[sn0] == pytest.approx(0.92)
+    assert g.min()[sn1] == g.max()[sn1] == pytest.approx(3.7 / 4.2)
 
+
+def test_decode_targets_against_peers_of_the_same_format():
+    from fp8lab.experiments import decode as dx
+    sn0, sn1 = dx.DEFAULT_SHAPES
+    df = synthetic_decode({"fp8": 4.0e12, "int4": 3.0e12, "bf16": 4.1e12}, Ms=(1, 16, 64))
+    t_fp8 = df[(df["arm"] == wo.ARMS["fp8"])].set_index(["shape", "M"])["time_p50_s"]
+    t_int4 = df[(df["arm"] == wo.ARMS["int4"])].set_index(["shape", "M"])["time_p50_s"]
+    rows = []
+    for (sh, M), t in t_fp8.items():
+        rows.append(dict(shape=sh, M=M, arm="peer_gemlite_w8a16_fp8", status="measured", time_p50_s=t * 0.9))
+        rows.append(dict(shape=sh, M=M, arm="peer_gemlite_w8a16_int8", status="not-run: gemlite missing",
+                         time_p50_s=float("nan")))
+    for (sh, M), t in t_int4.items():
+        rows.append(dict(shape=sh, M=M, arm="peer_marlin_int4", status="measured", time_p50_s=t * 1.25))
+    import pandas as pd
+    peers = pd.DataFrame(rows)
+    v = dx.versus_peers(df, peers)
+    # fp8 against gemlite fp8 only, int4 against Marlin only; no int8 peer measured, no nvfp4 peer
+    assert set(zip(v["fmt"], v["best_peer"])) == {("fp8", "peer_gemlite_w8a16_fp8"), ("int4", "peer_marlin_int4")}
+    assert v[v["fmt"] == "fp8"]["own_over_peer"].tolist() == pytest.approx([0.9] * 6)
+    t = dx.targets(df, peers)
+    pr = t[t["target"] == "faster than the best peer of its format"]
+    assert set(pr["M"]) == {1, 16}                                 # M = 64 is not decode
+    assert not pr[pr["arm"] == wo.ARMS["fp8"]]["met"].any()
+    assert pr[pr["arm"] == wo.ARMS["int4"]]["met"].all()
+    assert pr["reference"].str.contains("peer_marlin_int4|peer_gemlite_w8a16_fp8").all()
+    # a tie is not "faster than"
+    tie = peers.assign(time_p50_s=[r["time_p50_s"] / 0.9 if r["arm"] == "peer_gemlite_w8a16_fp8" else r["time_p50_s"]
+                                   for _, r in peers.iterrows()])
+    tt = dx.targets(df, tie).query("target == 'faster than the best peer of its format'")
+    assert not tt[tt["arm"] == wo.ARMS["fp8"]]["met"].any()
 
 def _by(rows, subject):
     (v,) = [r for r in rows if r.subject == subject]
@@ -674,6 +727,13 @@ def test_best_schedule_and_schedule_table():
     assert t.loc[("s", "fp8"), "streamk_speedup"] == pytest.approx(10 / 8)
     assert t.loc[("s", "int4"), "faster"] == "splitk"
     assert dx.schedule_table(single).empty
+    # a third schedule: its own column and speedup over split-K, the fastest of all three named
+    bulk = pd.DataFrame([dict(shape="s", arm=wo.ARMS["fp8"], fmt="fp8", M=1, schedule="bulk", time_p50_s=5e-6,
+                              fraction_of_copy=0.2)])
+    t3 = dx.schedule_table(pd.concat([df, bulk], ignore_index=True))
+    assert list(t3.columns[:3]) == ["splitk", "streamk", "bulk"]
+    assert t3.loc[("s", "fp8"), "bulk_speedup"] == pytest.approx(10 / 5)
+    assert t3.loc[("s", "fp8"), "faster"] == "bulk" and t3.loc[("s", "int4"), "faster"] == "splitk"
 def test_launch_of_best_hands_ncu_the_faster_schedule():
     import pandas as pd
 

@@ -681,8 +681,83 @@ __device__ __forceinline__ void act_rows(uint32_t (&rows)[NT], uint32_t buf, uin
   }
 }
 
-// grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem.
-template <int F, bool BF16, int NT, int XA = 0>
+// ------------------------------------------------------------------------------------------------
+// Bulk schedule (issue 22: decode at the copy rate). The register ring keeps two 128-K steps of
+// weights in flight per warp: 16 warps x 4 KB = 64 KB per SM, bounded by the register file (the
+// kernels already use ~127 registers at two CTAs per SM). The bulk variant of gemv_body moves
+// each warp's weights and scales into a ring of kBulkStages shared-memory stages with
+// cp.async.bulk (the TMA unit's one-dimensional copy, no registers and no thread per 16 bytes),
+// one mbarrier per stage counting the bytes, so kBulkStages - 1 steps (8 KB per warp, 128 KB per
+// SM) stay in flight while a step is computed. Per step: every lane waits on the stage's
+// barrier, reads its fragments with ld.shared.v4 (the same words the register ring loads from
+// global), computes, and lane 0 refills the stage with the step kBulkStages ahead. Each warp
+// runs its own ring and barriers: no warp ever waits for another (the activation chunks keep
+// gemv_body's barriers). The weight bytes are streamed with an L2 evict-first policy.
+// ------------------------------------------------------------------------------------------------
+constexpr int kBulkStages = 5;
+
+template <int F, int NT>
+struct BulkStage {
+  static constexpr int kWBytes = Tiling<F, NT>::kLoads * 32 * 16;   // this warp's weights of one step
+  static constexpr int kSBytes = Strides<F>::kS * 4;                // the step's scale block (its super-tile's)
+  static constexpr int kBytes = kWBytes + kSBytes;                  // multiples of 16 (bulk copy sizes)
+  static constexpr int kRingBytes = kWarps * kBulkStages * kBytes;  // every warp's ring
+  static constexpr int kBarBytes = kWarps * kBulkStages * 8;        // one 8-byte mbarrier per stage
+};
+
+// Resident activations (see gemv_body) take at most this much shared memory in the bulk kernels,
+// so two CTAs with their rings still fit an SM at NT <= 2.
+constexpr int kBulkResidentCap = 16 * 1024;
+
+// The bulk kernels' shared memory: zero region, activation bytes, rings, barriers.
+template <int F, int NT>
+__host__ __device__ constexpr int bulk_smem_bytes(int act_smem) {
+  return kZeroBytes + act_smem + BulkStage<F, NT>::kRingBytes + BulkStage<F, NT>::kBarBytes;
+}
+
+// The per-warp bulk ring of gemv_body<..., BULK = true>: stage addresses, barriers, sources.
+template <int F, int NT>
+struct BulkRing {
+  using B = BulkStage<F, NT>;
+  uint32_t ring;              // this warp's first stage (shared window)
+  uint32_t bars;              // this warp's first mbarrier
+  const uint4* wsrc;          // the warp's first weight uint4 of its first step
+  const uint32_t* ssrc;       // the scale block of its first step
+  uint32_t soff;              // this thread's first scale word inside a scale block, in bytes
+  uint64_t policy;            // L2 evict-first, for the weights
+
+  // lane 0: step st (relative to the warp's first) into stage st % kBulkStages
+  __device__ __forceinline__ void issue(int st) const {
+    const int stage = st % kBulkStages;
+    const uint32_t dst = ring + stage * B::kBytes;
+    const uint32_t bar = bars + 8 * stage;
+    ptx::mbar_arrive_expect_tx(bar, B::kBytes);
+    ptx::bulk_g2s(dst, wsrc + static_cast<size_t>(st) * Strides<F>::kW, B::kWBytes, bar, policy);
+    ptx::bulk_g2s_plain(dst + B::kWBytes, ssrc + static_cast<size_t>(st) * Strides<F>::kS, B::kSBytes, bar);
+  }
+
+  // every lane: wait for step st and read this thread's fragments of it
+  __device__ __forceinline__ void read(Frag<F, NT>& f, int st, int lane) const {
+    using T = Tiling<F, NT>;
+    const int stage = st % kBulkStages;
+    ptx::mbar_wait(bars + 8 * stage, static_cast<uint32_t>((st / kBulkStages) & 1));
+    const uint32_t src = ring + stage * B::kBytes;
+#pragma unroll
+    for (int i = 0; i < T::kLoads; ++i) {
+      const uint4 v = ptx::lds_128(src + static_cast<uint32_t>((i * 32 + lane) * 16));
+      f.w[4 * i + 0] = v.x;
+      f.w[4 * i + 1] = v.y;
+      f.w[4 * i + 2] = v.z;
+      f.w[4 * i + 3] = v.w;
+    }
+#pragma unroll
+    for (int t = 0; t < T::kScaleWords; ++t) f.s[t] = ptx::lds_32(src + B::kWBytes + soff + 4 * t);
+  }
+};
+
+// grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem
+// (BULK: bulk_smem_bytes<F, NT>(p.act_smem)).
+template <int F, bool BF16, int NT, int XA = 0, bool BULK = false>
 __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u) {
   using T = Tiling<F, NT>;
   using S = Strides<F>;
@@ -736,9 +811,27 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   zero_fill(acc);
 
   // Register ring: buffer u holds step kRing * it + u; it is refilled with step + kRing right after
-  // it is consumed, so the two other steps stay in flight meanwhile.
-  Frag<F, NT> f[kRing];
-  if (active) {
+  // it is consumed, so the two other steps stay in flight meanwhile. (BULK: one buffer, refilled
+  // from the warp's shared-memory ring, whose first kBulkStages steps are requested here.)
+  Frag<F, NT> f[BULK ? 1 : kRing];
+  BulkRing<F, NT> br;
+  if constexpr (BULK) {
+    using B = BulkStage<F, NT>;
+    const uint32_t rings = smem_base + static_cast<uint32_t>(p.act_smem);
+    br.ring = rings + warp * (kBulkStages * B::kBytes);
+    br.bars = rings + B::kRingBytes + warp * (kBulkStages * 8);
+    br.wsrc = wnext - lane;
+    const int super = tile16 / T::kTilesPerSuper;
+    br.ssrc = reinterpret_cast<const uint32_t*>(p.scales) + (static_cast<size_t>(super) * p.steps + st0) * S::kS;
+    br.soff = static_cast<uint32_t>(snext - br.ssrc) * 4;
+    if (active && lane == 0) {
+      for (int u = 0; u < kBulkStages; ++u) ptx::mbar_init(br.bars + 8 * u, 1);
+      ptx::mbar_init_fence();
+      br.policy = ptx::l2_evict_first_policy();
+      for (int u = 0; u < kBulkStages && u < nsteps; ++u) br.issue(u);
+    }
+    __syncwarp();
+  } else if (active) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) {
       if (u < nsteps) {
@@ -772,7 +865,21 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 #pragma unroll
       for (int u = 0; u < kRing; ++u) {
         const int st = kRing * it + u;
-        if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
+        if constexpr (BULK) {
+          if (st < nsteps) {
+            br.read(f[0], st, lane);
+            compute_step<F, BF16, NT, XA>(f[0], acc, rows, u, lane, salt);
+            // every lane has consumed the stage: lane 0 orders those reads before the copy
+            // engine's next write to it and requests the step kBulkStages ahead
+            __syncwarp();
+            if (lane == 0 && st + kBulkStages < nsteps) {
+              ptx::fence_proxy_async_smem();
+              br.issue(st + kBulkStages);
+            }
+          }
+        } else {
+          if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
+        }
       }
     }
     if (!resident) __syncthreads();                        // the buffer is refilled next chunk
@@ -1176,6 +1283,87 @@ cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>((units + upc - 1) / upc), 1, (p.M + kMBlock - 1) / kMBlock);
   KernelForSk<F, BF16, NT>::fn<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------------------------------------
+// The bulk schedule's kernels (gemv_body with BULK = true; see BulkStage above): the split-K grid,
+// named after the arm with a _bulk suffix. Activations: resident up to kBulkResidentCap, else the
+// two alternating chunk buffers.
+// ------------------------------------------------------------------------------------------------
+#define FP8LAB_WO_BULK_KERNEL(NAME, FMT)                                                          \
+  template <bool BF16, int NT>                                                                    \
+  __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_bulk(const WoParams p) { \
+    gemv_body<FMT, BF16, NT, 0, true>(p);                                                         \
+  }
+FP8LAB_WO_BULK_KERNEL(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_BULK_KERNEL(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_BULK_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_BULK_KERNEL(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_BULK_KERNEL
+
+template <int F, bool BF16, int NT>
+struct KernelForBulk;
+#define FP8LAB_WO_BULK_KFOR(NAME, FMT)                              \
+  template <bool BF16, int NT>                                      \
+  struct KernelForBulk<FMT, BF16, NT> {                             \
+    static constexpr void (*fn)(const WoParams) = &NAME##_bulk<BF16, NT>; \
+  };
+FP8LAB_WO_BULK_KFOR(gemv_w8a16_fp8, kFp8)
+FP8LAB_WO_BULK_KFOR(gemv_w8a16_int8, kInt8)
+FP8LAB_WO_BULK_KFOR(gemv_w4a16_nvfp4, kNvfp4)
+FP8LAB_WO_BULK_KFOR(gemv_w4a16_int4, kInt4)
+#undef FP8LAB_WO_BULK_KFOR
+
+// The bulk launch's activation bytes: resident chunks when allowed and within kBulkResidentCap.
+template <int NT>
+int bulk_act_smem_for(const WoParams& p) {
+  const int two = 2 * act_buf_bytes<NT>();
+  const long long iters = (p.steps_per_split + kRing - 1) / kRing;
+  const long long need = iters * (p.M < kMBlock ? p.M : kMBlock) * kActStride * 2;
+  return (p.act_resident && need > two && need <= kBulkResidentCap) ? static_cast<int>(need) : two;
+}
+
+template <int F, int NT>
+constexpr int bulk_max_smem() {
+  return bulk_smem_bytes<F, NT>(2 * act_buf_bytes<NT>() > kBulkResidentCap ? 2 * act_buf_bytes<NT>()
+                                                                           : kBulkResidentCap);
+}
+
+template <int F, bool BF16, int NT>
+cudaError_t ensure_bulk_smem_attr() {
+  constexpr int smem = bulk_max_smem<F, NT>();
+  if (smem <= 48 * 1024) return cudaSuccess;
+  static bool done = false;
+  if (done) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(KernelForBulk<F, BF16, NT>::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  done = e == cudaSuccess;
+  return e;
+}
+
+// As launch_gemv. The packed scales must be 16-byte aligned (bulk copies; the host checks).
+template <int F, bool BF16, int NT>
+cudaError_t launch_gemv_bulk(const WoParams& p0, int splits, cudaStream_t stream) {
+  using T = Tiling<F, NT>;
+  const cudaError_t e = ensure_bulk_smem_attr<F, BF16, NT>();
+  if (e != cudaSuccess) return e;
+  WoParams p = p0;
+  p.act_smem = bulk_act_smem_for<NT>(p);
+  const int tiles_per_cta = kWarps * T::kTM;
+  dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
+  KernelForBulk<F, BF16, NT>::fn<<<grid, kThreads, bulk_smem_bytes<F, NT>(p.act_smem), stream>>>(p);
+  return cudaGetLastError();
+}
+
+// CTAs per SM at the largest shared memory a bulk launch takes.
+template <int F, bool BF16, int NT>
+int occupancy_gemv_bulk() {
+  if (ensure_bulk_smem_attr<F, BF16, NT>() != cudaSuccess) return -1;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, KernelForBulk<F, BF16, NT>::fn, kThreads,
+                                                    bulk_max_smem<F, NT>()) != cudaSuccess)
+    return -1;
+  return blocks;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ PARAMS_HEADER = KERNEL_DIR / "gemv_w16_params.h"
 BIND_HEADER = KERNEL_DIR / "gemv_w16_bind.h"   # the two bindings' shared checks and WoParams
 STANDALONE_SOURCE = KERNEL_DIR / "gemv_w16.cu"
 CHECK_SOURCE = KERNEL_DIR / "gemv_w16_check.cu"
-EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu")
+EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", KERNEL_DIR / "gemv_w16_sk_ext.cu",
+               KERNEL_DIR / "gemv_w16_bulk_ext.cu")
 SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE, *COMMON_HEADERS)
 # What each extension's cache key hashes: its sources and every header they include.
 EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, BIND_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
@@ -189,9 +190,14 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
 
 
 #: the launch schedules of :func:`gemv_w16`: ``splitk`` (grid of CTA tiles x K splits, the
-#: original) and ``streamk`` (persistent CTAs walking the (tile, K step) units; issue 7). The
-#: default stays ``splitk`` until the H200 probe (scripts/probes/gemv.py) shows stream-K wins.
-SCHEDULES = ("splitk", "streamk")
+#: original), ``streamk`` (persistent CTAs walking the (tile, K step) units; issue 7) and ``bulk``
+#: (the split-K grid with each warp's weights in a shared-memory ring filled by cp.async.bulk,
+#: sm_90+; issue 22: twice the register ring's bytes in flight per SM). The default stays
+#: ``splitk``; notebook 08 times split-K and stream-K by default and plots the faster per point;
+#: scripts/probes/gemv.py times all three side by side.
+SCHEDULES = ("splitk", "streamk", "bulk")
+#: the bulk schedule's copy engine (cp.async.bulk, mbarrier transaction counts) needs Hopper
+BULK_MIN_SM = 90
 DEFAULT_SCHEDULE = "splitk"
 
 
@@ -693,11 +699,19 @@ def reset_workspace() -> None:
 
 
 @lru_cache(maxsize=None)
-def _occupancy(fmt: str, bf16: bool, nt: int, device_index: int) -> int:
-    n = int(load_extension().occupancy(FORMAT_ID[fmt], bf16, nt))
+def _occupancy(fmt: str, bf16: bool, nt: int, device_index: int, schedule: str = "splitk") -> int:
+    ext = load_extension()
+    n = int((ext.occupancy_bulk if schedule == "bulk" else ext.occupancy)(FORMAT_ID[fmt], bf16, nt))
     if n < 1:
         raise RuntimeError(f"occupancy query failed for {fmt} nt={nt}: {n}")
     return n
+
+
+def _bulk_capable(device_index: int) -> bool:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return 10 * major + minor >= BULK_MIN_SM
 
 
 def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
@@ -712,7 +726,12 @@ def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
     splits = choose_splits(pw.fmt, M, pw.N, pw.K, sms=sms, ctas_per_sm=occ)
     z = -(-M // M_BLOCK)
     sk = streamk_plan(pw.fmt, M, pw.N, pw.K, max(1, sms * occ // z))
-    return {"nt": nt, "tm": tiles_per_warp(pw.fmt, nt), "ctas_per_sm": occ, "sms": sms,
+    cfg = {}
+    if _bulk_capable(idx):
+        occ_b = _occupancy(pw.fmt, pw.act == "bf16", nt, idx, "bulk")
+        cfg = {"bulk_ctas_per_sm": occ_b,
+               "bulk_splits": choose_splits(pw.fmt, M, pw.N, pw.K, sms=sms, ctas_per_sm=occ_b)}
+    return {**cfg, "nt": nt, "tm": tiles_per_warp(pw.fmt, nt), "ctas_per_sm": occ, "sms": sms,
             "grid": (grid_x(pw.fmt, pw.N, M), splits, z), "splits": splits,
             "streamk_ctas": max(1, sms * occ // z), "streamk_grid": sk["grid"],
             "streamk_units_per_cta": sk["units_per_cta"]}
@@ -788,10 +807,13 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     weight element before the dequant (same result bit for bit; notebook 10). k = 0 is the
     regular kernel's SASS in the other extension (a control for the build).
 
-    ``schedule``: None (:data:`DEFAULT_SCHEDULE`), ``"splitk"`` or ``"streamk"``: persistent
+    ``schedule``: None (:data:`DEFAULT_SCHEDULE`), ``"splitk"``, ``"streamk"``: persistent
     CTAs (``ctas`` per 64-token block; None: SMs x CTAs per SM) each walking a contiguous range
     of the (CTA tile along N, 128-K step) units, partial tiles reduced through the same fp32
-    workspace (see gemv_w16.cuh). ``splits`` applies to split-K only; ``ctas`` to stream-K only.
+    workspace (see gemv_w16.cuh), or ``"bulk"``: the split-K grid with the weights and scales
+    brought into shared memory by cp.async.bulk (sm_90+, pw.s 16-byte aligned; the same sums in
+    the same order as split-K with the same ``splits``). ``splits`` applies to split-K and bulk;
+    ``ctas`` to stream-K only.
 
     ``act_resident`` (split-K): True lets a CTA keep all its activation chunks in shared memory
     when they fit (one barrier in all instead of two per chunk; decode M = 1 with a short K slice);
@@ -820,10 +842,22 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         raise ValueError("ctas applies to schedule='streamk' only")
     if not isinstance(act_resident, (bool, np.bool_)):
         raise ValueError(f"act_resident must be True or False, got {act_resident!r}")
+    bulk = schedule == "bulk"
+    if bulk:
+        if extra_alu is not None:
+            raise ValueError("schedule='bulk' takes no extra_alu (the EXTRA_ALU kernels are split-K only)")
+        idx = act.device.index if act.device.index is not None else torch.cuda.current_device()
+        if not _bulk_capable(idx):
+            cap = torch.cuda.get_device_capability(idx)
+            raise ValueError(f"schedule='bulk' needs sm_{BULK_MIN_SM} or newer (cp.async.bulk); this GPU is "
+                             f"sm_{cap[0]}{cap[1]}")
+        if pw.s.data_ptr() % 16:
+            raise ValueError(f"schedule='bulk' copies the packed scales with cp.async.bulk: pw.s must be 16-byte "
+                             f"aligned (data_ptr % 16 = {pw.s.data_ptr() % 16})")
     if extra_alu is not None:
         extra_alu = _check_extra_alu(extra_alu, pw, M)
     if splits is None:
-        splits = launch_config(pw, M, act.device)["splits"]
+        splits = launch_config(pw, M, act.device)["bulk_splits" if bulk else "splits"]
     sps = -(-pw.steps // splits)
     splits = -(-pw.steps // sps)
     if out is None:
@@ -834,8 +868,9 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         # salt 0: the chain is the identity, but only the host knows that
         return load_xalu_extension().gemv_xalu(act, pw.w, pw.s, out, ws, cnt, float(pw.out_factor), pw.N,
                                                pw.n_tiles16, splits, sps, extra_alu, 0)
-    return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                 pw.N, pw.n_tiles16, splits, sps, bool(act_resident))
+    return (load_extension().gemv_bulk if bulk else load_extension().gemv)(
+        act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor), pw.N, pw.n_tiles16, splits, sps,
+        bool(act_resident))
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""Probe (issue 7): split-K vs stream-K schedules of the weight-only decode kernels on one GPU.
+"""Probe (issues 7, 22): the launch schedules of the weight-only decode kernels on one GPU: split-K,
+stream-K and bulk (split-K with each warp's weights in a shared-memory ring filled by cp.async.bulk).
 
     python scripts/probes/gemv.py [--rep-ms 15] [--out DIR]
 
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
-   default CTAs, stream-K with one CTA per SM) at odd shapes against float64, poisoned
-   outputs, the workspace left clean; stream-K with one CTA per tile bit-identical to splits=1.
+   default CTAs, stream-K with one CTA per SM, bulk auto and with splits = 1) at odd shapes
+   against float64, poisoned outputs, the workspace left clean; stream-K with one CTA per tile
+   and bulk with splits = 1 bit-identical to splits=1.
 2. Timing: qwen3-8b gate_up, qwen3-8b down_proj, llama3-70b down_proj; fp8 / int8 / nvfp4 /
    int4; M = 1 and 16; inputs rotated over > 2x L2, CUDA-graph timed as notebook 08 does. Per
    row: time, effective bandwidth (weight + scale bytes / time), fraction of the 2 GiB copy
@@ -27,13 +29,16 @@ import pandas as pd
 def _variants(cfg, splits=()):
     """The schedules timed: split-K as chosen (and the same launch with the activation chunks never
     resident: the A/B of the barrier-free main loop), stream-K at full occupancy and at one CTA per
-    SM, and split-K pinned to each of ``splits`` (those the weight's K allows)."""
+    SM, bulk as chosen, and split-K and bulk pinned to each of ``splits`` (those the weight's K
+    allows)."""
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
     return ([("splitk", dict(schedule="splitk")),
              ("splitk_ring", dict(schedule="splitk", act_resident=False)),
              ("streamk", dict(schedule="streamk", ctas=sms * occ)),
-             ("streamk_1pm", dict(schedule="streamk", ctas=sms))]
-            + [(f"splitk_{s}", dict(schedule="splitk", splits=s)) for s in splits])
+             ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
+             ("bulk", dict(schedule="bulk"))]
+            + [(f"splitk_{s}", dict(schedule="splitk", splits=s)) for s in splits]
+            + [(f"bulk_{s}", dict(schedule="bulk", splits=s)) for s in splits])
 
 
 def check_correctness(wo, torch):
@@ -49,7 +54,9 @@ def check_correctness(wo, torch):
             for name, kw in [("splitk", {}), ("splitk_ring", dict(act_resident=False)),
                              ("streamk", dict(schedule="streamk")),
                              ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
-                             ("streamk_5", dict(schedule="streamk", ctas=5))]:
+                             ("streamk_5", dict(schedule="streamk", ctas=5)),
+                             ("bulk", dict(schedule="bulk")), ("bulk_1", dict(schedule="bulk", splits=1)),
+                             ("bulk_3", dict(schedule="bulk", splits=3))]:
                 for rep in range(2):
                     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                     wo.gemv_w16(x, pw, out=out, **kw)
@@ -64,7 +71,9 @@ def check_correctness(wo, torch):
             a = wo.gemv_w16(x, pw, splits=1)
             b = wo.gemv_w16(x, pw, schedule="streamk", ctas=wo.grid_x(fmt, N, M))
             assert torch.equal(a.view(torch.int16), b.view(torch.int16)), (fmt, M, N, K, "whole tiles not bitwise")
-            n += 1
+            c = wo.gemv_w16(x, pw, schedule="bulk", splits=1)
+            assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (fmt, M, N, K, "bulk not bitwise")
+            n += 2
     return n
 
 
@@ -129,7 +138,9 @@ def main(argv=None):
                     bw = stream / t.p50_s
                     if vname in ("splitk", "splitk_ring"):
                         launch = f"splits={cfg['splits']} grid={cfg['grid']}"
-                    elif vname.startswith("splitk_"):
+                    elif vname == "bulk":
+                        launch = f"splits={cfg['bulk_splits']} ctas/SM={cfg['bulk_ctas_per_sm']}"
+                    elif vname.startswith("splitk_") or vname.startswith("bulk_"):
                         launch = f"splits={kw['splits']} grid={(cfg['grid'][0], kw['splits'], cfg['grid'][2])}"
                     else:
                         plan = wo.streamk_plan(fmt, M, N, K, kw["ctas"])
@@ -148,6 +159,7 @@ def main(argv=None):
     piv = df.pivot_table(index=["shape", "M", "fmt"], columns="variant", values="frac_big")
     piv["best"] = piv.idxmax(axis=1)
     piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
+    piv["bulk_gain"] = piv["bulk"] / piv["splitk"]
     piv["resident_gain"] = piv["splitk"] / piv["splitk_ring"]     # > 1: the barrier-free loop is faster
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))

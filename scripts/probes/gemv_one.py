@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", default="llama3-70b:down_proj")
     ap.add_argument("--fmt", default="fp8")
     ap.add_argument("--M", type=int, default=1)
-    ap.add_argument("--schedule", default="splitk", choices=("splitk", "streamk"))
+    ap.add_argument("--schedule", default="splitk", choices=("splitk", "streamk", "bulk"))
     ap.add_argument("--iters", type=int, default=6)
     args = ap.parse_args(argv)
 

@@ -74,5 +74,85 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                : "memory");
 }
 
+// ---- mbarrier + cp.async.bulk (sm_90: the TMA unit's one-dimensional bulk copy) ------------------
+// A bulk copy moves `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to
+// shared memory on the copy engine, without registers or a thread per 16 bytes, and signals
+// completion as a transaction count on an mbarrier in shared memory. The consumer waits on the
+// barrier's phase parity. Used by the weight-only decode kernels' bulk schedule (gemv_w16.cuh).
+
+// mbarrier.init.shared::cta.b64 [bar], count: a barrier that completes a phase after `count`
+// arrivals plus every expected transaction byte.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes initialised mbarriers visible to the async proxy (the copy engine) and to other threads,
+// before the first copy signals them.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// fence.proxy.async.shared::cta: orders this thread's earlier generic-proxy accesses to shared
+// memory (ld.shared of a stage) before later async-proxy writes to it (the next bulk copy).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// mbarrier.arrive.expect_tx: one arrival that also announces `bytes` of transactions to come.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Blocks until the barrier's phase with parity `parity` has completed (try_wait spins in hardware
+// for a while before returning false; the loop retries).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// createpolicy ... L2::evict_first: an L2 cache policy for data read once (streamed weights).
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+
+// cp.async.bulk global -> shared, completing `bytes` transactions on mbarrier `bar`, with an L2
+// cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                         uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+// cp.async.bulk global -> shared without a cache hint (data read by more than one warp).
+__device__ __forceinline__ void bulk_g2s_plain(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// ld.shared.v4.b32: 16 bytes of shared memory at a shared-window address into four registers.
+__device__ __forceinline__ uint4 lds_128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 }  // namespace ptx
 }  // namespace fp8lab
