@@ -238,7 +238,8 @@ def test_peer_compile_ahead_targets_take_the_notebooks_parameters():
     full = {t.args[0]: json.loads(t.args[1]) for t in prebuild.with_params(ts)}
     smoke = {t.args[0]: json.loads(t.args[1]) for t in prebuild.with_params(ts, smoke=True)}
     assert full["05"]["Ms"] == [1, 16, 128, 1024, 4096] and smoke["05"]["Ms"] == [1, 128, 1024]
-    assert full["08"]["shape_names"] == ["llama3-70b:down_proj", "qwen3-8b:gate_up"]
+    assert full["08"]["shape_names"] == ["llama3-70b:down_proj", "qwen3-8b:gate_up", "llama3-8b:gate_up",
+                                      "llama3-8b:down_proj", "llama3-70b:qkv"]
     assert smoke["08"]["shape_names"] == ["qwen3-8b:gate_up"] and smoke["11"]["Ms"] == [1, 1024]
     for nb, params in (*full.items(), *smoke.items()):
         kind, points = precompile.plan(nb, params)
