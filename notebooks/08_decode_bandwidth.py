@@ -236,7 +236,8 @@ def draw_bandwidth(df, info, peer=None):
     shp = list(dict.fromkeys(df["shape"]))
     ncol = min(3, len(shp))
     nrow = -(-len(shp) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.0 * nrow), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 4.0 * nrow), squeeze=False, sharey=True,
+                             gridspec_kw=dict(hspace=0.35))
     for ax in axes.flat[len(shp):]:
         ax.set_visible(False)
     for ax, sn in zip(axes.flat, shp):
@@ -262,7 +263,13 @@ def draw_bandwidth(df, info, peer=None):
         row[0].set_ylabel("effective bandwidth (TB/s, weights + scales)")
     # beside the panels, never over the lines
     h, lab = plotting.legend_entries(axes)
-    fig.legend(h, lab, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    spare = axes.flat[len(shp)] if len(shp) < axes.size else None
+    if spare is not None:                    # an empty cell: the legend goes there
+        spare.set_visible(True)
+        spare.axis("off")
+        spare.legend(h, lab, fontsize=8, loc="center", frameon=False)
+    else:
+        fig.legend(h, lab, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     plotting.save(fig, info, "decode_bandwidth",
                   footnote_extra=peer_report.COMPARABLE_NOTE if len(peer_report.measured(peer)) else None)
     plt.show()
@@ -299,9 +306,10 @@ def draw_targets(tg, info):
 
     kinds = list(dict.fromkeys(tg["target"]))
     nbars = [max(3, int((tg["target"] == k).sum())) for k in kinds]
-    rows = [kinds[:3], kinds[3:]] if len(kinds) > 3 else [kinds]
-    fig = plt.figure(figsize=(16, 4.4 * len(rows)))
-    gs = GridSpec(len(rows), 1, figure=fig, hspace=0.45)
+    # the three M = 1 targets side by side (a bar or two per shape), each denser target on a row of its own
+    rows = [kinds[:3]] + [[k] for k in kinds[3:]]
+    fig = plt.figure(figsize=(16, 4.2 * len(rows)))
+    gs = GridSpec(len(rows), 1, figure=fig, hspace=0.6)
     arms_seen = []
     for ri, row in enumerate(rows):
         sub = gs[ri].subgridspec(1, len(row), width_ratios=[nbars[kinds.index(k)] for k in row], wspace=0.25)
@@ -313,6 +321,7 @@ def draw_targets(tg, info):
             groups = list(dict.fromkeys(g["_sh"]))
             arms = list(dict.fromkeys(g["arm"]))
             w = 0.8 / len(arms)
+            dense = len(g) > 12                      # many bars: labels upright, smaller
             for i, arm in enumerate(arms):
                 a = g[g["arm"] == arm]
                 x = np.array([groups.index(v) for v in a["_sh"]]) + (i - len(arms) / 2 + 0.5) * w
@@ -320,11 +329,12 @@ def draw_targets(tg, info):
                     ax.bar(xi, r["value"], w, color=plotting.color(arm) if r["met"] else "white",
                            edgecolor=plotting.color(arm), hatch=None if r["met"] else "///")
                     ax.plot([xi - w / 2, xi + w / 2], [r["goal"]] * 2, color="black", lw=1.5)
-                    ax.text(xi, max(r["value"], r["goal"]) + 0.015, f"{r['value']:.2f}", ha="center", fontsize=6)
+                    ax.text(xi, max(r["value"], r["goal"]) + 0.015, f"{r['value']:.2f}", ha="center",
+                            va="bottom", fontsize=5.5 if dense else 6, rotation=90 if dense else 0)
                 if arm not in arms_seen:
                     arms_seen.append(arm)
             ax.set_xticks(np.arange(len(groups)), groups, fontsize=6.5)
-            ax.set_ylim(0, max(1.15, float(np.nanmax(np.r_[g["value"], g["goal"]])) * 1.15))
+            ax.set_ylim(0, max(1.15, float(np.nanmax(np.r_[g["value"], g["goal"]])) * (1.25 if dense else 1.15)))
             met = int(g["met"].sum())
             ax.set_title(f"{kind}\n(met at {met} of {len(g)})", fontsize=9)
             if ci == 0:
