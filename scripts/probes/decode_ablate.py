@@ -1,0 +1,337 @@
+"""Probe (issue 22): which part of the decode kernel's per-step work costs the copy rate at M = 1?
+
+    python scripts/probes/decode_ablate.py [--rep-ms 6] [--out DIR]      # on a GPU
+    python scripts/probes/decode_ablate.py --ptxas                      # CPU: build each variant, print registers
+
+decode_stream.py showed that a pure stream of gemv_w16's exact access pattern and grid reaches
+0.85-0.97 of copy where the FP8 kernel reaches 0.70-0.90. This probe takes the kernel header
+(fp8lab/kernels/gemv_w16.cuh), makes one copy per variant with a few lines replaced (each
+replacement must match exactly once, or the probe stops), puts each copy in a namespace of its
+own, and builds them all into one extension, so every variant is timed in the same process,
+on the same packed weights, with weights rotated past 2x L2 and CUDA-graph replays as notebook
+08 does. Variants (FP8 weights, bf16 activations, the decode tile NT = 1):
+
+  base         the header as it is (must time as the package's own gemv_w16)
+  light_epi    split-K / stream-K handshake as cooperative groups' grid sync does it: one
+               barrier, then thread 0 alone fences and bumps the counter (and fences again if
+               its CTA is last); every thread used to fence (MEMBAR.SC.GPU + CCTL.IVALL)
+  dual_acc     the 8 mmas of a step accumulate into two fp32 fragments (even / odd k16) instead
+               of one, halving the dependent HMMA chain; summed at the promotion
+  both         light_epi + dual_acc
+  lb3          __launch_bounds__(256, 3): three CTAs per SM (ptxas must fit 80 registers)
+  -- ablations (outputs wrong by design; they bound what a part costs) --
+  no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
+  fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
+  no_mma       dequant and ldmatrix kept, the HMMA replaced by an XOR-and-add: the tensor-core chain's cost
+
+Each variant runs split-K at the package's chosen splits and at splits = 1, and stream-K with
+the package's persistent CTA count. The real variants are checked against the package's kernel at splits = 1
+(itself checked against float64 by the GPU tests): relative Frobenius error < 1e-2 (dual_acc sums
+in another order); ablations are marked "ablation".
+Writes probe_decode_ablate.csv into --out (or $OUT); prints fractions of the 2 GiB copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KDIR = os.path.join(HERE, "..", "..", "fp8lab", "kernels")
+
+FENCE_SPLIT_OLD = """  __shared__ int s_last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int prev = atomicAdd(p.counters + blockIdx.z * gridDim.x + blockIdx.x, 1);
+    s_last = (prev == static_cast<int>(gridDim.y) - 1);
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+"""
+FENCE_SPLIT_NEW = """  __shared__ int s_last;
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    const int prev = atomicAdd(p.counters + blockIdx.z * gridDim.x + blockIdx.x, 1);
+    s_last = (prev == static_cast<int>(gridDim.y) - 1);
+    if (s_last) __threadfence();
+  }
+  __syncthreads();
+  if (!s_last) return;
+"""
+FENCE_SK_OLD = """  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int prev = atomicAdd(counter, done);
+    *s_last = (prev + done == p.steps);
+  }
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();
+"""
+FENCE_SK_NEW = """  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int prev = atomicAdd(counter, done);
+    *s_last = (prev + done == p.steps);
+    if (*s_last) __threadfence();
+  }
+  __syncthreads();
+  if (!*s_last) return;
+"""
+DUAL = [
+    ("""  float gacc[TM][NT][4];
+  if constexpr (T::kGroup) {
+    zero_fill(gacc);
+  }""", """  float gacc[2][TM][NT][4];
+  if constexpr (T::kGroup) {
+    zero_fill(gacc[0]);
+    zero_fill(gacc[1]);
+  }"""),
+    ("mma16816<BF16>(gacc[t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);",
+     "mma16816<BF16>(gacc[sub][t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);"),
+] + [(f"fmaf(gacc[t][j][{e}], ", f"fmaf(gacc[0][t][j][{e}] + gacc[1][t][j][{e}], ") for e in range(4)]
+
+VARIANTS = {
+    "base": ([], False),
+    "light_epi": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)], False),
+    "dual_acc": (DUAL, False),
+    "both": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)] + DUAL, False),
+    "lb3": ([("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p)",
+              "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME(const WoParams p)"),
+             ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_sk(const WoParams p)",
+              "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME##_sk(const WoParams p)")], False),
+    "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
+               True),
+    "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
+                       "    wnext += Strides<F>::kW;\n  }\n}")], True),
+    "no_mma": ([("mma16816<BF16>(gacc[t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);",
+                 "gacc[t][j][0] += __uint_as_float((a[0] ^ a[1] ^ a[2] ^ a[3] ^ b[j][2 * sub] ^ b[j][2 * sub + 1]) "
+                 "& 0x3c7fffffu);")], True),
+}
+
+
+def variant_header(text: str, name: str, patches) -> str:
+    for old, new in patches:
+        n = text.count(old)
+        if n != 1:
+            raise SystemExit(f"variant {name}: a replacement matched {n} times, not once: {old[:60]!r}")
+        text = text.replace(old, new)
+    text = text.replace("namespace wo {", f"namespace wo_{name} {{\nusing ::fp8lab::wo::WoParams;", 1)
+    # the launchers' function-local statics and the kernels are per namespace already
+    return text
+
+
+def write_sources(dst: str) -> list[str]:
+    """Copy the kernel headers into dst, write one patched copy per variant and the binding."""
+    shutil.copytree(os.path.join(KDIR, "common"), os.path.join(dst, "common"))
+    for f in ("gemv_w16_params.h", "gemv_w16_bind.h"):
+        shutil.copy(os.path.join(KDIR, f), dst)
+    text = open(os.path.join(KDIR, "gemv_w16.cuh")).read()
+    names = list(VARIANTS)
+    for name in names:
+        with open(os.path.join(dst, f"v_{name}.cuh"), "w") as fh:
+            fh.write(variant_header(text, name, VARIANTS[name][0]))
+    return names
+
+
+def kernels_cu(names) -> str:
+    inc = "".join(f'#include "v_{n}.cuh"\n' for n in names)
+    cases_split = "".join(
+        f"    case {i}: return fp8lab::wo_{n}::launch_gemv<fp8lab::wo_{n}::kFp8, true, 1>(p, splits, s);\n"
+        for i, n in enumerate(names))
+    cases_sk = "".join(
+        f"    case {i}: return fp8lab::wo_{n}::launch_gemv_sk<fp8lab::wo_{n}::kFp8, true, 1>(p, ctas, s);\n"
+        for i, n in enumerate(names))
+    cases_occ = "".join(
+        f"    case {i}: return fp8lab::wo_{n}::occupancy_gemv<fp8lab::wo_{n}::kFp8, true, 1>();\n"
+        for i, n in enumerate(names))
+    return f"""#include <cuda_runtime.h>
+{inc}
+cudaError_t probe_split(int v, const fp8lab::wo::WoParams& p, int splits, cudaStream_t s) {{
+  switch (v) {{
+{cases_split}    default: return cudaErrorInvalidValue;
+  }}
+}}
+cudaError_t probe_sk(int v, const fp8lab::wo::WoParams& p, int ctas, cudaStream_t s) {{
+  switch (v) {{
+{cases_sk}    default: return cudaErrorInvalidValue;
+  }}
+}}
+int probe_occ(int v) {{
+  switch (v) {{
+{cases_occ}    default: return -1;
+  }}
+}}
+"""
+
+
+BIND_CPP = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include "gemv_w16_bind.h"
+cudaError_t probe_split(int v, const fp8lab::wo::WoParams& p, int splits, cudaStream_t s);
+cudaError_t probe_sk(int v, const fp8lab::wo::WoParams& p, int ctas, cudaStream_t s);
+int probe_occ(int v);
+// sched > 0: split-K with that many splits; sched < 0: stream-K with -sched CTAs.
+void run(int64_t v, torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
+         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched) {
+  fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
+  const int64_t steps = act.size(1) / 128;
+  const int64_t splits = sched > 0 ? sched : 1;
+  const int64_t sps = (steps + splits - 1) / splits;
+  auto p = fp8lab::wo::params(act, w, scales, out, ws, counters, 1.0, N, n_tiles16, sps, true);
+  auto s = c10::cuda::getCurrentCUDAStream();
+  const cudaError_t e = sched > 0 ? probe_split(static_cast<int>(v), p, static_cast<int>((steps + sps - 1) / sps), s)
+                                  : probe_sk(static_cast<int>(v), p, static_cast<int>(-sched), s);
+  TORCH_CHECK(e == cudaSuccess, "probe launch failed: ", cudaGetErrorString(e));
+}
+int64_t occ(int64_t v) { return probe_occ(static_cast<int>(v)); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("run", &run);
+  m.def("occ", &occ);
+}
+"""
+
+
+def ptxas(names, src):
+    """CPU: compile the kernels for sm_90 and print registers / spills per variant kernel."""
+    cu = os.path.join(src, "kernels.cu")
+    cmd = ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v", "-I", src, cu, "-o",
+           os.path.join(src, "k.cubin")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        print(r.stderr[-4000:])
+        return r.returncode
+    cur = None
+    for line in r.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            cur = m.group(1)
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and cur:
+            ns = re.search(r"(\d+)wo_", cur)
+            vname = cur[ns.end():ns.end() + int(ns.group(1)) - 3] if ns else cur
+            kind = "sk" if "_sk" in cur else "split"
+            spill = re.search(r"(\d+) bytes spill stores", r.stderr[r.stderr.find(cur):])
+            print(f"{vname:14s} {kind:6s} {m.group(1)} registers  "
+                  f"{spill.group(1) if spill else '?'} bytes spill stores")
+            cur = None
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rep-ms", type=float, default=6)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--ptxas", action="store_true", help="CPU only: build every variant and print registers")
+    ap.add_argument("--shapes", default="llama3-70b:down_proj,qwen3-8b:gate_up,llama3-8b:gate_up,"
+                                        "llama3-8b:down_proj,llama3-70b:qkv")
+    args = ap.parse_args(argv)
+    src = tempfile.mkdtemp(prefix="fp8lab_ablate_")
+    names = write_sources(src)
+    with open(os.path.join(src, "kernels.cu"), "w") as fh:
+        fh.write(kernels_cu(names))
+    if args.ptxas:
+        return ptxas(names, src)
+
+    import pandas as pd
+    import torch
+    from torch.utils.cpp_extension import load
+
+    from fp8lab.experiments import decode
+    from fp8lab.facts import shapes
+    from fp8lab.kernels import weight_only as wo
+    from fp8lab.measure import bench, harness
+
+    t0 = time.time()
+    ext = load("fp8lab_probe_decode_ablate", [_bind(src), os.path.join(src, "kernels.cu")],
+               extra_include_paths=[src], extra_cuda_cflags=["-O3", "-std=c++17"], verbose=False)
+    wo.load_extension()
+    print(f"built in {time.time() - t0:.0f} s; CTAs per SM: "
+          + ", ".join(f"{n} {ext.occ(i)}" for i, n in enumerate(names)), flush=True)
+    l2 = bench.device_l2_bytes()
+    big = decode.measure_copy(copy_gib=2.0)["rate_p50"]
+    print(f"2 GiB copy: {big / 1e12:.3f} TB/s", flush=True)
+    rows = []
+    for name in args.shapes.split(","):
+        sh = shapes.get(name)
+        N, K = sh.N, sh.K
+        pw = wo.random_weight("fp8", N, K, keep_codes=False)[0].to("cuda")
+        cfg = wo.launch_config(pw, 1)
+        xb = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+        # the reference: the package's kernel at splits = 1 (itself checked against float64 by the GPU tests)
+        want = wo.gemv_w16(xb, pw, splits=1).double()
+        gbytes = decode.stream_split(wo.ARMS["fp8"], N, K)["stream_bytes"]
+        sets = harness.rotation_copies(pw, gbytes, l2, wo.PackedWeight.clone)
+        tiles_x = -(-pw.n_tiles16 // 8)
+        ws = torch.zeros(N, dtype=torch.float32, device="cuda")
+        cnt = torch.zeros(max(tiles_x, 1), dtype=torch.int32, device="cuda")
+        scheds = [("split", s, s) for s in sorted({cfg["splits"], 1})] + [("streamk", cfg["streamk_ctas"],
+                                                                           -cfg["streamk_ctas"])]
+        # the package's own kernel at the same points, as the yardstick for "base"
+        for sched, arg, code in scheds:
+            oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+            kw = dict(splits=arg) if sched == "split" else dict(schedule="streamk")
+            fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(xb, p_, out=o_, **kw), list(zip(sets, oo)))
+            t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
+            rows.append(dict(shape=name, variant="package", schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
+                             frac=gbytes / t.p50_s / big, check="-"))
+        for vi, vname in enumerate(names):
+            ablation = VARIANTS[vname][1]
+            for sched, arg, code in scheds:
+                o = torch.full((1, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+                ws.zero_()
+                cnt.zero_()
+                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code)
+                torch.cuda.synchronize()
+                err = float(torch.linalg.norm(o.double() - want) / torch.linalg.norm(want))
+                check = "ablation" if ablation else ("ok" if err < 1e-2 else f"FAIL {err:.2e}")
+                oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                fn = bench.rotating(lambda p_, o_, c=code, v=vi: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
+                                                                         p_.n_tiles16, c), list(zip(sets, oo)))
+                t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
+                rows.append(dict(shape=name, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
+                                 frac=gbytes / t.p50_s / big, check=check, relerr=err))
+                if ablation:
+                    ws.zero_()
+                    cnt.zero_()
+        for r in rows:
+            if r["shape"] == name:
+                print(f"{name:22s} {r['variant']:13s} {r['schedule']:8s} {r['arg']:<4d} {r['time_us']:8.2f} us "
+                      f"{r['frac']:.3f}  {r['check']}", flush=True)
+        del sets, pw
+        torch.cuda.empty_cache()
+    df = pd.DataFrame(rows)
+    df["point"] = df["schedule"] + ":" + df["arg"].astype(str)
+    piv = df.pivot_table(index=["shape", "point"], columns="variant", values="frac", sort=False)
+    pd.set_option("display.width", 250)
+    print("\nfraction of the 2 GiB copy (weight + scale bytes):")
+    print(piv[["package"] + names].to_string(float_format=lambda v: f"{v:.3f}"))
+    bad = df[df["check"].astype(str).str.startswith("FAIL")]
+    print(f"\nchecks: {int((df['check'] == 'ok').sum())} ok, {len(bad)} failed")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        df.to_csv(os.path.join(args.out, "probe_decode_ablate.csv"), index=False)
+    print(f"total {time.time() - t0:.0f} s", flush=True)
+    return 1 if len(bad) else 0
+
+
+def _bind(src):
+    path = os.path.join(src, "bind.cpp")
+    with open(path, "w") as fh:
+        fh.write(BIND_CPP)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
