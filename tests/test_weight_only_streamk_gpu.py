@@ -1,6 +1,7 @@
 """The stream-K schedule of the weight-only decode kernels (issue 7) on the GPU: against float64
 at odd shapes (N not a multiple of the tile, K steps not divisible by the CTAs, M across the
-tile widths and the 64-token blocks), bit-identical to split-K with splits = 1 where every CTA
+tile widths and the 64-token blocks), with resident activations and with the two alternating
+chunk buffers (act_resident, issue 22), bit-identical to split-K with splits = 1 where every CTA
 owns whole tiles, poisoned outputs, and the workspace left clean for the next call."""
 
 import numpy as np
@@ -39,13 +40,17 @@ def _case(fmt, M, N, K, act="bf16", seed=0):
 # 3 and 5 CTAs: the steps split unevenly and ranges straddle tile boundaries; 1000: more CTAs
 # than units (one unit each)
 @pytest.mark.parametrize("ctas", [3, 5, 1000])
-def test_streamk_vs_float64_poisoned_and_clean(fmt, M, N, K, ctas):
+# resident activations apply at M <= 16 (these K fit); at M = 33, 83 both take the chunk buffers.
+# With 3 or 5 CTAs a CTA's units start mid-tile and run into the next tile, so its resident K
+# steps wrap around K.
+@pytest.mark.parametrize("resident", [True, False])
+def test_streamk_vs_float64_poisoned_and_clean(fmt, M, N, K, ctas, resident):
     import torch
     pw, x, ref = _case(fmt, M, N, K, seed=M + N + ctas)
     tol = 6e-3
     for rep in range(2):                                     # the re-run finds the workspace clean
         out = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
-        wo.gemv_w16(x, pw, out=out, schedule="streamk", ctas=ctas)
+        wo.gemv_w16(x, pw, out=out, schedule="streamk", ctas=ctas, act_resident=resident)
         got = out.double().cpu().numpy()
         assert np.isfinite(got).all(), (rep, np.argwhere(~np.isfinite(got))[:5])
         assert relerr(got, ref) < tol, rep
@@ -70,6 +75,28 @@ def test_streamk_whole_tiles_bit_identical_to_one_split(fmt, act, M):
     wo.gemv_w16(x, pw, out=b, schedule="streamk", ctas=wo.grid_x(fmt, N, M))
     torch.cuda.synchronize()
     assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+    assert _clean()
+
+
+@pytest.mark.parametrize("fmt", wo.FORMATS)
+@pytest.mark.parametrize("act", wo.ACT_DTYPES)
+@pytest.mark.parametrize("M", [1, 9, 16])
+@pytest.mark.parametrize("K", [1152, 3072])
+def test_streamk_resident_bit_identical_to_chunked(fmt, act, M, K):
+    """One CTA per whole tile (no reduction, so no atomic order): resident activations and the
+    chunk buffers feed the same fp32 sums in the same order. At M = 16, K = 3072 the rows do
+    not fit 96 KiB and both calls take the chunk buffers."""
+    import torch
+    N = 520
+    pw, x, _ = _case(fmt, M, N, K, act=act, seed=K + M)
+    outs = []
+    for resident in (True, False):
+        o = torch.full((M, N), float("nan"), dtype=x.dtype, device="cuda")
+        wo.gemv_w16(x, pw, out=o, schedule="streamk", ctas=wo.grid_x(fmt, N, M), act_resident=resident)
+        outs.append(o)
+    torch.cuda.synchronize()
+    assert torch.isfinite(outs[0].float()).all()
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
     assert _clean()
 
 
@@ -99,3 +126,5 @@ def test_streamk_rejects_bad_input():
         wo.gemv_w16(x, pw, schedule="streamk", splits=2)
     with pytest.raises(ValueError, match="ctas applies"):
         wo.gemv_w16(x, pw, ctas=4)
+    with pytest.raises(ValueError, match="act_resident must be True or False"):
+        wo.gemv_w16(x, pw, schedule="streamk", act_resident=1)

@@ -670,14 +670,15 @@ __device__ __forceinline__ uint32_t zero_act_pad(unsigned char* smem) {
 
 // rows[j]: this lane's ldmatrix.x4 row address in the chunk at buf for n8 tile j: matrix mi =
 // lane / 8 (k16 sub-step 2 kp + mi / 2, k half mi % 2), row r8 = lane % 8 (token m = 8 j + r8);
-// tokens past mb read the zero region.
+// tokens past mb read the zero region. row_bytes: the buffer's row stride (a chunk buffer's by
+// default; the stream-K body's resident activations hold whole rows of K).
 template <int NT>
 __device__ __forceinline__ void act_rows(uint32_t (&rows)[NT], uint32_t buf, uint32_t zero_smem, int mb, int mi,
-                                         int r8) {
+                                         int r8, int row_bytes = kActStride * 2) {
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int m = 8 * j + r8;
-    rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * kActStride * 2) : zero_smem) + 16 * mi;
+    rows[j] = (m < mb ? buf + static_cast<uint32_t>(m * row_bytes) : zero_smem) + 16 * mi;
   }
 }
 
@@ -1032,7 +1033,8 @@ int occupancy_gemv() {
 // adds the number of K steps it contributed to the tile's counter; the CTA whose addition
 // completes the tile's steps converts, writes and zeroes the workspace and the counter. No CTA
 // ever waits for another, so residency does not matter for correctness.
-// grid (ceil(tiles_x * steps / units_per_cta), 1, ceil(M / 64)), block 256, smem smem_bytes<NT>().
+// grid (ceil(tiles_x * steps / units_per_cta), 1, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem
+// (act_smem_for_sk: resident activations at small M x K, else two chunk buffers).
 // ------------------------------------------------------------------------------------------------
 template <int F, bool BF16, int NT>
 __device__ __forceinline__ void store_or_reduce_tile(const WoParams& p, float (&acc)[Tiling<F, NT>::kTM][NT][4],
@@ -1083,6 +1085,22 @@ __device__ __forceinline__ void load_chunk_sk(const WoParams& p, const unsigned 
   }
 }
 
+// Stream-K resident activations: K steps first .. first + n - 1 (mod p.steps) of the M block's mb
+// rows, row m at buf + m * row_bytes (whole rows of K, (K + 8) elements apart), column k at + 2 k.
+__device__ __forceinline__ void load_resident_sk(const WoParams& p, const unsigned char* act, uint32_t buf, int mb,
+                                                 int row_bytes, int first, int n) {
+  constexpr int kSegsPerStep = kStepK / 8;         // 16-byte segments per row and step
+  const int per_row = n * kSegsPerStep;
+  for (int idx = threadIdx.x; idx < mb * per_row; idx += kThreads) {
+    const int m = idx / per_row;
+    const int r = idx - m * per_row;
+    const int su = r / kSegsPerStep;
+    const int s = first + su < p.steps ? first + su : first + su - p.steps;
+    const int k = s * kStepK + 8 * (r - su * kSegsPerStep);
+    ptx::cp_async_16(buf + m * row_bytes + k * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+  }
+}
+
 // The stream-K body. The CTA's units [0, nunits) (relative to u0 = blockIdx.x * units_per_cta)
 // are cut, once per CTA, into pieces at two kinds of stops: the end of each tile (flush the
 // accumulators) and three units before it (the load cursor, which runs kRing units ahead of
@@ -1117,6 +1135,16 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   const uint32_t zero_smem = zero_act_pad<NT>(smem);
   const uint32_t smem_base = zero_smem + kZeroBytes;      // the activation chunks
   const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  // Resident activations (CTA-uniform): when the M block's rows of the whole K, (K + 8) elements
+  // apart, fit the p.act_smem bytes the launcher gave (decode: M = 1), the K steps of this CTA's
+  // units are loaded once and the main loop runs without a barrier (issue 22: at qwen3-8b gate_up
+  // the chunks' barriers held 21% of FP8's warp cycles); else two chunk buffers alternate, with
+  // two barriers per chunk. Row stride (K + 8) x 2 bytes: 16 modulo 128, so the 8 rows of an
+  // ldmatrix hit 8 distinct 16-byte bank groups.
+  // Built for the register-bound tiles (NT <= 2: M <= 16) only; at NT >= 4 the branch is dead code
+  // and the kernels are those of the chunked body alone (no extra registers near the 255 cap).
+  const int row_bytes = (steps * kStepK + 8) * 2;
+  const bool resident = NT <= 2 && p.act_resident != 0 && mb * row_bytes <= p.act_smem;
 
   // The only divisions: where the CTA starts (tile cx0, step cs0).
   const int cx0 = u0 / steps;
@@ -1170,8 +1198,16 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
 #pragma unroll
     for (int u = 0; u < kRing; ++u) cstep = cstep + 1 == steps ? 0 : cstep + 1;
   };
-  chunk(0);
+  if (resident) {
+    load_resident_sk(p, act, smem_base, mb, row_bytes, cs0, min(nunits, steps));
+  } else {
+    chunk(0);
+  }
   ptx::cp_async_commit();
+  if (resident) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();                         // the only barrier before the first flush
+  }
   const int nchunks = (nunits + kRing - 1) / kRing;
   const int mi = lane >> 3;
   const int r8 = lane & 7;
@@ -1201,6 +1237,23 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
       }
     }
   };
+  // The same with resident activations: no handshake; each unit's rows point at its own K step
+  // (csr, the compute cursor's step, wraps to 0 at a tile boundary) and its K offset is 0.
+  int csr = cs0;
+  auto sk_range_resident = [&](int a, int b) {
+    for (int it = a / kRing; kRing * it < b; ++it) {
+#pragma unroll
+      for (int u = 0; u < kRing; ++u) {
+        const int i = kRing * it + u;
+        if (i >= a && i < b) {   // CTA-uniform
+          uint32_t rows[NT];
+          act_rows<NT>(rows, smem_base + static_cast<uint32_t>(csr * kStepK * 2), zero_smem, mb, mi, r8, row_bytes);
+          ring_step<F, BF16, NT>(f[u], acc, rows, 0, lane, i, wlimit, wnext, snext);
+          csr = csr + 1 == steps ? 0 : csr + 1;
+        }
+      }
+    }
+  };
 
   // Stops (CTA-relative): ce = end of the compute cursor's tile (or nunits), le = end of the
   // load cursor's tile (the first one past the prologue's units).
@@ -1212,7 +1265,11 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   while (le <= kRing) le += steps;
   for (int a = 0; a < nunits;) {             // CTA-uniform
     const int b = min(ce, le < nunits ? le - kRing : nunits);
-    sk_range(a, b);
+    if (resident) {
+      sk_range_resident(a, b);
+    } else {
+      sk_range(a, b);
+    }
     a = b;
     if (le < nunits && a == le - kRing) {   // the next refill is the first step of tile lx + 1
       ++lx;
@@ -1258,17 +1315,25 @@ FP8LAB_WO_SK_KFOR(gemv_w4a16_nvfp4, kNvfp4)
 FP8LAB_WO_SK_KFOR(gemv_w4a16_int4, kInt4)
 #undef FP8LAB_WO_SK_KFOR
 
-// ctas: persistent CTAs per M block (the host passes sms x CTAs per SM, or fewer); p.tiles_x
-// and p.units_per_cta are set here from it.
+// The stream-K launch's activation bytes: the M block's rows of the whole K when the caller allows
+// resident activations and they fit kResidentCap, else the two alternating chunk buffers.
+template <int NT>
+int act_smem_for_sk(const WoParams& p) {
+  const long long need = static_cast<long long>(p.M < kMBlock ? p.M : kMBlock) * (static_cast<long long>(p.steps) * kStepK + 8) * 2;
+  return (NT <= 2 && p.act_resident && need <= kResidentCap) ? static_cast<int>(need) : 2 * act_buf_bytes<NT>();
+}
+
+// ctas: persistent CTAs per M block (the host passes sms x CTAs per SM, or fewer); p.tiles_x,
+// p.units_per_cta and p.act_smem are set here from it.
 template <int F, bool BF16, int NT>
 cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
   using T = Tiling<F, NT>;
-  constexpr int smem = smem_bytes<NT>();
-  if (smem > 48 * 1024) {
+  constexpr int smem_max = max_smem_bytes<NT>();
+  if (smem_max > 48 * 1024) {
     static bool done = false;
     if (!done) {
       const cudaError_t e =
-          cudaFuncSetAttribute(KernelForSk<F, BF16, NT>::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+          cudaFuncSetAttribute(KernelForSk<F, BF16, NT>::fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
       if (e != cudaSuccess) return e;
       done = true;
     }
@@ -1279,9 +1344,9 @@ cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
   const long long units = static_cast<long long>(p.tiles_x) * p.steps;
   const long long upc = (units + ctas - 1) / ctas;
   p.units_per_cta = static_cast<int>(upc);
-  p.act_smem = 2 * act_buf_bytes<NT>();
+  p.act_smem = act_smem_for_sk<NT>(p);
   dim3 grid(static_cast<unsigned>((units + upc - 1) / upc), 1, (p.M + kMBlock - 1) / kMBlock);
-  KernelForSk<F, BF16, NT>::fn<<<grid, kThreads, smem, stream>>>(p);
+  KernelForSk<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -815,9 +815,12 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     the same order as split-K with the same ``splits``). ``splits`` applies to split-K and bulk;
     ``ctas`` to stream-K only.
 
-    ``act_resident`` (split-K): True lets a CTA keep all its activation chunks in shared memory
-    when they fit (one barrier in all instead of two per chunk; decode M = 1 with a short K slice);
-    False always alternates two chunk buffers (the A/B control for the probe)."""
+    ``act_resident`` (split-K, bulk, stream-K): True lets a CTA keep its activations in shared
+    memory when they fit (one barrier in all instead of two per 384-K chunk). Split-K and bulk:
+    every chunk of the CTA's K slice (decode M = 1 with a short K slice). Stream-K, M <= 16: the
+    M block's rows of the whole K when min(M, 64) x (K + 8) x 2 bytes <= 96 KiB (M = 1: K up to
+    49 144). False always alternates two chunk buffers (the A/B control; same sums, same order:
+    bit-identical)."""
     import torch
 
     _validate(act, pw, out, splits, torch)
@@ -825,6 +828,8 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     schedule = DEFAULT_SCHEDULE if schedule is None else schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not isinstance(act_resident, (bool, np.bool_)):
+        raise ValueError(f"act_resident must be True or False, got {act_resident!r}")
     if schedule == "streamk":
         if splits is not None or extra_alu is not None:
             raise ValueError("schedule='streamk' takes neither splits nor extra_alu (split-K only)")
@@ -837,11 +842,9 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         plan = streamk_plan(pw.fmt, M, pw.N, pw.K, int(ctas))
         ws, cnt = workspace(act.device, M * pw.N, plan["tiles_x"] * plan["grid"][2])
         return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, True)
+                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, bool(act_resident))
     if ctas is not None:
         raise ValueError("ctas applies to schedule='streamk' only")
-    if not isinstance(act_resident, (bool, np.bool_)):
-        raise ValueError(f"act_resident must be True or False, got {act_resident!r}")
     bulk = schedule == "bulk"
     if bulk:
         if extra_alu is not None:

@@ -25,7 +25,8 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
   no_mma       dequant and ldmatrix kept, the HMMA replaced by an XOR-and-add: the tensor-core chain's cost
 
 Each variant runs split-K at the package's chosen splits and at splits = 1, and stream-K with
-the package's persistent CTA count. The real variants are checked against the package's kernel at splits = 1
+the package's persistent CTA count, with resident activations (`streamk`, where the header has
+them) and with the two chunk buffers (`streamk-chunked`). The real variants are checked against the package's kernel at splits = 1
 (itself checked against float64 by the GPU tests): relative Frobenius error < 1e-2 (dual_acc sums
 in another order); ablations are marked "ablation".
 Writes probe_decode_ablate.csv into --out (or $OUT); prints fractions of the 2 GiB copy.
@@ -183,12 +184,12 @@ cudaError_t probe_sk(int v, const fp8lab::wo::WoParams& p, int ctas, cudaStream_
 int probe_occ(int v);
 // sched > 0: split-K with that many splits; sched < 0: stream-K with -sched CTAs.
 void run(int64_t v, torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched) {
+         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched, bool resident) {
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
   const int64_t steps = act.size(1) / 128;
   const int64_t splits = sched > 0 ? sched : 1;
   const int64_t sps = (steps + splits - 1) / splits;
-  auto p = fp8lab::wo::params(act, w, scales, out, ws, counters, 1.0, N, n_tiles16, sps, true);
+  auto p = fp8lab::wo::params(act, w, scales, out, ws, counters, 1.0, N, n_tiles16, sps, resident);
   auto s = c10::cuda::getCurrentCUDAStream();
   const cudaError_t e = sched > 0 ? probe_split(static_cast<int>(v), p, static_cast<int>((steps + sps - 1) / sps), s)
                                   : probe_sk(static_cast<int>(v), p, static_cast<int>(-sched), s);
@@ -276,29 +277,31 @@ def main(argv=None):
         tiles_x = -(-pw.n_tiles16 // 8)
         ws = torch.zeros(N, dtype=torch.float32, device="cuda")
         cnt = torch.zeros(max(tiles_x, 1), dtype=torch.int32, device="cuda")
-        scheds = [("split", s, s) for s in sorted({cfg["splits"], 1})] + [("streamk", cfg["streamk_ctas"],
-                                                                           -cfg["streamk_ctas"])]
+        sk = cfg["streamk_ctas"]
+        scheds = [("split", s, s, True) for s in sorted({cfg["splits"], 1})] + [("streamk", sk, -sk, True),
+                                                                               ("streamk-chunked", sk, -sk, False)]
         # the package's own kernel at the same points, as the yardstick for "base"
-        for sched, arg, code in scheds:
+        for sched, arg, code, res in scheds:
             oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
-            kw = dict(splits=arg) if sched == "split" else dict(schedule="streamk")
+            kw = dict(splits=arg) if sched == "split" else dict(schedule="streamk", act_resident=res)
             fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(xb, p_, out=o_, **kw), list(zip(sets, oo)))
             t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
             rows.append(dict(shape=name, variant="package", schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
                              frac=gbytes / t.p50_s / big, check="-"))
         for vi, vname in enumerate(names):
             ablation = VARIANTS[vname][1]
-            for sched, arg, code in scheds:
+            for sched, arg, code, res in scheds:
                 o = torch.full((1, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
                 cnt.zero_()
-                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code)
+                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res)
                 torch.cuda.synchronize()
                 err = float(torch.linalg.norm(o.double() - want) / torch.linalg.norm(want))
                 check = "ablation" if ablation else ("ok" if err < 1e-2 else f"FAIL {err:.2e}")
                 oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                fn = bench.rotating(lambda p_, o_, c=code, v=vi: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
-                                                                         p_.n_tiles16, c), list(zip(sets, oo)))
+                fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
+                                                                                p_.n_tiles16, c, r),
+                                    list(zip(sets, oo)))
                 t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                 rows.append(dict(shape=name, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
                                  frac=gbytes / t.p50_s / big, check=check, relerr=err))

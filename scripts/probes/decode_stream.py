@@ -6,17 +6,26 @@ per-step work? A pure stream of the decode kernels' exact weight access pattern,
 The stream kernel (compiled here with torch's load_inline, never part of the package) launches the
 FP8 decode kernel's split-K grid (grid.x = ceil(N / 128) CTA tiles of 8 warps x 16 rows, grid.y =
 the K splits gemv_w16 picks, 256 threads) and makes every warp read exactly the 16-byte words
-gemv_w16 reads (packed layout [N/16][K/128][4][32] uint4, ld.global.nc.L1::no_allocate, a ring of
-`ring` steps in flight), but instead of dequant + mma it folds each word into one XOR kept live by a
-data-dependent store. No activations, no barrier, no reduction.
+gemv_w16 reads (packed layout [N/16][K/128][4][32] uint4) with gemv_w16's load instruction
+(ld.global.nc.L1::no_allocate.L2::256B) and a ring of `ring` steps in flight, but instead of
+dequant + mma it folds each word into one XOR kept live by a data-dependent store. No
+activations, no barrier, no reduction.
 
 Per shape (the five of notebook 08) it times, with weights rotated past 2x L2 and CUDA-graph
-replays as notebook 08 does: gemv_w16 FP8 at M = 1 at its chosen splits and at splits = 1, and the
-stream kernel at the same two grids with rings of 3 (gemv_w16's) and 6. Prints each as a fraction
-of the 2 GiB copy; writes probe_decode_stream.csv into --out (or $OUT).
+replays as notebook 08 does: gemv_w16 FP8 at M = 1 at its chosen splits, at splits = 1 and with
+the stream-K schedule, and the stream kernel at the same two split-K grids with rings of 3
+(gemv_w16's) and 6. Prints each as a fraction of the 2 GiB copy; writes probe_decode_stream.csv
+into --out (or $OUT).
 
-Reading: if the stream kernel at gemv_w16's grid and ring also stays near gemv_w16's fraction, the
-pattern and grid cap the rate; if it reaches the copy rate, the per-step work does.
+Occupancy (`occ` column): the stream kernel needs few registers, so by default an SM holds up to 8
+of its CTAs (64 warps) where gemv_w16 holds 2 (16 warps, 127 registers). occ = 2 pads the stream
+kernel's dynamic shared memory to 100 KiB so an SM holds 2 of its CTAs too: same grid, same
+warps in flight per SM as gemv_w16. A persistent variant (`stream_persistent`, occ 2) walks the
+(CTA tile along N, K step) units in stream-K's order with gemv_w16's persistent CTA count: one
+pipeline ramp per CTA, no waves.
+
+Reading: compare gemv_w16 with the stream kernel at the same grid and the same occupancy; the
+occ = free rows say what more warps in flight would give.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ CUDA = r"""
 
 __device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
@@ -72,18 +81,86 @@ __global__ void __launch_bounds__(256, 2) stream_pattern(const uint4* __restrict
   if (acc == key) out[blockIdx.y * gridDim.x * 8 + tile16] = acc;   // never true in practice; keeps the loads
 }
 
-void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring) {
+// Persistent: CTA c walks units [c upc, (c + 1) upc) of the (CTA tile along N, K step) space in
+// tile-major order (stream-K's order), RING units in flight per warp, across tile boundaries.
+template <int RING>
+__global__ void __launch_bounds__(256, 2) stream_persistent(const uint4* __restrict__ w, uint32_t* out, int n_tiles16,
+                                                            int steps, int units, int upc, uint32_t key) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int u0 = blockIdx.x * upc;
+  const int n = min(units, u0 + upc) - u0;
+  if (n <= 0) return;
+  int lx = u0 / steps, ls = u0 - lx * steps;
+  uint4 r[RING][4];
+  auto load = [&](uint4 (&d)[4]) {
+    const int t = lx * 8 + warp;
+    if (t < n_tiles16) {
+      const uint4* p = w + (static_cast<size_t>(t) * steps + ls) * 128 + lane;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[i] = ldg_stream(p + i * 32);
+    }
+    if (++ls == steps) { ls = 0; ++lx; }
+  };
+#pragma unroll
+  for (int u = 0; u < RING; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[u][i] = make_uint4(0, 0, 0, 0);
+    if (u < n) load(r[u]);
+  }
+  uint32_t acc = 0;
+  for (int st = 0; st < n; st += RING) {
+#pragma unroll
+    for (int u = 0; u < RING; ++u) {
+      if (st + u < n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc ^= r[u][i].x ^ r[u][i].y ^ r[u][i].z ^ r[u][i].w;
+        if (st + u + RING < n) load(r[u]);
+      }
+    }
+  }
+  if (acc == key) out[blockIdx.x * 256 + threadIdx.x] = acc;
+}
+
+constexpr int kPad = 100 * 1024;   // dynamic shared memory that leaves room for 2 CTAs per SM
+
+template <class K>
+int pad_for(K kernel, int64_t occ) {
+  if (occ == 0) return 0;
+  static bool done = false;
+  if (!done) {
+    TORCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kPad) == cudaSuccess,
+                "cudaFuncSetAttribute failed");
+    done = true;
+  }
+  return kPad;
+}
+
+void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring,
+            int64_t occ) {
   const int sps = static_cast<int>((steps + splits - 1) / splits);
   dim3 grid(static_cast<unsigned>((n_tiles16 + 7) / 8), static_cast<unsigned>((steps + sps - 1) / sps));
   auto s = c10::cuda::getCurrentCUDAStream();
   const uint4* wp = reinterpret_cast<const uint4*>(w.data_ptr());
   uint32_t* op = reinterpret_cast<uint32_t*>(out.data_ptr());
-  if (ring == 3) stream_pattern<3><<<grid, 256, 0, s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
-  else stream_pattern<6><<<grid, 256, 0, s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
+  if (ring == 3) stream_pattern<3><<<grid, 256, pad_for(stream_pattern<3>, occ), s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
+  else stream_pattern<6><<<grid, 256, pad_for(stream_pattern<6>, occ), s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
   TORCH_CHECK(cudaGetLastError() == cudaSuccess, "stream_pattern launch failed");
 }
+
+void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas) {
+  const int tiles_x = static_cast<int>((n_tiles16 + 7) / 8);
+  const int units = tiles_x * static_cast<int>(steps);
+  const int upc = static_cast<int>((units + ctas - 1) / ctas);
+  auto s = c10::cuda::getCurrentCUDAStream();
+  stream_persistent<3><<<(units + upc - 1) / upc, 256, pad_for(stream_persistent<3>, 2), s>>>(
+      reinterpret_cast<const uint4*>(w.data_ptr()), reinterpret_cast<uint32_t*>(out.data_ptr()),
+      static_cast<int>(n_tiles16), static_cast<int>(steps), units, upc, 0x9e3779b9u);
+  TORCH_CHECK(cudaGetLastError() == cudaSuccess, "stream_persistent launch failed");
+}
 """
-CPP = "void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring);"
+CPP = ("void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring,"
+       " int64_t occ);\n"
+       "void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas);")
 
 
 def main(argv=None):
@@ -103,7 +180,7 @@ def main(argv=None):
     from fp8lab.measure import bench, harness
 
     t0 = time.time()
-    ext = load_inline("fp8lab_probe_decode_stream", CPP, cuda_sources=CUDA, functions=["stream"],
+    ext = load_inline("fp8lab_probe_decode_stream", CPP, cuda_sources=CUDA, functions=["stream", "stream_persist"],
                       extra_cuda_cflags=["-O3", "-std=c++17"], verbose=False)
     wo.load_extension()
     print(f"built in {time.time() - t0:.0f} s", flush=True)
@@ -122,26 +199,38 @@ def main(argv=None):
         gbytes = decode.stream_split(wo.ARMS["fp8"], N, K)["stream_bytes"]
         sets = harness.rotation_copies(pw, gbytes, l2, wo.PackedWeight.clone)
         raws = [s.w for s in sets]                       # the same packed words, read by the stream
-        out = torch.zeros(n16 * max(cfg["splits"], 1) * 2, dtype=torch.int32, device="cuda")
+        ctas = cfg["streamk_ctas"]
+        out = torch.zeros(max(n16 * max(cfg["splits"], 1) * 2, ctas * 256), dtype=torch.int32, device="cuda")
+        oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+        first = len(rows)
+
+        def timed(fn, arg_sets):
+            return bench.bench(bench.rotating(fn, arg_sets), method="graph", rep_ms=args.rep_ms, warmup_ms=5).p50_s
+
+        for sched, kw in (("streamk", dict(schedule="streamk")), ("streamk-chunked", dict(schedule="streamk",
+                                                                                           act_resident=False))):
+            t = timed(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
+            rows.append(dict(shape=name, kernel=f"gemv_w8a16_fp8 {sched}", splits=0, ctas=ctas, ring=3, occ="2",
+                             time_us=t * 1e6, frac=gbytes / t / big))
+        t = timed(lambda w_: ext.stream_persist(w_, out, n16, K // 128, ctas), [(w_,) for w_ in raws])
+        rows.append(dict(shape=name, kernel="stream_persistent", splits=0, ctas=ctas, ring=3, occ="2",
+                         time_us=t * 1e6, frac=wbytes / t / big))
         for splits in sorted({cfg["splits"], 1}):
-            oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
-            fn = bench.rotating(lambda p_, o_, s=splits: wo.gemv_w16(x, p_, out=o_, splits=s), list(zip(sets, oo)))
-            t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
-            rows.append(dict(shape=name, kernel="gemv_w8a16_fp8", splits=splits, ring=3, time_us=t.p50_s * 1e6,
-                             frac=gbytes / t.p50_s / big))
-            for ring in (3, 6):
-                fn = bench.rotating(lambda w_, s=splits, r=ring: ext.stream(w_, out, n16, K // 128, s, r),
-                                    [(w_,) for w_ in raws])
-                t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
-                rows.append(dict(shape=name, kernel="stream_pattern", splits=splits, ring=ring, time_us=t.p50_s * 1e6,
-                                 frac=wbytes / t.p50_s / big))
-            for r in rows[-3:]:
-                print(f"{name:22s} splits={splits:<3d} {r['kernel']:16s} ring={r['ring']} {r['time_us']:8.2f} us "
-                      f"{r['frac']:.3f} of copy", flush=True)
+            t = timed(lambda p_, o_, s=splits: wo.gemv_w16(x, p_, out=o_, splits=s), list(zip(sets, oo)))
+            rows.append(dict(shape=name, kernel="gemv_w8a16_fp8 split-K", splits=splits, ctas=0, ring=3, occ="2",
+                             time_us=t * 1e6, frac=gbytes / t / big))
+            for ring, occ in ((3, 0), (6, 0), (3, 2)):
+                t = timed(lambda w_, s=splits, r=ring, o=occ: ext.stream(w_, out, n16, K // 128, s, r, o),
+                          [(w_,) for w_ in raws])
+                rows.append(dict(shape=name, kernel="stream_pattern", splits=splits, ctas=0, ring=ring,
+                                 occ=str(occ) if occ else "free", time_us=t * 1e6, frac=wbytes / t / big))
+        for r in rows[first:]:
+            print(f"{name:22s} {r['kernel']:32s} splits={r['splits']:<3d} ctas={r['ctas']:<4d} ring={r['ring']} "
+                  f"occ={r['occ']:4s} {r['time_us']:8.2f} us {r['frac']:.3f} of copy", flush=True)
         del sets, raws, pw
         torch.cuda.empty_cache()
     df = pd.DataFrame(rows)
-    piv = df.pivot_table(index=["shape", "splits"], columns=["kernel", "ring"], values="frac")
+    piv = df.pivot_table(index=["shape", "splits"], columns=["kernel", "ring", "occ"], values="frac")
     pd.set_option("display.width", 200)
     print("\nfraction of the 2 GiB copy (gemv: weight + scale bytes; stream: weight bytes):")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
