@@ -19,6 +19,8 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
                of one, halving the dependent HMMA chain; summed at the promotion
   both         light_epi + dual_acc
   lb3          __launch_bounds__(256, 3): three CTAs per SM (ptxas must fit 80 registers)
+  l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
+               (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
@@ -101,6 +103,17 @@ DUAL = [
      "mma16816<BF16>(gacc[sub][t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);"),
 ] + [(f"fmaf(gacc[t][j][{e}], ", f"fmaf(gacc[0][t][j][{e}] + gacc[1][t][j][{e}], ") for e in range(4)]
 
+def l2_prefetch(d: int):
+    """ring_step: before a step's compute, lane 0 asks the L2 for the warp's whole step (2 KB, one
+    cp.async.bulk.prefetch.L2) d steps past the refill it is about to issue, so that refill finds
+    its bytes in L2: more bytes in flight from DRAM without registers (8-bit formats only)."""
+    return [("""  compute_step<F, BF16, NT, XA>(f, acc, rows, u, lane, salt);
+  if (cur + kRing < limit) {""", f"""  if (lane == 0 && cur + kRing + {d} < limit)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 2048;" :: "l"(wnext - lane + {d} * Strides<F>::kW) : "memory");
+  compute_step<F, BF16, NT, XA>(f, acc, rows, u, lane, salt);
+  if (cur + kRing < limit) {{""")]
+
+
 VARIANTS = {
     "base": ([], False),
     "light_epi": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)], False),
@@ -110,6 +123,9 @@ VARIANTS = {
               "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME(const WoParams p)"),
              ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_sk(const WoParams p)",
               "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME##_sk(const WoParams p)")], False),
+    "l2pf2": (l2_prefetch(2), False),
+    "l2pf4": (l2_prefetch(4), False),
+    "l2pf8": (l2_prefetch(8), False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
@@ -131,13 +147,15 @@ def variant_header(text: str, name: str, patches) -> str:
     return text
 
 
-def write_sources(dst: str) -> list[str]:
+def write_sources(dst: str, names) -> list[str]:
     """Copy the kernel headers into dst, write one patched copy per variant and the binding."""
     shutil.copytree(os.path.join(KDIR, "common"), os.path.join(dst, "common"))
     for f in ("gemv_w16_params.h", "gemv_w16_bind.h"):
         shutil.copy(os.path.join(KDIR, f), dst)
     text = open(os.path.join(KDIR, "gemv_w16.cuh")).read()
-    names = list(VARIANTS)
+    bad = [n for n in names if n not in VARIANTS]
+    if bad:
+        raise SystemExit(f"unknown variants {bad}; known: {', '.join(VARIANTS)}")
     for name in names:
         with open(os.path.join(dst, f"v_{name}.cuh"), "w") as fh:
             fh.write(variant_header(text, name, VARIANTS[name][0]))
@@ -235,11 +253,12 @@ def main(argv=None):
     ap.add_argument("--rep-ms", type=float, default=6)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--ptxas", action="store_true", help="CPU only: build every variant and print registers")
+    ap.add_argument("--variants", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--shapes", default="llama3-70b:down_proj,qwen3-8b:gate_up,llama3-8b:gate_up,"
                                         "llama3-8b:down_proj,llama3-70b:qkv")
     args = ap.parse_args(argv)
     src = tempfile.mkdtemp(prefix="fp8lab_ablate_")
-    names = write_sources(src)
+    names = write_sources(src, [v for v in args.variants.split(",") if v] or list(VARIANTS))
     with open(os.path.join(src, "kernels.cu"), "w") as fh:
         fh.write(kernels_cu(names))
     if args.ptxas:

@@ -50,9 +50,24 @@ __device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
   return v;
 }
 
-template <int RING>
+// GAP > 0 stands in for the decode kernel's per-step work: GAP dependent integer instructions on
+// the running XOR (a runtime salt of 0 keeps them from folding) per 16-byte word group, i.e. 4 GAP
+// per step. SPREAD: each of the step's 4 refill loads is issued right after its own word's work
+// (as ptxas schedules gemv_w16: a load between two mmas); else all 4 after the step's work.
+template <int N>
+__device__ __forceinline__ uint32_t chain(uint32_t x, uint32_t salt) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i % 2 == 0) asm volatile("xor.b32 %0, %0, %1;" : "+r"(x) : "r"(salt));
+    else asm volatile("add.u32 %0, %0, %1;" : "+r"(x) : "r"(salt));
+  }
+  return x;
+}
+
+template <int RING, int GAP = 0, bool SPREAD = false>
 __global__ void __launch_bounds__(256, 2) stream_pattern(const uint4* __restrict__ w, uint32_t* out, int n_tiles16,
-                                                         int steps, int steps_per_split, uint32_t key) {
+                                                         int steps, int steps_per_split, uint32_t key,
+                                                         uint32_t salt = 0u) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tile16 = blockIdx.x * 8 + warp;
   if (tile16 >= n_tiles16) return;
@@ -70,9 +85,14 @@ __global__ void __launch_bounds__(256, 2) stream_pattern(const uint4* __restrict
 #pragma unroll
     for (int u = 0; u < RING; ++u) {
       if (st + u < nsteps) {
+        const bool refill = st + u + RING < nsteps;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc ^= r[u][i].x ^ r[u][i].y ^ r[u][i].z ^ r[u][i].w;
-        if (st + u + RING < nsteps)
+        for (int i = 0; i < 4; ++i) {
+          acc ^= r[u][i].x ^ r[u][i].y ^ r[u][i].z ^ r[u][i].w;
+          if (GAP > 0) acc = chain<GAP>(acc, salt);
+          if (SPREAD && refill) r[u][i] = ldg_stream(wp + (st + u + RING) * 128 + i * 32);
+        }
+        if (!SPREAD && refill)
 #pragma unroll
           for (int i = 0; i < 4; ++i) r[u][i] = ldg_stream(wp + (st + u + RING) * 128 + i * 32);
       }
@@ -136,14 +156,19 @@ int pad_for(K kernel, int64_t occ) {
 }
 
 void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring,
-            int64_t occ) {
+            int64_t occ, int64_t gap, bool spread) {
   const int sps = static_cast<int>((steps + splits - 1) / splits);
   dim3 grid(static_cast<unsigned>((n_tiles16 + 7) / 8), static_cast<unsigned>((steps + sps - 1) / sps));
   auto s = c10::cuda::getCurrentCUDAStream();
   const uint4* wp = reinterpret_cast<const uint4*>(w.data_ptr());
   uint32_t* op = reinterpret_cast<uint32_t*>(out.data_ptr());
-  if (ring == 3) stream_pattern<3><<<grid, 256, pad_for(stream_pattern<3>, occ), s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
-  else stream_pattern<6><<<grid, 256, pad_for(stream_pattern<6>, occ), s>>>(wp, op, n_tiles16, steps, sps, 0x9e3779b9u);
+  const uint32_t key = 0x9e3779b9u;
+  if (gap == 16 && spread) stream_pattern<3, 16, true><<<grid, 256, pad_for(stream_pattern<3, 16, true>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else if (gap == 16) stream_pattern<3, 16, false><<<grid, 256, pad_for(stream_pattern<3, 16, false>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else if (gap == 48 && spread) stream_pattern<3, 48, true><<<grid, 256, pad_for(stream_pattern<3, 48, true>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else if (gap == 48) stream_pattern<3, 48, false><<<grid, 256, pad_for(stream_pattern<3, 48, false>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else if (ring == 3) stream_pattern<3><<<grid, 256, pad_for(stream_pattern<3>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else stream_pattern<6><<<grid, 256, pad_for(stream_pattern<6>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   TORCH_CHECK(cudaGetLastError() == cudaSuccess, "stream_pattern launch failed");
 }
 
@@ -159,7 +184,7 @@ void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64
 }
 """
 CPP = ("void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring,"
-       " int64_t occ);\n"
+       " int64_t occ, int64_t gap, bool spread);\n"
        "void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas);")
 
 
@@ -219,10 +244,15 @@ def main(argv=None):
             t = timed(lambda p_, o_, s=splits: wo.gemv_w16(x, p_, out=o_, splits=s), list(zip(sets, oo)))
             rows.append(dict(shape=name, kernel="gemv_w8a16_fp8 split-K", splits=splits, ctas=0, ring=3, occ="2",
                              time_us=t * 1e6, frac=gbytes / t / big))
-            for ring, occ in ((3, 0), (6, 0), (3, 2)):
-                t = timed(lambda w_, s=splits, r=ring, o=occ: ext.stream(w_, out, n16, K // 128, s, r, o),
+            for ring, occ, gap, spread in ((3, 0, 0, False), (6, 0, 0, False), (3, 2, 0, False), (3, 2, 16, False),
+                                           (3, 2, 16, True), (3, 2, 48, False), (3, 2, 48, True)):
+                if gap and splits != cfg["splits"]:
+                    continue
+                t = timed(lambda w_, s=splits, r=ring, o=occ, g=gap, sp=spread: ext.stream(w_, out, n16, K // 128, s,
+                                                                                           r, o, g, sp),
                           [(w_,) for w_ in raws])
-                rows.append(dict(shape=name, kernel="stream_pattern", splits=splits, ctas=0, ring=ring,
+                kern = "stream_pattern" + (f" gap{gap}{' spread' if spread else ''}" if gap else "")
+                rows.append(dict(shape=name, kernel=kern, splits=splits, ctas=0, ring=ring,
                                  occ=str(occ) if occ else "free", time_us=t * 1e6, frac=wbytes / t / big))
         for r in rows[first:]:
             print(f"{name:22s} {r['kernel']:32s} splits={r['splits']:<3d} ctas={r['ctas']:<4d} ring={r['ring']} "
