@@ -166,6 +166,7 @@ void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps
   if (gap == 16 && spread) stream_pattern<3, 16, true><<<grid, 256, pad_for(stream_pattern<3, 16, true>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   else if (gap == 16) stream_pattern<3, 16, false><<<grid, 256, pad_for(stream_pattern<3, 16, false>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   else if (gap == 48 && spread) stream_pattern<3, 48, true><<<grid, 256, pad_for(stream_pattern<3, 48, true>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
+  else if (gap == 48 && ring == 6) stream_pattern<6, 48, false><<<grid, 256, pad_for(stream_pattern<6, 48, false>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   else if (gap == 48) stream_pattern<3, 48, false><<<grid, 256, pad_for(stream_pattern<3, 48, false>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   else if (ring == 3) stream_pattern<3><<<grid, 256, pad_for(stream_pattern<3>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
   else stream_pattern<6><<<grid, 256, pad_for(stream_pattern<6>, occ), s>>>(wp, op, n_tiles16, steps, sps, key);
@@ -245,7 +246,7 @@ def main(argv=None):
             rows.append(dict(shape=name, kernel="gemv_w8a16_fp8 split-K", splits=splits, ctas=0, ring=3, occ="2",
                              time_us=t * 1e6, frac=gbytes / t / big))
             for ring, occ, gap, spread in ((3, 0, 0, False), (6, 0, 0, False), (3, 2, 0, False), (3, 2, 16, False),
-                                           (3, 2, 16, True), (3, 2, 48, False), (3, 2, 48, True)):
+                                           (3, 2, 16, True), (3, 2, 48, False), (3, 2, 48, True), (6, 2, 48, False)):
                 if gap and splits != cfg["splits"]:
                     continue
                 t = timed(lambda w_, s=splits, r=ring, o=occ, g=gap, sp=spread: ext.stream(w_, out, n16, K // 128, s,
