@@ -173,6 +173,82 @@ void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps
   TORCH_CHECK(cudaGetLastError() == cudaSuccess, "stream_pattern launch failed");
 }
 
+// Staged through shared memory instead of registers: each lane cp.async-es its own 4 x 16 bytes of
+// a step into a per-thread slot of an S-stage ring (one commit group per step) and reads them
+// back with ld.shared just before the step's work, so S - 1 steps stay in flight during the work
+// at no register cost; a lane only ever reads what it wrote itself, so cp.async.wait_group is
+// the only synchronisation (no barrier, no mbarrier). The GAP stand-in as above.
+__device__ __forceinline__ void cp_async_cg16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+template <int S, int GAP>
+__global__ void __launch_bounds__(256, 2) stream_cpasync(const uint4* __restrict__ w, uint32_t* out, int n_tiles16,
+                                                         int steps, int steps_per_split, uint32_t key, uint32_t salt) {
+  extern __shared__ __align__(16) unsigned char ring[];   // [S][8 warps][4][32] x 16 bytes
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tile16 = blockIdx.x * 8 + warp;
+  if (tile16 >= n_tiles16) return;
+  const int st0 = blockIdx.y * steps_per_split;
+  const int nsteps = min(steps, st0 + steps_per_split) - st0;
+  const uint4* wp = w + (static_cast<size_t>(tile16) * steps + st0) * 128 + lane;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + (warp * 128 + lane) * 16;
+  constexpr uint32_t kStage = 8 * 128 * 16;
+  auto issue = [&](int st, int stage) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cp_async_cg16(base + stage * kStage + i * 512, wp + st * 128 + i * 32);
+  };
+#pragma unroll
+  for (int u = 0; u < S - 1; ++u) {
+    if (u < nsteps) issue(u, u);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  uint32_t acc = 0;
+  int rd = 0, wr = S - 1;                            // stages of step st and of step st + S - 1
+  for (int st = 0; st < nsteps; ++st) {
+    if (st + S - 1 < nsteps) issue(st + S - 1, wr);  // its stage was read (by this thread) last step
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(base + rd * kStage + i * 512));
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+      if (GAP > 0) acc = chain<GAP>(acc, salt);
+    }
+    rd = rd + 1 == S ? 0 : rd + 1;
+    wr = wr + 1 == S ? 0 : wr + 1;
+  }
+  if (acc == key) out[blockIdx.y * gridDim.x * 8 + tile16] = acc;
+}
+
+template <int S, int GAP>
+void launch_cpa(const uint4* wp, uint32_t* op, dim3 grid, int64_t n_tiles16, int64_t steps, int sps, cudaStream_t s) {
+  const int smem = S * 8 * 128 * 16 > kPad ? S * 8 * 128 * 16 : kPad;   // 2 CTAs per SM either way
+  static bool done = false;
+  if (!done) {
+    TORCH_CHECK(cudaFuncSetAttribute(stream_cpasync<S, GAP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+                cudaSuccess, "cudaFuncSetAttribute failed");
+    done = true;
+  }
+  stream_cpasync<S, GAP><<<grid, 256, smem, s>>>(wp, op, static_cast<int>(n_tiles16), static_cast<int>(steps), sps,
+                                                 0x9e3779b9u, 0u);
+}
+
+void stream_cpa(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t stages,
+                int64_t gap) {
+  const int sps = static_cast<int>((steps + splits - 1) / splits);
+  dim3 grid(static_cast<unsigned>((n_tiles16 + 7) / 8), static_cast<unsigned>((steps + sps - 1) / sps));
+  auto s = c10::cuda::getCurrentCUDAStream();
+  const uint4* wp = reinterpret_cast<const uint4*>(w.data_ptr());
+  uint32_t* op = reinterpret_cast<uint32_t*>(out.data_ptr());
+  if (stages == 4 && gap == 48) launch_cpa<4, 48>(wp, op, grid, n_tiles16, steps, sps, s);
+  else if (stages == 6 && gap == 48) launch_cpa<6, 48>(wp, op, grid, n_tiles16, steps, sps, s);
+  else if (stages == 6 && gap == 0) launch_cpa<6, 0>(wp, op, grid, n_tiles16, steps, sps, s);
+  else TORCH_CHECK(false, "stream_cpa: stages / gap not built");
+  TORCH_CHECK(cudaGetLastError() == cudaSuccess, "stream_cpasync launch failed");
+}
+
 void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas) {
   const int tiles_x = static_cast<int>((n_tiles16 + 7) / 8);
   const int units = tiles_x * static_cast<int>(steps);
@@ -186,7 +262,9 @@ void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64
 """
 CPP = ("void stream(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits, int64_t ring,"
        " int64_t occ, int64_t gap, bool spread);\n"
-       "void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas);")
+       "void stream_persist(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t ctas);\n"
+       "void stream_cpa(torch::Tensor w, torch::Tensor out, int64_t n_tiles16, int64_t steps, int64_t splits,"
+       " int64_t stages, int64_t gap);")
 
 
 def main(argv=None):
@@ -206,7 +284,7 @@ def main(argv=None):
     from fp8lab.measure import bench, harness
 
     t0 = time.time()
-    ext = load_inline("fp8lab_probe_decode_stream", CPP, cuda_sources=CUDA, functions=["stream", "stream_persist"],
+    ext = load_inline("fp8lab_probe_decode_stream", CPP, cuda_sources=CUDA, functions=["stream", "stream_persist", "stream_cpa"],
                       extra_cuda_cflags=["-O3", "-std=c++17"], verbose=False)
     wo.load_extension()
     print(f"built in {time.time() - t0:.0f} s", flush=True)
@@ -255,6 +333,13 @@ def main(argv=None):
                 kern = "stream_pattern" + (f" gap{gap}{' spread' if spread else ''}" if gap else "")
                 rows.append(dict(shape=name, kernel=kern, splits=splits, ctas=0, ring=ring,
                                  occ=str(occ) if occ else "free", time_us=t * 1e6, frac=wbytes / t / big))
+            if splits == cfg["splits"]:
+                for stages, gap in ((6, 0), (4, 48), (6, 48)):
+                    t = timed(lambda w_, s=splits, st=stages, g=gap: ext.stream_cpa(w_, out, n16, K // 128, s, st, g),
+                              [(w_,) for w_ in raws])
+                    rows.append(dict(shape=name, kernel="stream_cpasync" + (f" gap{gap}" if gap else ""),
+                                     splits=splits, ctas=0, ring=stages, occ="2", time_us=t * 1e6,
+                                     frac=wbytes / t / big))
         for r in rows[first:]:
             print(f"{name:22s} {r['kernel']:32s} splits={r['splits']:<3d} ctas={r['ctas']:<4d} ring={r['ring']} "
                   f"occ={r['occ']:4s} {r['time_us']:8.2f} us {r['frac']:.3f} of copy", flush=True)
