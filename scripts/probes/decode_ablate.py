@@ -19,6 +19,10 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
                of one, halving the dependent HMMA chain; summed at the promotion
   both         light_epi + dual_acc
   lb3          __launch_bounds__(256, 3): three CTAs per SM (ptxas must fit 80 registers)
+  cpaS         split-K, M = 1 (resident activations) only: the weights and scales of a step go to a
+               shared-memory ring of S stages by per-thread cp.async and are read back with
+               ld.shared just before the step (S - 1 steps in flight during a step's compute, the
+               register ring keeps 2); stream-K rows of these variants are the base kernel's
   l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
   -- ablations (outputs wrong by design; they bound what a part costs) --
@@ -28,9 +32,9 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
 
 Each variant runs split-K at the package's chosen splits and at splits = 1, and stream-K with
 the package's persistent CTA count, with resident activations (`streamk`, where the header has
-them) and with the two chunk buffers (`streamk-chunked`). The real variants are checked against the package's kernel at splits = 1
-(itself checked against float64 by the GPU tests): relative Frobenius error < 1e-2 (dual_acc sums
-in another order); ablations are marked "ablation".
+them) and with the two chunk buffers (`streamk-chunked`). The real variants are checked against
+the package's kernel at splits = 1 (itself checked against float64 by the GPU tests): relative
+Frobenius error < 1e-2 (dual_acc sums in another order); ablations are marked "ablation".
 Writes probe_decode_ablate.csv into --out (or $OUT); prints fractions of the 2 GiB copy.
 """
 
@@ -114,6 +118,87 @@ def l2_prefetch(d: int):
   if (cur + kRing < limit) {{""")]
 
 
+def cp_async_ring(stages: int):
+    """Split-K only, resident activations only (decode M = 1): the weights and scales of a step go
+    to shared memory by per-thread cp.async (each thread's own 16-byte words and scale word, one
+    commit group per step) into a ring of `stages` stages after the activation chunks, and are
+    read back with ld.shared right before the step's compute, so stages - 1 steps stay in flight
+    during the compute (the register ring keeps 2) at no register cost. A thread only reads what
+    it wrote itself: cp.async.wait_group is the only synchronisation. The activation group is
+    committed first, so the wait before the main loop lets the weight stages stay in flight."""
+    S = stages
+    ring_bytes = f"({S} * (kWarps * Tiling<F, NT>::kLoads * 512 + kThreads * 4 * Tiling<F, NT>::kScaleWords))"
+    return [
+        ("""  } else if (active) {
+#pragma unroll
+    for (int u = 0; u < kRing; ++u) {
+      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+        wnext += S::kW;
+        snext += S::kS;
+      }
+    }
+  }
+  if (resident) {
+    for (int it = 0; it < iters; ++it) load_chunk(it);
+  } else {
+    load_chunk(0);
+  }
+  ptx::cp_async_commit();
+""", f"""  }}
+  if (resident) {{
+    for (int it = 0; it < iters; ++it) load_chunk(it);
+  }} else {{
+    load_chunk(0);
+  }}
+  ptx::cp_async_commit();
+  constexpr uint32_t kWStage = kWarps * T::kLoads * 512;
+  constexpr uint32_t kSStage = kThreads * 4 * T::kScaleWords;
+  const uint32_t cpa_w = smem_base + static_cast<uint32_t>(p.act_smem) + (warp * T::kLoads * 32 + lane) * 16;
+  const uint32_t cpa_s = smem_base + static_cast<uint32_t>(p.act_smem) + {S} * kWStage + tid * 4 * T::kScaleWords;
+  auto cpa_issue = [&](int stage) {{
+#pragma unroll
+    for (int i = 0; i < T::kLoads; ++i) ptx::cp_async_16(cpa_w + stage * kWStage + i * 512, wnext + i * 32);
+#pragma unroll
+    for (int t = 0; t < T::kScaleWords; ++t)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(cpa_s + stage * kSStage + 4 * t), "l"(snext + t) : "memory");
+    wnext += S::kW;
+    snext += S::kS;
+  }};
+#pragma unroll
+  for (int u = 0; u < {S} - 1; ++u) {{
+    if (active && u < nsteps) cpa_issue(u);
+    ptx::cp_async_commit();
+  }}
+"""),
+        ("""      ptx::cp_async_wait<0>();                             // every chunk, committed as one group""",
+         f"""      ptx::cp_async_wait<{S} - 1>();                       // the chunks' group, the oldest"""),
+        ("""          if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);""",
+         f"""          if (st < nsteps) {{
+            if (st + {S} - 1 < nsteps) cpa_issue((st + {S} - 1) % {S});
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<{S} - 1>();
+            const int rd = st % {S};
+            Frag<F, NT> g;
+#pragma unroll
+            for (int i = 0; i < T::kLoads; ++i) {{
+              const uint4 v = ptx::lds_128(cpa_w + rd * kWStage + i * 512);
+              g.w[4 * i + 0] = v.x;
+              g.w[4 * i + 1] = v.y;
+              g.w[4 * i + 2] = v.z;
+              g.w[4 * i + 3] = v.w;
+            }}
+#pragma unroll
+            for (int t = 0; t < T::kScaleWords; ++t) g.s[t] = ptx::lds_32(cpa_s + rd * kSStage + 4 * t);
+            compute_step<F, BF16, NT, XA>(g, acc, rows, u, lane, salt);
+          }}"""),
+        ("""  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);""",
+         f"""  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem + {ring_bytes}, stream>>>(p);"""),
+        ("""  constexpr int smem = max_smem_bytes<NT>();""",
+         f"""  constexpr int smem = max_smem_bytes<NT>() + {ring_bytes};"""),
+    ]
+
+
 VARIANTS = {
     "base": ([], False),
     "light_epi": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)], False),
@@ -126,6 +211,8 @@ VARIANTS = {
     "l2pf2": (l2_prefetch(2), False),
     "l2pf4": (l2_prefetch(4), False),
     "l2pf8": (l2_prefetch(8), False),
+    "cpa4": (cp_async_ring(4), False),
+    "cpa5": (cp_async_ring(5), False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
