@@ -54,6 +54,7 @@ rep_ms = 40  # timing window per measurement, milliseconds
 triton_mode = "auto"  # "auto": triton_blockwise's path for M, each of its candidate tiles timed here, fastest kept; "rule": pinned tiles by M
 compile_arch = "sm_90a"  # target of the compile-time pad check (needs nvcc, no GPU)
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
+peers = "all"  # other people's blockwise FP8 GEMMs (fp8lab.peers: torchao, vLLM, sgl-kernel, DeepGEMM) on the sweep's sites and Ms: "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt
@@ -67,14 +68,16 @@ from fp8lab.measure import clocks
 from fp8lab.toolchain import tools
 from fp8lab.report.excerpts import excerpt
 from fp8lab.arms import registry
-from fp8lab.experiments import ceilings as ce, three_arms as ta
+from fp8lab.experiments import blockwise as bw, ceilings as ce, three_arms as ta
 from fp8lab.kernels import seed001
+from fp8lab.peers import report as peer_report, sweeps as peer_sweeps
 
 NB = "06_three_arms"
 run = notebook.start(NB, params=dict(sites=sites, Ms=Ms, scalar_max_m=scalar_max_m, step_sites=step_sites,
                                      numerics_Ks=numerics_Ks, tile_check_site=tile_check_site,
                                      tile_check_m=tile_check_m, rep_ms=rep_ms, triton_mode=triton_mode,
-                                     compile_arch=compile_arch), mode=mode, devices=devices)
+                                     compile_arch=compile_arch, peers=peers), mode=mode, devices=devices)
+peer_ids = peer_sweeps.resolve(peers, "06")  # a typo fails here, before any measuring
 
 # %% [markdown]
 # ## The two kernels, side by side
@@ -125,6 +128,9 @@ else:
 #
 # In measure mode: the FP32, BF16 and blockwise-FP8 ceilings of this card (for B1, B3, B4); the
 # sweep (every arm at every site and M, each checked against float64 before it is timed); the
+# peers (other libraries' blockwise FP8 GEMMs) at the same sites and Ms, each checked against
+# float64 and timed twice: on activations quantised beforehand, and with its own activation
+# quantiser inside the call (a missing one is a not-run row with its install line); the
 # B = 256 step over the seven dense sites; the float64 error study; and the forced +1 pad build,
 # run in a throw-away process (a misaligned shared-memory access can poison a CUDA context).
 # Every check runs before anything is written: a failed check leaves `data/` as it was (the
@@ -140,6 +146,8 @@ if run.mode == "measure":
                                       sampler=sampler)
         sweep_df = ta.measure(sites, Ms, scalar_max_m=scalar_max_m, rep_ms=rep_ms, triton_mode=triton_mode,
                               sampler=sampler)
+        peer_df = peer_sweeps.blockwise([f"{ta.MODEL}:{s}" for s in sites], Ms, peer_ids, with_quant=True,
+                                        rep_ms=rep_ms, sampler=sampler, log=print, notebook="06")
         step_df = ta.measure(step_sites, [ta.STEP_M], scalar_max_m=max(scalar_max_m, ta.STEP_M), rep_ms=rep_ms,
                              triton_mode=triton_mode, sampler=sampler)
         tiles_df = ta.wmma_tiles(tile_check_site, tile_check_m, rep_ms=rep_ms, sampler=sampler)
@@ -161,9 +169,16 @@ if run.mode == "measure":
         assert (g[g["status"] == "measured"]["check_relerr"] < ta.TOL).all()
     assert num_df[num_df["arm"].isin(["scalar_tiled", "wmma_w8a16"])]["status"].eq("measured").all()
     assert not tiles_df["status"].str.startswith("wrong").any(), tiles_df[["impl_config", "status"]]
+    pm = peer_report.measured(peer_df)
+    assert (pm["relerr"] < bw.CHECK_RELERR).all() and (pm["nan_left"] == 0).all(), pm
     # every check above passed: only now does anything reach data/
     run.write_table("ceilings", ceil_df, meta={"clocks": clock_summary})
     run.write_table("sweep", sweep_df, meta={"clocks": clock_summary, "scalar_max_m": scalar_max_m})
+    if len(peer_df):
+        run.write_table("peers", peer_df, meta={"clocks": clock_summary})
+        vp = ta.versus_peers(sweep_df, peer_df)
+        if len(vp):
+            run.write_table("versus_best_peer", vp, meta={"clocks": clock_summary})
     run.write_table("step", step_df, meta={"clocks": clock_summary, "stand_in": "deepseek-v3 dense-layer sites"})
     run.write_table("wmma_tiles", tiles_df, meta={"clocks": clock_summary})
     run.write_table("numerics", num_df)
@@ -178,7 +193,9 @@ if run.mode == "measure":
 # Per-step time of each route: the GEMM plus the pass it needs every step (W8A8: quantising the
 # activations; cuBLAS BF16: dequantising the weights, the seed's 12.7 GB per step). Dotted: the
 # GEMM alone (cuBLAS on weights dequantised once at load time would cost that, at twice the
-# weight memory). The scalar kernel stops at `scalar_max_m`.
+# weight memory). The scalar kernel stops at `scalar_max_m`. Dash-dot, open diamonds: other
+# libraries' blockwise FP8 GEMMs (peers), each with its own activation quantiser inside the timed
+# call, so per step they compare with the W8A8 route (GEMM + quantiser).
 
 # %%
 # line style per family; its colour comes from fp8lab.arms.registry (best_w8a8: triton_blockwise's)
@@ -195,9 +212,10 @@ for dev in devs:
     probe = results.load_table(dev, NB, "b9_probe") if dev in results.devices_with(NB, "b9_probe") else None
     comp = results.load_table(dev, NB, "b9_compile") if dev in results.devices_with(NB, "b9_compile") else None
     tiles = results.load_table(dev, NB, "wmma_tiles") if dev in results.devices_with(NB, "wmma_tiles") else None
+    peer = results.load_table(dev, NB, "peers") if dev in results.devices_with(NB, "peers") else None
     view = ta.three_arms_view(sweep)
     data[dev] = dict(sweep=sweep, meta=meta, info=info, ceil=ceil, step=step, num=num, probe=probe, comp=comp,
-                     tiles=tiles, view=view)
+                     tiles=tiles, view=view, peer=peer)
 
     site_list = list(dict.fromkeys(sweep["site"]))
     fig, axes = plt.subplots(1, len(site_list), figsize=(4.2 * len(site_list), 4.0), squeeze=False)
@@ -215,6 +233,7 @@ for dev in devs:
         b = g[(g["site"] == site) & g["best_w8a8"].astype(bool)].sort_values("M")
         ax.plot(b["M"], b["time_p50_s"] * 1e6, ":", color=plotting.color("best_w8a8"),
                 label=f"{registry.label('best_w8a8')} GEMM only")
+        peer_report.draw(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": peer_sweeps.QUANT_OWN})
         sh = v.iloc[0] if len(v) else None
         ax.set_title(f"{site} (N={int(sh['N'])}, K={int(sh['K'])})" if sh is not None else site)
         ax.set_xscale("log", base=2)
@@ -225,8 +244,17 @@ for dev in devs:
     fig.legend(handles, labels, loc="lower center", ncol=4, bbox_to_anchor=(0.5, -0.12), fontsize=8)
     fig.suptitle(f"Seed 001's routes over M, DeepSeek-V3 shapes: {meta.get('device_name', dev)}", fontweight="bold")
     fig.tight_layout()
-    plotting.save(fig, info, "time_over_m")
+    plotting.save(fig, info, "time_over_m",
+                  footnote_extra=("dash-dot, open diamonds: other libraries' blockwise FP8 GEMMs (peers), each timed "
+                                  "with its own activation quantiser in the call" if len(peer_report.measured(peer))
+                                  else None))
     plt.show()
+    # the peers: which ran, which did not and why (install line); fp8lab's best W8A8 route against
+    # the fastest of them, per site and M (> 1: fp8lab ahead), with and without the quantiser
+    if peer is not None and peer_report.show_status(dev, {dev: peer}, peer_ids):
+        vp = results.load_table(dev, NB, "versus_best_peer") if dev in results.devices_with(NB, "versus_best_peer") else None
+        if vp is not None and len(vp):
+            display(vp)
 
 notebook.say_if_no_data(devs, "to sweep the arms")
 

@@ -504,6 +504,40 @@ def test_three_arms_view_winner_and_crossovers():
     assert (cx["winner_below"] != cx["winner_above"]).all()
 
 
+def test_versus_peers_compares_like_with_like():
+    """Issue 17 in notebook 06: the best W8A8 route against the fastest peer, GEMM alone against a
+    peer's pre-quantised call, GEMM + quant_act_warp against a peer's call with its own quantiser."""
+    from fp8lab.peers import sweeps
+    df = _synthetic(sites=("q_a",), Ms=(1, 128))
+    assert ta.versus_peers(df, None).empty and list(ta.versus_peers(df, pd.DataFrame()).columns) == ta.VERSUS_COLUMNS
+    rows = []
+    for M in (1, 128):
+        for arm, t, tq in (("peer_a", 10e-6, 14e-6), ("peer_b", 8e-6, 20e-6), ("peer_c", 1e-9, 1e-9)):
+            for quant, tt in (("none", t), (sweeps.QUANT_OWN, tq)):
+                rows.append(dict(site="q_a", M=M, arm=arm, quant=quant, time_p50_s=tt,
+                                 status="not-run: missing" if arm == "peer_c" else "measured"))
+    v = ta.versus_peers(df, pd.DataFrame(rows)).set_index(["quant", "M"])
+    assert list(v.columns) == ta.VERSUS_COLUMNS[1:2] + ta.VERSUS_COLUMNS[3:]
+    own = df[df["arm"].isin(ta.W8A8_IMPLS) & (df["M"] == 1)]
+    r = v.loc[("none", 1)]              # GEMM alone: the fastest peer is peer_b; a not-run peer never counts
+    assert r["best_peer"] == "peer_b" and r["own_time_s"] == pytest.approx(own["time_p50_s"].min())
+    assert r["own_over_peer"] == pytest.approx(8e-6 / own["time_p50_s"].min())
+    r = v.loc[(sweeps.QUANT_OWN, 1)]    # with the quantiser: peer_a, against fp8lab's GEMM + quantiser
+    assert r["best_peer"] == "peer_a" and r["own_time_s"] == pytest.approx(own["total_p50_s"].min())
+    assert r["own_over_peer"] == pytest.approx(14e-6 / own["total_p50_s"].min())
+
+
+def test_notebook_06_runs_the_blockwise_peers():
+    from fp8lab.arms import peer_catalog
+    from fp8lab.peers import sweeps
+    assert peer_catalog.ids_for("06") == peer_catalog.ids_for("05")
+    assert set(peer_catalog.ids_for("06")) == {"peer_torchao_blockwise", "peer_vllm_blockwise",
+                                               "peer_sglang_blockwise", "peer_deepgemm"}
+    assert sweeps.resolve("all", "06") == list(peer_catalog.ids_for("06"))
+    with pytest.raises(ValueError, match="not peers of notebook 06"):
+        sweeps.resolve(["peer_marlin_int4"], "06")
+
+
 def test_crossovers_none_when_one_arm_always_wins():
     view = pd.DataFrame({"site": ["a"] * 3, "M": [1, 16, 128], "winner": ["wmma_w8a16"] * 3})
     assert ta.crossovers(view).empty

@@ -21,7 +21,7 @@ __all__ = ["Peer", "PEERS", "KINDS", "NOTEBOOKS", "get", "ids", "ids_for", "weig
 #: what a peer computes, and so which harness checks and times it
 KINDS = ("weight_only", "blockwise", "quantiser")
 #: notebook key -> the harness its peers go through
-NOTEBOOKS = {"05": "blockwise", "08": "weight_only", "11": "weight_only", "06b": "quantiser"}
+NOTEBOOKS = {"05": "blockwise", "06": "blockwise", "08": "weight_only", "11": "weight_only", "06b": "quantiser"}
 _NOT_SEEN = "not seen here (written against its public API)"
 _GEMLITE = "0.6.0.post2 (sdist read; wheel built here)"
 
@@ -94,25 +94,25 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          _VLLM, ("08", "11"), "int4", "INT4 codes (uint4b8), repacked into Marlin's tile layout",
          "per-group 128 along K, bf16 (Marlin layout)", "bf16", group=128,
          carried="not carried: the vllm wheel is far over the 64 MiB transfer limit"),
-    # ---- blockwise W8A8 (notebook 05)
+    # ---- blockwise W8A8 (notebooks 05 and 06)
     Peer("peer_torchao_blockwise", "blockwise", "torchao blockwise_fp8_gemm (Triton)", "torchao", "torchao",
-         "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05",), "fp8_blockwise",
+         "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05", "06"), "fp8_blockwise",
          "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3",
          group=128, carried="wheel 3.4 MB", note="N and K multiples of 128 (its weight quantiser's blocks)",
          min_sm=89, autotunes=True,
          seen="0.18.0 (wheel read here)"),
     Peer("peer_vllm_blockwise", "blockwise", "vLLM w8a8_block_fp8_matmul (Triton)", "vllm", "vllm", "import",
-         "Apache-2.0", _VLLM, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
+         "Apache-2.0", _VLLM, ("05", "06"), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations, 128x128 weights, fp32", "e4m3", group=128,
          carried="not carried: the vllm wheel is far over the 64 MiB transfer limit", min_sm=89,
          note="its tuned configs where it ships them for the device, else its default"),
     Peer("peer_sglang_blockwise", "blockwise", "sgl-kernel fp8_blockwise_scaled_mm (CUTLASS)", "sgl_kernel",
-         "sgl-kernel", "import", "Apache-2.0", _SGL, ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
+         "sgl-kernel", "import", "Apache-2.0", _SGL, ("05", "06"), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations (M-major), 128x128 weights, fp32", "e4m3", group=128,
          carried="not carried: the sgl-kernel wheel is ~535 MB", min_sm=90),
     Peer("peer_deepgemm", "blockwise", "DeepGEMM fp8_gemm_nt", "deep_gemm", None, "build", "MIT",
          f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build deepgemm  ({_DEEPGEMM_SRC})",
-         ("05",), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
+         ("05", "06"), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations (MN-major, TMA-aligned), 128x128 weights, fp32", "e4m3", group=128, min_sm=90, jit=True,
          carried="source 1.6 MB (csrc, deep_gemm, {fmt} headers), built on the box against the nvidia-cutlass "
                  "wheel's CUTLASS headers; its JIT compiles each kernel with the box's nvcc",

@@ -470,6 +470,32 @@ def mark_best_w8a8(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+#: columns of :func:`versus_peers`
+VERSUS_COLUMNS = ["quant", "site", "M", "own_arm", "own_time_s", "best_peer", "peer_time_s", "own_over_peer"]
+
+
+def versus_peers(sweep: pd.DataFrame, peers: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """fp8lab's fastest W8A8 route against the fastest blockwise peer of the same run (issue 17),
+    per (site, M), by time per call (``own_over_peer`` = the peer's time / fp8lab's; > 1: fp8lab
+    ahead), twice: the GEMM alone on activations quantised beforehand (``quant`` 'none'), and per
+    step with the activation quantiser (``quant`` = the peers' QUANT_OWN: fp8lab's GEMM plus
+    quant_act_warp, timed apart and summed, as this notebook's routes are; each peer with its own
+    quantiser inside the timed call, as seed 000 timed vLLM's kernels). Empty without peers."""
+    from ..peers import report, sweeps
+
+    if peers is None or peers.empty:
+        return pd.DataFrame(columns=VERSUS_COLUMNS)
+    own = sweep[(sweep["role"] == "gemm") & sweep["arm"].isin(W8A8_IMPLS) & (sweep["status"] == "measured")]
+    out = []
+    for label, own_rows in (("none", own), (sweeps.QUANT_OWN, own.assign(time_p50_s=own["total_p50_s"]))):
+        v = report.versus_best_peer(own_rows, peers[peers["quant"] == label], list(W8A8_IMPLS), keys=("site", "M"),
+                                    metric="time_p50_s", higher=False)
+        v.insert(0, "quant", label)
+        out.append(v)
+    df = pd.concat(out, ignore_index=True).rename(columns={"own": "own_time_s", "peer": "peer_time_s"})
+    return df[VERSUS_COLUMNS]
+
+
 # ----------------------------------------------------------------------------------------- views
 def three_arms_view(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (site, M): each family's per-step time (GEMM + its prep pass) in seconds,

@@ -287,15 +287,16 @@ QUANT_OWN = "own quantiser"
 def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bool = True, seed: int = 0,
               warmup_ms: float = 10, rep_ms: float = 50, graph_threshold_s: float = 20e-6, graph_max_m: int = 64,
               max_sets: int = 16, sampler=None, avail=None, prepare: Optional[dict] = None, log=None,
-              precompile_ahead: bool = True) -> pd.DataFrame:
+              precompile_ahead: bool = True, notebook: str = "05") -> pd.DataFrame:
     """One row per (shape, M, peer) in blockwise.COLUMNS + PEER_COLUMNS, timed as
     blockwise.run_point times fp8lab's arms (graph replay up to ``graph_max_m``, else auto): on
     the activations the peer quantised beforehand (``quant`` = none), and, with ``with_quant``,
     again with the peer's own activation quantiser inside the timed call (``quant`` =
-    QUANT_OWN; what seed 000 timed), checked against the same float64 reference."""
+    QUANT_OWN; what seed 000 timed), checked against the same float64 reference. ``notebook``:
+    the notebook whose peer list ``peers`` must come from (05 or 06)."""
     from ..experiments import blockwise as bw
 
-    peer_catalog.check_ids(peers, "05")
+    peer_catalog.check_ids(peers, notebook)
     cols = columns(bw.COLUMNS)
     shape_objs = bw.resolve_shapes(shapes)
     av = _available(peers, avail)
