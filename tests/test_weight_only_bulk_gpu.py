@@ -103,3 +103,13 @@ def test_bulk_rejects_bad_input():
     pw.s = view
     with pytest.raises(ValueError, match="16-byte"):
         wo.gemv_w16(x, pw, schedule="bulk")
+
+
+def test_decode_sweep_refuses_bulk_below_sm90(monkeypatch):
+    """measure_decode with schedule='bulk' on a GPU without cp.async.bulk: one clear line before
+    anything is timed (it used to die of a KeyError on the launch config)."""
+    from fp8lab.experiments import decode
+    monkeypatch.setattr(wo, "_bulk_capable", lambda idx: False)
+    with pytest.raises(ValueError, match="needs sm_90 or newer"):
+        decode.measure_decode(["qwen3-8b:o_proj"], [1], ["fp8"], cublas=False, schedule="bulk",
+                              copy={"rate_p50": 1.0})

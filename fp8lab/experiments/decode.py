@@ -172,15 +172,19 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     if not torch.cuda.is_available():
         raise RuntimeError("measure_decode needs a CUDA device")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    schedule = wo.DEFAULT_SCHEDULE if schedule is None else schedule
+    if schedule not in wo.SCHEDULES:
+        raise ValueError(f"schedule must be one of {wo.SCHEDULES}, got {schedule!r}")
+    if schedule == "bulk" and not wo._bulk_capable(torch.cuda.current_device()):
+        # one clear line before any timing (launch_config has no bulk keys on such a GPU)
+        raise ValueError(f"schedule='bulk' needs sm_{wo.BULK_MIN_SM} or newer (cp.async.bulk); this GPU is "
+                         f"sm_{props.major}{props.minor}")
     spec = devices.spec_for(props.name)
     l2 = bench.device_l2_bytes()
     if copy is None:
         copy = measure_copy(sampler=sampler)
     copy_Bps = copy["rate_p50"]
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
-    schedule = wo.DEFAULT_SCHEDULE if schedule is None else schedule
-    if schedule not in wo.SCHEDULES:
-        raise ValueError(f"schedule must be one of {wo.SCHEDULES}, got {schedule!r}")
     rows = []
     same: dict = {}
 
