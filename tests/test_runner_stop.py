@@ -72,10 +72,12 @@ def world(tmp_path):
 
 
 def _default_stop_signals():
-    # a shell starts a background job (`pytest ... &`) with SIGINT ignored, and the runner would
-    # inherit that (a signal its caller ignores stays ignored, by design): give it the default
-    # Ctrl-C a terminal gives, which is what these tests stop it with
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # a shell starts a background job (`pytest ... &`) with SIGINT ignored, `nohup` starts it
+    # with SIGHUP ignored, and the runner would inherit either (a signal its caller ignores
+    # stays ignored, by design): give it the default dispositions a terminal gives, which is
+    # what these tests stop it with
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _start(world, *args):
