@@ -12,10 +12,12 @@
 # end). COMMIT is the commit the copy holds: tables and figures name it (FP8LAB_GIT_COMMIT; a
 # measuring step hides any .git the copy has, so provenance cannot come from elsewhere).
 # Steps: env, setup, marlin, deepgemm, deepgemm-bindings, smoke, test-gpu, run (every notebook,
-# measured), NN (one notebook measured, e.g. 05). What a measuring step writes under data/ and
-# figures/ is copied to JOB/keep right after it: a tool that copies the tree again before the
-# next command overwrites tracked files. Before carrying the tree: `make wheelhouse
-# WHEEL_HAVE=<the box's pip freeze>` and `python scripts/peers_offline.py --wheels --sources`.
+# measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
+# notebooks run (Marlin: 04, 08, 11; DeepGEMM: 05, 06) first when no build of them is there.
+# What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it: a
+# tool that copies the tree again before the next command overwrites tracked files. Before
+# carrying the tree: `make wheelhouse WHEEL_HAVE=<the box's pip freeze>` and
+# `python scripts/peers_offline.py --wheels --sources`.
 # Never changes clocks, power limits or GPU modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,15 @@ keep() {        # copy what a step wrote under tracked folders out of the tree
     for d in "$@"; do [ -e "$d" ] && cp -r --parents "$d" "$job/keep/"; done
 }
 
+source_peers() {  # the peers built from source that a measuring step's notebooks run (a no-op when
+                  # built already): left out, their rows would say not-run and replace measured ones
+    local p
+    for p in "$@"; do
+        [ -n "$(find build/peers -maxdepth 4 -path "build/peers/$p*" -name '*.so' 2>/dev/null | head -1)" ] && continue
+        echo "--- building $p first (the notebook runs it as a peer)"; step "$p" || echo "--- $p did not build: its rows will say why"
+    done
+}
+
 step() {
     case "$1" in
         env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
@@ -44,9 +55,11 @@ step() {
                            local rc=$?; grep -v '^      e\.g\.' "$job/deepgemm-bindings.log" | head -60; rm -rf "$job/ld"; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
-        run) GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
+        run) source_peers marlin deepgemm
+             GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
              local rc=$?; keep data figures; return $rc ;;
         [0-9][0-9]|[0-9][0-9][a-z])
+             case "$1" in 04|08|11) source_peers marlin ;; 05|06) source_peers deepgemm ;; esac
              GIT_DIR=/nonexistent python3 -m fp8lab run --only "$1" --mode measure --no-progress --out "runs/measure-$1"
              local rc=$?; keep data/*/"$1"_* figures/*/"$1"_*; return $rc ;;
         *) echo "unknown step '$1' (steps: $STEPS, or a notebook id such as 05)" >&2; return 2 ;;

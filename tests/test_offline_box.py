@@ -41,3 +41,38 @@ def test_wait_and_pack_read_a_finished_job(tmp_path):
     assert _run("pack", str(job), str(dest)).returncode == 0
     listed = subprocess.run(["tar", "tzf", str(dest / "keep.tgz")], capture_output=True, text=True).stdout
     assert "./data/h200/t.csv" in listed.split()
+
+
+def _fake_box(tmp_path):
+    """A copy of the script in a tree of its own, python3 on PATH a stub that logs its arguments."""
+    root = tmp_path / "tree"
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "offline_box.sh").write_text(SCRIPT.read_text())
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    calls = tmp_path / "calls"
+    stub = bin_ / "python3"
+    stub.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\n")
+    stub.chmod(0o755)
+    import os
+    env = {**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+    return root, calls, env
+
+
+def test_a_measuring_step_builds_its_source_peers_first_only_when_missing(tmp_path):
+    root, calls, env = _fake_box(tmp_path)
+    r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j1"), "abc1234",
+                        "08", "07"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = calls.read_text().splitlines()
+    assert lines[0] == "-m fp8lab.peers build marlin"                 # before 08 measures, not before 07
+    assert lines[1].startswith("-m fp8lab run --only 08 --mode measure")
+    assert lines[2].startswith("-m fp8lab run --only 07") and len(lines) == 3
+    # a build already there: nothing is rebuilt
+    calls.unlink()
+    (root / "build" / "peers" / "deepgemm-static-libstdcxx" / "deep_gemm").mkdir(parents=True)
+    (root / "build" / "peers" / "deepgemm-static-libstdcxx" / "deep_gemm" / "_C.so").write_text("")
+    r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j2"), "abc1234",
+                        "06"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and [c.split()[:4] for c in calls.read_text().splitlines()] == \
+        [["-m", "fp8lab", "run", "--only"]]
