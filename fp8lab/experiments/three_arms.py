@@ -481,13 +481,13 @@ def versus_peers(sweep: pd.DataFrame, peers: Optional[pd.DataFrame]) -> pd.DataF
     step with the activation quantiser (``quant`` = the peers' QUANT_OWN: fp8lab's GEMM plus
     quant_act_warp, timed apart and summed, as this notebook's routes are; each peer with its own
     quantiser inside the timed call, as seed 000 timed vLLM's kernels). Empty without peers."""
-    from ..peers import report, sweeps
+    from ..peers import report
 
     if peers is None or peers.empty:
         return pd.DataFrame(columns=VERSUS_COLUMNS)
     own = sweep[(sweep["role"] == "gemm") & sweep["arm"].isin(W8A8_IMPLS) & (sweep["status"] == "measured")]
     out = []
-    for label, own_rows in (("none", own), (sweeps.QUANT_OWN, own.assign(time_p50_s=own["total_p50_s"]))):
+    for label, own_rows in (("none", own), (report.QUANT_OWN, own.assign(time_p50_s=own["total_p50_s"]))):
         v = report.versus_best_peer(own_rows, peers[peers["quant"] == label], list(W8A8_IMPLS), keys=("site", "M"),
                                     metric="time_p50_s", higher=False)
         v.insert(0, "quant", label)

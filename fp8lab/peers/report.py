@@ -13,9 +13,13 @@ import pandas as pd
 from ..arms import peer_catalog, registry
 
 __all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
-           "MARLIN"]
+           "MARLIN", "QUANT_OWN"]
 
 MARLIN = "peer_marlin_int4"
+#: the ``quant`` value of a peer row timed with its own activation quantiser in the call (rows of
+#: the GEMM alone say "none"); here, not in sweeps, so experiments can name it without importing
+#: sweeps (which imports experiments)
+QUANT_OWN = "own quantiser"
 SEED_SUBJECT = "seed"
 #: the figure note wherever peers of other formats are drawn together
 COMPARABLE_NOTE = ("dash-dot, open diamonds: other libraries' kernels (peers); each one's bandwidth counts "

@@ -26,7 +26,7 @@ import pandas as pd
 from ..arms import peer_catalog, registry
 from ..measure.progress import progress as track
 from ..measure import harness as measure_harness
-from . import discover, harness
+from . import discover, harness, report
 from ..arms.peer_catalog import resolve  # noqa: F401 - the notebooks' peer_sweeps.resolve
 from .harness import PEER_COLUMNS, act_dtype, error_text, status_row
 
@@ -280,8 +280,8 @@ def prefill(shape_name: str, Ms: Sequence[int], peers: Sequence[str], *, rep_ms:
 # ------------------------------------------------------------------------------------------
 # blockwise W8A8: notebook 05
 # ------------------------------------------------------------------------------------------
-#: the ``quant`` column of a peer row timed with its own activation quantiser inside the call
-QUANT_OWN = "own quantiser"
+#: the ``quant`` column of a peer row timed with its own activation quantiser inside the call (report.QUANT_OWN)
+QUANT_OWN = report.QUANT_OWN
 
 
 def blockwise(shapes, Ms: Sequence[int], peers: Sequence[str], *, with_quant: bool = True, seed: int = 0,
