@@ -19,8 +19,8 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
                of one, halving the dependent HMMA chain; summed at the promotion
   both         light_epi + dual_acc
   lb3          __launch_bounds__(256, 3): three CTAs per SM (ptxas must fit 80 registers)
-  nohint       the weight loads without the .L2::256B prefetch hint (session 16's pure stream had
-               none and streamed 0-4 points faster than this session's, which has gemv_w16's hint)
+  hint         the weight loads with the .L2::256B prefetch hint gemv_w16 had until it was dropped
+               (without it the kernel streamed 0.9-2.6 points of copy more at M = 1): the A/B
   cpaS         split-K, M = 1 (resident activations) only: the weights and scales of a step go to a
                shared-memory ring of S stages by per-thread cp.async and are read back with
                ld.shared just before the step (S - 1 steps in flight during a step's compute, the
@@ -213,7 +213,8 @@ VARIANTS = {
     "l2pf2": (l2_prefetch(2), False),
     "l2pf4": (l2_prefetch(4), False),
     "l2pf8": (l2_prefetch(8), False),
-    "nohint": ([('ld.global.nc.L1::no_allocate.L2::256B.v4.u32', 'ld.global.nc.L1::no_allocate.v4.u32')], False),
+    "hint": ([('asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"',
+               'asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"')], False),
     "cpa4": (cp_async_ring(4), False),
     "cpa5": (cp_async_ring(5), False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
