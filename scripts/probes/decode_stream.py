@@ -40,6 +40,7 @@ import pandas as pd
 CUDA = r"""
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <unordered_set>
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -143,14 +144,15 @@ __global__ void __launch_bounds__(256, 2) stream_persistent(const uint4* __restr
 
 constexpr int kPad = 100 * 1024;   // dynamic shared memory that leaves room for 2 CTAs per SM
 
+// Every stream_pattern instantiation has the same function type, so a function-local flag would be
+// shared by all of them and only the first kernel launched would get the opt-in: remember each kernel.
 template <class K>
 int pad_for(K kernel, int64_t occ) {
   if (occ == 0) return 0;
-  static bool done = false;
-  if (!done) {
+  static std::unordered_set<const void*> opted;
+  if (opted.insert(reinterpret_cast<const void*>(kernel)).second) {
     TORCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kPad) == cudaSuccess,
                 "cudaFuncSetAttribute failed");
-    done = true;
   }
   return kPad;
 }
