@@ -195,7 +195,8 @@ if run.mode == "measure":
 # GEMM alone (cuBLAS on weights dequantised once at load time would cost that, at twice the
 # weight memory). The scalar kernel stops at `scalar_max_m`. Dash-dot, open diamonds: other
 # libraries' blockwise FP8 GEMMs (peers), each with its own activation quantiser inside the timed
-# call, so per step they compare with the W8A8 route (GEMM + quantiser).
+# call, so per step they compare with the W8A8 route (GEMM + quantiser); dotted, open diamonds: the
+# fastest peer's GEMM alone at each M, beside fp8lab's best W8A8 GEMM alone.
 
 # %%
 # line style per family; its colour comes from fp8lab.arms.registry (best_w8a8: triton_blockwise's)
@@ -234,6 +235,7 @@ for dev in devs:
         ax.plot(b["M"], b["time_p50_s"] * 1e6, ":", color=plotting.color("best_w8a8"),
                 label=f"{registry.label('best_w8a8')} GEMM only")
         peer_report.draw(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": peer_sweeps.QUANT_OWN})
+        peer_report.draw_fastest(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": "none"})
         sh = v.iloc[0] if len(v) else None
         ax.set_title(f"{site} (N={int(sh['N'])}, K={int(sh['K'])})" if sh is not None else site)
         ax.set_xscale("log", base=2)
@@ -245,9 +247,9 @@ for dev in devs:
     fig.suptitle(f"Seed 001's routes over M, DeepSeek-V3 shapes: {meta.get('device_name', dev)}", fontweight="bold")
     fig.tight_layout()
     plotting.save(fig, info, "time_over_m",
-                  footnote_extra=("dash-dot, open diamonds: other libraries' blockwise FP8 GEMMs (peers), each timed "
-                                  "with its own activation quantiser in the call" if len(peer_report.measured(peer))
-                                  else None))
+                  footnote_extra=("peers (other libraries' blockwise FP8 GEMMs), open diamonds: dash-dot, each timed "
+                                  "with its own quantiser in the call; dotted, the fastest one's GEMM alone"
+                                  if len(peer_report.measured(peer)) else None))
     plt.show()
     # the peers: which ran, which did not and why (install line); fp8lab's best W8A8 route against
     # the fastest of them, per site and M (> 1: fp8lab ahead), with and without the quantiser

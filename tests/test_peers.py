@@ -235,6 +235,34 @@ def test_status_table_and_drawing():
     plt.close(fig)
 
 
+def test_draw_fastest_follows_the_fastest_peer_at_each_point():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dg, ta = "peer_deepgemm", "peer_torchao_blockwise"
+    rows = [dict(arm=dg, M=1, quant="none", status="measured", t=3.0),
+            dict(arm=ta, M=1, quant="none", status="measured", t=2.0),     # torchao fastest at M = 1
+            dict(arm=dg, M=16, quant="none", status="measured", t=1.0),
+            dict(arm=ta, M=16, quant="none", status="measured", t=4.0),
+            dict(arm=dg, M=128, quant="none", status="measured", t=5.0),
+            dict(arm=ta, M=128, quant="none", status="not-run: gone", t=0.5),  # not measured: never picked
+            dict(arm=dg, M=16, quant="own quantiser", status="measured", t=0.1)]  # other rows: filtered out
+    df = pd.DataFrame(rows)
+    fig, ax = plt.subplots()
+    assert report.draw_fastest(ax, None, "M", "t") == []
+    assert report.draw_fastest(ax, df, "M", "t", where={"quant": "nothing"}) == []
+    assert not ax.get_lines()
+    ids = report.draw_fastest(ax, df, "M", "t", scale=0.5, where={"quant": "none"})
+    assert ids == [dg, ta]                         # DeepGEMM fastest at two of three points
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [1, 16, 128] and list(line.get_ydata()) == [4.0, 2.0, 10.0]
+    assert line.get_linestyle() == ":" and line.get_color() == registry.color(dg)
+    assert line.get_label() == "fastest peer, GEMM only: DeepGEMM FP8, torchao blockwise FP8"
+    plt.close(fig)
+
+
 def test_readme_peers_table_is_the_catalogs():
     from fp8lab import paths
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..arms import peer_catalog, registry
 
-__all__ = ["measured", "draw", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
+__all__ = ["measured", "draw", "draw_fastest", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
            "MARLIN", "QUANT_OWN"]
 
 MARLIN = "peer_marlin_int4"
@@ -53,6 +53,28 @@ def draw(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0, 
                     capsize=2, color=registry.color(arm), label=registry.label(arm, with_scheme=True))
         drawn.append(arm)
     return drawn
+
+
+def draw_fastest(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0,
+                 where: Optional[dict] = None, lower: bool = True, what: str = "GEMM only") -> list:
+    """One dotted line, open diamonds, through the fastest measured peer at each ``x`` (the
+    smallest ``y`` when ``lower``): what the best other library does there, e.g. the GEMM alone
+    beside fp8lab's GEMM-alone line. Drawn in the colour of the peer that is fastest at most
+    points; the label names every peer that is fastest somewhere. Returns those peer ids."""
+    m = measured(df)
+    for k, v in (where or {}).items():
+        m = m[m[k] == v] if not m.empty else m
+    m = m.dropna(subset=[y]) if not m.empty else m
+    if m.empty:
+        return []
+    best = m.loc[(m.groupby(x)[y].idxmin() if lower else m.groupby(x)[y].idxmax()).values].sort_values(x)
+    winners = best["arm"].value_counts()
+    ids = list(winners.index)
+    st = registry.style(ids[0])
+    names = ", ".join(registry.label(a).removesuffix(" (peer)") for a in ids)
+    ax.plot(best[x], best[y] / scale, ":", marker=st["marker"], mfc="none", ms=4, color=registry.color(ids[0]),
+            label=f"fastest peer, {what}: {names}")
+    return ids
 
 
 def status_table(df: Optional[pd.DataFrame], peers: Sequence[str] = ()) -> pd.DataFrame:
