@@ -2,6 +2,7 @@
 """Gather the peers (issue 17) for an offline GPU box, into ignored folders:
 
     python scripts/peers_offline.py --wheels --sources [--marlin-git DIR] [--deepgemm-git DIR] [--fmt-git DIR]
+                                    [--kernels-community-git DIR]
 
 - ``wheelhouse/peers/``: torchao's and ninja's wheels (for --python-version / --platform) and a
   wheel built from gemlite's sdist (pure Python + Triton, ``pip wheel --no-deps``);
@@ -16,6 +17,10 @@
   LICENSE, from ``--fmt-git`` or a shallow fetch of that commit). Its CUTLASS submodule is not
   gathered: the build uses the nvidia-cutlass wheel's headers (fp8lab.peers.build says why).
   Stamped with the commits (DeepGEMM's, fmt's, and the CUTLASS commit it pins).
+- ``build/peers/src/vllm-marlin/``: vLLM's Marlin GEMMs' sources and Python utilities, from
+  kernels-community's ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (KC_PATHS
+  only, 0.4 MB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
+  ``git archive``, else a fetch of that commit.
 Never committed (both folders are in .gitignore).
 
 On the box (torch, triton, nvcc there; the two folders carried beside the repository):
@@ -23,6 +28,7 @@ On the box (torch, triton, nvcc there; the two folders carried beside the reposi
     python -m pip install --no-index --no-deps wheelhouse/peers/*.whl
     python -m fp8lab.peers build marlin
     python -m fp8lab.peers build deepgemm
+    python -m fp8lab.peers build vllm-marlin
     python -m fp8lab.peers status
 
 vLLM, sgl-kernel (~535 MB) and FlashInfer are not gathered: their wheels are far over a 64 MiB
@@ -53,6 +59,8 @@ DEEPGEMM_URL = "https://github.com/deepseek-ai/DeepGEMM"
 DEEPGEMM_PATHS = ("csrc", "deep_gemm", "LICENSE")
 FMT_URL = "https://github.com/fmtlib/fmt"
 FMT_PATHS = ("include/fmt", "LICENSE")       # DeepGEMM uses {fmt} header-only (FMT_HEADER_ONLY)
+#: the peers --sources can gather
+SOURCE_PEERS = ("marlin", "deepgemm", "vllm-marlin")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -159,7 +167,7 @@ def main(argv=None) -> int:
     ap.add_argument("--wheels", action="store_true", help="torchao's wheel and gemlite's, into --wheelhouse")
     ap.add_argument("--sources", action="store_true",
                     help="Marlin's and DeepGEMM's sources (--source-peers), into --marlin-dest / --deepgemm-dest")
-    ap.add_argument("--source-peers", default="marlin,deepgemm", help="which sources --sources gathers")
+    ap.add_argument("--source-peers", default=",".join(SOURCE_PEERS), help="which sources --sources gathers")
     ap.add_argument("--python-version", default="3.12")
     ap.add_argument("--wheelhouse", default=str(ROOT / "wheelhouse" / "peers"))
     ap.add_argument("--marlin-dest", default=str(ROOT / "build" / "peers" / "src" / "marlin"))
@@ -169,6 +177,9 @@ def main(argv=None) -> int:
                     help="a local git directory of deepseek-ai/DeepGEMM, e.g. a mirror (no network)")
     ap.add_argument("--fmt-git", default=None,
                     help="a local git directory of fmtlib/fmt holding the commit DeepGEMM pins (no network)")
+    ap.add_argument("--vllm-marlin-dest", default=str(ROOT / "build" / "peers" / "src" / "vllm-marlin"))
+    ap.add_argument("--kernels-community-git", default=None,
+                    help="a local git directory of huggingface/kernels-community holding the pinned commit (no network)")
     args = ap.parse_args(argv)
     if not (args.wheels or args.sources):
         ap.error("ask for --wheels and/or --sources")
@@ -176,8 +187,8 @@ def main(argv=None) -> int:
         for w in wheels(Path(args.wheelhouse), args.python_version):
             print(f"{w.name}: {w.stat().st_size / 2**20:.2f} MiB")
     chosen = {s.strip() for s in args.source_peers.split(",") if s.strip()}
-    if args.sources and not chosen <= {"marlin", "deepgemm"}:
-        ap.error(f"--source-peers: marlin and/or deepgemm, got {sorted(chosen)}")
+    if args.sources and not chosen <= set(SOURCE_PEERS):
+        ap.error(f"--source-peers: any of {', '.join(SOURCE_PEERS)}, got {sorted(chosen)}")
     if args.sources and "marlin" in chosen:
         dest = Path(args.marlin_dest)
         commit = marlin_source(dest, args.marlin_git)
@@ -187,6 +198,21 @@ def main(argv=None) -> int:
         commit = deepgemm_source(dest, args.deepgemm_git, args.fmt_git)
         print(f"DeepGEMM {commit[:12]} (with fmt headers) in {dest}: {_size(dest)} bytes "
               f"({_size(dest) / 2**20:.2f} MiB)")
+    if args.sources and "vllm-marlin" in chosen:
+        sys.path.insert(0, str(ROOT))
+        from fp8lab.peers import vllm_marlin
+
+        dest = Path(args.vllm_marlin_dest)
+        with tempfile.TemporaryDirectory() as d:
+            git_dir = args.kernels_community_git or _fetch_commit(vllm_marlin.KC_URL, vllm_marlin.KC_COMMIT,
+                                                                  Path(d) / "kc.git")
+            try:
+                commit = vllm_marlin.gather(dest, git_dir)
+            except (ValueError, FileExistsError) as e:
+                print(f"vLLM Marlin not gathered: {e}", file=sys.stderr)
+                return 2
+        print(f"vLLM Marlin (kernels-community {vllm_marlin.KC_DIR}) {commit[:12]} in {dest}: "
+              f"{_size(dest) / 2**20:.2f} MiB")
     return 0
 
 

@@ -18,7 +18,7 @@ def test_a_typo_in_a_step_is_one_line_before_anything_runs(tmp_path):
     r = _run("run", str(job), "abc1234", "setup", "smok")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["unknown step 'smok' (steps: env setup marlin deepgemm deepgemm-bindings "
-                                             "smoke test-gpu run, or a notebook id such as 05)"]
+                                             "vllm-marlin smoke test-gpu run, or a notebook id such as 05)"]
     assert not job.exists()
 
 
@@ -66,8 +66,9 @@ def test_a_measuring_step_builds_its_source_peers_first_only_when_missing(tmp_pa
     assert r.returncode == 0, r.stdout + r.stderr
     lines = calls.read_text().splitlines()
     assert lines[0] == "-m fp8lab.peers build marlin"                 # before 08 measures, not before 07
-    assert lines[1].startswith("-m fp8lab run --only 08 --mode measure")
-    assert lines[2].startswith("-m fp8lab run --only 07") and len(lines) == 3
+    assert lines[1] == "-m fp8lab.peers build vllm-marlin"
+    assert lines[2].startswith("-m fp8lab run --only 08 --mode measure")
+    assert lines[3].startswith("-m fp8lab run --only 07") and len(lines) == 4
     # a build already there: nothing is rebuilt
     calls.unlink()
     (root / "build" / "peers" / "deepgemm-static-libstdcxx" / "deep_gemm").mkdir(parents=True)

@@ -42,8 +42,11 @@ def test_catalog_rows_are_complete_and_registered():
 def test_carried_says_which_can_reach_the_offline_box():
     assert peer_catalog.get("peer_torchao_blockwise").carries and peer_catalog.get("peer_marlin_int4").carries
     assert peer_catalog.get("peer_deepgemm").carries and peer_catalog.get("peer_deepgemm").discover == "build"
-    for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise", "peer_vllm_marlin_int4"):
+    for pid in ("peer_vllm_blockwise", "peer_sglang_blockwise"):
         assert not peer_catalog.get(pid).carries
+    # vLLM's Marlin GEMMs reach it as their source (kernels-community's copy), not as vLLM's wheel
+    assert all(peer_catalog.get(p).carries and peer_catalog.get(p).discover == "build"
+               for p in ("peer_vllm_marlin_fp8", "peer_vllm_marlin_int8", "peer_vllm_marlin_int4"))
 
 
 @pytest.mark.parametrize("pid, N, K, want", [
@@ -52,6 +55,8 @@ def test_carried_says_which_can_reach_the_offline_box():
     ("peer_gemlite_w4a16_int4", 256, 256, 256 * 128 + 2 * 2 * 256 * 2),  # INT4 + bf16 scale and zero
     ("peer_gemlite_w4a16_nvfp4", 16, 32, 16 * 16 + 16 * 2 + 4),         # e2m1 + e4m3 per 16 + fp32
     ("peer_torchao_blockwise", 129, 256, 129 * 256 + 4 * 2 * 2),        # a ragged N block still has a scale
+    ("peer_vllm_marlin_int8", 256, 384, 256 * 384 + 2 * 256),           # INT8 + bf16 per channel
+    ("peer_vllm_marlin_fp8", 256, 384, 256 * 384 + 2 * 256),            # e4m3 + bf16 per channel
 ])
 def test_weight_stream_bytes(pid, N, K, want):
     assert peer_catalog.weight_stream_bytes(pid, N, K) == want
@@ -182,7 +187,19 @@ def test_marlin_seed_rows_from_the_decode_rules():
     assert c4.verdict == "not-run" and "peer_marlin_int4" in c4.reason and "not measured" not in c4.reason
     none = next(v for v in dx.c3_verdicts(df.iloc[:0], None) if v.subject == "seed")
     assert none.verdict == "not-run" and "peers_offline.py --sources" in none.reason
-    assert set(dx.MARLIN_ARMS) == {"peer_marlin_int4", "peer_vllm_marlin_fp8", "peer_vllm_marlin_int4"}
+    assert set(dx.MARLIN_ARMS) == {"peer_marlin_int4", "peer_vllm_marlin_fp8", "peer_vllm_marlin_int8",
+                                   "peer_vllm_marlin_int4"}
+
+
+def test_c4_seed_row_judges_vllms_fp8_marlin_against_its_int8_twin():
+    """The seed's C4 pair among the Marlins: vLLM's FP8 and INT8 Marlin (same bytes, same scales)."""
+    rows = []
+    for shape, (fp, it) in {"a": (3.0e12, 2.97e12), "b": (3.1e12, 3.03e12)}.items():
+        rows += [dict(shape=shape, M=1, arm="peer_vllm_marlin_fp8", fmt="fp8", bw_p50=fp),
+                 dict(shape=shape, M=1, arm="peer_vllm_marlin_int8", fmt="int8", bw_p50=it)]
+    c4 = next(v for v in dx.c4_verdicts(pd.DataFrame(rows)) if v.subject == "seed")
+    assert c4.variant == "vLLM Marlin" and c4.verdict == "holds-in-kind"        # +1.0% and +2.3%
+    assert "fp8/int8 +2.3% (b)" in c4.our_figure and "+2.3%" in c4.reason
 
 
 def test_marlin_c7_seed_row_is_prefills_own_rule_with_its_variant():

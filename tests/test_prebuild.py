@@ -219,10 +219,20 @@ def test_a_peer_that_fails_to_build_does_not_fail_the_run(tmp_path, capsys, monk
 
 def test_marlin_targets_one_per_variant():
     from fp8lab.peers import discover
-    ts = [t for t in prebuild.TARGETS if t.kind == "peer" and t.loader != prebuild.AHEAD_LOADER]
+    ts = [t for t in prebuild.TARGETS if t.kind == "peer" and t.loader == "fp8lab.peers.build:prebuild"]
     assert [t.args for t in ts] == [(v,) for v in discover.MARLIN_VARIANTS]
-    assert all(t.loader == "fp8lab.peers.build:prebuild" and t.needs == "fp8lab.peers.build:prebuild_ready"
-               for t in ts)
+    assert all(t.needs == "fp8lab.peers.build:prebuild_ready" for t in ts)
+
+
+def test_vllm_marlin_is_a_target_of_its_own_sized_by_its_sources():
+    from fp8lab.peers import vllm_marlin
+    t = next(t for t in prebuild.TARGETS if t.name == "peer_vllm_marlin")
+    assert (t.kind, t.loader, t.needs) == ("peer", "fp8lab.peers.vllm_marlin:prebuild",
+                                           "fp8lab.peers.vllm_marlin:prebuild_ready")
+    assert t.units == "CU_SOURCES" and len(vllm_marlin.CU_SOURCES) == 12
+    # no source here: the target is skipped with the line that says what to run
+    ok, why = vllm_marlin.prebuild_ready()
+    assert ok or "peers_offline.py" in why or why in ("no torch", "no CUDA GPU")
 
 
 def test_peer_compile_ahead_targets_take_the_notebooks_parameters():

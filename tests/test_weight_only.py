@@ -834,6 +834,55 @@ def test_marlin_under_ncu_is_its_own_arm_with_its_format():
         dx.profile_decode(sn, Path("/nonexistent"), peers=["peer_gemlite_w8a16_fp8"])
 
 
+def test_vllm_marlin_kernels_under_ncu_map_to_their_format_by_the_type_id():
+    """vLLM's Marlin is one template for every format (ncu's short name ``Marlin``, as the original's):
+    its kernels are told apart by the ScalarType id in the mangled (or demangled) name, and never
+    taken for the original Marlin; the opcode rows take their kernel row's arm."""
+    import pandas as pd
+    from fp8lab.experiments import decode as dx
+    ids = dx.VLLM_MARLIN_TYPE_IDS
+    mangled = {a: f"_ZN6marlin6MarlinI13__nv_bfloat16Ll{i}ELi256ELi1ELi8ELi8ELb1ELi4ELin1ELb0EEvPK4int4"
+               for a, i in ids.items()}
+    for arm, m in mangled.items():
+        assert dx.arm_of_kernel("Marlin", m) == arm
+        assert dx.arm_of_kernel(f"void marlin::Marlin<__nv_bfloat16, {ids[arm]}l, 256, 1, 8, 8, true, 4, -1, false>"
+                                "(const int4 *)") == arm
+    assert dx.arm_of_kernel("Marlin", "_Z6MarlinILi256ELi1ELi8ELi8ELi4ELi8EEvPK4int4") == "peer_marlin_int4"
+    assert dx.arm_of_kernel("Marlin", "_ZN6marlin6MarlinI13__nv_bfloat16Ll99ELi256EEv") == "peer_marlin_int4"
+    sn = "qwen3-8b:o_proj"
+    arms = list(mangled)
+    k = pd.DataFrame(dict(range=[0, 0, 0], action=[0, 1, 2], kernel=["Marlin"] * 3,
+                          kernel_mangled=[mangled[a] for a in arms], duration_s=[5e-6] * 3, dram_pct=[60.0] * 3,
+                          issue_active_pct=[20.0] * 3, issue_slots_busy_pct=[20.0] * 3, sm_clock_hz=[1.9e9] * 3,
+                          dram_bytes=[8e6] * 3, registers=[128] * 3))
+    o = pd.DataFrame(dict(range=[0] * 6, action=[0, 1, 2, 0, 1, 2], kernel=["Marlin"] * 6,
+                          opcode=["LOP3.LUT"] * 3 + ["HFMA2"] * 3, warp_inst=[1.0, 2.0, 3.0, 1.0, 1.0, 1.0],
+                          thread_inst=[32.0, 64.0, 96.0, 32.0, 32.0, 32.0]))
+    s, _ = dx.ncu_tables(k, o, sn)
+    got = dict(zip(s["arm"], s["fmt"]))
+    assert got == {"peer_vllm_marlin_fp8": "fp8", "peer_vllm_marlin_int8": "int8", "peer_vllm_marlin_int4": "int4"}
+    thread = dict(zip(s["arm"], s["thread_inst"]))
+    assert [thread[a] for a in arms] == [64.0, 96.0, 128.0]
+
+
+def test_vllm_marlin_type_ids_are_the_sources_own():
+    from fp8lab.experiments import decode as dx
+    from fp8lab.peers import vllm_marlin
+    if vllm_marlin.missing_source() is not None:
+        pytest.skip("vLLM Marlin's source is not unpacked here")
+    pytest.importorskip("torch")
+    import sys
+    import types
+    try:
+        st = vllm_marlin.assemble(vllm_marlin.src_dir(), types.SimpleNamespace()).scalar_types
+        assert dx.VLLM_MARLIN_TYPE_IDS == {"peer_vllm_marlin_fp8": st.float8_e4m3fn.id,
+                                           "peer_vllm_marlin_int8": st.uint8b128.id,
+                                           "peer_vllm_marlin_int4": st.uint4b8.id}
+    finally:
+        for m in [m for m in sys.modules if m.startswith(vllm_marlin.PACKAGE)]:
+            del sys.modules[m]
+
+
 def test_c5_seed_row_with_int4_marlin_only_judges_the_range():
     from fp8lab.experiments import decode as dx
     lo, hi = dx.SEED_C5_RANGE

@@ -58,6 +58,11 @@ class Peer:
 _MARLIN_SRC = "github.com/IST-DASLab/marlin"
 _DEEPGEMM_SRC = "github.com/deepseek-ai/DeepGEMM"
 _VLLM = "pip install vllm"
+_VLLM_MARLIN_MOD = "fp8lab_vllm_marlin"
+_VLLM_MARLIN_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin && python -m fp8lab.peers "
+                        "build vllm-marlin  (github.com/huggingface/kernels-community, vllm-quantization @ 8836a01)")
+_VLLM_MARLIN_CARRIED = "source (~0.4 MB: gptq_marlin, vLLM's ScalarType, its Python utilities), built on the box with nvcc"
+_VLLM_MARLIN_SEEN = "kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding)"
 _SGL = "pip install sgl-kernel"
 
 PEERS: dict[str, Peer] = {p.id: p for p in (
@@ -86,14 +91,20 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "FP4 e2m1 codes, two per byte", "per-group 16 along K, fp8 e4m3 + one fp32 tensor scale", "bf16",
          group=16, carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True,
          note="Hopper has no FP4 MMA: Triton's dot_scaled decomposes it", seen=_GEMLITE),
-    Peer("peer_vllm_marlin_fp8", "weight_only", "vLLM FP8 Marlin", "vllm", "vllm", "import", "Apache-2.0", _VLLM,
-         ("08", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
-         "per output channel, bf16 (Marlin layout)", "bf16",
-         carried="not carried: the vllm wheel is far over the 64 MiB transfer limit"),
-    Peer("peer_vllm_marlin_int4", "weight_only", "vLLM GPTQ-Marlin INT4", "vllm", "vllm", "import", "Apache-2.0",
-         _VLLM, ("08", "11"), "int4", "INT4 codes (uint4b8), repacked into Marlin's tile layout",
-         "per-group 128 along K, bf16 (Marlin layout)", "bf16", group=128,
-         carried="not carried: the vllm wheel is far over the 64 MiB transfer limit"),
+    # vLLM's Marlin GEMMs, built from kernels-community's copy of their sources (no vLLM needed)
+    Peer("peer_vllm_marlin_fp8", "weight_only", "vLLM FP8 Marlin", _VLLM_MARLIN_MOD, None, "build", "Apache-2.0",
+         _VLLM_MARLIN_INSTALL, ("08", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
+         "per output channel, bf16 (Marlin layout)", "bf16", carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN,
+         note="the seed's subject for FP8 (seed 003 measured vLLM's FP8 Marlin); K % 128 == 0, N % 64 == 0"),
+    Peer("peer_vllm_marlin_int8", "weight_only", "vLLM GPTQ-Marlin INT8", _VLLM_MARLIN_MOD, None, "build",
+         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "11"), "int8",
+         "INT8 codes (uint8b128), repacked into Marlin's tile layout", "per output channel, bf16 (Marlin layout)",
+         "bf16", carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN,
+         note="FP8 Marlin's INT8 twin (same bytes, same scales): the seed's FP-vs-INT pair (C4)"),
+    Peer("peer_vllm_marlin_int4", "weight_only", "vLLM GPTQ-Marlin INT4", _VLLM_MARLIN_MOD, None, "build",
+         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "11"), "int4",
+         "INT4 codes (uint4b8), repacked into Marlin's tile layout", "per-group 128 along K, bf16 (Marlin layout)",
+         "bf16", group=128, carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN),
     # ---- blockwise W8A8 (notebooks 05 and 06)
     Peer("peer_torchao_blockwise", "blockwise", "torchao blockwise_fp8_gemm (Triton)", "torchao", "torchao",
          "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("05", "06"), "fp8_blockwise",

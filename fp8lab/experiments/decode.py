@@ -408,20 +408,34 @@ STREAM_KERNEL = "elementwise_kernel"
 STREAM_ARM = "copy_d2d"
 
 
-#: weight-only peers :func:`ncu_workload` can profile: arm id -> its kernel's name (a whole word
-#: of ncu's kernel name; the original Marlin's one kernel is ``Marlin<...>``)
-PEER_KERNELS = {"peer_marlin_int4": re.compile(r"(?<![A-Za-z0-9_])Marlin(?![A-Za-z0-9_])")}
+#: vLLM's Marlin kernels are one template, ``marlin::Marlin<scalar_t, w_type_id, ...>``: the weight
+#: format is vLLM's ScalarType id, a template argument (``ScalarType.id`` of uint4b8, uint8b128,
+#: float8_e4m3fn at kernels-community vllm-quantization @ 8836a01; a test checks them against the
+#: source where it is unpacked). ncu's short name of both Marlins is ``Marlin``: the ids are read
+#: from the mangled name (``Ll<id>E``) or the demangled one.
+VLLM_MARLIN_TYPE_IDS = {"peer_vllm_marlin_fp8": 2814749767172868, "peer_vllm_marlin_int8": 1125899923621888,
+                        "peer_vllm_marlin_int4": 1125899907892224}
+#: weight-only peers :func:`ncu_workload` can profile: arm id -> a pattern of ncu's kernel name
+#: (short name, then the mangled one); vLLM's first, then the original Marlin's one kernel,
+#: ``Marlin<...>`` outside any namespace (mangled ``_Z6Marlin``)
+PEER_KERNELS = {
+    **{arm: re.compile(rf"(?:_ZN6marlin6MarlinI\w*?L[lx]{i}E|marlin::Marlin<[^,<>]+,\s*\(?(?:long\)\s*)?{i}l?\b)")
+       for arm, i in VLLM_MARLIN_TYPE_IDS.items()},
+    "peer_marlin_int4": re.compile(r"(?<![A-Za-z0-9_:])Marlin(?![A-Za-z0-9_])|(?<![A-Za-z0-9_])_Z6MarlinI"),
+}
 
 
-def arm_of_kernel(name: str) -> str:
+def arm_of_kernel(name: str, mangled: Optional[str] = None) -> str:
     """fp8lab arm of a profiled kernel: the weight-only kernels by name, a profiled peer's kernel
-    by PEER_KERNELS, torch's elementwise kernel is the streaming reference (``copy_d2d``),
-    anything else (cuBLAS's gemm / gemv / split-K reduce kernels) is the cuBLAS arm."""
+    by PEER_KERNELS (on the name and its mangled form), torch's elementwise kernel is the
+    streaming reference (``copy_d2d``), anything else (cuBLAS's gemm / gemv / split-K reduce
+    kernels) is the cuBLAS arm."""
     for arm in wo.FORMAT_OF_ARM:
         if arm in name:
             return arm
+    full = f"{name} {mangled}" if isinstance(mangled, str) and mangled else name
     for arm, pat in PEER_KERNELS.items():
-        if pat.search(name):
+        if pat.search(full):
             return arm
     if STREAM_KERNEL in name:
         return STREAM_ARM
@@ -438,9 +452,15 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
     sh = _shape(shape_name)
     elems = sh.N * sh.K
     k = kernels.copy()
-    k["arm"] = k["kernel"].map(arm_of_kernel)
+    mangled = k["kernel_mangled"] if "kernel_mangled" in k else pd.Series([None] * len(k), index=k.index)
+    k["arm"] = [arm_of_kernel(n, m) for n, m in zip(k["kernel"], mangled)]
     o = opcodes.copy()
-    o["arm"] = o["kernel"].map(arm_of_kernel)
+    if {"range", "action"} <= set(o) and {"range", "action"} <= set(k):
+        # the opcode rows carry the short name only: each takes its kernel row's arm
+        arm_at = {(r, a): arm for r, a, arm in zip(k["range"], k["action"], k["arm"])}
+        o["arm"] = [arm_at.get((r, a)) or arm_of_kernel(n) for r, a, n in zip(o["range"], o["action"], o["kernel"])]
+    else:
+        o["arm"] = o["kernel"].map(arm_of_kernel)
     if "thread_inst" not in o or o["thread_inst"].isna().all():
         o["thread_inst"] = 32 * o["warp_inst"]
     o["thread_inst"] = o["thread_inst"].fillna(32 * o["warp_inst"])
@@ -634,9 +654,9 @@ def _v(claim, verdict, figure, reason="", *, subject, rule, variant=""):
 MARLIN_PREFIX = "peer_marlin"
 #: every Marlin peer arm: the original (``peer_marlin_*``) and vLLM's (``peer_vllm_marlin_*``)
 MARLIN_ARMS = tuple(p for p in peer_catalog.ids("weight_only") if "marlin" in p)
-MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's source (python "
-                  "scripts/peers_offline.py --sources; make run builds it) or install vLLM (its Marlin GEMMs), "
-                  "and re-run this notebook (peer arms starting 'peer_marlin')")
+MARLIN_NOT_RUN = ("Marlin not measured in this run: unpack the original Marlin's and vLLM's Marlin's sources "
+                  "(python scripts/peers_offline.py --sources; make run builds them) and re-run this notebook "
+                  "(peer arms starting 'peer_marlin' and 'peer_vllm_marlin')")
 #: streaming kernels whose ncu DRAM % is C3's reference: the copy profiled beside the GEMVs, and
 #: cuBLAS BF16's GEMV (a weight stream with almost no math)
 STREAM_ARMS = (STREAM_ARM, CUBLAS)
@@ -755,7 +775,7 @@ def _c4_one(p: pd.DataFrame, subject: str, variant: str = "", ran: Sequence[str]
     if p.empty:
         if subject == "seed":
             why = (f"no same-width FP / INT pair among the Marlin kernels measured ({', '.join(ran)}; the Marlin "
-                   "peers fp8lab knows are the original INT4 and vLLM's FP8 and INT4)" if ran else MARLIN_NOT_RUN)
+                   "peers fp8lab knows are the original INT4 and vLLM's FP8, INT8 and INT4)" if ran else MARLIN_NOT_RUN)
             return _v("C4", "not-run", "no same-width FP / INT pair of Marlin kernels measured at M = 1", why, **kw)
         return _v("C4", "not-run", "no FP / INT pair measured at M = 1", "a pair's arms were not in the sweep", **kw)
     worst = p.loc[p["rel_diff"].abs().idxmax()]

@@ -1,4 +1,5 @@
-"""python -m fp8lab.peers status | build marlin|deepgemm | probe-marlin | probe-deepgemm |
+"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin | probe-marlin | probe-deepgemm |
+probe-vllm-marlin |
 check-compile [marlin|deepgemm] [--arch sm_90] | readme"""
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ def _build_deepgemm(verbose: bool, variant) -> int:
     return 0
 
 
+def _build_vllm_marlin(verbose: bool) -> int:
+    """build vllm-marlin: vLLM's Marlin GEMMs from their unpacked source, then its probe line."""
+    from . import vllm_marlin
+
+    try:
+        so = vllm_marlin.build(verbose=verbose)
+    except (FileNotFoundError, ImportError, RuntimeError, OSError) as e:
+        print(f"cannot build vLLM Marlin: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        return 2
+    ok, line = vllm_marlin.probe() if _gpu() else (None, "no GPU: not probed")
+    print(f"built vLLM Marlin into {so.parent}; probe: {line}")
+    return 0 if ok is not False else 1
+
+
 def _check_deepgemm(args) -> int:
     """check-compile deepgemm: one JIT kernel (nvcc, cubin) and the binding (g++ -c)."""
     from . import build
@@ -71,12 +86,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
-    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm)")
-    b.add_argument("what", choices=["marlin", "deepgemm"])
+    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin)")
+    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin"])
     b.add_argument("--verbose", action="store_true")
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
+    sub.add_parser("probe-vllm-marlin", help="small checked FP8 / INT8 / INT4 multiplies of vLLM's Marlin built "
+                   "here (run in its own process)")
     pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
@@ -106,6 +123,12 @@ def main(argv=None) -> int:
         with pd.option_context("display.max_colwidth", 90, "display.width", 250):
             print(table()[["peer", "here", "version", "reason", "licence", "install"]].to_string(index=False))
         return 0
+    if args.cmd == "build" and args.what == "vllm-marlin":
+        return _build_vllm_marlin(args.verbose)
+    if args.cmd == "probe-vllm-marlin":
+        from . import probe
+
+        return probe.vllm_marlin()
     if args.cmd == "build" and args.what == "deepgemm":
         return _build_deepgemm(args.verbose, args.variant)
     if args.cmd == "build":

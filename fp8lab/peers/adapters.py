@@ -179,72 +179,83 @@ def _vllm_version() -> str:
         return "?"
 
 
-def vllm_marlin_int4(w) -> Prepared:
-    """vLLM's GPTQ-Marlin with uint4b8 codes, group 128: its test helper ``marlin_quantize``
-    quantises and repacks and returns its own dequantised weights (the reference)."""
+#: vLLM's defaults for the Marlin GEMM's reduction (VLLM_MARLIN_USE_ATOMIC_ADD unset; fp32 reduce)
+_VLLM_MARLIN_REDUCE = dict(use_atomic_add=False, use_fp32_reduce=True)
+
+
+def _vllm_marlin():
+    from . import vllm_marlin
+
+    return vllm_marlin.package()
+
+
+def _vllm_marlin_gptq(w, type_name: str, group: int) -> Prepared:
+    """vLLM's GPTQ-Marlin on ``type_name`` codes (uint4b8, uint8b128: symmetric, no zero points,
+    no act-order), ``group`` elements per bf16 scale along K (-1: one per output channel). Its
+    test helper ``marlin_quantize`` quantises, repacks and returns its own dequantised weights
+    (the reference); the call is the GEMM ``apply_gptq_marlin_linear`` makes under vLLM's defaults."""
     import torch
 
-    try:
-        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu
-        from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
-        from vllm.scalar_type import scalar_types
-    except Exception as e:  # noqa: BLE001
-        raise PeerUnavailable(f"vllm {_vllm_version()}: Marlin utilities not importable ({e})") from e
+    vq = _vllm_marlin()
     N, K = w.shape
-    w_ref_kn, q_w, s, g_idx, sort_idx, _ = marlin_quantize(w.t().contiguous().to(torch.bfloat16),
-                                                           scalar_types.uint4b8, 128, False)
-    ws = mu.marlin_make_workspace_new(w.device)
-    zp = mu.marlin_make_empty_g_idx(w.device)                          # symmetric: no zero points
+    _need(K % 128 == 0 and N % 64 == 0, f"vLLM Marlin needs K % 128 == 0 and N % 64 == 0, got N={N}, K={K}")
+    wtype = getattr(vq.scalar_types, type_name)
+    w_ref_kn, q_w, s, g_idx, sort_idx, _ = vq.marlin_utils_test.marlin_quantize(
+        w.t().contiguous().to(torch.bfloat16), wtype, group, False)
+    ws = vq.marlin_utils.marlin_make_workspace_new(w.device)
+    zp = vq.marlin_utils.marlin_make_empty_g_idx(w.device)              # symmetric: no zero points
     state = (q_w, s, g_idx, sort_idx, ws, zp)
 
     def call(st, x, out):
         qw, sc, gi, si, wsp, z = st
-        return mu.apply_gptq_marlin_linear(input=x, weight=qw, weight_scale=sc, weight_zp=z,
-                                           g_idx=gi, g_idx_sort_indices=si, workspace=wsp,
-                                           wtype=scalar_types.uint4b8, output_size_per_partition=N,
-                                           input_size_per_partition=K, is_k_full=True, bias=None)
+        return vq.gptq_marlin_gemm(x, None, qw, sc, None, z, gi, si, wsp, wtype, size_m=x.shape[0], size_n=N,
+                                   size_k=K, is_k_full=True, is_zp_float=False, **_VLLM_MARLIN_REDUCE)
 
+    per = "per output channel" if group == -1 else f"group {group}"
     return Prepared(state, call, lambda st: tuple(t.clone() for t in st), lambda st: (st[0], st[1]),
-                    w_ref_kn.t().double().contiguous(), "bf16", config="uint4b8 group 128")
+                    w_ref_kn.t().double().contiguous(), "bf16",
+                    config=f"{type_name} {per}, bf16 activations; {_vllm_marlin_source()}")
+
+
+def _vllm_marlin_source() -> str:
+    from . import vllm_marlin
+
+    return vllm_marlin.version()
+
+
+def vllm_marlin_int4(w) -> Prepared:
+    """vLLM's GPTQ-Marlin INT4 (uint4b8 codes, group 128), vLLM's choice for GPTQ INT4 checkpoints."""
+    return _vllm_marlin_gptq(w, "uint4b8", 128)
+
+
+def vllm_marlin_int8(w) -> Prepared:
+    """vLLM's GPTQ-Marlin INT8 (uint8b128 codes, one bf16 scale per output channel): the same
+    bytes per weight and the same scales as its FP8 Marlin, so the pair differs only in dequant
+    (claim C4)."""
+    return _vllm_marlin_gptq(w, "uint8b128", -1)
 
 
 def vllm_marlin_fp8(w) -> Prepared:
     """vLLM's FP8 Marlin (weight-only FP8; vLLM's choice on GPUs without FP8 GEMMs): per-channel
-    e4m3 codes. Quantised and repacked by vLLM's ``marlin_quant_fp8_torch``, which also returns
-    its own dequantised weights (the reference); on versions without it, by
-    ``prepare_fp8_layer_for_marlin`` on a layer holding codes quantised as vLLM's Fp8 layers do."""
+    e4m3 codes, quantised and repacked by its ``marlin_quant_fp8_torch``, which also returns its
+    own dequantised weights (the reference); the call is the GEMM ``apply_fp8_marlin_linear``
+    makes under vLLM's defaults."""
     import torch
 
-    try:
-        from vllm.model_executor.layers.quantization.utils import marlin_utils as mu, marlin_utils_fp8 as mf
-    except Exception as e:  # noqa: BLE001
-        raise PeerUnavailable(f"vllm {_vllm_version()}: FP8 Marlin utilities not importable ({e})") from e
+    vq = _vllm_marlin()
     N, K = w.shape
-    wb = w.to(torch.bfloat16)
-    if hasattr(mf, "marlin_quant_fp8_torch"):
-        ref_kn, qw, sc = mf.marlin_quant_fp8_torch(wb, -1)
-        w_ref = ref_kn.t().double().contiguous()
-        ws = mu.marlin_make_workspace_new(w.device)
-        how = "marlin_quant_fp8_torch, per-channel"
-    else:
-        scale = (w.abs().amax(dim=1) / 448.0).clamp_min(1e-12)         # (N,) fp32
-        codes = (w / scale[:, None]).to(torch.float8_e4m3fn)           # (N, K) e4m3
-        w_ref = codes.double() * scale.to(torch.bfloat16).double()[:, None]   # Marlin keeps bf16 scales
-        layer = torch.nn.Module()
-        layer.weight = torch.nn.Parameter(codes.t().contiguous(), requires_grad=False)   # (K, N)
-        layer.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
-        layer.output_size_per_partition, layer.input_size_per_partition = N, K
-        layer.orig_dtype = torch.bfloat16
-        mf.prepare_fp8_layer_for_marlin(layer)
-        qw, sc, ws = layer.weight.data, layer.weight_scale.data, layer.workspace
-        how = "prepare_fp8_layer_for_marlin, per-channel"
+    _need(K % 128 == 0 and N % 64 == 0, f"vLLM Marlin needs K % 128 == 0 and N % 64 == 0, got N={N}, K={K}")
+    ref_kn, qw, sc = vq.marlin_utils_fp8.marlin_quant_fp8_torch(w.to(torch.bfloat16), -1)
+    ws = vq.marlin_utils.marlin_make_workspace_new(w.device)
+    wtype = vq.scalar_types.float8_e4m3fn
 
     def call(st, x, out):
-        return mf.apply_fp8_marlin_linear(input=x, weight=st[0], weight_scale=st[1], workspace=st[2], size_n=N,
-                                          size_k=K, bias=None)
+        return vq.gptq_marlin_gemm(x, None, st[0], st[1], None, None, None, None, st[2], wtype, size_m=x.shape[0],
+                                   size_n=N, size_k=K, is_k_full=True, is_zp_float=False, **_VLLM_MARLIN_REDUCE)
 
     return Prepared((qw, sc, ws), call, lambda st: (st[0].clone(), st[1].clone(), torch.zeros_like(st[2])),
-                    lambda st: (st[0], st[1]), w_ref, "bf16", config=how)
+                    lambda st: (st[0], st[1]), ref_kn.t().double().contiguous(), "bf16",
+                    config=f"marlin_quant_fp8_torch, per output channel, bf16 activations; {_vllm_marlin_source()}")
 
 
 WEIGHT_ONLY = {
@@ -255,6 +266,7 @@ WEIGHT_ONLY = {
     "peer_gemlite_w4a16_nvfp4": gemlite_w4a16_nvfp4,
     "peer_vllm_marlin_fp8": vllm_marlin_fp8,
     "peer_vllm_marlin_int4": vllm_marlin_int4,
+    "peer_vllm_marlin_int8": vllm_marlin_int8,
 }
 
 

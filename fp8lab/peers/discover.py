@@ -352,8 +352,23 @@ def _deepgemm_version() -> str:
 
 
 #: the import of each peer built from its own source (catalog ``discover == "build"``), by module
-BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm}
-BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version}
+def import_vllm_marlin():
+    """vLLM's Marlin GEMMs built from their source (fp8lab.peers.vllm_marlin.package)."""
+    from . import vllm_marlin
+
+    return vllm_marlin.package()
+
+
+def _vllm_marlin_version() -> str:
+    from . import vllm_marlin
+
+    return vllm_marlin.version()
+
+
+BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm,
+                 "fp8lab_vllm_marlin": import_vllm_marlin}
+BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version,
+                  "fp8lab_vllm_marlin": _vllm_marlin_version}
 
 
 @contextlib.contextmanager

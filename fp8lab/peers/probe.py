@@ -73,3 +73,19 @@ def deepgemm(variant: str = "as-is") -> int:
         got = prep.call(prep.state, x, None)
         return got, prep.extra["ref_x"].double() @ prep.w_ref.double().t()
     return _checked(run, f"N=256 K=512 M=128 ({variant})")
+
+
+def vllm_marlin() -> int:
+    """vLLM's Marlin GEMMs built here, FP8, INT8 and INT4, at N=256, K=1024, M=16 against float64
+    on the weights its own quantisers encoded (bf16 activations)."""
+    from . import adapters
+
+    def run(torch):
+        w = torch.randn(256, 1024, device="cuda", dtype=torch.float32)
+        x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+        got, ref = [], []
+        for prep in (adapters.vllm_marlin_fp8(w), adapters.vllm_marlin_int8(w), adapters.vllm_marlin_int4(w)):
+            got.append(prep.call(prep.state, x, None).double())
+            ref.append(x.double() @ prep.w_ref.t())
+        return torch.cat(got, 1), torch.cat(ref, 1)
+    return _checked(run, "N=256 K=1024 M=16 (FP8, INT8 and INT4, built from source)")

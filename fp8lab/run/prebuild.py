@@ -107,6 +107,11 @@ TARGETS: tuple[Target, ...] = (
     *(Target(f"peer_marlin_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild", (v,), units=2,
              slow_s=40, what=f"Marlin INT4 from its source ({v}), then its separate-process probe",
              needs="fp8lab.peers.build:prebuild_ready") for v in MARLIN_VARIANTS),
+    # vLLM's Marlin GEMMs (peers of notebooks 08 and 11; FP8 Marlin is seed 003's subject), built
+    # from kernels-community's copy of their source where it has been unpacked, then probed
+    Target("peer_vllm_marlin", "peer", "fp8lab.peers.vllm_marlin:prebuild", units="CU_SOURCES", slow_s=150,
+           what="vLLM's Marlin GEMMs (FP8, INT8, INT4) from their source, then the separate-process probe",
+           needs="fp8lab.peers.vllm_marlin:prebuild_ready"),
     # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
     # ahead with the notebooks' own parameters (cli fills them in; --smoke: the smoke ones) by
     # worker processes at a lower priority than the compilers: units counts what they take from

@@ -1,0 +1,291 @@
+"""vLLM's Marlin GEMMs (``gptq_marlin``: FP8, INT8 and INT4 weight-only, the kernels vLLM runs for
+those formats), built from their own sources without vLLM: the copy kernels-community keeps
+(github.com/huggingface/kernels-community, folder ``vllm-quantization``, pinned at KC_COMMIT).
+
+- ``scripts/peers_offline.py --sources --source-peers vllm-marlin`` unpacks what the build and the
+  Python utilities need (KC_PATHS: the CUDA sources, vLLM's ScalarType header, the Python package)
+  into ``build/peers/src/vllm-marlin`` ($FP8LAB_VLLM_MARLIN_SRC), stamped with the commit;
+- :func:`build` compiles them with fp8lab's own binding (``vllm_marlin_binding.cpp``: the two
+  operators the adapters call, under the namespace NAMESPACE) with torch's extension builder into
+  ``build/peers/vllm-marlin`` ($FP8LAB_VLLM_MARLIN_BUILD);
+- :func:`package` loads the extension and vLLM's Python utilities from the unpacked source (its
+  quantisers, repacking and scale permutations, as vLLM's own tests use them), as a package of
+  its own name whose ``_ops`` are the operators built here. Nothing of it is copied into fp8lab.
+
+The kernels-community copy differs from vLLM's tree in one way that matters here: its
+``marlin_utils`` lost vLLM's ``envs`` import, so ``apply_gptq_marlin_linear`` raises NameError
+for N < 2048 and K >= 2048. fp8lab's adapters therefore call the operator with the arguments
+``apply_*_marlin_linear`` passes under vLLM's defaults (no atomic-add reduce, fp32 reduce).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Optional
+
+from .. import paths
+
+KC_URL = "https://github.com/huggingface/kernels-community"
+#: kernels-community's last commit with vllm-quantization (it left the tree afterwards)
+KC_COMMIT = "8836a017f1ba741fce327e17907ff0522aeed4df"
+KC_DIR = "vllm-quantization"
+#: what the build and the Python utilities read, relative to KC_DIR
+KC_PATHS = ("gptq_marlin", "core/scalar_type.hpp", "torch-ext/vllm_quantization/scalar_type.py",
+            "torch-ext/vllm_quantization/marlin.py", "torch-ext/vllm_quantization/utils")
+#: the CUDA sources of the extension: the GEMM's host code, the repack kernel, and every kernel
+#: instantiation the host code dispatches to (gptq_marlin.cu refers to all of them)
+CU_SOURCES = ("gptq_marlin/gptq_marlin.cu", "gptq_marlin/gptq_marlin_repack.cu",
+              *(f"gptq_marlin/kernel_{dt}_{t}.cu" for dt in ("fp16", "bf16")
+                for t in ("kfe2m1f", "kfe4m3fn", "ku4", "ku4b8", "ku8b128")))
+BINDING = Path(__file__).with_name("vllm_marlin_binding.cpp")
+#: the torch operator namespace (and extension name) of the build
+NAMESPACE = "_fp8lab_vllm_marlin"
+#: the Python package vLLM's utilities are loaded as (its relative imports resolve inside it)
+PACKAGE = "fp8lab_vllm_quantization"
+SRC_ENV = "FP8LAB_VLLM_MARLIN_SRC"
+BUILD_ENV = "FP8LAB_VLLM_MARLIN_BUILD"
+#: set in the probe's own process: its import must not probe again
+PROBING_ENV = "FP8LAB_VLLM_MARLIN_PROBING"
+INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin --kernels-community-git DIR "
+           "&& python -m fp8lab.peers build vllm-marlin")
+
+
+def src_dir() -> Path:
+    env = os.environ.get(SRC_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "src" / "vllm-marlin"
+
+
+def build_dir() -> Path:
+    env = os.environ.get(BUILD_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "vllm-marlin"
+
+
+def source_stamp(src: Optional[Path] = None) -> dict:
+    try:
+        return json.loads(((src or src_dir()) / ".fp8lab-source.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def missing_source(src: Optional[Path] = None) -> Optional[str]:
+    """Why the source is not usable (one line with what to run), None when it is."""
+    src = src or src_dir()
+    lost = [p for p in (*CU_SOURCES, "core/scalar_type.hpp", "torch-ext/vllm_quantization/marlin.py")
+            if not (src / p).exists()]
+    if lost:
+        return f"vLLM Marlin's source is not at {src} (no {lost[0]}): run `{INSTALL.split(' && ')[0]}`"
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# gather (CPU machine, scripts/peers_offline.py)
+# ------------------------------------------------------------------------------------------
+def gather(dest: Path, git_dir: str, commit: Optional[str] = None) -> str:
+    """Unpack KC_PATHS of KC_DIR at ``commit`` (default KC_COMMIT) of a local kernels-community
+    git directory into ``dest`` (KC_DIR stripped), replacing an earlier unpack; returns the full
+    commit. ValueError (one line) when the git directory does not hold that commit."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    commit = commit or KC_COMMIT
+    r = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "--verify", "-q", f"{commit}^{{commit}}"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ValueError(f"{git_dir} does not hold kernels-community commit {commit[:12]} (fetch it, or pass "
+                         "another --kernels-community-git)")
+    full = r.stdout.strip()
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        if not (dest / ".fp8lab-source.json").exists():
+            raise FileExistsError(f"{dest} holds files fp8lab did not unpack: not replacing them")
+        shutil.rmtree(dest)
+    with tempfile.TemporaryDirectory() as d:
+        tar = Path(d) / "src.tar"
+        subprocess.run(["git", f"--git-dir={git_dir}", "archive", "-o", str(tar), full,
+                        *(f"{KC_DIR}/{p}" for p in KC_PATHS)], check=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tar) as t:
+            members = []
+            for m in t.getmembers():
+                if m.name.startswith(KC_DIR + "/"):         # the folder itself and the git header are left out
+                    m.name = m.name[len(KC_DIR) + 1:]
+                    members.append(m)
+            t.extractall(dest, members=members, filter="data")
+    (dest / ".fp8lab-source.json").write_text(json.dumps(
+        {"url": KC_URL, "commit": full, "dir": KC_DIR, "licence": "Apache-2.0 (vLLM)"}, indent=1))
+    return full
+
+
+# ------------------------------------------------------------------------------------------
+# build (GPU box)
+# ------------------------------------------------------------------------------------------
+def _so(out: Optional[Path] = None) -> Optional[Path]:
+    return next((out or build_dir()).glob(f"{NAMESPACE}*.so"), None)
+
+
+def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Path]:
+    """The extension in ``out`` when it was built from ``src`` at its current commit."""
+    out, src = out or build_dir(), src or src_dir()
+    so = _so(out)
+    try:
+        d = json.loads((out / "build_info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = d.get("source_commit") == source_stamp(src).get("commit") and d.get("source") == str(src)
+    return so if so is not None and same and so.name.split(".")[0] == NAMESPACE else None
+
+
+def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
+    """Compile the extension (torch.utils.cpp_extension.load, ninja) into ``out``; writes
+    build_info.json (source commit, nvcc, torch, arch list). Returns the .so."""
+    import torch
+    from torch.utils import cpp_extension
+
+    src = src_dir()
+    why = missing_source(src)
+    if why:
+        raise FileNotFoundError(why)
+    out = Path(out) if out else build_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    if torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        major, minor = torch.cuda.get_device_capability()
+        os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    cpp_extension.load(name=NAMESPACE, sources=[str(BINDING), *(str(src / s) for s in CU_SOURCES)],
+                       extra_include_paths=[str(src), str(src / "gptq_marlin")], build_directory=str(out),
+                       extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-std=c++17"],
+                       is_python_module=False, verbose=verbose)
+    so = _so(out)
+    if so is None or so.name.split(".")[0] != NAMESPACE:
+        raise RuntimeError(f"the build finished without {NAMESPACE}*.so in {out} (build it in a process of its own)")
+    nvcc_v = ""
+    try:
+        nvcc_v = subprocess.run([cpp_extension._join_cuda_home("bin", "nvcc"), "--version"], capture_output=True,
+                                text=True).stdout.strip().splitlines()[-1]
+    except Exception:  # noqa: BLE001 - provenance only
+        pass
+    (out / "build_info.json").write_text(json.dumps(dict(
+        source_commit=source_stamp(src).get("commit", "?"), source=str(src), url=KC_URL, dir=KC_DIR, nvcc=nvcc_v,
+        torch=torch.__version__, arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", "")), indent=1))
+    return so
+
+
+def build_info() -> dict:
+    try:
+        return json.loads((build_dir() / "build_info.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def version() -> str:
+    d = build_info()
+    if not d:
+        return "source build"
+    return f"kernels-community {KC_DIR} @ {str(d.get('source_commit', '?'))[:7]} (built with {d.get('nvcc', '?')})"
+
+
+def prebuild_ready() -> tuple[bool, str]:
+    """(ok, why not) for the prebuild target: the source is here and torch sees a CUDA GPU."""
+    why = missing_source()
+    if why:
+        return False, why
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    return (True, "") if torch.cuda.is_available() else (False, "no CUDA GPU")
+
+
+def prebuild() -> Path:
+    """Build unless this source commit is built already, then probe it in its own process."""
+    so = built()
+    if so is None:
+        so = build()
+    ok, line = probe()
+    print(f"vLLM Marlin probe: {'ok' if ok else 'failed'}: {line}")
+    return so
+
+
+def probe(timeout: float = 300.0) -> tuple[bool, str]:
+    """One small checked multiply per format in a separate process (discover._probe_child)."""
+    from . import discover
+
+    so = _so()
+    if so is None:
+        return False, f"not built (no {NAMESPACE}*.so in {build_dir()})"
+    return discover._probe_child(build_dir(), so, ["probe-vllm-marlin"], {PROBING_ENV: "1"}, timeout)
+
+
+# ------------------------------------------------------------------------------------------
+# import (the adapters)
+# ------------------------------------------------------------------------------------------
+def _load_ops(so: Path):
+    import torch
+
+    if not hasattr(torch.ops, NAMESPACE) or not hasattr(getattr(torch.ops, NAMESPACE), "gptq_marlin_gemm"):
+        torch.ops.load_library(str(so))
+    return getattr(torch.ops, NAMESPACE)
+
+
+def package():
+    """vLLM's Marlin utilities from the unpacked source, over the operators built here: a package
+    named PACKAGE with ``scalar_type``, ``marlin`` and ``utils.marlin_utils{,_fp8,_test}``
+    (PeerUnavailable naming what to run when the source or the build is missing, or the probe
+    failed on this GPU)."""
+    from . import discover
+    from .discover import PeerUnavailable
+
+    if PACKAGE in sys.modules and hasattr(sys.modules[PACKAGE], "marlin_utils_fp8"):
+        return sys.modules[PACKAGE]
+    src = src_dir()
+    why = missing_source(src)
+    if why:
+        raise PeerUnavailable(why)
+    so = _so()
+    if so is None:
+        raise PeerUnavailable(f"vLLM Marlin is not built (no {NAMESPACE}*.so in {build_dir()}): run "
+                              "`python -m fp8lab.peers build vllm-marlin` (or `python -m fp8lab build`)")
+    discover._need_torch()
+    if not os.environ.get(PROBING_ENV) and discover._gpu_sm() is not None:
+        ok, line = probe()
+        if not ok:
+            raise PeerUnavailable(f"vLLM Marlin's build failed its separate-process probe: {line}")
+    try:
+        ops = _load_ops(so)
+    except Exception as e:  # noqa: BLE001 - an extension that does not load is a reason
+        raise PeerUnavailable(f"vLLM Marlin's extension does not load: {str(e).splitlines()[0][:200]}") from e
+    return assemble(src, ops)
+
+
+def assemble(src: Path, ops):
+    """The PACKAGE module over ``ops`` (an object with the NAMESPACE operators) from the Python
+    files unpacked in ``src``; PeerUnavailable when they do not import."""
+    from .discover import PeerUnavailable
+
+    pkg = types.ModuleType(PACKAGE)
+    pkg.__path__ = [str(src / "torch-ext" / "vllm_quantization")]
+    pkg.__file__ = str(src / "torch-ext" / "vllm_quantization" / "__init__.py")
+    ops_mod = types.ModuleType(PACKAGE + "._ops")
+    ops_mod.ops = ops
+    ops_mod.add_op_namespace_prefix = lambda name: f"{NAMESPACE}::{name}"
+    sys.modules[PACKAGE] = pkg
+    sys.modules[ops_mod.__name__] = ops_mod
+    try:
+        st = importlib.import_module(PACKAGE + ".scalar_type")
+        mm = importlib.import_module(PACKAGE + ".marlin")
+        pkg.ScalarType, pkg.scalar_types = st.ScalarType, st.scalar_types
+        pkg.gptq_marlin_gemm, pkg.gptq_marlin_repack = mm.gptq_marlin_gemm, mm.gptq_marlin_repack
+        for name in ("marlin_utils", "marlin_utils_test", "marlin_utils_fp8"):
+            setattr(pkg, name, importlib.import_module(f"{PACKAGE}.utils.{name}"))
+    except Exception as e:  # noqa: BLE001 - utilities that moved in another commit are a reason
+        for k in [k for k in sys.modules if k == PACKAGE or k.startswith(PACKAGE + ".")]:
+            del sys.modules[k]
+        raise PeerUnavailable(f"vLLM Marlin's Python utilities do not import from {src}: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+    return pkg

@@ -1,0 +1,138 @@
+"""vLLM's Marlin GEMMs built from kernels-community's copy of their source (fp8lab.peers.vllm_marlin):
+the gather, what a missing source or build says, and the package over its operators."""
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from fp8lab.peers import discover, vllm_marlin
+from fp8lab.peers.discover import PeerUnavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fake_kernels_community(tmp_path) -> Path:
+    """A git repository laid out as kernels-community's vllm-quantization, with one file more."""
+    repo = tmp_path / "kc"
+    base = repo / vllm_marlin.KC_DIR
+    for rel in (*vllm_marlin.CU_SOURCES, "gptq_marlin/kernel.h", "core/scalar_type.hpp", "core/other.hpp",
+                "torch-ext/vllm_quantization/scalar_type.py", "torch-ext/vllm_quantization/marlin.py",
+                "torch-ext/vllm_quantization/utils/marlin_utils.py", "tests/test_x.py"):
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(f"// {rel}\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    return repo / ".git"
+
+
+def test_gather_unpacks_only_what_the_build_reads_without_the_folder_prefix(tmp_path):
+    git_dir = _fake_kernels_community(tmp_path)
+    dest = tmp_path / "src"
+    commit = vllm_marlin.gather(dest, str(git_dir), commit="HEAD")
+    assert len(commit) == 40
+    assert (dest / "gptq_marlin" / "gptq_marlin.cu").exists() and (dest / "core" / "scalar_type.hpp").exists()
+    assert not (dest / "core" / "other.hpp").exists() and not (dest / "tests").exists()
+    assert not (dest / vllm_marlin.KC_DIR).exists()
+    assert vllm_marlin.source_stamp(dest)["commit"] == commit
+    assert vllm_marlin.missing_source(dest) is None
+    # again: replaced, not mixed; files it did not unpack are never replaced
+    assert vllm_marlin.gather(dest, str(git_dir), commit="HEAD") == commit
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mine.txt").write_text("x")
+    with pytest.raises(FileExistsError):
+        vllm_marlin.gather(other, str(git_dir), commit="HEAD")
+    assert (other / "mine.txt").exists()
+
+
+def test_peers_offline_gathers_it_from_a_local_git_directory(tmp_path):
+    git_dir = _fake_kernels_community(tmp_path)
+    head = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dest = tmp_path / "dest"
+    code = (f"import sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); sys.path.insert(0, {str(ROOT)!r}); "
+            f"from fp8lab.peers import vllm_marlin; vllm_marlin.KC_COMMIT = {head!r}; "
+            "import peers_offline; sys.exit(peers_offline.main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "--sources", "--source-peers", "vllm-marlin",
+                        "--kernels-community-git", str(git_dir), "--vllm-marlin-dest", str(dest)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "vLLM Marlin (kernels-community vllm-quantization)" in r.stdout
+    assert (dest / "gptq_marlin" / "kernel_bf16_kfe4m3fn.cu").exists()
+
+
+def test_a_missing_source_or_build_is_one_line_with_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(vllm_marlin.SRC_ENV, str(tmp_path / "nothing"))
+    monkeypatch.setenv(vllm_marlin.BUILD_ENV, str(tmp_path / "nobuild"))
+    why = vllm_marlin.missing_source()
+    assert why.startswith(f"vLLM Marlin's source is not at {tmp_path / 'nothing'}") and "peers_offline.py" in why
+    with pytest.raises(PeerUnavailable, match="peers_offline.py"):
+        vllm_marlin.package()
+    assert vllm_marlin.prebuild_ready() == (False, why)
+    discover.reset()
+    for peer in ("peer_vllm_marlin_fp8", "peer_vllm_marlin_int8", "peer_vllm_marlin_int4"):
+        a = discover.availability(peer, sm=90)
+        assert not a.ok and "\n" not in a.reason and "peers_offline.py" in a.install
+    discover.reset()
+
+
+def test_a_source_without_a_build_says_to_build_it(tmp_path, monkeypatch):
+    git_dir = _fake_kernels_community(tmp_path)
+    src = tmp_path / "src"
+    vllm_marlin.gather(src, str(git_dir), commit="HEAD")
+    monkeypatch.setenv(vllm_marlin.SRC_ENV, str(src))
+    monkeypatch.setenv(vllm_marlin.BUILD_ENV, str(tmp_path / "nobuild"))
+    with pytest.raises(PeerUnavailable, match="python -m fp8lab.peers build vllm-marlin"):
+        vllm_marlin.package()
+    assert vllm_marlin.built() is None
+
+
+def test_the_cli_refuses_to_build_without_its_source_in_one_line(tmp_path):
+    import os
+
+    env = {**os.environ, vllm_marlin.SRC_ENV: str(tmp_path / "nothing"), vllm_marlin.BUILD_ENV: str(tmp_path / "b")}
+    r = subprocess.run([sys.executable, "-m", "fp8lab.peers", "build", "vllm-marlin"], capture_output=True,
+                       text=True, timeout=120, cwd=str(ROOT), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("cannot build vLLM Marlin: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_catalog_rows_are_source_builds_with_the_c4_pair():
+    from fp8lab.arms import peer_catalog
+
+    rows = {p: peer_catalog.get(p) for p in ("peer_vllm_marlin_fp8", "peer_vllm_marlin_int8", "peer_vllm_marlin_int4")}
+    assert all(r.discover == "build" and r.module == "fp8lab_vllm_marlin" and r.carries for r in rows.values())
+    fp8, int8 = rows["peer_vllm_marlin_fp8"], rows["peer_vllm_marlin_int8"]
+    # the pair differs only in dequant: one byte per weight, one scale per output channel each
+    assert (fp8.fmt, int8.fmt) == ("fp8", "int8") and fp8.group == int8.group == 0 and fp8.scales == int8.scales
+
+
+@pytest.mark.skipif(vllm_marlin.missing_source() is not None, reason="vLLM Marlin's source is not unpacked here")
+def test_its_python_utilities_import_over_stand_in_operators():
+    pytest.importorskip("torch")
+    ops = types.SimpleNamespace(gptq_marlin_gemm=lambda *a: None, gptq_marlin_repack=lambda *a: None)
+    for k in [k for k in sys.modules if k.startswith(vllm_marlin.PACKAGE)]:
+        del sys.modules[k]
+    try:
+        pkg = vllm_marlin.assemble(vllm_marlin.src_dir(), ops)
+        assert callable(pkg.marlin_utils_test.marlin_quantize) and callable(pkg.marlin_utils_fp8.marlin_quant_fp8_torch)
+        st = pkg.scalar_types
+        assert (st.uint4b8.size_bits, st.uint8b128.size_bits, st.float8_e4m3fn.size_bits) == (4, 8, 8)
+        assert sys.modules[vllm_marlin.PACKAGE + "._ops"].ops is ops
+    finally:
+        for k in [k for k in sys.modules if k.startswith(vllm_marlin.PACKAGE)]:
+            del sys.modules[k]
+
+
+def test_a_git_directory_without_the_pinned_commit_is_one_line(tmp_path):
+    git_dir = _fake_kernels_community(tmp_path)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers_offline.py"), "--sources", "--source-peers",
+                        "vllm-marlin", "--kernels-community-git", str(git_dir), "--vllm-marlin-dest",
+                        str(tmp_path / "d")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"vLLM Marlin not gathered: {git_dir} does not hold "
+                                                        "kernels-community commit 8836a017f1ba")
