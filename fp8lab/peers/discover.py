@@ -352,23 +352,18 @@ def _deepgemm_version() -> str:
 
 
 #: the import of each peer built from its own source (catalog ``discover == "build"``), by module
-def import_vllm_marlin():
-    """vLLM's Marlin GEMMs built from their source (fp8lab.peers.vllm_marlin.package)."""
-    from . import vllm_marlin
-
-    return vllm_marlin.package()
-
-
-def _vllm_marlin_version() -> str:
-    from . import vllm_marlin
-
-    return vllm_marlin.version()
+def _by_name(spec: str) -> Callable:
+    """``module:function`` -> the function (peers whose modules import this one are named so)."""
+    mod, fn = spec.split(":", 1)
+    return getattr(importlib.import_module(mod), fn)
 
 
+#: the import of each peer built from its own source (catalog ``discover == "build"``), by module:
+#: a function here, or ``module:function`` for a peer module of its own (vLLM's Marlin GEMMs)
 BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm,
-                 "fp8lab_vllm_marlin": import_vllm_marlin}
+                 "fp8lab_vllm_marlin": "fp8lab.peers.vllm_marlin:package"}
 BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version,
-                  "fp8lab_vllm_marlin": _vllm_marlin_version}
+                  "fp8lab_vllm_marlin": "fp8lab.peers.vllm_marlin:version"}
 
 
 @contextlib.contextmanager
@@ -539,7 +534,8 @@ def _probe_import(module: str) -> None:
 
 def _version(p: peer_catalog.Peer) -> str:
     if p.discover == "build":
-        return BUILD_VERSIONS[p.module]()
+        f = BUILD_VERSIONS[p.module]
+        return (_by_name(f) if isinstance(f, str) else f)()
     for name in (p.dist, p.module):
         if not name:
             continue
@@ -583,7 +579,8 @@ def availability(peer_id: str, *, probe: Optional[Callable[[peer_catalog.Peer], 
         if probe is not None:
             probe(p)
         elif p.discover == "build":
-            BUILD_IMPORTS[p.module]()
+            f = BUILD_IMPORTS[p.module]
+            (_by_name(f) if isinstance(f, str) else f)()
         else:
             _probe_import(p.module)
         cap = _gpu_sm() if sm == -1 else sm
