@@ -1456,8 +1456,9 @@ def verdict_a7(swz: pd.DataFrame):
 #: A8's seed half: the seed's Marlin was vLLM's MarlinFP8 (FP8 weights, bf16 activations); the
 #: original INT4 Marlin reads half the bytes and is shown beside it, not judged as the seed's kernel
 PEER_MARLIN = "peer_vllm_marlin_fp8"
-MARLIN_HOWTO = ("vLLM's FP8 Marlin (the seed's MarlinFP8) not measured in this run: install vLLM on the GPU box "
-                "(pip install vllm; peer arm peer_vllm_marlin_fp8 of issue 17) and re-run notebook 04")
+MARLIN_HOWTO = ("vLLM's FP8 Marlin (the seed's MarlinFP8) not measured in this run: unpack its source (python "
+                "scripts/peers_offline.py --sources; make run builds it; peer arm peer_vllm_marlin_fp8 of issue 17) "
+                "and re-run notebook 04")
 
 
 def _best_w8a8_quant(m: pd.DataFrame):
