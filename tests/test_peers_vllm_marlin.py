@@ -161,3 +161,16 @@ def test_vllm_marlin_is_right_at_shapes_it_was_not_tuned_on(peer, N, K, M):
     err, nan_left = harness.check(prep, x, rows=M)
     assert nan_left == 0, f"{peer} left {nan_left} outputs unwritten at N={N} K={K} M={M}"
     assert err < 1e-2, f"{peer} relative error {err:.2e} at N={N} K={K} M={M}"
+
+
+def test_the_host_stubs_of_its_kernel_templates_are_not_static_where_nvcc_can_say_so(tmp_path):
+    """nvcc 13 makes the host stubs of __global__ templates static by default: the GEMM's host file
+    then cannot reach the instantiations in the kernel files (an undefined Marlin<...> at link)."""
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho '--static-global-template-stub {true|false}'\n")
+    fake.chmod(0o755)
+    assert vllm_marlin.stub_flags(str(fake)) == ["-static-global-template-stub=false"]
+    old = tmp_path / "nvcc12"
+    old.write_text("#!/bin/sh\necho '--some-other-flag'\n")
+    old.chmod(0o755)
+    assert vllm_marlin.stub_flags(str(old)) == [] and vllm_marlin.stub_flags(str(tmp_path / "none")) == []

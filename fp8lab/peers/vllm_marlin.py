@@ -142,6 +142,18 @@ def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Pa
     return so if so is not None and same and so.name.split(".")[0] == NAMESPACE else None
 
 
+def stub_flags(nvcc: str = "nvcc") -> list:
+    """``-static-global-template-stub=false`` where nvcc has it (12.8+; its default is true from 13.0):
+    gptq_marlin.cu launches Marlin<...> kernels that other files instantiate explicitly, and
+    with static host stubs those instantiations are not visible to it (the link fails on an
+    undefined hidden Marlin<...> symbol, as on the H200 with nvcc 13.0 at e6504f8)."""
+    try:
+        helptext = subprocess.run([nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return ["-static-global-template-stub=false"] if "-static-global-template-stub" in helptext else []
+
+
 def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     """Compile the extension (torch.utils.cpp_extension.load, ninja) into ``out``; writes
     build_info.json (source commit, nvcc, torch, arch list). Returns the .so."""
@@ -157,9 +169,10 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     if torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
         major, minor = torch.cuda.get_device_capability()
         os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    nvcc = cpp_extension._join_cuda_home("bin", "nvcc")
     cpp_extension.load(name=NAMESPACE, sources=[str(BINDING), *(str(src / s) for s in CU_SOURCES)],
                        extra_include_paths=[str(src), str(src / "gptq_marlin")], build_directory=str(out),
-                       extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-std=c++17"],
+                       extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-std=c++17", *stub_flags(nvcc)],
                        is_python_module=False, verbose=verbose)
     so = _so(out)
     if so is None or so.name.split(".")[0] != NAMESPACE:
