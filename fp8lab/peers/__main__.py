@@ -61,6 +61,23 @@ def _build_vllm_marlin(verbose: bool) -> int:
     return 0 if ok is not False else 1
 
 
+def _check_vllm_marlin(args) -> int:
+    """check-compile vllm-marlin: the GEMM's host file and one kernel file, and the link between them."""
+    from . import vllm_marlin
+
+    try:
+        r = vllm_marlin.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90")
+    except (FileNotFoundError, ImportError, OSError) as e:
+        print(str(e).splitlines()[0], file=sys.stderr)
+        return 2
+    print(f"{'ok' if r['ok'] else 'FAILED'}: vLLM Marlin's gptq_marlin.cu and {vllm_marlin.CHECK_KERNEL} in "
+          f"{r['seconds']:.1f} s; FP8 Marlin kernels the GEMM launches: {r['referenced']}, not defined with external "
+          f"linkage by the kernel file: {len(r['unresolved'])}\n{r['command']}")
+    for ln in r["errors"] + r["unresolved"][:5]:
+        print(ln)
+    return 0 if r["ok"] else 1
+
+
 def _check_deepgemm(args) -> int:
     """check-compile deepgemm: one JIT kernel (nvcc, cubin) and the binding (g++ -c)."""
     from . import build
@@ -98,7 +115,7 @@ def main(argv=None) -> int:
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels")
-    c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm"])
+    c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin"])
     c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT)")
     c.add_argument("--torch-include", default=None, help="DeepGEMM: torch's headers when torch does not import")
     c.add_argument("--include", action="append", default=[],
@@ -162,6 +179,8 @@ def main(argv=None) -> int:
         return probe.deepgemm(args.variant)
     if args.what == "deepgemm":
         return _check_deepgemm(args)
+    if args.what == "vllm-marlin":
+        return _check_vllm_marlin(args)
     from . import build
 
     try:

@@ -302,3 +302,92 @@ def assemble(src: Path, ops):
         raise PeerUnavailable(f"vLLM Marlin's Python utilities do not import from {src}: "
                               f"{type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
     return pkg
+
+
+# ------------------------------------------------------------------------------------------
+# CPU proof (no GPU, no CUDA torch): the GEMM's host file and one kernel file, compiled as the
+# build compiles them, and the Marlin<...> kernels the host file launches found in that file
+# ------------------------------------------------------------------------------------------
+#: declarations a CPU torch wheel's ATen/cuda headers need from CUDA libraries a CPU toolkit may
+#: lack (types only: the check compiles, it never links against them)
+_LIB_STUBS = {
+    "cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n"
+                  "typedef enum { CUSPARSE_STATUS_SUCCESS = 0 } cusparseStatus_t;\n"
+                  "const char* cusparseGetErrorString(cusparseStatus_t);\n",
+    "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\n"
+                   "typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n",
+    "cublasLt.h": "typedef struct cublasLtContext* cublasLtHandle_t;\n",
+    "cusolver_common.h": "typedef enum { CUSOLVER_STATUS_SUCCESS = 0 } cusolverStatus_t;\n",
+    "cusolverDn.h": "#include <cusolver_common.h>\ntypedef struct cusolverDnContext* cusolverDnHandle_t;\n",
+}
+CHECK_KERNEL = "gptq_marlin/kernel_bf16_kfe4m3fn.cu"
+#: the FP8 (float8_e4m3fn) ScalarType id, as the mangled Marlin<...> names carry it (``Ll<id>E``)
+_FP8_ID = 2814749767172868
+
+
+def _symbols(obj: Path) -> list:
+    """(type letter, mangled name) of an object file's symbols (nm)."""
+    out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for ln in out.splitlines():
+        parts = ln.split()
+        if len(parts) >= 2:
+            rows.append((parts[-2], parts[-1]))
+    return rows
+
+
+def unresolved_kernels(host_obj: Path, kernel_obj: Path, type_id: int = _FP8_ID,
+                       scalar: str = "13__nv_bfloat16") -> tuple[list, int]:
+    """(the ``marlin::Marlin<scalar, type_id, ...>`` symbols the host object references that the
+    kernel object does not define with external linkage, how many it references). ``scalar``: the
+    mangled activation type (a regex; CHECK_KERNEL holds the bf16 ones)."""
+    import re
+
+    pat = re.compile(rf"^_ZN6marlin6MarlinI(?:{scalar})L[lx]{type_id}E")
+    wanted = {n for t, n in _symbols(host_obj) if t == "U" and pat.search(n)}
+    defined = {n for t, n in _symbols(kernel_obj) if t in ("T", "W") and pat.search(n)}
+    return sorted(wanted - defined), len(wanted)
+
+
+def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = None, nvcc: str = "nvcc",
+                  arch: str = "sm_90", timeout: float = 1800) -> dict:
+    """Compile gptq_marlin.cu and CHECK_KERNEL with the build's nvcc flags (torch's, and
+    :func:`stub_flags`) for ``arch`` in parallel, then check that every FP8 Marlin kernel the GEMM's
+    host code launches is defined, with external linkage, by the kernel file (the link failure
+    the H200 showed at e6504f8). dict(ok, seconds, errors, unresolved, referenced, command)."""
+    import shutil
+    import sysconfig
+    import tempfile
+    import time
+
+    from . import build as peer_build
+
+    src = Path(src) if src else src_dir()
+    why = missing_source(src)
+    if why:
+        raise FileNotFoundError(why)
+    exe = shutil.which(nvcc) or nvcc
+    incs = [str(src), str(src / "gptq_marlin"), *peer_build._torch_includes(torch_include),
+            sysconfig.get_paths()["include"]]
+    with tempfile.TemporaryDirectory() as d:
+        shim = Path(d) / "shim"
+        (shim / peer_build._TORCH_CUDA_MACROS[0]).parent.mkdir(parents=True)
+        (shim / peer_build._TORCH_CUDA_MACROS[0]).write_text(peer_build._TORCH_CUDA_MACROS[1])
+        for name, text in _LIB_STUBS.items():
+            (shim / name).write_text("#pragma once\n" + text)
+        flags = [f"-arch={arch}", *peer_build.nvcc_flags(), *stub_flags(exe), "-DTORCH_API_INCLUDE_EXTENSION_H",
+                 f"-DTORCH_EXTENSION_NAME={NAMESPACE}", "-D_GLIBCXX_USE_CXX11_ABI=1",
+                 *(f"-I{i}" for i in incs), f"-Xcompiler=-idirafter,{shim}"]
+        objs = {"host": Path(d) / "gptq_marlin.o", "kernel": Path(d) / "kernel.o"}
+        cmds = {"host": [exe, *flags, "-c", str(src / "gptq_marlin" / "gptq_marlin.cu"), "-o", str(objs["host"])],
+                "kernel": [exe, *flags, "-c", str(src / CHECK_KERNEL), "-o", str(objs["kernel"])]}
+        t0 = time.monotonic()
+        procs = {k: subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for k, c in cmds.items()}
+        logs = {k: p.communicate(timeout=timeout)[0] for k, p in procs.items()}
+        compiled = all(p.returncode == 0 and objs[k].exists() for k, p in procs.items())
+        unresolved, referenced = unresolved_kernels(objs["host"], objs["kernel"]) if compiled else ([], 0)
+    errors = [ln for log in logs.values() for ln in log.splitlines() if " error" in ln or "fatal" in ln]
+    ok = compiled and referenced > 0 and not unresolved
+    return dict(ok=ok, seconds=time.monotonic() - t0, errors=errors[:10], unresolved=unresolved,
+                referenced=referenced, command=" ".join(cmds["kernel"]))
