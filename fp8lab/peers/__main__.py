@@ -1,6 +1,6 @@
 """python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin | probe-marlin | probe-deepgemm |
 probe-vllm-marlin |
-check-compile [marlin|deepgemm] [--arch sm_90] | readme"""
+check-compile [marlin|deepgemm|vllm-marlin] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -114,10 +114,11 @@ def main(argv=None) -> int:
     pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
-                       "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels")
+                       "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels; "
+                       "vLLM Marlin's GEMM and its bf16 FP8 kernel file, and the link between them")
     c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin"])
     c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT)")
-    c.add_argument("--torch-include", default=None, help="DeepGEMM: torch's headers when torch does not import")
+    c.add_argument("--torch-include", default=None, help="DeepGEMM, vLLM Marlin: torch's headers when torch does not import")
     c.add_argument("--include", action="append", default=[],
                    help="DeepGEMM: a header folder searched last (cuBLAS / cuSPARSE / NVRTC headers), repeatable")
     sub.add_parser("readme", help="rewrite the README's peers table from the catalog")

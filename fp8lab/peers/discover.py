@@ -351,7 +351,6 @@ def _deepgemm_version() -> str:
         return "source build"
 
 
-#: the import of each peer built from its own source (catalog ``discover == "build"``), by module
 def _by_name(spec: str) -> Callable:
     """``module:function`` -> the function (peers whose modules import this one are named so)."""
     mod, fn = spec.split(":", 1)
