@@ -6,9 +6,11 @@ kernel reads them, or its own dequantise function), never from fp8lab's emulator
 each adapter imports its peer lazily and raises :class:`~fp8lab.peers.discover.PeerUnavailable`
 (-> a not-run row) for a shape or GPU the peer does not support, naming the constraint.
 
-The vLLM, sgl-kernel and DeepGEMM adapters are written against those libraries' public Python
-APIs and have not run on the shared H200 (their wheels are over its transfer limit): an API
-that moved in another version gives a not-run row naming the version and the error.
+The vLLM (Triton block FP8, group quantiser) and sgl-kernel adapters are written against those
+libraries' public Python APIs and have not run on the shared H200 (their wheels are over its
+transfer limit): an API that moved in another version gives a not-run row naming the version
+and the error. vLLM's Marlin GEMMs and DeepGEMM run there, built from their own sources
+(fp8lab.peers.vllm_marlin, fp8lab.peers.build).
 """
 
 from __future__ import annotations
