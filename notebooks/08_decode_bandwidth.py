@@ -407,10 +407,15 @@ overlay.show_cross_device(NB, devices, run)
 
 
 # %%
+def ncu_tick(arm):
+    return registry.short_label(arm).replace(" ", "\n")
+
+
 def draw_ncu(s, static_df, info, act_of):
     ref = dx.stream_reference(s)
     s = s[s["arm"].isin([*dx.ARMS, *dx.PEER_KERNELS])]     # fp8lab's kernels, cuBLAS, and Marlin where profiled
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    # one word per tick line, and room for each kernel (both Marlins add four)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(11, 1.5 * len(s)), 4.2))
     x = np.arange(len(s))
     a1.bar(x - 0.2, s["dram_pct"], 0.4, color="#0072B2", label="DRAM throughput (% of peak)")
     a1.bar(x + 0.2, s["issue_active_pct"], 0.4, color="#E69F00", label="issue slots active (%)")
@@ -419,7 +424,7 @@ def draw_ncu(s, static_df, info, act_of):
                    label=f"{registry.short_label(ref['arm'])}: {ref['dram_pct']:.0f}% DRAM")
         a1.axhline(dx.C3_OF_STREAM * ref["dram_pct"], color="#0072B2", ls=":", lw=1,
                    label=f"C3 bar: {dx.C3_OF_STREAM:.0%} of it")
-    a1.set_xticks(x, [tick(a) for a in s["arm"]], fontsize=8)
+    a1.set_xticks(x, [ncu_tick(a) for a in s["arm"]], fontsize=8)
     a1.set_ylabel("percent")
     a1.set_ylim(0, 135)
     a1.legend(fontsize=7, loc="upper left", ncol=2)
@@ -433,7 +438,7 @@ def draw_ncu(s, static_df, info, act_of):
         for xi, arm in zip(x, s["arm"]):
             if arm in sd:
                 a2.plot([xi - 0.35, xi + 0.35], [sd[arm]] * 2, color="black", lw=2)
-    a2.set_xticks(x, [tick(a) for a in s["arm"]], fontsize=8)
+    a2.set_xticks(x, [ncu_tick(a) for a in s["arm"]], fontsize=8)
     a2.set_ylabel("thread instructions per weight element")
     a2.legend(fontsize=8)
     a2.set_title("executed instr. per element (black: static SASS)")

@@ -456,3 +456,18 @@ def test_a_peer_row_says_which_config_its_autotuner_ran(monkeypatch, tmp_path):
     with discover.autotune_choices() as chosen2:
         discover.record_choice(mine)
     assert chosen2 == {}
+
+
+def test_c5_seed_row_judges_vllms_marlins_one_kernel_per_format():
+    """Both Marlins profiled: the seed row is vLLM's kernels (the seed's FP8 Marlin is vLLM's), one per
+    format, never the mean of the original and vLLM's INT4; the original is quoted beside."""
+    rows = [dict(arm="peer_vllm_marlin_fp8", fmt="fp8", dequant_inst_per_element=1.06),
+            dict(arm="peer_vllm_marlin_int8", fmt="int8", dequant_inst_per_element=2.56),
+            dict(arm="peer_vllm_marlin_int4", fmt="int4", dequant_inst_per_element=2.00),
+            dict(arm="peer_marlin_int4", fmt="int4", dequant_inst_per_element=1.67)]
+    seed = next(v for v in dx.c5_verdicts(pd.DataFrame(rows)) if v.subject == "seed")
+    assert seed.variant == "vLLM Marlin" and "int4 2.00" in seed.our_figure and "1.83" not in seed.our_figure
+    assert "beside (not judged): peer_marlin_int4 1.67" in seed.our_figure and seed.verdict == "differs"
+    only = next(v for v in dx.c5_verdicts(pd.DataFrame(rows[3:])) if v.subject == "seed")
+    assert only.variant == "original Marlin" and "beside" not in only.our_figure
+    assert dx._marlin_variant(pd.DataFrame(rows)) == "original and vLLM Marlin"
