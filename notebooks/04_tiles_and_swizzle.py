@@ -229,7 +229,7 @@ def draw_swizzle(swz, dev):
     plt.show()
 
 
-def draw_stream(stream, copy_Bps, dev):
+def draw_stream(stream, copy_Bps, dev, peers=None):
     """A8's M = 1 point as horizontal bars (long labels stay readable): weight-only kernels, the
     W8A8 arms (with their activation quantiser when the table has those timings, and the figure
     says which) and the seed's first kernel, against the weight-streaming floor."""
@@ -247,6 +247,12 @@ def draw_stream(stream, copy_Bps, dev):
     for arm, g in m[~m["arm"].isin(bw.W8A8)].groupby("arm"):
         r = g.loc[g["time_p50_s"].idxmin()]
         bars.append((f"{registry.label(arm)}\nweight-only, bf16 activations", r["time_p50_s"], plotting.color(arm)))
+    # the Marlins timed at the same point (peers; vLLM's FP8 Marlin is the seed's MarlinFP8)
+    pm = peers[(peers["status"] == "measured") & (peers["M"] == 1) & (peers["shape"] == r0["shape"])] \
+        if peers is not None and len(peers) else []
+    for _, r in (pm.iterrows() if len(pm) else []):
+        bars.append((f"{registry.label(r['arm'])}\nweight-only {r['fmt'].upper()}, {r['act']} activations",
+                     r["time_p50_s"], plotting.color(r["arm"]), r["stream_bytes"] / copy_Bps))
     is_seed = (w8["arm"] == "mma_blockwise") & (w8["variant"] == "per_slice") & (w8["config"] == mb.SEED_CONFIG.name)
     for arm, g in bw.best_rows(w8[~is_seed]).groupby("arm"):
         r = g.iloc[0]
@@ -259,8 +265,11 @@ def draw_stream(stream, copy_Bps, dev):
     y = np.arange(len(bars))[::-1]
     t_us = np.array([b[1] * 1e6 for b in bars])
     ax.barh(y, t_us, color=[b[2] for b in bars], height=0.7)
-    for yi, t in zip(y, t_us):
-        ax.text(t, yi, f" {t:.1f} us, {floor * 1e6 / t:.0%} of copy rate", va="center", fontsize=8)
+    for yi, t, b in zip(y, t_us, bars):
+        # a peer of another format streams its own bytes: its rate is of those (INT4: half the FP8 bytes)
+        own = f" (its {b[3] * copy_Bps / 1e6:.1f} MB)" if len(b) > 3 else ""
+        ax.text(t, yi, f" {t:.1f} us, {(b[3] if len(b) > 3 else floor) * 1e6 / t:.0%} of copy rate{own}",
+                va="center", fontsize=8)
     ax.axvline(floor * 1e6, color="#555555", ls="--", lw=1,
                label=f"streaming floor {floor * 1e6:.1f} us (weight bytes / copy bandwidth of this run)")
     ax.set_yticks(y, [b[0] for b in bars], fontsize=8)
@@ -291,7 +300,7 @@ for dev in devs:
     if "swizzle" in t:
         draw_swizzle(t["swizzle"], dev)
     if "m1_stream" in t and "copy" in t:
-        draw_stream(t["m1_stream"], float(t["copy"]["copy_Bps_p50"].iloc[0]), dev)
+        draw_stream(t["m1_stream"], float(t["copy"]["copy_Bps_p50"].iloc[0]), dev, t.get("peers"))
 
 notebook.say_if_no_data(devs)
 
