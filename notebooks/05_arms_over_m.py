@@ -58,7 +58,7 @@ warmup_ms = 10.0
 rep_ms = 50.0
 b5_rounds = 9  # B5: alternating rounds of cuBLASLt blockwise and cuBLAS FP8 per-tensor at the largest M (0: none)
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
-peers = "all"  # other people's kernels (fp8lab.peers: torchao, vLLM, sgl-kernel, DeepGEMM): "all" of this notebook's, a list of ids, or []
+peers = "all"  # other people's kernels (fp8lab.peers: torchao, vLLM Triton and CUTLASS, sgl-kernel, DeepGEMM): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt

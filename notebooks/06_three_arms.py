@@ -54,7 +54,7 @@ rep_ms = 40  # timing window per measurement, milliseconds
 triton_mode = "auto"  # "auto": triton_blockwise's path for M, each of its candidate tiles timed here, fastest kept; "rule": pinned tiles by M
 compile_arch = "sm_90a"  # target of the compile-time pad check (needs nvcc, no GPU)
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
-peers = "all"  # other people's blockwise FP8 GEMMs (fp8lab.peers: torchao, vLLM, sgl-kernel, DeepGEMM) on the sweep's sites and Ms: "all" of this notebook's, a list of ids, or []
+peers = "all"  # other people's blockwise FP8 GEMMs (fp8lab.peers: torchao, vLLM Triton and CUTLASS, sgl-kernel, DeepGEMM) on the sweep's sites and Ms: "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt

@@ -17,9 +17,10 @@
   LICENSE, from ``--fmt-git`` or a shallow fetch of that commit). Its CUTLASS submodule is not
   gathered: the build uses the nvidia-cutlass wheel's headers (fp8lab.peers.build says why).
   Stamped with the commits (DeepGEMM's, fmt's, and the CUTLASS commit it pins).
-- ``build/peers/src/vllm-marlin/``: vLLM's Marlin GEMMs' sources and Python utilities, from
+- ``build/peers/src/vllm-marlin/``: vLLM's Marlin GEMMs' sources and Python utilities, and its
+  CUTLASS blockwise FP8 GEMM for Hopper (fp8lab.peers.vllm_cutlass builds it from the same unpack), from
   kernels-community's ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (KC_PATHS
-  only, 0.4 MB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
+  only, 0.7 MB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
   ``git archive``, else a fetch of that commit.
 Never committed (both folders are in .gitignore).
 
@@ -29,6 +30,7 @@ On the box (torch, triton, nvcc there; the two folders carried beside the reposi
     python -m fp8lab.peers build marlin
     python -m fp8lab.peers build deepgemm
     python -m fp8lab.peers build vllm-marlin
+    python -m fp8lab.peers build vllm-cutlass
     python -m fp8lab.peers status
 
 vLLM, sgl-kernel (~535 MB) and FlashInfer are not gathered: their wheels are far over a 64 MiB

@@ -19,7 +19,9 @@ def _fake_kernels_community(tmp_path) -> Path:
     base = repo / vllm_marlin.KC_DIR
     for rel in (*vllm_marlin.CU_SOURCES, "gptq_marlin/kernel.h", "core/scalar_type.hpp", "core/other.hpp",
                 "torch-ext/vllm_quantization/scalar_type.py", "torch-ext/vllm_quantization/marlin.py",
-                "torch-ext/vllm_quantization/utils/marlin_utils.py", "tests/test_x.py"):
+                "torch-ext/vllm_quantization/utils/marlin_utils.py", "tests/test_x.py",
+                "cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8.cu", "cutlass_extensions/common.hpp", "core/math.hpp",
+                "cutlass_w8a8/scaled_mm_c2x.cu"):
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / rel).write_text(f"// {rel}\n")
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -36,6 +38,10 @@ def test_gather_unpacks_only_what_the_build_reads_without_the_folder_prefix(tmp_
     assert len(commit) == 40
     assert (dest / "gptq_marlin" / "gptq_marlin.cu").exists() and (dest / "core" / "scalar_type.hpp").exists()
     assert not (dest / "core" / "other.hpp").exists() and not (dest / "tests").exists()
+    # vLLM's CUTLASS blockwise GEMM (fp8lab.peers.vllm_cutlass) builds from the same unpack
+    assert (dest / "cutlass_w8a8" / "c3x" / "scaled_mm_blockwise_sm90_fp8.cu").exists()
+    assert (dest / "cutlass_extensions" / "common.hpp").exists() and (dest / "core" / "math.hpp").exists()
+    assert not (dest / "cutlass_w8a8" / "scaled_mm_c2x.cu").exists()
     assert not (dest / vllm_marlin.KC_DIR).exists()
     assert vllm_marlin.source_stamp(dest)["commit"] == commit
     assert vllm_marlin.missing_source(dest) is None

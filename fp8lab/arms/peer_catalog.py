@@ -64,6 +64,8 @@ _VLLM_MARLIN_INSTALL = ("python scripts/peers_offline.py --sources --source-peer
 _VLLM_MARLIN_CARRIED = "source (~0.4 MB: gptq_marlin, vLLM's ScalarType, its Python utilities), built on the box with nvcc"
 _VLLM_MARLIN_SEEN = "kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding)"
 _SGL = "pip install sgl-kernel"
+_VLLM_CUTLASS_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin && python -m fp8lab.peers "
+                         "build vllm-cutlass  (github.com/huggingface/kernels-community, vllm-quantization @ 8836a01)")
 
 PEERS: dict[str, Peer] = {p.id: p for p in (
     # ---- weight-only decode and prefill (notebooks 08, 11): the seed's subject first
@@ -131,6 +133,16 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          seen="2.6.1 @ 54e2261 (source; built on the H200: as it is, its first JIT call dies of SIGSEGV "
               "(its std::filesystem calls bind to libtorch.so's copies); with libstdc++ linked in statically "
               "it passes its probe and runs)"),
+    Peer("peer_vllm_cutlass_blockwise", "blockwise", "vLLM cutlass_scaled_mm blockwise (CUTLASS, sm_90a)",
+         "fp8lab_vllm_cutlass", None, "build", "Apache-2.0", _VLLM_CUTLASS_INSTALL, ("05", "06"), "fp8_blockwise",
+         "FP8 e4m3 codes, one byte each", "1x128 activations (M-major), 128x128 weights (K-major), fp32", "e4m3",
+         group=128, min_sm=90,
+         carried="source (the vLLM Marlin unpack's cutlass_w8a8/c3x and cutlass_extensions), built on the box "
+                 "against the nvidia-cutlass wheel's CUTLASS headers",
+         note="what vLLM runs for block-FP8 linear layers on Hopper; N and K multiples of 128; M padded by "
+              "4 - M % 4 rows as vLLM does on sm_90; activations quantised by torch ops with vLLM's per-token-group "
+              "recipe (its quantiser is not in this source), so only the GEMM is timed",
+         seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,

@@ -150,6 +150,8 @@ _ROWS = (
          count=("peer", "peer_sglang_blockwise")),
     _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM",
          count=("peer", "peer_deepgemm")),
+    _arm("peer_vllm_cutlass_blockwise", "vLLM CUTLASS blockwise FP8 (peer)", "#0077BB", "W8A8",
+         short="vLLM CUTLASS", count=("peer", "peer_vllm_cutlass_blockwise")),
     _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant",
          count=("quant_act",)),
     _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant",

@@ -1,6 +1,6 @@
-"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin | probe-marlin | probe-deepgemm |
-probe-vllm-marlin |
-check-compile [marlin|deepgemm|vllm-marlin] [--arch sm_90] | readme"""
+"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin|vllm-cutlass | probe-marlin |
+probe-deepgemm | probe-vllm-marlin | probe-vllm-cutlass |
+check-compile [marlin|deepgemm|vllm-marlin|vllm-cutlass] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -61,6 +61,37 @@ def _build_vllm_marlin(verbose: bool) -> int:
     return 0 if ok is not False else 1
 
 
+def _build_vllm_cutlass(verbose: bool) -> int:
+    """build vllm-cutlass: vLLM's CUTLASS blockwise FP8 GEMM from the unpacked source, then its probe line."""
+    from . import vllm_cutlass
+
+    try:
+        so = vllm_cutlass.build(verbose=verbose)
+    except Exception as e:  # noqa: BLE001 - no source, torch or CUTLASS headers; a failed compile: one line
+        print(f"cannot build vLLM's CUTLASS blockwise GEMM: {str(e).splitlines()[0] if str(e) else e}",
+              file=sys.stderr)
+        return 2
+    ok, line = vllm_cutlass.probe() if _gpu() else (None, "no GPU: not probed")
+    print(f"built vLLM's CUTLASS blockwise GEMM into {so.parent}; probe: {line}")
+    return 0 if ok is not False else 1
+
+
+def _check_vllm_cutlass(args) -> int:
+    """check-compile vllm-cutlass: vLLM's blockwise sm90 source for sm_90a, and its GEMM kernels in the SASS."""
+    from . import vllm_cutlass
+
+    try:
+        r = vllm_cutlass.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90a")
+    except Exception as e:  # noqa: BLE001 - no source, torch headers or CUTLASS: one line
+        print(str(e).splitlines()[0], file=sys.stderr)
+        return 2
+    print(f"{'ok' if r['ok'] else 'FAILED'}: vLLM's {vllm_cutlass.CU_SOURCES[0]} in {r['seconds']:.1f} s; CUTLASS "
+          f"GEMM kernels in its SASS: {len(r['kernels'])}\n{r['command']}")
+    for ln in r["errors"]:
+        print(ln)
+    return 0 if r["ok"] else 1
+
+
 def _check_vllm_marlin(args) -> int:
     """check-compile vllm-marlin: the GEMM's host file and one kernel file, and the link between them."""
     from . import vllm_marlin
@@ -103,22 +134,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
-    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin)")
-    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin"])
+    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin, vllm-cutlass)")
+    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin", "vllm-cutlass"])
     b.add_argument("--verbose", action="store_true")
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
     pm.add_argument("--variant", default="as-is")
     sub.add_parser("probe-vllm-marlin", help="small checked FP8 / INT8 / INT4 multiplies of vLLM's Marlin built "
                    "here (run in its own process)")
+    sub.add_parser("probe-vllm-cutlass", help="one small checked multiply of vLLM's CUTLASS blockwise GEMM "
+                   "built here (run in its own process)")
     pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels; "
-                       "vLLM Marlin's GEMM and its bf16 FP8 kernel file, and the link between them")
-    c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin"])
-    c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT)")
-    c.add_argument("--torch-include", default=None, help="DeepGEMM, vLLM Marlin: torch's headers when torch does not import")
+                       "vLLM Marlin's GEMM and its bf16 FP8 kernel file, and the link between them; "
+                       "vLLM's CUTLASS blockwise GEMM for sm_90a")
+    c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin",
+                                                                 "vllm-cutlass"])
+    c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT, vLLM CUTLASS)")
+    c.add_argument("--torch-include", default=None, help="DeepGEMM, vLLM Marlin, vLLM CUTLASS: torch's headers "
+                   "when torch does not import")
     c.add_argument("--include", action="append", default=[],
                    help="DeepGEMM: a header folder searched last (cuBLAS / cuSPARSE / NVRTC headers), repeatable")
     sub.add_parser("readme", help="rewrite the README's peers table from the catalog")
@@ -143,6 +179,12 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "build" and args.what == "vllm-marlin":
         return _build_vllm_marlin(args.verbose)
+    if args.cmd == "build" and args.what == "vllm-cutlass":
+        return _build_vllm_cutlass(args.verbose)
+    if args.cmd == "probe-vllm-cutlass":
+        from . import probe
+
+        return probe.vllm_cutlass()
     if args.cmd == "probe-vllm-marlin":
         from . import probe
 
@@ -182,6 +224,8 @@ def main(argv=None) -> int:
         return _check_deepgemm(args)
     if args.what == "vllm-marlin":
         return _check_vllm_marlin(args)
+    if args.what == "vllm-cutlass":
+        return _check_vllm_cutlass(args)
     from . import build
 
     try:

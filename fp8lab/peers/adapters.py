@@ -460,11 +460,62 @@ def deepgemm_blockwise(x, w) -> Prepared:
     return p
 
 
+def _group_quant_1x128(x):
+    """vLLM's per-token-group FP8 recipe (its ``per_token_group_quant_fp8``: scale = max(amax of
+    the 128 elements, 1e-10) / 448, codes = x / scale saturated to e4m3), in torch ops: that
+    quantiser is not in kernels-community's source copy. (M, K) e4m3 and (M, K/128) fp32."""
+    import torch
+
+    M, K = x.shape
+    g = x.float().reshape(M, K // 128, 128)
+    s = g.abs().amax(dim=2).clamp_min(1e-10) / 448.0
+    q = (g / s[:, :, None]).clamp(-448.0, 448.0).reshape(M, K).to(torch.float8_e4m3fn)
+    return q, s
+
+
+def vllm_cutlass_blockwise(x, w) -> Prepared:
+    """vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``, built
+    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``apply_w8a8_block_fp8_linear``
+    calls it on sm_90: activation rows padded by ``4 - M % 4`` (zeros) before quantising, 1x128
+    scales M-major, the (N, K) weight passed transposed (column-major) with its 128x128 scales
+    transposed (K-major), the padded rows dropped from the output. The weights are quantised by
+    128x128 blocks (amax / 448, as vLLM's tests do); the GEMM is timed alone."""
+    import torch
+
+    from . import vllm_cutlass
+
+    op = vllm_cutlass.ops().blockwise_sm90_fp8
+    M, K = x.shape
+    N = w.shape[0]
+    _need(N % 128 == 0 and K % 128 == 0, f"vLLM's blockwise CUTLASS GEMM needs N and K multiples of 128 (one "
+                                         f"scale per 128 x 128 block), got N={N}, K={K}")
+    pad = 4 - M % 4                                                     # vLLM's line, 4 when M % 4 == 0
+    xp = torch.nn.functional.pad(x, (0, 0, 0, pad))
+    qa, qs = _group_quant_1x128(xp)
+    sa = torch.empty(K // 128, M + pad, dtype=torch.float32, device=x.device).t()   # M-major
+    sa.copy_(qs)
+    wp = w.float().reshape(N // 128, 128, K // 128, 128)
+    sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)          # (N/128, K/128) fp32
+    b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn).contiguous()
+
+    def call(st, _x, _o):
+        a, s_a, bw, s_b = st
+        out = torch.empty(a.shape[0], bw.shape[0], dtype=torch.bfloat16, device=a.device)
+        op(out, a, bw.t(), s_a, s_b.t())
+        return out[:a.shape[0] - pad]
+
+    p = _blockwise_prepared((qa, sa, b, sb), call, qa[:M], qs[:M], b, sb,
+                            config=f"M padded by {pad} rows (vLLM on sm_90); {vllm_cutlass.version()}")
+    p.clone = lambda s: tuple(_strided_clone(t) for t in s)
+    return p
+
+
 BLOCKWISE = {
     "peer_torchao_blockwise": torchao_blockwise,
     "peer_vllm_blockwise": vllm_blockwise,
     "peer_sglang_blockwise": sglang_blockwise,
     "peer_deepgemm": deepgemm_blockwise,
+    "peer_vllm_cutlass_blockwise": vllm_cutlass_blockwise,
 }
 
 

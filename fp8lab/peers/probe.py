@@ -75,6 +75,19 @@ def deepgemm(variant: str = "as-is") -> int:
     return _checked(run, f"N=256 K=512 M=128 ({variant})")
 
 
+def vllm_cutlass() -> int:
+    """vLLM's CUTLASS blockwise FP8 GEMM built here at N=256, K=512 and M=130 (padded to 132 as
+    vLLM pads), against float64 on the operands its adapter quantised."""
+    from . import adapters
+
+    def run(torch):
+        w = torch.randn(256, 512, device="cuda", dtype=torch.float32)
+        x = torch.randn(130, 512, device="cuda", dtype=torch.bfloat16)
+        prep = adapters.vllm_cutlass_blockwise(x, w)
+        return prep.call(prep.state, x, None), prep.extra["ref_x"].double() @ prep.w_ref.double().t()
+    return _checked(run, "N=256 K=512 M=130 (sm_90a, built from source)")
+
+
 def vllm_marlin() -> int:
     """vLLM's Marlin GEMMs built here, FP8, INT8 and INT4, at N=256, K=1024, M=16 against float64
     on the weights its own quantisers encoded (bf16 activations)."""

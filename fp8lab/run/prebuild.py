@@ -112,6 +112,11 @@ TARGETS: tuple[Target, ...] = (
     Target("peer_vllm_marlin", "peer", "fp8lab.peers.vllm_marlin:prebuild", units="CU_SOURCES", slow_s=150,
            what="vLLM's Marlin GEMMs (FP8, INT8, INT4) from their source, then the separate-process probe",
            needs="fp8lab.peers.vllm_marlin:prebuild_ready"),
+    # vLLM's CUTLASS blockwise FP8 GEMM for Hopper (a peer of notebooks 05 and 06), built from the
+    # same unpack against the nvidia-cutlass wheel's headers, then probed
+    Target("peer_vllm_cutlass", "peer", "fp8lab.peers.vllm_cutlass:prebuild", units=2, slow_s=150,
+           what="vLLM's CUTLASS blockwise FP8 GEMM (sm_90a) from its source, then the separate-process probe",
+           needs="fp8lab.peers.vllm_cutlass:prebuild_ready"),
     # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
     # ahead with the notebooks' own parameters (cli fills them in; --smoke: the smoke ones) by
     # worker processes at a lower priority than the compilers: units counts what they take from

@@ -1,0 +1,281 @@
+"""vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``: what
+vLLM's ``cutlass_scaled_mm`` runs on sm_90 for 1x128 activation and 128x128 weight scales, the
+DeepSeek-V3 block-FP8 format), built from its own source without vLLM: the copy kernels-community
+keeps in ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (the same unpack,
+``build/peers/src/vllm-marlin``: its KC_PATHS carry ``cutlass_w8a8/c3x``, ``cutlass_extensions``).
+
+- :func:`build` compiles vLLM's ``scaled_mm_blockwise_sm90_fp8.cu`` (its dispatch: a persistent
+  cooperative kernel, stream-K when K > 3 N; tile 128 x 128 x 128, cluster 1 x 2) with fp8lab's
+  binding (``vllm_cutlass_binding.cpp``: one operator under NAMESPACE) against the CUTLASS
+  headers fp8lab's own CUTLASS arm uses (the nvidia-cutlass wheel), for sm_90a.
+- vLLM's extension collective includes ``cute/tensor_predicate.hpp``, a header CUTLASS 4 folded
+  into ``cute/tensor.hpp``; where the headers lack it the build adds a one-line forwarding
+  header of that name (:func:`shim_dir`), nothing else of vLLM's source changes.
+- On Hopper vLLM pads the activation rows by ``4 - M % 4`` before quantising (its
+  ``apply_w8a8_block_fp8_linear``: the kernel's TMA needs the M-major activation scales' stride
+  16-byte aligned) and drops them after; the adapter does the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+from .. import paths
+from . import vllm_marlin
+
+#: the CUDA source vLLM compiles for this GEMM on sm_90 (relative to the unpacked KC_DIR)
+CU_SOURCES = ("cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8.cu",)
+HEADERS = ("cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8_dispatch.cuh", "cutlass_w8a8/c3x/cutlass_gemm_caller.cuh",
+           "cutlass_extensions/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp")
+BINDING = Path(__file__).with_name("vllm_cutlass_binding.cpp")
+NAMESPACE = "_fp8lab_vllm_cutlass"
+BUILD_ENV = "FP8LAB_VLLM_CUTLASS_BUILD"
+PROBING_ENV = "FP8LAB_VLLM_CUTLASS_PROBING"
+ARCH_LIST = "9.0a"              # wgmma and TMA: the arch-specific Hopper target, as vLLM builds it
+#: CUTLASS 4 removed this header (its contents live in cute/tensor.hpp); vLLM's collective includes it
+PREDICATE_HEADER = "cute/tensor_predicate.hpp"
+INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin --kernels-community-git DIR "
+           "&& python -m fp8lab.peers build vllm-cutlass")
+#: the nvcc flags vLLM's CMake gives its CUTLASS sources beyond torch's: the -U flags undo torch's
+#: -D__CUDA_NO_HALF_* defaults (CUTLASS's numeric types want those operators)
+CUDA_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
+              "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+              "-U__CUDA_NO_HALF2_OPERATORS__")
+
+
+def src_dir() -> Path:
+    return vllm_marlin.src_dir()
+
+
+def build_dir() -> Path:
+    env = os.environ.get(BUILD_ENV)
+    return Path(env) if env else paths.repo_root() / "build" / "peers" / "vllm-cutlass"
+
+
+def missing_source(src: Optional[Path] = None) -> Optional[str]:
+    """Why the source is not usable (one line with what to run), None when it is."""
+    src = src or src_dir()
+    lost = [p for p in (*CU_SOURCES, *HEADERS, "core/math.hpp") if not (src / p).exists()]
+    if lost:
+        return (f"vLLM's CUTLASS blockwise GEMM source is not at {src} (no {lost[0]}): run "
+                f"`{INSTALL.split(' && ')[0]}`")
+    return None
+
+
+def cutlass_include() -> Path:
+    """The CUTLASS headers fp8lab's own CUTLASS arm builds with (CutlassNotFound otherwise)."""
+    from ..kernels import cutlass_blockwise_sm90 as cb
+
+    return cb.cutlass_include_dir()
+
+
+def shim_dir(include: Path, where: Path) -> Optional[Path]:
+    """A folder holding a forwarding ``cute/tensor_predicate.hpp`` when ``include`` has none
+    (CUTLASS 4.x), written under ``where``; None when the headers have it (CUTLASS 3.x)."""
+    if (include / PREDICATE_HEADER).exists():
+        return None
+    shim = Path(where) / "cutlass-shim"
+    (shim / "cute").mkdir(parents=True, exist_ok=True)
+    (shim / PREDICATE_HEADER).write_text(
+        "// fp8lab: CUTLASS 4 folded this header into cute/tensor.hpp; vLLM's collective still includes it\n"
+        "#pragma once\n#include \"cute/tensor.hpp\"\n")
+    return shim
+
+
+def include_dirs(src: Path, include: Path, where: Path) -> list:
+    """vLLM's folders, CUTLASS's include and its tools/util/include (``cutlass/util/packed_stride.hpp``,
+    beside it in the wheel and in a CUTLASS checkout), and the forwarding header where needed."""
+    shim = shim_dir(include, where)
+    util = include.parent / "tools" / "util" / "include"
+    return [str(src), str(src / "cutlass_w8a8"), str(include), *([str(util)] if util.is_dir() else []),
+            *([str(shim)] if shim else [])]
+
+
+def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Path]:
+    """The extension in ``out`` when it was built from ``src`` at its current commit."""
+    out, src = out or build_dir(), src or src_dir()
+    so = next(out.glob(f"{NAMESPACE}*.so"), None)
+    try:
+        d = json.loads((out / "build_info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = d.get("source_commit") == vllm_marlin.source_stamp(src).get("commit") and d.get("source") == str(src)
+    return so if so is not None and same else None
+
+
+def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
+    """Compile the extension (torch.utils.cpp_extension.load, ninja) into ``out`` for sm_90a;
+    writes build_info.json (source commit, CUTLASS version, nvcc, torch). Returns the .so."""
+    from ..kernels import cutlass_blockwise_sm90 as cb
+
+    src = src_dir()
+    why = missing_source(src)
+    if why:
+        raise FileNotFoundError(why)
+    inc = cutlass_include()
+    import torch
+    from torch.utils import cpp_extension
+
+    out = Path(out) if out else build_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
+    try:
+        cpp_extension.load(name=NAMESPACE, sources=[str(BINDING), *(str(src / s) for s in CU_SOURCES)],
+                           extra_include_paths=include_dirs(src, inc, out), build_directory=str(out),
+                           extra_cflags=["-O3"], extra_cuda_cflags=list(CUDA_FLAGS), is_python_module=False,
+                           verbose=verbose)
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+    so = next(out.glob(f"{NAMESPACE}*.so"), None)
+    if so is None or so.name.split(".")[0] != NAMESPACE:
+        raise RuntimeError(f"the build finished without {NAMESPACE}*.so in {out} (build it in a process of its own)")
+    nvcc_v = ""
+    try:
+        nvcc_v = subprocess.run([cpp_extension._join_cuda_home("bin", "nvcc"), "--version"], capture_output=True,
+                                text=True).stdout.strip().splitlines()[-1]
+    except Exception:  # noqa: BLE001 - provenance only
+        pass
+    (out / "build_info.json").write_text(json.dumps(dict(
+        source_commit=vllm_marlin.source_stamp(src).get("commit", "?"), source=str(src), url=vllm_marlin.KC_URL,
+        dir=vllm_marlin.KC_DIR, cutlass=cb.cutlass_version(inc), shim=shim_dir(inc, out) is not None, nvcc=nvcc_v,
+        torch=torch.__version__, arch_list=ARCH_LIST), indent=1))
+    return so
+
+
+def build_info() -> dict:
+    try:
+        return json.loads((build_dir() / "build_info.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def version() -> str:
+    d = build_info()
+    if not d:
+        return "source build"
+    shim = f", {PREDICATE_HEADER} forwarded" if d.get("shim") else ""
+    return (f"kernels-community {vllm_marlin.KC_DIR} @ {str(d.get('source_commit', '?'))[:7]} (CUTLASS "
+            f"{d.get('cutlass', '?')} headers{shim}; built with {d.get('nvcc', '?')})")
+
+
+def prebuild_ready() -> tuple[bool, str]:
+    """(ok, why not) for the prebuild target: source, CUTLASS headers, and a Hopper GPU."""
+    why = missing_source()
+    if why:
+        return False, why
+    try:
+        cutlass_include()
+    except Exception as e:  # noqa: BLE001 - CutlassNotFound: one line
+        return False, str(e).splitlines()[0]
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    return (True, "") if torch.cuda.get_device_capability()[0] == 9 else (False, "not a Hopper (sm_90) GPU")
+
+
+def prebuild() -> Path:
+    """Build unless this source commit is built already, then probe it in its own process."""
+    so = built() or build()
+    ok, line = probe()
+    print(f"vLLM CUTLASS blockwise probe: {'ok' if ok else 'failed'}: {line}")
+    return so
+
+
+def probe(timeout: float = 300.0) -> tuple[bool, str]:
+    """One small checked multiply in a separate process (discover._probe_child)."""
+    from . import discover
+
+    so = next(build_dir().glob(f"{NAMESPACE}*.so"), None)
+    if so is None:
+        return False, f"not built (no {NAMESPACE}*.so in {build_dir()})"
+    return discover._probe_child(build_dir(), so, ["probe-vllm-cutlass"], {PROBING_ENV: "1"}, timeout)
+
+
+def ops():
+    """The operator namespace (``blockwise_sm90_fp8``), PeerUnavailable naming what to run when
+    the source or the build is missing, the GPU is not a Hopper, or the probe failed."""
+    from . import discover
+    from .discover import PeerUnavailable
+
+    why = missing_source()
+    if why:
+        raise PeerUnavailable(why)
+    so = next(build_dir().glob(f"{NAMESPACE}*.so"), None)
+    if so is None:
+        raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM is not built (no {NAMESPACE}*.so in {build_dir()}): "
+                              "run `python -m fp8lab.peers build vllm-cutlass` (or `python -m fp8lab build`)")
+    discover._need_torch()
+    import torch
+
+    sm = discover._gpu_sm()
+    if sm is not None and sm // 10 != 9:
+        raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM is built for sm_90a only (this GPU is sm_{sm})")
+    if not os.environ.get(PROBING_ENV) and sm is not None:
+        ok, line = probe()
+        if not ok:
+            raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM failed its separate-process probe: {line}")
+    try:
+        if not hasattr(torch.ops, NAMESPACE) or not hasattr(getattr(torch.ops, NAMESPACE), "blockwise_sm90_fp8"):
+            torch.ops.load_library(str(so))
+    except Exception as e:  # noqa: BLE001 - an extension that does not load is a reason
+        raise PeerUnavailable(f"vLLM's CUTLASS blockwise extension does not load: {str(e).splitlines()[0][:200]}") \
+            from e
+    return getattr(torch.ops, NAMESPACE)
+
+
+# ------------------------------------------------------------------------------------------
+# CPU proof (no GPU): the source compiled as the build compiles it, for sm_90a
+# ------------------------------------------------------------------------------------------
+def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = None, nvcc: str = "nvcc",
+                  arch: str = "sm_90a", timeout: float = 2400) -> dict:
+    """Compile the binding's kernel file with the build's flags (torch's headers, CUDA_FLAGS, the
+    CUTLASS headers and, for CUTLASS 4, the forwarding header) for ``arch``, then list the
+    CUTLASS GEMM kernels its SASS holds (cuobjdump): dict(ok, seconds, errors, kernels, command)."""
+    import shutil
+    import sysconfig
+    import tempfile
+    import time
+
+    from . import build as peer_build
+
+    src = Path(src) if src else src_dir()
+    why = missing_source(src)
+    if why:
+        raise FileNotFoundError(why)
+    exe = shutil.which(nvcc) or nvcc
+    with tempfile.TemporaryDirectory() as d:
+        shim = Path(d) / "shim"
+        (shim / peer_build._TORCH_CUDA_MACROS[0]).parent.mkdir(parents=True)
+        (shim / peer_build._TORCH_CUDA_MACROS[0]).write_text(peer_build._TORCH_CUDA_MACROS[1])
+        for name, text in vllm_marlin._LIB_STUBS.items():
+            (shim / name).write_text("#pragma once\n" + text)
+        incs = [*include_dirs(src, cutlass_include(), Path(d)), *peer_build._torch_includes(torch_include),
+                sysconfig.get_paths()["include"]]
+        obj = Path(d) / "blockwise.o"
+        cmd = [exe, f"-gencode=arch=compute_{arch[3:]},code={arch}", *CUDA_FLAGS, "-DTORCH_API_INCLUDE_EXTENSION_H",
+               f"-DTORCH_EXTENSION_NAME={NAMESPACE}", "-D_GLIBCXX_USE_CXX11_ABI=1", *(f"-I{i}" for i in incs),
+               f"-Xcompiler=-idirafter,{shim}", "-c", str(src / CU_SOURCES[0]), "-o", str(obj)]
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        kernels = []
+        if r.returncode == 0 and obj.exists():
+            from ..toolchain import tools
+
+            sass = tools.run_tool("cuobjdump", ["-sass", str(obj)], timeout=600).stdout
+            kernels = sorted({ln.split(":", 1)[1].strip() for ln in sass.splitlines()
+                              if ln.strip().startswith("Function :") and "GemmUniversal" in ln})
+    log = r.stdout + r.stderr
+    errors = [ln for ln in log.splitlines() if " error" in ln or "fatal" in ln]
+    return dict(ok=r.returncode == 0 and bool(kernels), seconds=time.monotonic() - t0, errors=errors[:10],
+                kernels=kernels, command=" ".join(cmd))
