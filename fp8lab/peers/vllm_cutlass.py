@@ -241,7 +241,8 @@ def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = Non
                   arch: str = "sm_90a", timeout: float = 2400) -> dict:
     """Compile the binding's kernel file with the build's flags (torch's headers, CUDA_FLAGS, the
     CUTLASS headers and, for CUTLASS 4, the forwarding header) for ``arch``, then list the
-    CUTLASS GEMM kernels its SASS holds (cuobjdump): dict(ok, seconds, errors, kernels, command)."""
+    CUTLASS GEMM kernels its SASS holds (``cutlass::device_kernel<...>``, what CUTLASS's adapter
+    launches; cuobjdump): dict(ok, seconds, errors, kernels, command)."""
     import shutil
     import sysconfig
     import tempfile
@@ -274,7 +275,7 @@ def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = Non
 
             sass = tools.run_tool("cuobjdump", ["-sass", str(obj)], timeout=600).stdout
             kernels = sorted({ln.split(":", 1)[1].strip() for ln in sass.splitlines()
-                              if ln.strip().startswith("Function :") and "GemmUniversal" in ln})
+                              if ln.strip().startswith("Function :") and "device_kernel" in ln})
     log = r.stdout + r.stderr
     errors = [ln for ln in log.splitlines() if " error" in ln or "fatal" in ln]
     return dict(ok=r.returncode == 0 and bool(kernels), seconds=time.monotonic() - t0, errors=errors[:10],
