@@ -150,7 +150,7 @@ _ROWS = (
          count=("peer", "peer_sglang_blockwise")),
     _arm("peer_deepgemm", "DeepGEMM FP8 (peer)", "#222255", "W8A8", short="DeepGEMM",
          count=("peer", "peer_deepgemm")),
-    _arm("peer_vllm_cutlass_blockwise", "vLLM CUTLASS blockwise FP8 (peer)", "#0077BB", "W8A8",
+    _arm("peer_vllm_cutlass_blockwise", "vLLM CUTLASS blockwise FP8 (peer)", "#8C510A", "W8A8",
          short="vLLM CUTLASS", count=("peer", "peer_vllm_cutlass_blockwise")),
     _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant",
          count=("quant_act",)),
