@@ -142,7 +142,8 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          note="what vLLM runs for block-FP8 linear layers on Hopper; N and K multiples of 128; M padded by "
               "4 - M % 4 rows as vLLM does on sm_90; activations quantised by torch ops with vLLM's per-token-group "
               "recipe (its quantiser is not in this source), so only the GEMM is timed",
-         seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding)"),
+         seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding; run on the "
+              "H200 at 545c5c9)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,

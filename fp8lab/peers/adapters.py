@@ -9,8 +9,8 @@ each adapter imports its peer lazily and raises :class:`~fp8lab.peers.discover.P
 The vLLM (Triton block FP8, group quantiser) and sgl-kernel adapters are written against those
 libraries' public Python APIs and have not run on the shared H200 (their wheels are over its
 transfer limit): an API that moved in another version gives a not-run row naming the version
-and the error. vLLM's Marlin GEMMs and DeepGEMM run there, built from their own sources
-(fp8lab.peers.vllm_marlin, fp8lab.peers.build).
+and the error. vLLM's Marlin GEMMs, vLLM's CUTLASS blockwise GEMM and DeepGEMM run there, built
+from their own sources (fp8lab.peers.vllm_marlin, fp8lab.peers.vllm_cutlass, fp8lab.peers.build).
 """
 
 from __future__ import annotations
