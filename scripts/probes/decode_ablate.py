@@ -27,6 +27,10 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
                register ring keeps 2); stream-K rows of these variants are the base kernel's
   l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
+  w4, w2       CTAs of 4 / 2 warps instead of 8 (64 / 32 rows of N per CTA, twice / four times the
+               CTAs; launch bounds of 4 / 8 CTAs per SM keep the 8-warp kernel's registers, so an
+               SM holds as many warps): gemlite's FP8 GEMV, which
+               outstreams the split-K kernel at K = 4096, runs many 4-warp CTAs of a few rows each
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
@@ -201,6 +205,20 @@ def cp_async_ring(stages: int):
     ]
 
 
+def few_warps(warps: int):
+    """CTAs of ``warps`` warps, with the launch bounds asking for 16 / warps CTAs per SM (8 / warps
+    at NT > 2), so ptxas keeps the 8-warp kernel's register budget and an SM holds as many warps."""
+    per_sm, wide = 16 // warps, 8 // warps
+    return [("constexpr int kWarps = 8;", f"constexpr int kWarps = {warps};"),
+            ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p)",
+             f"__launch_bounds__(kThreads, (NT <= 2 ? {per_sm} : {wide})) NAME(const WoParams p)"),
+            ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_sk(const WoParams p)",
+             f"__launch_bounds__(kThreads, (NT <= 2 ? {per_sm} : {wide})) NAME##_sk(const WoParams p)")]
+
+
+#: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
+WARPS = {"w4": 4, "w2": 2}
+
 VARIANTS = {
     "base": ([], False),
     "light_epi": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)], False),
@@ -217,6 +235,8 @@ VARIANTS = {
                'asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"')], False),
     "cpa4": (cp_async_ring(4), False),
     "cpa5": (cp_async_ring(5), False),
+    "w4": (few_warps(4), False),
+    "w2": (few_warps(2), False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
@@ -384,9 +404,9 @@ def main(argv=None):
         want = wo.gemv_w16(xb, pw, splits=1).double()
         gbytes = decode.stream_split(wo.ARMS["fp8"], N, K)["stream_bytes"]
         sets = harness.rotation_copies(pw, gbytes, l2, wo.PackedWeight.clone)
-        tiles_x = -(-pw.n_tiles16 // 8)
         ws = torch.zeros(N, dtype=torch.float32, device="cuda")
-        cnt = torch.zeros(max(tiles_x, 1), dtype=torch.int32, device="cuda")
+        # one counter per CTA tile along N: n_tiles16 covers every variant down to one warp per CTA
+        cnt = torch.zeros(max(pw.n_tiles16, 1), dtype=torch.int32, device="cuda")
         sk = cfg["streamk_ctas"]
         scheds = [("split", s, s, True) for s in sorted({cfg["splits"], 1})] + [("streamk", sk, -sk, True),
                                                                                ("streamk-chunked", sk, -sk, False)]
@@ -400,7 +420,11 @@ def main(argv=None):
                              frac=gbytes / t.p50_s / big, check="-"))
         for vi, vname in enumerate(names):
             ablation = VARIANTS[vname][1]
-            for sched, arg, code, res in scheds:
+            # stream-K with as many warps in flight as the package's persistent grid: w4 / w2 launch
+            # 2x / 4x its CTAs (each of 4 / 2 warps)
+            grow = 8 // WARPS.get(vname, 8)
+            for sched, arg, code, res in [(s, a * grow, c * grow, r) if c < 0 else (s, a, c, r)
+                                          for s, a, c, r in scheds]:
                 o = torch.full((1, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
                 cnt.zero_()
