@@ -137,12 +137,9 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     so = next(out.glob(f"{NAMESPACE}*.so"), None)
     if so is None or so.name.split(".")[0] != NAMESPACE:
         raise RuntimeError(f"the build finished without {NAMESPACE}*.so in {out} (build it in a process of its own)")
-    nvcc_v = ""
-    try:
-        nvcc_v = subprocess.run([cpp_extension._join_cuda_home("bin", "nvcc"), "--version"], capture_output=True,
-                                text=True).stdout.strip().splitlines()[-1]
-    except Exception:  # noqa: BLE001 - provenance only
-        pass
+    from .build import _nvcc_version
+
+    nvcc_v = _nvcc_version(cpp_extension._join_cuda_home("bin", "nvcc"))
     (out / "build_info.json").write_text(json.dumps(dict(
         source_commit=vllm_marlin.source_stamp(src).get("commit", "?"), source=str(src), url=vllm_marlin.KC_URL,
         dir=vllm_marlin.KC_DIR, cutlass=cb.cutlass_version(inc), shim=shim_dir(inc, out) is not None, nvcc=nvcc_v,
@@ -151,10 +148,7 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
 
 
 def build_info() -> dict:
-    try:
-        return json.loads((build_dir() / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    return vllm_marlin.build_info(build_dir())
 
 
 def version() -> str:

@@ -179,21 +179,19 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     so = _so(out)
     if so is None or so.name.split(".")[0] != NAMESPACE:
         raise RuntimeError(f"the build finished without {NAMESPACE}*.so in {out} (build it in a process of its own)")
-    nvcc_v = ""
-    try:
-        nvcc_v = subprocess.run([cpp_extension._join_cuda_home("bin", "nvcc"), "--version"], capture_output=True,
-                                text=True).stdout.strip().splitlines()[-1]
-    except Exception:  # noqa: BLE001 - provenance only
-        pass
+    from .build import _nvcc_version
+
+    nvcc_v = _nvcc_version(cpp_extension._join_cuda_home("bin", "nvcc"))
     (out / "build_info.json").write_text(json.dumps(dict(
         source_commit=source_stamp(src).get("commit", "?"), source=str(src), url=KC_URL, dir=KC_DIR, nvcc=nvcc_v,
         torch=torch.__version__, arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST", "")), indent=1))
     return so
 
 
-def build_info() -> dict:
+def build_info(out: Optional[Path] = None) -> dict:
+    """The build_info.json of the build in ``out`` (default: this peer's), {} when absent or unreadable."""
     try:
-        return json.loads((build_dir() / "build_info.json").read_text())
+        return json.loads(((out or build_dir()) / "build_info.json").read_text())
     except (OSError, ValueError):
         return {}
 
