@@ -116,3 +116,21 @@ def test_vllm_cutlass_is_right_at_shapes_it_was_not_tuned_on(N, K, M):
     err, nan_left = harness.check(prep, x, ref_x=prep.extra["ref_x"], rows=M)
     assert nan_left == 0, f"left {nan_left} outputs unwritten at N={N} K={K} M={M}"
     assert err < 1e-2, f"relative error {err:.2e} at N={N} K={K} M={M}"
+
+
+def test_its_version_line_comes_from_the_builds_own_record(tmp_path, monkeypatch):
+    """The config column's provenance: build_info.json of this build (commit, CUTLASS, the forwarding
+    header, nvcc), read by the reader vLLM's Marlin build shares; no record: "source build"."""
+    import json
+
+    monkeypatch.setenv(vllm_cutlass.BUILD_ENV, str(tmp_path))
+    assert vllm_cutlass.build_info() == {} and vllm_cutlass.version() == "source build"
+    (tmp_path / "build_info.json").write_text(json.dumps(dict(source_commit="8836a017f1ba", cutlass="4.2.0",
+                                                              shim=True, nvcc="Build cuda_13.0")))
+    assert vllm_cutlass.version() == ("kernels-community vllm-quantization @ 8836a01 (CUTLASS 4.2.0 headers, "
+                                      "cute/tensor_predicate.hpp forwarded; built with Build cuda_13.0)")
+    from fp8lab.peers import build, vllm_marlin
+    assert vllm_marlin.build_info(tmp_path)["cutlass"] == "4.2.0"
+    import shutil
+    if shutil.which("nvcc"):
+        assert "cuda" in build._nvcc_version(shutil.which("nvcc")).lower()
