@@ -236,6 +236,9 @@ for dev in devs:
                 label=f"{registry.label('best_w8a8')} GEMM only")
         peer_report.draw(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": peer_sweeps.QUANT_OWN})
         peer_report.draw_fastest(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": "none"})
+        # a peer with no quantiser of its own here: its GEMM alone, so it is seen at all
+        peer_report.draw(ax, peer, "M", "time_p50_s", scale=1e-6, where={"site": site, "quant": "none"},
+                         only=peer_report.without_own_quantiser(peer), suffix=", GEMM only")
         sh = v.iloc[0] if len(v) else None
         ax.set_title(f"{site} (N={int(sh['N'])}, K={int(sh['K'])})" if sh is not None else site)
         ax.set_xscale("log", base=2)
@@ -247,8 +250,8 @@ for dev in devs:
     fig.suptitle(f"Seed 001's routes over M, DeepSeek-V3 shapes: {meta.get('device_name', dev)}", fontweight="bold")
     fig.tight_layout()
     plotting.save(fig, info, "time_over_m",
-                  footnote_extra=("peers (other libraries' blockwise FP8 GEMMs), open diamonds: dash-dot, each timed "
-                                  "with its own quantiser in the call; dotted, the fastest one's GEMM alone"
+                  footnote_extra=("peers (other libraries' GEMMs), open diamonds: dash-dot, each with its own "
+                                  "quantiser in the call (GEMM only where labelled); dotted, the fastest one's GEMM alone"
                                   if len(peer_report.measured(peer)) else None))
     plt.show()
     # the peers: which ran, which did not and why (install line); fp8lab's best W8A8 route against

@@ -471,3 +471,15 @@ def test_c5_seed_row_judges_vllms_marlins_one_kernel_per_format():
     only = next(v for v in dx.c5_verdicts(pd.DataFrame(rows[3:])) if v.subject == "seed")
     assert only.variant == "original Marlin" and "beside" not in only.our_figure
     assert dx._marlin_variant(pd.DataFrame(rows)) == "original and vLLM Marlin"
+
+
+def test_a_peer_without_a_quantiser_of_its_own_is_drawn_gemm_only():
+    """06's with-quantiser figure draws a peer that has only GEMM-alone rows by those, never not at all."""
+    from fp8lab.peers import report
+
+    rows = [dict(arm="peer_deepgemm", quant="none", status="measured"),
+            dict(arm="peer_deepgemm", quant=report.QUANT_OWN, status="measured"),
+            dict(arm="peer_vllm_cutlass_blockwise", quant="none", status="measured"),
+            dict(arm="peer_sglang_blockwise", quant="none", status="not-run: x; install: y")]
+    assert report.without_own_quantiser(pd.DataFrame(rows)) == ["peer_vllm_cutlass_blockwise"]
+    assert report.without_own_quantiser(None) == [] and report.without_own_quantiser(pd.DataFrame(rows[:2])) == []

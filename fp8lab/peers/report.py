@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..arms import peer_catalog, registry
 
-__all__ = ["measured", "draw", "draw_fastest", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
+__all__ = ["measured", "draw", "draw_fastest", "without_own_quantiser", "status_table", "versus_best_peer", "COMPARABLE_NOTE", "SEED_SUBJECT",
            "MARLIN", "QUANT_OWN"]
 
 MARLIN = "peer_marlin_int4"
@@ -33,15 +33,18 @@ def measured(df: Optional[pd.DataFrame]) -> pd.DataFrame:
 
 
 def draw(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0, lo: Optional[str] = None,
-         hi: Optional[str] = None, where: Optional[dict] = None) -> list:
+         hi: Optional[str] = None, where: Optional[dict] = None, only: Optional[Sequence[str]] = None,
+         suffix: str = "") -> list:
     """Draw every measured peer of ``df`` on ``ax`` (y / scale against x) in the registry's colour
     and the peer style (dash-dot, open diamonds); ``lo`` / ``hi``: p20 / p80 columns for error
-    bars. Returns the peer ids drawn."""
+    bars; ``only``: these peer ids alone; ``suffix`` ends each label. Returns the peer ids drawn."""
     m = measured(df)
     if m.empty:                        # no peers table (older data, peers=[]) or none measured
         return []
     for k, v in (where or {}).items():
         m = m[m[k] == v]
+    if only is not None:
+        m = m[m["arm"].isin(list(only))]
     drawn = []
     for arm, d in m.groupby("arm", sort=False):
         d = d.sort_values(x)
@@ -50,9 +53,21 @@ def draw(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0, 
             yerr = [(d[y] - d[lo]) / scale, (d[hi] - d[y]) / scale]
         st = registry.style(arm)
         ax.errorbar(d[x], d[y] / scale, yerr=yerr, ls=st["ls"], marker=st["marker"], mfc=st["mfc"], ms=4,
-                    capsize=2, color=registry.color(arm), label=registry.label(arm, with_scheme=True))
+                    capsize=2, color=registry.color(arm), label=registry.label(arm, with_scheme=True) + suffix)
         drawn.append(arm)
     return drawn
+
+
+def without_own_quantiser(df: Optional[pd.DataFrame]) -> list:
+    """The measured peers with GEMM-alone rows (``quant`` "none") but no row timed with an activation
+    quantiser of their own (QUANT_OWN): a figure of with-quantiser lines must draw those GEMM-alone,
+    or they would be seen nowhere but as the fastest GEMM (e.g. vLLM's CUTLASS blockwise GEMM, whose
+    quantiser is not in the source it is built from)."""
+    m = measured(df)
+    if m.empty or "quant" not in m:
+        return []
+    own = set(m.loc[m["quant"] == QUANT_OWN, "arm"])
+    return [a for a in dict.fromkeys(m.loc[m["quant"] == "none", "arm"]) if a not in own]
 
 
 def draw_fastest(ax, df: Optional[pd.DataFrame], x: str, y: str, *, scale: float = 1.0,
