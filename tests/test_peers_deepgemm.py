@@ -295,3 +295,24 @@ def test_the_static_variant_has_a_build_of_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv(discover.DEEPGEMM_VARIANT_ENV, "bogus")
     with pytest.raises(discover.PeerUnavailable, match=r"FP8LAB_DEEPGEMM_VARIANT='bogus': must be one of"):
         discover.import_deepgemm()
+
+
+def test_make_build_builds_deepgemm_only_from_an_unpacked_source_and_rebuilds_a_new_commit(no_deepgemm, monkeypatch):
+    """`python -m fp8lab build`'s DeepGEMM targets: skipped with one line while the source is missing;
+    a build counts as done only when its build_info names the unpacked source's commit and variant."""
+    src, out = no_deepgemm
+    ok, why = build.deepgemm_prebuild_ready()
+    assert not ok and "peers_offline.py --sources" in why and "\n" not in why
+    _fake_source(src)
+    (src / ".fp8lab-source.json").write_text(json.dumps({"commit": "a" * 40}))
+    assert build._deepgemm_built("as-is") is None                            # nothing built yet
+    (out / "deep_gemm").mkdir(parents=True)
+    (out / "deep_gemm" / "_C.cpython-312-x86_64-linux-gnu.so").write_text("")
+    build.write_deepgemm_build_info(out, dict(source_commit="a" * 40, source=str(src), variant="as-is"))
+    assert build._deepgemm_built("as-is") is not None
+    (src / ".fp8lab-source.json").write_text(json.dumps({"commit": "b" * 40}))   # a new source commit
+    assert build._deepgemm_built("as-is") is None
+    assert build._deepgemm_built("static-libstdcxx") is None                 # a build of its own
+    from fp8lab.run import prebuild
+    names = {t.name for t in prebuild.TARGETS}
+    assert {"peer_deepgemm_as_is", "peer_deepgemm_static_libstdcxx"} <= names

@@ -464,3 +464,56 @@ def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbo
         torch_cuda=str(torch.version.cuda)))
     discover.reset()
     return out
+
+
+# ------------------------------------------------------------------------------------------
+# DeepGEMM in `python -m fp8lab build` (fp8lab.run.prebuild's peer_deepgemm_* targets)
+# ------------------------------------------------------------------------------------------
+def deepgemm_prebuild_ready() -> tuple[bool, str]:
+    """(ok, why not): DeepGEMM's source and the CUTLASS headers are here, and torch sees a Hopper GPU
+    (its sm_90 kernels are the ones notebooks 05 and 06 run)."""
+    from ..kernels.cutlass_blockwise_sm90 import CutlassNotFound, cutlass_include_dir
+
+    try:
+        deepgemm_binding()
+    except FileNotFoundError:
+        return False, ("DeepGEMM's source is not here (python scripts/peers_offline.py --sources "
+                       "or $FP8LAB_DEEPGEMM_SRC)")
+    try:
+        cutlass_include_dir()
+    except CutlassNotFound as e:
+        return False, str(e).splitlines()[0]
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    return (True, "") if torch.cuda.get_device_capability()[0] == 9 else (False, "not a Hopper (sm_90) GPU")
+
+
+def _deepgemm_built(variant: str) -> Optional[Path]:
+    """The variant's deep_gemm/_C*.so when it was built from the unpacked source at its commit."""
+    src, out = discover.deepgemm_src(), discover.deepgemm_build_dir(variant)
+    so = next((out / "deep_gemm").glob("_C*.so"), None)
+    d = discover.deepgemm_build_info(out)
+    same = d.get("source_commit") == _source_stamp(src).get("commit") and d.get("source") == str(src) \
+        and d.get("variant") == variant
+    return so if so is not None and same else None
+
+
+def prebuild_deepgemm(variant: str = "as-is") -> Path:
+    """Build one DeepGEMM build (``as-is``, which the ``deepbind`` variant imports too, or one of
+    DEEPGEMM_OWN_BUILD) unless the same source is built there, then probe every variant that imports
+    it, each in its own process (the lines are cached beside the build, so the notebooks' sweeps
+    choose a variant without probing again). Returns the .so."""
+    so = _deepgemm_built(variant)
+    if so is None:
+        build_deepgemm(variant=variant)
+        so = next((discover.deepgemm_build_dir(variant) / "deep_gemm").glob("_C*.so"))
+    users = [v for v in discover.DEEPGEMM_VARIANTS
+             if discover.deepgemm_build_dir(v) == discover.deepgemm_build_dir(variant)]
+    for v in users:
+        ok, line = discover.probe_deepgemm(v)
+        print(f"DeepGEMM ({v}) probe: {'ok' if ok else 'failed'}: {line}")
+    return so

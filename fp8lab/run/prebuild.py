@@ -50,7 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..peers.discover import MARLIN_VARIANTS
+from ..peers.discover import DEEPGEMM_OWN_BUILD, MARLIN_VARIANTS
 
 #: How long a stopped build gets to release torch's lock before it is killed.
 _TERM_GRACE_S = 10.0
@@ -112,6 +112,12 @@ TARGETS: tuple[Target, ...] = (
     Target("peer_vllm_marlin", "peer", "fp8lab.peers.vllm_marlin:prebuild", units="CU_SOURCES", slow_s=150,
            what="vLLM's Marlin GEMMs (FP8, INT8, INT4) from their source, then the separate-process probe",
            needs="fp8lab.peers.vllm_marlin:prebuild_ready"),
+    # DeepGEMM (a peer of notebooks 05 and 06), built from its own source where it has been unpacked:
+    # its source as it is (imported as is, or with RTLD_DEEPBIND) and with libstdc++ linked in
+    # statically, each in its own process, then every variant probed
+    *(Target(f"peer_deepgemm_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild_deepgemm", (v,),
+             units=1, slow_s=90, what=f"DeepGEMM's binding from its source ({v}), then its separate-process probes",
+             needs="fp8lab.peers.build:deepgemm_prebuild_ready") for v in ("as-is", *DEEPGEMM_OWN_BUILD)),
     # vLLM's CUTLASS blockwise FP8 GEMM for Hopper (a peer of notebooks 05 and 06), built from the
     # same unpack against the nvidia-cutlass wheel's headers, then probed
     Target("peer_vllm_cutlass", "peer", "fp8lab.peers.vllm_cutlass:prebuild", units=2, slow_s=150,
