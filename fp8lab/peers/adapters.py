@@ -475,11 +475,13 @@ def _group_quant_1x128(x):
 
 def vllm_cutlass_blockwise(x, w) -> Prepared:
     """vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``, built
-    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``apply_w8a8_block_fp8_linear``
-    calls it on sm_90: activation rows padded by ``4 - M % 4`` (zeros) before quantising, 1x128
-    scales M-major, the (N, K) weight passed transposed (column-major) with its 128x128 scales
-    transposed (K-major), the padded rows dropped from the output. The weights are quantised by
-    128x128 blocks (amax / 448, as vLLM's tests do); the GEMM is timed alone."""
+    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``W8A8BlockFp8LinearOp`` calls it
+    on sm_90 (its ``_padded_cutlass``): the quantised activation rows padded with zeros to a
+    multiple of 4 only when M is not one (their scales with ones), 1x128 scales M-major, the (N, K)
+    weight passed transposed (column-major) with its 128x128 scales transposed (K-major), the
+    padded rows dropped from the output. (Older vLLM, the one kernels-community's copy comes from,
+    padded ``4 - M % 4`` rows always, an extra 128-row tile at M = 1024 and 4096.) The weights are
+    quantised by 128x128 blocks (amax / 448, as vLLM's tests do); the GEMM is timed alone."""
     import torch
 
     from . import vllm_cutlass
@@ -489,11 +491,12 @@ def vllm_cutlass_blockwise(x, w) -> Prepared:
     N = w.shape[0]
     _need(N % 128 == 0 and K % 128 == 0, f"vLLM's blockwise CUTLASS GEMM needs N and K multiples of 128 (one "
                                          f"scale per 128 x 128 block), got N={N}, K={K}")
-    pad = 4 - M % 4                                                     # vLLM's line, 4 when M % 4 == 0
-    xp = torch.nn.functional.pad(x, (0, 0, 0, pad))
-    qa, qs = _group_quant_1x128(xp)
-    sa = torch.empty(K // 128, M + pad, dtype=torch.float32, device=x.device).t()   # M-major
-    sa.copy_(qs)
+    pad = -M % 4                                                        # to a multiple of 4, only when needed
+    q, s = _group_quant_1x128(x)
+    qa = torch.zeros(M + pad, K, dtype=q.dtype, device=x.device)
+    qa[:M].copy_(q)
+    sa = torch.ones(K // 128, M + pad, dtype=torch.float32, device=x.device).t()    # M-major
+    sa[:M].copy_(s)
     wp = w.float().reshape(N // 128, 128, K // 128, 128)
     sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)          # (N/128, K/128) fp32
     b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn).contiguous()
@@ -504,8 +507,8 @@ def vllm_cutlass_blockwise(x, w) -> Prepared:
         op(out, a, bw.t(), s_a, s_b.t())
         return out[:a.shape[0] - pad]
 
-    p = _blockwise_prepared((qa, sa, b, sb), call, qa[:M], qs[:M], b, sb,
-                            config=f"M padded by {pad} rows (vLLM on sm_90); {vllm_cutlass.version()}")
+    p = _blockwise_prepared((qa, sa, b, sb), call, q, s, b, sb,
+                            config=f"M padded by {pad} rows (vLLM's _padded_cutlass on sm_90); {vllm_cutlass.version()}")
     p.clone = lambda s: tuple(_strided_clone(t) for t in s)
     return p
 

@@ -11,9 +11,9 @@ keeps in ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (the 
 - vLLM's extension collective includes ``cute/tensor_predicate.hpp``, a header CUTLASS 4 folded
   into ``cute/tensor.hpp``; where the headers lack it the build adds a one-line forwarding
   header of that name (:func:`shim_dir`), nothing else of vLLM's source changes.
-- On Hopper vLLM pads the activation rows by ``4 - M % 4`` before quantising (its
-  ``apply_w8a8_block_fp8_linear``: the kernel's TMA needs the M-major activation scales' stride
-  16-byte aligned) and drops them after; the adapter does the same.
+- On Hopper vLLM pads the quantised activation rows to a multiple of 4 when M is not one (its
+  ``_padded_cutlass``: the kernel's TMA needs the M-major activation scales' stride 16-byte
+  aligned) and drops them after; the adapter does the same.
 """
 
 from __future__ import annotations
