@@ -469,6 +469,17 @@ def build_deepgemm(src: Optional[Path] = None, out: Optional[Path] = None, verbo
 # ------------------------------------------------------------------------------------------
 # DeepGEMM in `python -m fp8lab build` (fp8lab.run.prebuild's peer_deepgemm_* targets)
 # ------------------------------------------------------------------------------------------
+def hopper_torch() -> tuple[bool, str]:
+    """(ok, why not): torch imports and sees a Hopper (sm_90) GPU, what the sm_90a peers' builds need."""
+    try:
+        import torch
+    except ImportError:
+        return False, "no torch"
+    if not torch.cuda.is_available():
+        return False, "no CUDA GPU"
+    return (True, "") if torch.cuda.get_device_capability()[0] == 9 else (False, "not a Hopper (sm_90) GPU")
+
+
 def deepgemm_prebuild_ready() -> tuple[bool, str]:
     """(ok, why not): DeepGEMM's source and the CUTLASS headers are here, and torch sees a Hopper GPU
     (its sm_90 kernels are the ones notebooks 05 and 06 run)."""
@@ -483,13 +494,7 @@ def deepgemm_prebuild_ready() -> tuple[bool, str]:
         cutlass_include_dir()
     except CutlassNotFound as e:
         return False, str(e).splitlines()[0]
-    try:
-        import torch
-    except ImportError:
-        return False, "no torch"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU"
-    return (True, "") if torch.cuda.get_device_capability()[0] == 9 else (False, "not a Hopper (sm_90) GPU")
+    return hopper_torch()
 
 
 def _deepgemm_built(variant: str) -> Optional[Path]:

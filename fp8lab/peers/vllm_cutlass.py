@@ -169,13 +169,9 @@ def prebuild_ready() -> tuple[bool, str]:
         cutlass_include()
     except Exception as e:  # noqa: BLE001 - CutlassNotFound: one line
         return False, str(e).splitlines()[0]
-    try:
-        import torch
-    except ImportError:
-        return False, "no torch"
-    if not torch.cuda.is_available():
-        return False, "no CUDA GPU"
-    return (True, "") if torch.cuda.get_device_capability()[0] == 9 else (False, "not a Hopper (sm_90) GPU")
+    from .build import hopper_torch
+
+    return hopper_torch()
 
 
 def prebuild() -> Path:
