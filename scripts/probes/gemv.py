@@ -1,7 +1,7 @@
 """Probe (issues 7, 22): the launch schedules of the weight-only decode kernels on one GPU: split-K,
 stream-K and bulk (split-K with each warp's weights in a shared-memory ring filled by cp.async.bulk).
 
-    python scripts/probes/gemv.py [--rep-ms 15] [--out DIR]
+    python scripts/probes/gemv.py [--rep-ms 15] [--out DIR] [--splits 1,2,4 [--splitk-only]]
 
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
    default CTAs, stream-K with one CTA per SM, bulk auto and with splits = 1) at odd shapes
@@ -84,6 +84,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="qwen3-8b:gate_up,qwen3-8b:down_proj,llama3-70b:down_proj")
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--splits", default="", help="split-K factors to pin besides the chosen one, e.g. 1,2,4,8")
+    ap.add_argument("--splitk-only", action="store_true",
+                    help="time only split-K as chosen and pinned to each of --splits (the split-count sweep)")
     args = ap.parse_args(argv)
 
     import torch
@@ -124,14 +126,17 @@ def main(argv=None):
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 cfg = wo.launch_config(pw, M)
                 outs = {}
-                for vname, kw in _variants(cfg, [s for s in splits if s <= K // 128]):
+                variants = _variants(cfg, [s for s in splits if s <= K // 128])
+                if args.splitk_only:
+                    variants = [(v, kw) for v, kw in variants if v == "splitk" or v.startswith("splitk_") and v != "splitk_ring"]
+                for vname, kw in variants:
                     o = wo.gemv_w16(x, pw, **kw)
                     outs[vname] = o.float()
                 base = outs["splitk"]
                 for vname, o in outs.items():      # same GEMM, fp32 sums in another order
                     d = float((o - base).abs().max())
                     assert d <= 2 ** -6 * float(base.abs().max()) + 1e-30, (name, fmt, M, vname, d)
-                for vname, kw in _variants(cfg, [s for s in splits if s <= K // 128]):
+                for vname, kw in variants:
                     oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
                     fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
                     t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
@@ -158,9 +163,10 @@ def main(argv=None):
     print(df.drop(columns=["launch"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     piv = df.pivot_table(index=["shape", "M", "fmt"], columns="variant", values="frac_big")
     piv["best"] = piv.idxmax(axis=1)
-    piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
-    piv["bulk_gain"] = piv["bulk"] / piv["splitk"]
-    piv["resident_gain"] = piv["splitk"] / piv["splitk_ring"]     # > 1: the barrier-free loop is faster
+    if not args.splitk_only:
+        piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
+        piv["bulk_gain"] = piv["bulk"] / piv["splitk"]
+        piv["resident_gain"] = piv["splitk"] / piv["splitk_ring"]     # > 1: the barrier-free loop is faster
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
     par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
