@@ -24,7 +24,7 @@ What this module holds (torch is imported lazily: everything but the launch runs
 - :func:`reference` (float64, from :func:`fp8lab.emulate.formats.decode`, independent of the tricks),
   (FLOPs and bytes: ``fp8lab.arms.registry.count``, rule ``weight_only``),
   :func:`generate` (realistic random quantised weights and activations);
-- :func:`choose_splits` (split-K against wave quantisation), the torch wrapper
+- :func:`choose_splits` (split-K by a fitted model of waves and bandwidth saturation), the torch wrapper
   :func:`gemv_w16` and :func:`dequant_probe`;
 - :func:`dequant_cubin` / :func:`gemv_cubin` / :func:`xalu_cubin`: the kernels compiled here
   (no GPU) into a content-hashed cache; fp8lab.experiments.gemv_sass counts their SASS.
@@ -139,29 +139,69 @@ def grid_x(fmt: str, N: int, M: int) -> int:
     return -(-tiles16 // per_cta)
 
 
-#: fixed cost of one CTA in units of one of its 128-K steps: the register ring's prologue (the
-#: first steps' DRAM latency before any math) and the epilogue
-CTA_OVERHEAD_STEPS = 1.5
-
+#: the split-count model's constants, fitted on an H200 (2026-12-03, commit acf7b0b:
+#: ``scripts/probes/gemv.py --splitk-only --splits 1,2,3,4,5,6,8,12,16`` over llama3-70b down_proj /
+#: qkv, llama3-8b down_proj / gate_up, qwen3-8b gate_up / down_proj, four formats, M = 1 and 16;
+#: the table is scripts/probes/data/gemv_splits_h200.csv). A grid search over the four constants
+#: for the picks closest to the fastest measured split: every set in a broad plateau (knee 0.7-1.5
+#: CTAs per SM, sharpness 1.5-6, ramp 1-8 MB, reduction 0-4) picks the fastest split, or one within
+#: 2% of it, at 47 of the 48 points; this one sits near its middle. The 48th, NVFP4 at qwen3-8b
+#: gate_up, M = 1 (2 picked, 4 measured 8% faster), shares its geometry with INT4 there, where 2
+#: was fastest: no launch-shape model tells the two apart.
+#:
+#: CTAs per SM at which the resident CTAs' latency-bound stream (each CTA's register ring keeps a
+#: fixed number of bytes in flight) reaches the copy rate: below it a wave runs at a fraction of
+#: the copy rate, above it every CTA slows down
+SPLIT_KNEE_CTAS_PER_SM = 1.0
+#: how sharply the stream saturates at the knee: R(c) = copy x ((c / knee)^-p + 1)^(-1/p)
+SPLIT_KNEE_SHARPNESS = 3.0
+#: fixed cost of each further generation of CTAs (the tail of the one before, the new CTAs'
+#: prologue before their first weights arrive), in bytes streamed at the copy rate (~1.4 us on
+#: an H200)
+SPLIT_GENERATION_BYTES = 6e6
 #: cost of one byte of split-K partial sums (red.add into the fp32 workspace in L2, the last CTA's
-#: read-back, convert and re-zeroing) in weight bytes streamed. Fitted on an H200 (2026-12-02,
-#: scripts/probes/gemv.py --splits 1,2,3,4,6,8,12 over qwen3-8b gate_up / down_proj, llama3-8b
-#: gate_up, llama3-70b down_proj / qkv, four formats, M = 1 and 16): with 4 to 16 every pick is
-#: within 7% of the fastest split measured; the earlier 2 chose 4 splits at qwen3-8b gate_up,
-#: M = 16 (fp8, int8), where one split was 1.56x faster.
-REDUCE_BYTE_COST = 8.0
+#: read-back, convert and re-zeroing) in weight bytes streamed at the copy rate
+REDUCE_BYTE_COST = 2.0
+
+
+def weight_stream_bytes(fmt: str, N: int, K: int) -> int:
+    """Bytes one pass over the packed weight reads: the padded rows' codes and their scales."""
+    rows = padded_rows(fmt, N)
+    return rows * K * BITS[check_fmt(fmt)] // 8 + rows * (K // GROUP[fmt]) * SCALE_BYTES[fmt]
+
+
+def split_time_model(fmt: str, M: int, N: int, K: int, splits: int, *, sms: int,
+                     ctas_per_sm: int) -> tuple[float, int]:
+    """(modelled time in bytes streamed at the copy rate, split count launched) of a split-K
+    launch: C CTAs of equal work run in generations of at most ``sms`` x ``ctas_per_sm``; a
+    generation of c CTAs streams at copy x ((c / knee)^-p + 1)^(-1/p) (latency-bound below the
+    knee, bandwidth-bound above it) and pays :data:`SPLIT_GENERATION_BYTES`; more than one split
+    adds M x rows x 4 bytes of partial sums per CTA at :data:`REDUCE_BYTE_COST`."""
+    steps = K // STEP_K
+    nt = n_tiles(M)
+    rows = 16 * WARPS * tiles_per_warp(fmt, nt)
+    z = -(-M // M_BLOCK)
+    sps = -(-steps // splits)
+    s_eff = -(-steps // sps)
+    ctas = grid_x(fmt, N, M) * z * s_eff
+    per_cta = weight_stream_bytes(fmt, N, K) * z / ctas
+    slots = sms * ctas_per_sm
+    knee = SPLIT_KNEE_CTAS_PER_SM * sms
+    p = SPLIT_KNEE_SHARPNESS
+    t, left = 0.0, ctas
+    while left > 0:
+        c = min(slots, left)
+        t += per_cta * c * ((c / knee) ** -p + 1) ** (1 / p) + SPLIT_GENERATION_BYTES
+        left -= c
+    if s_eff > 1:
+        t += REDUCE_BYTE_COST * rows * min(M, M_BLOCK) * 4 * ctas
+    return t, s_eff
 
 
 def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: int,
                   max_splits: int = 64) -> int:
-    """Split-K factor that best fills ``sms`` x ``ctas_per_sm`` CTA slots.
-
-    A memory-bound kernel's time is set by its slowest SM: with C CTAs of equal work on S
-    slots it is ceil(C / S) waves of one CTA's time. Each candidate split count s makes
-    C = x * z * s CTAs of ceil(steps / s) steps plus a fixed :data:`CTA_OVERHEAD_STEPS`; the
-    reduction adds M x rows x 4 bytes of atomics per CTA (each counted as
-    :data:`REDUCE_BYTE_COST` weight bytes, a fit to H200 timings). Picks the s with
-    the smallest modelled time (the first among equals, so the fewest splits). Returns the
+    """Split-K factor with the smallest :func:`split_time_model` time on ``sms`` SMs of
+    ``ctas_per_sm`` CTA slots each (the first among equals, so the fewest splits). Returns the
     split count actually launched (ceil(steps / ceil(steps / s)))."""
     check_fmt(fmt)
     for name, v in (("M", M), ("N", N), ("K", K), ("sms", sms), ("ctas_per_sm", ctas_per_sm),
@@ -169,21 +209,9 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
         _pos_int(name, v)
     if K % STEP_K:
         raise ValueError(f"K must be a multiple of {STEP_K}, got {K}")
-    steps = K // STEP_K
-    nt = n_tiles(M)
-    rows = 16 * WARPS * tiles_per_warp(fmt, nt)
-    x = grid_x(fmt, N, M)
-    z = -(-M // M_BLOCK)
-    mb = min(M, M_BLOCK)
-    slots = sms * ctas_per_sm
-    wbytes_step = rows * STEP_K * bytes_per_element(fmt)
     best, best_t = 1, math.inf
-    for s in range(1, min(steps, max_splits) + 1):
-        sps = -(-steps // s)
-        s_eff = -(-steps // sps)
-        ctas = x * z * s_eff
-        t = -(-ctas // slots) * ((sps + CTA_OVERHEAD_STEPS) * wbytes_step
-                                 + (REDUCE_BYTE_COST * rows * mb * 4 if s_eff > 1 else 0.0))
+    for s in range(1, min(K // STEP_K, max_splits) + 1):
+        t, s_eff = split_time_model(fmt, M, N, K, s, sms=sms, ctas_per_sm=ctas_per_sm)
         if t < best_t * (1 - 1e-9):
             best, best_t = s_eff, t
     return best
