@@ -155,27 +155,28 @@ def test_choose_splits_prices_the_reduction_as_measured():
     assert wo.choose_splits("fp8", 1, 8192, 28672, sms=132, ctas_per_sm=2) == 4    # llama3-70b down_proj: 4 was best
 
 
-def test_choose_splits_picks_the_fastest_measured_split():
-    # the H200 split sweep the model was fitted on (scripts/probes/data/gemv_splits_h200.json):
-    # at 47 of its 48 points the pick is the fastest split measured or within 2% of it; the
-    # 48th (NVFP4, qwen3-8b gate_up, M = 1) shares INT4's geometry but not its fastest split
+def test_choose_splits_picks_near_the_fastest_measured_split():
+    # the two H200 split sweeps the model was fitted on (scripts/probes/data/gemv_splits_h200.json;
+    # occupancy there: 2 CTAs per SM at M <= 16, 1 above 32): geometric mean of fastest / picked
+    # 0.9915, 207 of 228 points within 2%, worst 0.78 (the wave-count model before it: 0.985,
+    # 197, 0.61)
     import pandas as pd
     from fp8lab.facts import shapes
-    path = Path(__file__).resolve().parents[1] / "scripts" / "probes" / "data" / "gemv_splits_h200.csv"
-    df = pd.read_csv(path)
-    df = df[df.variant.str.match(r"splitk_\d+$")]
-    ratios = {}
-    for (name, fmt, M), g in df.groupby(["shape", "fmt", "M"]):
-        sh = shapes.get(name)
-        t = dict(zip(g.variant.str.slice(7).astype(int), g.time_us))
-        pick = wo.choose_splits(fmt, int(M), sh.N, sh.K, sms=132, ctas_per_sm=2)
-        assert pick in t, (name, fmt, M, pick)
-        ratios[(name, fmt, M)] = min(t.values()) / t[pick]
-    assert len(ratios) == 48
-    off = {k: round(r, 3) for k, r in ratios.items() if r < 0.98}
-    assert set(off) <= {("qwen3-8b:gate_up", "nvfp4", 1)}, off
-    assert min(ratios.values()) > 0.9
-    # where the wave-count model it replaced lost 5-11%: one split at qwen3-8b gate_up, M = 1
+    data = Path(__file__).resolve().parents[1] / "scripts" / "probes" / "data"
+    ratios = []
+    for name in ("gemv_splits_h200.csv", "gemv_splits_h200_m1-128.csv"):
+        df = pd.read_csv(data / name)
+        df = df[df.variant.str.match(r"splitk_\d+$")]
+        for (shape, fmt, M), g in df.groupby(["shape", "fmt", "M"]):
+            sh = shapes.get(shape)
+            t = dict(zip(g.variant.str.slice(7).astype(int), g.time_us))
+            pick = wo.choose_splits(fmt, int(M), sh.N, sh.K, sms=132, ctas_per_sm=2 if M <= 16 else 1)
+            assert pick in t, (shape, fmt, M, pick)
+            ratios.append(min(t.values()) / t[pick])
+    assert len(ratios) == 228
+    assert math.exp(np.mean(np.log(ratios))) > 0.99
+    assert sum(r >= 0.98 for r in ratios) >= 205 and min(ratios) > 0.75
+    # where the wave-count model lost 5-11%: one split at qwen3-8b gate_up, M = 1
     assert wo.choose_splits("fp8", 1, 24576, 4096, sms=132, ctas_per_sm=2) == 1
     assert wo.choose_splits("int4", 1, 24576, 4096, sms=132, ctas_per_sm=2) == 2
 

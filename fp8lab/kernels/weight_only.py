@@ -24,7 +24,7 @@ What this module holds (torch is imported lazily: everything but the launch runs
 - :func:`reference` (float64, from :func:`fp8lab.emulate.formats.decode`, independent of the tricks),
   (FLOPs and bytes: ``fp8lab.arms.registry.count``, rule ``weight_only``),
   :func:`generate` (realistic random quantised weights and activations);
-- :func:`choose_splits` (split-K by a fitted model of waves and bandwidth saturation), the torch wrapper
+- :func:`choose_splits` (split-K by a fitted model of CTA generations and the stream's knee), the torch wrapper
   :func:`gemv_w16` and :func:`dequant_probe`;
 - :func:`dequant_cubin` / :func:`gemv_cubin` / :func:`xalu_cubin`: the kernels compiled here
   (no GPU) into a content-hashed cache; fp8lab.experiments.gemv_sass counts their SASS.
@@ -139,29 +139,30 @@ def grid_x(fmt: str, N: int, M: int) -> int:
     return -(-tiles16 // per_cta)
 
 
-#: the split-count model's constants, fitted on an H200 (2026-12-03, commit acf7b0b:
-#: ``scripts/probes/gemv.py --splitk-only --splits 1,2,3,4,5,6,8,12,16`` over llama3-70b down_proj /
-#: qkv, llama3-8b down_proj / gate_up, qwen3-8b gate_up / down_proj, four formats, M = 1 and 16;
-#: the table is scripts/probes/data/gemv_splits_h200.csv). A grid search over the four constants
-#: for the picks closest to the fastest measured split: every set in a broad plateau (knee 0.7-1.5
-#: CTAs per SM, sharpness 1.5-6, ramp 1-8 MB, reduction 0-4) picks the fastest split, or one within
-#: 2% of it, at 47 of the 48 points; this one sits near its middle. The 48th, NVFP4 at qwen3-8b
-#: gate_up, M = 1 (2 picked, 4 measured 8% faster), shares its geometry with INT4 there, where 2
-#: was fastest: no launch-shape model tells the two apart.
+#: the split-count model's constants, fitted on an H200 (2026-12-03) to two split sweeps of
+#: ``scripts/probes/gemv.py --splitk-only`` (commits acf7b0b and 7197bc1; the tables and commands:
+#: scripts/probes/data/gemv_splits_h200.json): 228 points over nine decode shapes (llama3-70b
+#: down_proj / qkv / o_proj, llama3-8b down_proj / gate_up, qwen3-8b gate_up / down_proj / o_proj,
+#: deepseek-v3 dense_down), four formats, M = 1, 4, 16, 64, 128, split counts 1-32. A grid search
+#: for the picks closest to the fastest split measured: the picked split runs at a geometric mean
+#: of 0.99 of the fastest (the wave-count model before it: 0.985), within 2% at 207 of 228 points
+#: (197), the worst 0.78 (0.61, qwen3-8b o_proj at M = 128). What it cannot see: which odd split
+#: count divides the K steps best at a given shape (7 at llama3-70b qkv, 4-bit), and NVFP4 vs INT4
+#: at the same geometry (qwen3-8b gate_up, M = 1: INT4 fastest at 2, NVFP4 at 4).
 #:
-#: CTAs per SM at which the resident CTAs' latency-bound stream (each CTA's register ring keeps a
-#: fixed number of bytes in flight) reaches the copy rate: below it a wave runs at a fraction of
-#: the copy rate, above it every CTA slows down
-SPLIT_KNEE_CTAS_PER_SM = 1.0
-#: how sharply the stream saturates at the knee: R(c) = copy x ((c / knee)^-p + 1)^(-1/p)
-SPLIT_KNEE_SHARPNESS = 3.0
-#: fixed cost of each further generation of CTAs (the tail of the one before, the new CTAs'
-#: prologue before their first weights arrive), in bytes streamed at the copy rate (~1.4 us on
-#: an H200)
-SPLIT_GENERATION_BYTES = 6e6
-#: cost of one byte of split-K partial sums (red.add into the fp32 workspace in L2, the last CTA's
-#: read-back, convert and re-zeroing) in weight bytes streamed at the copy rate
-REDUCE_BYTE_COST = 2.0
+#: CTAs per SM at the knee of the stream: a generation of c CTAs streams at
+#: copy x c / (c + knee x SMs) (each CTA's register ring keeps a fixed number of bytes in flight,
+#: so few CTAs are latency-bound; many share the copy rate)
+SPLIT_KNEE_CTAS_PER_SM = 0.85
+#: fixed cost of each generation of CTAs (the tail of the one before, the new CTAs' prologue
+#: before their first weights arrive), in bytes streamed at the copy rate (~1.9 us on an H200)
+SPLIT_GENERATION_BYTES = 8e6
+#: cost of the split-K partial sums (red.add into the fp32 workspace in L2, the last CTA's
+#: read-back, convert and re-zeroing): REDUCE_BYTE_COST x rows x 4 bytes x min(M, 64) ^
+#: REDUCE_M_EXPONENT per CTA, in weight bytes streamed at the copy rate; superlinear in M (the
+#: fit: at M = 64 and 128 one split is often fastest, up to 1.6x)
+REDUCE_BYTE_COST = 1.0
+REDUCE_M_EXPONENT = 1.5
 
 
 def weight_stream_bytes(fmt: str, N: int, K: int) -> int:
@@ -173,10 +174,11 @@ def weight_stream_bytes(fmt: str, N: int, K: int) -> int:
 def split_time_model(fmt: str, M: int, N: int, K: int, splits: int, *, sms: int,
                      ctas_per_sm: int) -> tuple[float, int]:
     """(modelled time in bytes streamed at the copy rate, split count launched) of a split-K
-    launch: C CTAs of equal work run in generations of at most ``sms`` x ``ctas_per_sm``; a
-    generation of c CTAs streams at copy x ((c / knee)^-p + 1)^(-1/p) (latency-bound below the
-    knee, bandwidth-bound above it) and pays :data:`SPLIT_GENERATION_BYTES`; more than one split
-    adds M x rows x 4 bytes of partial sums per CTA at :data:`REDUCE_BYTE_COST`."""
+    launch: C CTAs of equal work (b bytes each) run in generations of at most ``sms`` x
+    ``ctas_per_sm``; a generation of c CTAs costs c x b + knee x b (knee =
+    :data:`SPLIT_KNEE_CTAS_PER_SM` x ``sms``: its stream runs at copy x c / (c + knee)) plus
+    :data:`SPLIT_GENERATION_BYTES`; more than one split adds the partial sums
+    (:data:`REDUCE_BYTE_COST`)."""
     steps = K // STEP_K
     nt = n_tiles(M)
     rows = 16 * WARPS * tiles_per_warp(fmt, nt)
@@ -187,14 +189,10 @@ def split_time_model(fmt: str, M: int, N: int, K: int, splits: int, *, sms: int,
     per_cta = weight_stream_bytes(fmt, N, K) * z / ctas
     slots = sms * ctas_per_sm
     knee = SPLIT_KNEE_CTAS_PER_SM * sms
-    p = SPLIT_KNEE_SHARPNESS
-    t, left = 0.0, ctas
-    while left > 0:
-        c = min(slots, left)
-        t += per_cta * c * ((c / knee) ** -p + 1) ** (1 / p) + SPLIT_GENERATION_BYTES
-        left -= c
+    gens = -(-ctas // slots)
+    t = per_cta * (ctas + gens * knee) + gens * SPLIT_GENERATION_BYTES
     if s_eff > 1:
-        t += REDUCE_BYTE_COST * rows * min(M, M_BLOCK) * 4 * ctas
+        t += REDUCE_BYTE_COST * rows * 4 * min(M, M_BLOCK) ** REDUCE_M_EXPONENT * ctas
     return t, s_eff
 
 
