@@ -70,7 +70,7 @@ smoke: setup
 ## The GPU tests alone (they need an NVIDIA GPU; without one pytest selects none and says so).
 test-gpu: setup
 	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --no-ahead)
-	$(PY) -m pytest -q -m gpu $(ARGS)
+	$(PY) -m pytest -q -m gpu --durations=8 $(ARGS)
 
 ## Open the notebooks in JupyterLab: rooted at notebooks/, with a kernel that runs this venv's
 ## Python, and a paired .py opening as a notebook (fp8lab/run/lab.py says why). ARGS go to jupyter lab.

@@ -16,7 +16,10 @@ KNOWN = {"peer_gemlite_w4a16_int4": "relative error 0.014-0.025 at notebook 08's
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("peer", PEERS)
-@pytest.mark.parametrize("N, K, M", [(192, 384, 1), (320, 1280, 7), (1280, 2304, 7), (1088, 2304, 33)])
+#: two shapes, not more: gemlite autotunes each (peer, shape) on first call (every config compiled;
+#: no shipped config for the H200), tens of seconds apiece. M = 7 at N = 1280, K = 2304 is session
+#: 23's INT4 NaN case (its GEMV path); M = 33 takes its GEMM path; neither N is a multiple of 256
+@pytest.mark.parametrize("N, K, M", [(1280, 2304, 7), (1088, 2304, 33)])
 def test_gemlite_is_right_at_shapes_it_was_not_tuned_on(peer, N, K, M, request):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
