@@ -483,3 +483,19 @@ def test_a_peer_without_a_quantiser_of_its_own_is_drawn_gemm_only():
             dict(arm="peer_sglang_blockwise", quant="none", status="not-run: x; install: y")]
     assert report.without_own_quantiser(pd.DataFrame(rows)) == ["peer_vllm_cutlass_blockwise"]
     assert report.without_own_quantiser(None) == [] and report.without_own_quantiser(pd.DataFrame(rows[:2])) == []
+
+
+def test_vllm_triton_gemm_is_found_under_todays_name_and_the_old_one():
+    # vLLM renamed its Triton block-FP8 GEMM (0.34's fp8_utils has only w8a8_triton_block_scaled_mm);
+    # the adapter takes either and says which names it looked for when neither is there
+    import types
+
+    from fp8lab.peers import adapters
+
+    new, old = (lambda *a, **k: "new"), (lambda *a, **k: "old")
+    assert adapters._vllm_triton_block_mm(types.SimpleNamespace(w8a8_triton_block_scaled_mm=new)) is new
+    assert adapters._vllm_triton_block_mm(types.SimpleNamespace(w8a8_block_fp8_matmul=old)) is old
+    assert adapters._vllm_triton_block_mm(types.SimpleNamespace(w8a8_triton_block_scaled_mm=new,
+                                                                w8a8_block_fp8_matmul=old)) is new
+    with pytest.raises(discover.PeerUnavailable, match="w8a8_triton_block_scaled_mm, w8a8_block_fp8_matmul"):
+        adapters._vllm_triton_block_mm(types.SimpleNamespace(per_token_group_quant_fp8=new))

@@ -117,8 +117,10 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
     Peer("peer_vllm_blockwise", "blockwise", "vLLM w8a8_block_fp8_matmul (Triton)", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("05", "06"), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations, 128x128 weights, fp32", "e4m3", group=128,
-         carried="not carried: the vllm wheel is far over the 64 MiB transfer limit", min_sm=89,
-         note="its tuned configs where it ships them for the device, else its default"),
+         carried="not carried: vLLM 0.34's wheel is 239 MB, its Python files alone 63 MB, and on a CUDA "
+                 "device it imports its 89 MB _C_stable_libtorch extension at import", min_sm=89,
+         note="its tuned configs where it ships them for the device, else its default; called by either "
+              "name (w8a8_triton_block_scaled_mm since the rename, w8a8_block_fp8_matmul before)"),
     Peer("peer_sglang_blockwise", "blockwise", "sgl-kernel fp8_blockwise_scaled_mm (CUTLASS)", "sgl_kernel",
          "sgl-kernel", "import", "Apache-2.0", _SGL, ("05", "06"), "fp8_blockwise", "FP8 e4m3 codes, one byte each",
          "1x128 activations (M-major), 128x128 weights, fp32", "e4m3", group=128,

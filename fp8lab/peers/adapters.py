@@ -306,6 +306,18 @@ def torchao_blockwise(x, w) -> Prepared:
                                a, sa, b, sb, with_quant=with_quant, config=f"autotuned here; {discover.autotune_note()}")
 
 
+#: the name of vLLM's Triton block-FP8 GEMM in fp8_utils: w8a8_triton_block_scaled_mm today (0.34
+#: has no other), w8a8_block_fp8_matmul in the releases before the rename
+VLLM_TRITON_BLOCK_MM = ("w8a8_triton_block_scaled_mm", "w8a8_block_fp8_matmul")
+
+
+def _vllm_triton_block_mm(fu):
+    for name in VLLM_TRITON_BLOCK_MM:
+        if callable(getattr(fu, name, None)):
+            return getattr(fu, name)
+    raise PeerUnavailable(f"vllm {_vllm_version()}: fp8_utils has none of {', '.join(VLLM_TRITON_BLOCK_MM)}")
+
+
 def vllm_blockwise(x, w) -> Prepared:
     """vLLM's Triton ``w8a8_block_fp8_matmul`` (its tuned config for this device and N, K where it
     ships one, else its default) with its ``per_token_group_quant_fp8``; weights by 128x128 blocks."""
@@ -322,13 +334,14 @@ def vllm_blockwise(x, w) -> Prepared:
     sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)          # (nb, kb) fp32
     b = (wp / sb[:, None, :, None]).reshape(nb * 128, K)[:N].to(torch.float8_e4m3fn).contiguous()
     cfg = fu.get_w8a8_block_fp8_configs(N, K, 128, 128) if hasattr(fu, "get_w8a8_block_fp8_configs") else None
+    mm = _vllm_triton_block_mm(fu)
 
     def call(st, _x, _o):
-        return fu.w8a8_block_fp8_matmul(st[0], st[2], st[1], st[3], [128, 128], output_dtype=torch.bfloat16)
+        return mm(st[0], st[2], st[1], st[3], [128, 128], output_dtype=torch.bfloat16)
 
     def with_quant(st, x):
         qa, qs = fu.per_token_group_quant_fp8(x, 128)
-        return fu.w8a8_block_fp8_matmul(qa, st[2], qs, st[3], [128, 128], output_dtype=torch.bfloat16)
+        return mm(qa, st[2], qs, st[3], [128, 128], output_dtype=torch.bfloat16)
 
     return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant,
                                config="tuned config for this device" if cfg else "default config")
