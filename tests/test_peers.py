@@ -499,3 +499,23 @@ def test_vllm_triton_gemm_is_found_under_todays_name_and_the_old_one():
                                                                 w8a8_block_fp8_matmul=old)) is new
     with pytest.raises(discover.PeerUnavailable, match="w8a8_triton_block_scaled_mm, w8a8_block_fp8_matmul"):
         adapters._vllm_triton_block_mm(types.SimpleNamespace(per_token_group_quant_fp8=new))
+
+
+def test_sgl_kernel_quantiser_gets_fp32_scales_and_its_first_kernel_whatever_its_signature():
+    # sgl-kernel 0.3.21: left None, enable_v2 makes the quantiser import sglang.srt.utils (the whole
+    # sglang package); older versions have neither flag
+    from fp8lab.peers import adapters
+
+    def v0321(input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0=False,
+              fuse_silu_and_mul=False, masked_m=None, enable_v2=None):
+        pass
+
+    def older(input, output_q, output_s, group_size, eps, fp8_min, fp8_max, scale_ue8m0=False):
+        pass
+
+    def oldest(input, output_q, output_s, group_size, eps, fp8_min, fp8_max):
+        pass
+
+    assert adapters._sgl_group_quant_kwargs(v0321) == {"scale_ue8m0": False, "enable_v2": False}
+    assert adapters._sgl_group_quant_kwargs(older) == {"scale_ue8m0": False}
+    assert adapters._sgl_group_quant_kwargs(oldest) == {}

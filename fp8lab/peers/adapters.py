@@ -350,18 +350,28 @@ def vllm_blockwise(x, w) -> Prepared:
 _SGL_EXTRA: dict = {}
 
 
+def _sgl_group_quant_kwargs(fn) -> dict:
+    """The keyword arguments sgl-kernel's per-token-group quantiser takes beyond the seven every
+    version has: fp32 scales (``scale_ue8m0=False``, a flag of newer versions) and its first
+    kernel (``enable_v2=False``: 0.3.21 reads SGLANG_PER_TOKEN_GROUP_QUANT_8BIT_V2 through
+    ``sglang.srt.utils`` when it is left None, i.e. imports the whole sglang package, which a box
+    with sgl-kernel alone does not have)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):       # a builtin without a signature: the seven only
+        return {}
+    return {k: False for k in ("scale_ue8m0", "enable_v2") if k in params}
+
+
 def _sgl_group_quant(sgl_kernel, x, q, s):
-    """sgl-kernel's per-token-group FP8 quantiser. Newer versions take a trailing ``scale_ue8m0``
-    flag (fp32 scales here: False); which one is found on the first call, outside any timing."""
-    base = (x, q, s, 128, 1e-10, -448.0, 448.0)
-    if "extra" not in _SGL_EXTRA:
-        try:
-            sgl_kernel.sgl_per_token_group_quant_fp8(*base, False)
-            _SGL_EXTRA["extra"] = (False,)
-            return
-        except TypeError:
-            _SGL_EXTRA["extra"] = ()
-    sgl_kernel.sgl_per_token_group_quant_fp8(*base, *_SGL_EXTRA["extra"])
+    """sgl-kernel's per-token-group FP8 quantiser (``sgl_per_token_group_quant_fp8``, since 0.3
+    an alias of ``sgl_per_token_group_quant_8bit``) with fp32 scales."""
+    fn = sgl_kernel.sgl_per_token_group_quant_fp8
+    if "kwargs" not in _SGL_EXTRA:
+        _SGL_EXTRA["kwargs"] = _sgl_group_quant_kwargs(fn)
+    fn(x, q, s, 128, 1e-10, -448.0, 448.0, **_SGL_EXTRA["kwargs"])
 
 
 def sglang_blockwise(x, w) -> Prepared:
