@@ -146,9 +146,11 @@ def grid_x(fmt: str, N: int, M: int) -> int:
 #: deepseek-v3 dense_down), four formats, M = 1, 4, 16, 64, 128, split counts 1-32. A grid search
 #: for the picks closest to the fastest split measured: the picked split runs at a geometric mean
 #: of 0.99 of the fastest (the wave-count model before it: 0.985), within 2% at 207 of 228 points
-#: (197), the worst 0.78 (0.61, qwen3-8b o_proj at M = 128). What it cannot see: which odd split
-#: count divides the K steps best at a given shape (7 at llama3-70b qkv, 4-bit), and NVFP4 vs INT4
-#: at the same geometry (qwen3-8b gate_up, M = 1: INT4 fastest at 2, NVFP4 at 4).
+#: (197), the worst 0.78 (0.61, qwen3-8b o_proj at M = 128). What it misses: at M = 64 on the
+#: o_proj shapes one split is fastest and it picks 2 or 3 (0.78-0.89 of the fastest; down_proj
+#: 4-bit at M = 64: 3 for 4, 0.86); which odd split count divides the K steps best (7 at llama3-70b
+#: qkv, 4-bit: 0.95-0.98); NVFP4 vs INT4 at the same geometry (qwen3-8b gate_up, M = 1: INT4
+#: fastest at 2, NVFP4 at 4; 0.92-0.93).
 #:
 #: CTAs per SM at the knee of the stream: a generation of c CTAs streams at
 #: copy x c / (c + knee x SMs) (each CTA's register ring keeps a fixed number of bytes in flight,
