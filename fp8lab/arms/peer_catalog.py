@@ -142,7 +142,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          carried="source (the vLLM Marlin unpack's cutlass_w8a8/c3x and cutlass_extensions), built on the box "
                  "against the nvidia-cutlass wheel's CUTLASS headers",
          note="what vLLM runs for block-FP8 linear layers on Hopper; N and K multiples of 128; M padded to a "
-              "multiple of 4 when it is not one, as vLLM does on sm_90; activations quantised by torch ops with vLLM's per-token-group "
+              "multiple of 4 when it is not one, as vLLM's _padded_cutlass did on sm_90 before 0.34 (0.34's own kernel swaps the operands instead); activations quantised by torch ops with vLLM's per-token-group "
               "recipe (its quantiser is not in this source), so only the GEMM is timed",
          seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding; run on the "
               "H200 at 545c5c9)"),

@@ -319,8 +319,9 @@ def _vllm_triton_block_mm(fu):
 
 
 def vllm_blockwise(x, w) -> Prepared:
-    """vLLM's Triton ``w8a8_block_fp8_matmul`` (its tuned config for this device and N, K where it
-    ships one, else its default) with its ``per_token_group_quant_fp8``; weights by 128x128 blocks."""
+    """vLLM's Triton block-FP8 GEMM (``w8a8_triton_block_scaled_mm``; ``w8a8_block_fp8_matmul`` before
+    the rename) with its tuned config for this device and N, K where it ships one, else its default,
+    and its ``per_token_group_quant_fp8``; weights by 128x128 blocks."""
     import torch
 
     try:
@@ -498,8 +499,9 @@ def _group_quant_1x128(x):
 
 def vllm_cutlass_blockwise(x, w) -> Prepared:
     """vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``, built
-    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``W8A8BlockFp8LinearOp`` calls it
-    on sm_90 (its ``_padded_cutlass``): the quantised activation rows padded with zeros to a
+    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``W8A8BlockFp8LinearOp`` called it
+    on sm_90 before 0.34 (its ``_padded_cutlass``; vLLM 0.34's own kernel swaps the operands instead,
+    and its caller no longer pads): the quantised activation rows padded with zeros to a
     multiple of 4 only when M is not one (their scales with ones), 1x128 scales M-major, the (N, K)
     weight passed transposed (column-major) with its 128x128 scales transposed (K-major), the
     padded rows dropped from the output. (Older vLLM, the one kernels-community's copy comes from,
