@@ -153,6 +153,11 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
     Peer("peer_sglang_quant_group", "quantiser", "sgl-kernel sgl_per_token_group_quant_fp8", "sgl_kernel",
          "sgl-kernel", "import", "Apache-2.0", _SGL, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32",
          "bf16", group=128, carried="not carried: the sgl-kernel wheel is ~535 MB"),
+    Peer("peer_torchao_quant_group", "quantiser", "torchao fp8_blockwise_act_quant (Triton)", "torchao", "torchao",
+         "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("06b",), "fp8", "FP8 e4m3 codes",
+         "1x128 per token, fp32", "bf16", group=128, carried="wheel 3.4 MB", min_sm=89,
+         note="the activation quantiser of torchao's blockwise FP8 GEMM (peer_torchao_blockwise)",
+         seen="0.18.0 (wheel read here)"),
 )}
 
 

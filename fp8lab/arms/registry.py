@@ -156,6 +156,8 @@ _ROWS = (
          count=("quant_act",)),
     _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant",
          count=("quant_act",)),
+    _arm("peer_torchao_quant_group", "torchao per-token-group quant (peer)", "#661100", short="torchao quant",
+         count=("quant_act",)),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),

@@ -575,4 +575,15 @@ def sglang_quant_group():
     return fn
 
 
-QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group}
+def torchao_quant_group():
+    """torchao's Triton ``fp8_blockwise_act_quant``: e4m3 codes and one fp32 scale per 128 of a
+    token (the quantiser its blockwise GEMM takes)."""
+    try:
+        bq = import_peer_module("torchao.kernel.blockwise_quantization")
+    except Exception as e:  # noqa: BLE001
+        raise PeerUnavailable(f"torchao.kernel.blockwise_quantization not importable ({e})") from e
+    return lambda x: bq.fp8_blockwise_act_quant(x, 128)
+
+
+QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group,
+              "peer_torchao_quant_group": torchao_quant_group}
