@@ -46,7 +46,7 @@ Ms = [1, 16, 256, 1024, 4096, 8192]  # tokens
 Ks = [7168]  # hidden sizes (multiples of 128); 7168 is DeepSeek-V3's
 rep_ms = 40  # timing window per measurement, milliseconds
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
-peers = "all"  # other people's quantisers (fp8lab.peers: vLLM, sgl-kernel, torchao): "all" of this notebook's, a list of ids, or []
+peers = "all"  # other people's quantisers (fp8lab.peers: vLLM, sgl-kernel, torchao, vLLM built from source): "all" of this notebook's, a list of ids, or []
 
 # %%
 import matplotlib.pyplot as plt

@@ -2,7 +2,7 @@
 """Gather the peers (issue 17) for an offline GPU box, into ignored folders:
 
     python scripts/peers_offline.py --wheels --sources [--marlin-git DIR] [--deepgemm-git DIR] [--fmt-git DIR]
-                                    [--kernels-community-git DIR]
+                                    [--kernels-community-git DIR] [--vllm-sdist FILE]
 
 - ``wheelhouse/peers/``: torchao's and ninja's wheels (for --python-version / --platform) and a
   wheel built from gemlite's sdist (pure Python + Triton, ``pip wheel --no-deps``);
@@ -22,6 +22,10 @@
   kernels-community's ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (KC_PATHS
   only, 0.7 MB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
   ``git archive``, else a fetch of that commit.
+- ``build/peers/src/vllm/``: vLLM's CUDA per-token-group FP8 quantiser's source, the six files of
+  vLLM's released sdist (``vllm-<version>.tar.gz`` on PyPI, its sha256 checked; fp8lab.peers.vllm_quant
+  pins both) that its one kernel file compiles from, and vLLM's licence (0.1 MB), from ``--vllm-sdist``
+  (a local copy) or a download of that sdist (50 MB, kept nowhere).
 Never committed (both folders are in .gitignore).
 
 On the box (torch, triton, nvcc there; the two folders carried beside the repository):
@@ -31,6 +35,7 @@ On the box (torch, triton, nvcc there; the two folders carried beside the reposi
     python -m fp8lab.peers build deepgemm
     python -m fp8lab.peers build vllm-marlin
     python -m fp8lab.peers build vllm-cutlass
+    python -m fp8lab.peers build vllm-quant
     python -m fp8lab.peers status
 
 vLLM, sgl-kernel (~535 MB) and FlashInfer are not gathered: their wheels are far over a 64 MiB
@@ -62,7 +67,7 @@ DEEPGEMM_PATHS = ("csrc", "deep_gemm", "LICENSE")
 FMT_URL = "https://github.com/fmtlib/fmt"
 FMT_PATHS = ("include/fmt", "LICENSE")       # DeepGEMM uses {fmt} header-only (FMT_HEADER_ONLY)
 #: the peers --sources can gather
-SOURCE_PEERS = ("marlin", "deepgemm", "vllm-marlin")
+SOURCE_PEERS = ("marlin", "deepgemm", "vllm-marlin", "vllm")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -182,6 +187,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-marlin-dest", default=str(ROOT / "build" / "peers" / "src" / "vllm-marlin"))
     ap.add_argument("--kernels-community-git", default=None,
                     help="a local git directory of huggingface/kernels-community holding the pinned commit (no network)")
+    ap.add_argument("--vllm-dest", default=str(ROOT / "build" / "peers" / "src" / "vllm"))
+    ap.add_argument("--vllm-sdist", default=None,
+                    help="a local vllm-<version>.tar.gz (the one fp8lab.peers.vllm_quant pins; no network)")
     args = ap.parse_args(argv)
     if not (args.wheels or args.sources):
         ap.error("ask for --wheels and/or --sources")
@@ -215,6 +223,25 @@ def main(argv=None) -> int:
                 return 2
         print(f"vLLM Marlin (kernels-community {vllm_marlin.KC_DIR}) {commit[:12]} in {dest}: "
               f"{_size(dest) / 2**20:.2f} MiB")
+    if args.sources and "vllm" in chosen:
+        sys.path.insert(0, str(ROOT))
+        from fp8lab.peers import vllm_quant
+
+        dest = Path(args.vllm_dest)
+        with tempfile.TemporaryDirectory() as d:
+            sdist = args.vllm_sdist
+            if sdist is None:
+                import urllib.request
+
+                sdist = str(Path(d) / vllm_quant.SDIST)
+                print(f"+ download {vllm_quant.SDIST_URL}", flush=True)
+                urllib.request.urlretrieve(vllm_quant.SDIST_URL, sdist)
+            try:
+                version = vllm_quant.gather(dest, Path(sdist))
+            except (OSError, ValueError) as e:
+                print(f"vLLM's quantiser source not gathered: {e}", file=sys.stderr)
+                return 2
+        print(f"vLLM {version}'s quantiser source in {dest}: {_size(dest) / 2**20:.2f} MiB")
     return 0
 
 

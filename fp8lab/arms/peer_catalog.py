@@ -64,6 +64,8 @@ _VLLM_MARLIN_INSTALL = ("python scripts/peers_offline.py --sources --source-peer
 _VLLM_MARLIN_CARRIED = "source (~0.4 MB: gptq_marlin, vLLM's ScalarType, its Python utilities), built on the box with nvcc"
 _VLLM_MARLIN_SEEN = "kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding)"
 _SGL = "pip install sgl-kernel"
+_VLLM_QUANT_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers build "
+                       "vllm-quant  (vLLM 0.34.0's sdist from PyPI)")
 _VLLM_CUTLASS_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin && python -m fp8lab.peers "
                          "build vllm-cutlass  (github.com/huggingface/kernels-community, vllm-quantization @ 8836a01)")
 
@@ -158,6 +160,15 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "1x128 per token, fp32", "bf16", group=128, carried="wheel 3.4 MB", min_sm=89,
          note="the activation quantiser of torchao's blockwise FP8 GEMM (peer_torchao_blockwise)",
          seen="0.18.0 (wheel read here)"),
+    Peer("peer_vllm_cuda_quant_group", "quantiser", "vLLM per_token_group_fp8_quant (CUDA, built from its source)",
+         "fp8lab_vllm_quant", None, "build", "Apache-2.0", _VLLM_QUANT_INSTALL, ("06b",), "fp8", "FP8 e4m3 codes",
+         "1x128 per token, fp32 (row-major)", "bf16", group=128,
+         carried="source 0.1 MB (the kernel's file and the five headers it includes, from vLLM 0.34.0's sdist), "
+                 "built on the box with nvcc against torch's stable ABI",
+         note="the kernel vLLM's per_token_group_quant_fp8 runs on CUDA (torch.ops._C.per_token_group_fp8_quant), "
+              "with fp8lab's binding; peer_vllm_quant_group is the same call through a pip-installed vLLM",
+         seen="vLLM 0.34.0 sdist (source; compiled for sm_90 here against torch 2.11.0's headers; not yet run "
+              "on a GPU)"),
 )}
 
 

@@ -158,6 +158,8 @@ _ROWS = (
          count=("quant_act",)),
     _arm("peer_torchao_quant_group", "torchao per-token-group quant (peer)", "#661100", short="torchao quant",
          count=("quant_act",)),
+    _arm("peer_vllm_cuda_quant_group", "vLLM CUDA per-token-group quant, from source (peer)", "#0099BB",
+         short="vLLM CUDA quant", count=("quant_act",)),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),

@@ -1,6 +1,6 @@
-"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin|vllm-cutlass | probe-marlin |
-probe-deepgemm | probe-vllm-marlin | probe-vllm-cutlass |
-check-compile [marlin|deepgemm|vllm-marlin|vllm-cutlass] [--arch sm_90] | readme"""
+"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant | probe-marlin |
+probe-deepgemm | probe-vllm-marlin | probe-vllm-cutlass | probe-vllm-quant |
+check-compile [marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -76,6 +76,36 @@ def _build_vllm_cutlass(verbose: bool) -> int:
     return 0 if ok is not False else 1
 
 
+def _build_vllm_quant(verbose: bool) -> int:
+    """build vllm-quant: vLLM's CUDA per-token-group quantiser from the unpacked source, then its probe line."""
+    from . import vllm_quant
+
+    try:
+        so = vllm_quant.build(verbose=verbose)
+    except Exception as e:  # noqa: BLE001 - no source or torch; a failed compile: one line
+        print(f"cannot build vLLM's quantiser: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        return 2
+    ok, line = vllm_quant.probe() if _gpu() else (None, "no GPU: not probed")
+    print(f"built vLLM's quantiser into {so.parent}; probe: {line}")
+    return 0 if ok is not False else 1
+
+
+def _check_vllm_quant(args) -> int:
+    """check-compile vllm-quant: vLLM's quantiser file and fp8lab's binding, its kernels in the SASS."""
+    from . import vllm_quant
+
+    try:
+        r = vllm_quant.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90")
+    except Exception as e:  # noqa: BLE001 - no source or torch headers: one line
+        print(str(e).splitlines()[0], file=sys.stderr)
+        return 2
+    print(f"{'ok' if r['ok'] else 'FAILED'}: vLLM's {vllm_quant.CU_SOURCES[0]} and fp8lab's binding in "
+          f"{r['seconds']:.1f} s; quantiser kernels in its SASS: {len(r['kernels'])}\n{r['command']}")
+    for ln in r["errors"]:
+        print(ln)
+    return 0 if r["ok"] else 1
+
+
 def _check_vllm_cutlass(args) -> int:
     """check-compile vllm-cutlass: vLLM's blockwise sm90 source for sm_90a, and its GEMM kernels in the SASS."""
     from . import vllm_cutlass
@@ -134,8 +164,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
-    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin, vllm-cutlass)")
-    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin", "vllm-cutlass"])
+    b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin, vllm-cutlass, "
+                       "vllm-quant)")
+    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin", "vllm-cutlass", "vllm-quant"])
     b.add_argument("--verbose", action="store_true")
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
@@ -144,14 +175,16 @@ def main(argv=None) -> int:
                    "here (run in its own process)")
     sub.add_parser("probe-vllm-cutlass", help="one small checked multiply of vLLM's CUTLASS blockwise GEMM "
                    "built here (run in its own process)")
+    sub.add_parser("probe-vllm-quant", help="one small checked quantisation of vLLM's CUDA per-token-group "
+                   "quantiser built here (run in its own process)")
     pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels; "
                        "vLLM Marlin's GEMM and its bf16 FP8 kernel file, and the link between them; "
-                       "vLLM's CUTLASS blockwise GEMM for sm_90a")
+                       "vLLM's CUTLASS blockwise GEMM for sm_90a; vLLM's CUDA quantiser and fp8lab's binding")
     c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin",
-                                                                 "vllm-cutlass"])
+                                                                 "vllm-cutlass", "vllm-quant"])
     c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT, vLLM CUTLASS)")
     c.add_argument("--torch-include", default=None, help="DeepGEMM, vLLM Marlin, vLLM CUTLASS: torch's headers "
                    "when torch does not import")
@@ -181,6 +214,12 @@ def main(argv=None) -> int:
         return _build_vllm_marlin(args.verbose)
     if args.cmd == "build" and args.what == "vllm-cutlass":
         return _build_vllm_cutlass(args.verbose)
+    if args.cmd == "build" and args.what == "vllm-quant":
+        return _build_vllm_quant(args.verbose)
+    if args.cmd == "probe-vllm-quant":
+        from . import probe
+
+        return probe.vllm_quant()
     if args.cmd == "probe-vllm-cutlass":
         from . import probe
 
@@ -226,6 +265,8 @@ def main(argv=None) -> int:
         return _check_vllm_marlin(args)
     if args.what == "vllm-cutlass":
         return _check_vllm_cutlass(args)
+    if args.what == "vllm-quant":
+        return _check_vllm_quant(args)
     from . import build
 
     try:

@@ -585,5 +585,25 @@ def torchao_quant_group():
     return lambda x: bq.fp8_blockwise_act_quant(x, 128)
 
 
+def vllm_cuda_quant_group():
+    """vLLM's CUDA per-token-group FP8 quantiser built here from vLLM's source
+    (fp8lab.peers.vllm_quant), called as vLLM's ``per_token_group_quant_fp8`` calls it on CUDA:
+    fresh (M, K) e4m3 codes and row-major (M, K/128) fp32 scales, eps 1e-10, the e4m3 range
+    +-448, no UE8M0 rounding."""
+    import torch
+
+    from . import vllm_quant
+
+    op = vllm_quant.ops().per_token_group_fp8_quant
+
+    def fn(x):
+        M, K = x.shape
+        q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
+        s = torch.empty(M, K // 128, dtype=torch.float32, device=x.device)
+        op(x, q, s, 128, 1e-10, -448.0, 448.0, False, False, False)
+        return q, s
+    return fn
+
+
 QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group,
-              "peer_torchao_quant_group": torchao_quant_group}
+              "peer_torchao_quant_group": torchao_quant_group, "peer_vllm_cuda_quant_group": vllm_cuda_quant_group}

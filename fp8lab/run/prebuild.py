@@ -123,6 +123,11 @@ TARGETS: tuple[Target, ...] = (
     Target("peer_vllm_cutlass", "peer", "fp8lab.peers.vllm_cutlass:prebuild", units=2, slow_s=150,
            what="vLLM's CUTLASS blockwise FP8 GEMM (sm_90a) from its source, then the separate-process probe",
            needs="fp8lab.peers.vllm_cutlass:prebuild_ready"),
+    # vLLM's CUDA per-token-group FP8 quantiser (a peer of notebook 06b), built from the files of
+    # vLLM's sdist that it compiles from, then probed
+    Target("peer_vllm_quant", "peer", "fp8lab.peers.vllm_quant:prebuild", units=2, slow_s=60,
+           what="vLLM's CUDA per-token-group FP8 quantiser from its source, then the separate-process probe",
+           needs="fp8lab.peers.vllm_quant:prebuild_ready"),
     # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
     # ahead with the notebooks' own parameters (cli fills them in; --smoke: the smoke ones) by
     # worker processes at a lower priority than the compilers: units counts what they take from
