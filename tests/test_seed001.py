@@ -532,7 +532,8 @@ def test_notebook_06_runs_the_blockwise_peers():
     from fp8lab.peers import sweeps
     assert peer_catalog.ids_for("06") == peer_catalog.ids_for("05")
     assert set(peer_catalog.ids_for("06")) == {"peer_torchao_blockwise", "peer_vllm_blockwise",
-                                               "peer_sglang_blockwise", "peer_deepgemm", "peer_vllm_cutlass_blockwise"}
+                                               "peer_sglang_blockwise", "peer_deepgemm", "peer_vllm_cutlass_blockwise",
+                                               "peer_vllm_triton_blockwise"}
     assert sweeps.resolve("all", "06") == list(peer_catalog.ids_for("06"))
     with pytest.raises(ValueError, match="not peers of notebook 06"):
         sweeps.resolve(["peer_marlin_int4"], "06")

@@ -148,6 +148,17 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
               "recipe (its quantiser is not in this source), so only the GEMM is timed",
          seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding; run on the "
               "H200 at 545c5c9)"),
+    Peer("peer_vllm_triton_blockwise", "blockwise", "vLLM w8a8_triton_block_scaled_mm (Triton, from its source)",
+         "fp8lab_vllm_triton", None, "build", "Apache-2.0", _VLLM_QUANT_INSTALL.split(" && ")[0] + "  (vLLM 0.34.0's "
+         "sdist from PyPI; nothing to build: Triton compiles its kernel)", ("05", "06"), "fp8_blockwise",
+         "FP8 e4m3 codes, one byte each", "1x128 activations, 128x128 weights, fp32", "e4m3", group=128, min_sm=89,
+         carried="source (vLLM 0.34.0 sdist's fp8_utils.py and the block-FP8 configs it ships for NVIDIA GPUs, "
+                 "0.3 MB); the kernel is cut from that file unchanged and launched as vLLM launches it",
+         note="vLLM's tuned config for this device and (N, K) where it ships one (H200: DeepSeek-V3's shapes), "
+              "else its default; activations by vLLM's CUDA quantiser (peer_vllm_cuda_quant_group) where built, "
+              "else torch ops with its recipe; N and K multiples of 128; peer_vllm_blockwise is the same kernel "
+              "through a pip-installed vLLM",
+         seen="vLLM 0.34.0 sdist (source; kernel cut and parsed here; not yet run on a GPU)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,

@@ -152,6 +152,8 @@ _ROWS = (
          count=("peer", "peer_deepgemm")),
     _arm("peer_vllm_cutlass_blockwise", "vLLM CUTLASS blockwise FP8 (peer)", "#8C510A", "W8A8",
          short="vLLM CUTLASS", count=("peer", "peer_vllm_cutlass_blockwise")),
+    _arm("peer_vllm_triton_blockwise", "vLLM Triton block FP8, from source (peer)", "#AA3377", "W8A8",
+         short="vLLM Triton (src)", count=("peer", "peer_vllm_triton_blockwise")),
     _arm("peer_vllm_quant_group", "vLLM per-token-group quant (peer)", "#004488", short="vLLM quant",
          count=("quant_act",)),
     _arm("peer_sglang_quant_group", "sgl-kernel per-token-group quant (peer)", "#BB5566", short="sgl quant",

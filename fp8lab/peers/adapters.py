@@ -538,12 +538,49 @@ def vllm_cutlass_blockwise(x, w) -> Prepared:
     return p
 
 
+def vllm_triton_blockwise(x, w) -> Prepared:
+    """vLLM's Triton block-FP8 GEMM run from vLLM's source (fp8lab.peers.vllm_triton), launched as
+    its ``w8a8_triton_block_scaled_mm`` launches it, with its tuned config for this device and
+    (N, K) where vLLM ships one, else its default. Activations quantised by vLLM's own CUDA
+    quantiser where it is built (fp8lab.peers.vllm_quant: what vLLM runs on CUDA), else by torch
+    ops with its recipe; weights by 128 x 128 blocks (amax / 448, as vLLM's tests do)."""
+    import torch
+
+    from . import discover as _d, vllm_triton
+
+    vllm_triton.kernel()
+    M, K = x.shape
+    N = w.shape[0]
+    _need(N % 128 == 0 and K % 128 == 0, f"vLLM's block-FP8 weights are 128 x 128 blocks here: N and K multiples "
+                                         f"of 128, got N={N}, K={K}")
+    try:
+        quant, qname = vllm_cuda_quant_group(), "vLLM's CUDA quantiser (built from its source)"
+    except _d.PeerUnavailable as e:
+        quant, qname = _group_quant_1x128, f"torch ops with vLLM's recipe (its CUDA quantiser: {str(e)[:80]})"
+    a, sa = quant(x.contiguous())
+    wp = w.float().reshape(N // 128, 128, K // 128, 128)
+    sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)
+    b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn).contiguous()
+    cfg, where = vllm_triton.pick_config(M, N, K, torch.cuda.get_device_name(x.device))
+
+    def call(st, _x, _o):
+        return vllm_triton.matmul(st[0], st[2], st[1], st[3], cfg)
+
+    def with_quant(st, x):
+        qa, qs = quant(x)
+        return vllm_triton.matmul(qa, st[2], qs, st[3], cfg)
+
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant,
+                               config=f"{where}; activations: {qname}; {vllm_triton.version()}")
+
+
 BLOCKWISE = {
     "peer_torchao_blockwise": torchao_blockwise,
     "peer_vllm_blockwise": vllm_blockwise,
     "peer_sglang_blockwise": sglang_blockwise,
     "peer_deepgemm": deepgemm_blockwise,
     "peer_vllm_cutlass_blockwise": vllm_cutlass_blockwise,
+    "peer_vllm_triton_blockwise": vllm_triton_blockwise,
 }
 
 

@@ -3,7 +3,8 @@
 runs on a CUDA GPU, as ``torch.ops._C.per_token_group_fp8_quant``), built from vLLM's released
 source without vLLM: the files of its sdist on PyPI (VLLM_VERSION, checked against SDIST_SHA256)
 that this one kernel compiles from (SDIST_PATHS, 0.1 MB), unpacked into ``build/peers/src/vllm``
-by ``scripts/peers_offline.py --sources --source-peers vllm``.
+by ``scripts/peers_offline.py --sources --source-peers vllm`` (with the file of vLLM's Triton
+block-FP8 GEMM and its NVIDIA configs, SDIST_GLOBS, which fp8lab.peers.vllm_triton runs).
 
 - :func:`build` compiles vLLM's file with fp8lab's binding (``vllm_quant_binding.cpp``: the one
   operator, registered through torch's stable ABI as vLLM registers it, with vLLM's schema, under
@@ -30,8 +31,13 @@ SDIST_URL = ("https://files.pythonhosted.org/packages/92/21/6e0b077dc4a0b28f5a8c
 SDIST_SHA256 = "fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113"
 #: the kernel's file and what it includes (nvcc -M over vLLM's csrc), and the licence
 CU_SOURCES = ("csrc/quantization/w8a8/fp8/per_token_group_quant.cu",)
+#: vLLM's Triton block-FP8 GEMM (fp8lab.peers.vllm_triton loads its kernel from this file)
+FP8_UTILS = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
 SDIST_PATHS = (*CU_SOURCES, "csrc/core/cuda_compat.h", "csrc/dispatch_utils.h", "csrc/torch_utils.h",
-               "csrc/quantization/vectorization.cuh", "csrc/quantization/vectorization_utils.cuh", "LICENSE")
+               "csrc/quantization/vectorization.cuh", "csrc/quantization/vectorization_utils.cuh", FP8_UTILS, "LICENSE")
+#: and the tuned configs vLLM ships for that GEMM on NVIDIA GPUs, 128 x 128 blocks (fnmatch patterns)
+SDIST_GLOBS = ("vllm/model_executor/layers/quantization/utils/configs/N=*,K=*,device_name=NVIDIA_*,"
+               "dtype=fp8_w8a8,block_shape=[[]128,128].json",)
 BINDING = Path(__file__).with_name("vllm_quant_binding.cpp")
 NAMESPACE = "_fp8lab_vllm_quant"
 SRC_ENV = "FP8LAB_VLLM_SRC"
@@ -94,9 +100,15 @@ def gather(dest: Path, sdist: Path) -> str:
         if not (dest / ".fp8lab-source.json").exists():
             raise FileExistsError(f"{dest} holds files this script did not unpack: not replacing them")
         shutil.rmtree(dest)
+    import fnmatch
+
     top = f"vllm-{VLLM_VERSION}/"
+
+    def wanted(name: str) -> bool:
+        return name in SDIST_PATHS or any(fnmatch.fnmatchcase(name, g) for g in SDIST_GLOBS)
+
     with tarfile.open(sdist) as t:
-        members = [m for m in t.getmembers() if m.name[len(top):] in SDIST_PATHS and m.name.startswith(top)]
+        members = [m for m in t.getmembers() if m.isfile() and m.name.startswith(top) and wanted(m.name[len(top):])]
         missing = set(SDIST_PATHS) - {m.name[len(top):] for m in members}
         if missing:
             raise ValueError(f"{sdist} lacks {sorted(missing)[0]}")
@@ -106,7 +118,7 @@ def gather(dest: Path, sdist: Path) -> str:
         t.extractall(dest, members=members, filter="data")
     (dest / ".fp8lab-source.json").write_text(json.dumps(
         {"package": "vllm", "version": VLLM_VERSION, "sdist": SDIST, "url": SDIST_URL, "sha256": SDIST_SHA256,
-         "paths": list(SDIST_PATHS)}, indent=1))
+         "paths": list(SDIST_PATHS), "globs": list(SDIST_GLOBS)}, indent=1))
     return VLLM_VERSION
 
 
