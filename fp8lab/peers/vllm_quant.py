@@ -9,9 +9,10 @@ block-FP8 GEMM and its NVIDIA configs, SDIST_GLOBS, which fp8lab.peers.vllm_trit
 - :func:`build` compiles vLLM's file with fp8lab's binding (``vllm_quant_binding.cpp``: the one
   operator, registered through torch's stable ABI as vLLM registers it, with vLLM's schema, under
   NAMESPACE) with torch's cpp_extension and vLLM's nvcc flags for it (extended lambdas).
-- Its schema's last three flags are vLLM's: UE8M0 scales (False: fp32 scales, what fp8lab's
-  recipe and the other quantisers make), column-major scales and TMA-aligned scales (both False:
-  row-major (M, K/128) scales, as notebook 06b compares).
+- Its schema is vLLM's: ``scale_ue8m0`` False (fp32 scales, what fp8lab's recipe and the other
+  quantisers make); the last two flags are vLLM's placeholders (``dummy_is_scale_transposed``,
+  ``dummy_is_tma_aligned``: the kernel reads the scales' layout from their strides), passed False
+  with row-major (M, K/128) scales, as notebook 06b compares.
 """
 
 from __future__ import annotations
