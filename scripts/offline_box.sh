@@ -13,8 +13,8 @@
 # measuring step hides any .git the copy has, so provenance cannot come from elsewhere).
 # Steps: env, setup, marlin, deepgemm, deepgemm-bindings, vllm-marlin, vllm-cutlass, vllm-quant, smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
-# notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM and vLLM's CUTLASS blockwise GEMM: 05, 06;
-# vLLM's CUDA quantiser: 06b)
+# notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
+# CUDA quantiser: 05, 06; vLLM's CUDA quantiser: 06b)
 # first when no build of them is there.
 # What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it: a
 # tool that copies the tree again before the next command overwrites tracked files. Before
@@ -64,7 +64,7 @@ step() {
              GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
              local rc=$?; keep data figures; return $rc ;;
         [0-9][0-9]|[0-9][0-9][a-z])
-             case "$1" in 04|08|11) source_peers marlin vllm-marlin ;; 05|06) source_peers deepgemm vllm-cutlass ;; 06b) source_peers vllm-quant ;; esac
+             case "$1" in 04|08|11) source_peers marlin vllm-marlin ;; 05|06) source_peers deepgemm vllm-cutlass vllm-quant ;; 06b) source_peers vllm-quant ;; esac
              GIT_DIR=/nonexistent python3 -m fp8lab run --only "$1" --mode measure --no-progress --out "runs/measure-$1"
              local rc=$?; keep data/*/"$1"_* figures/*/"$1"_*; return $rc ;;
         *) echo "unknown step '$1' (steps: $STEPS, or a notebook id such as 05)" >&2; return 2 ;;

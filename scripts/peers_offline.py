@@ -17,15 +17,15 @@
   LICENSE, from ``--fmt-git`` or a shallow fetch of that commit). Its CUTLASS submodule is not
   gathered: the build uses the nvidia-cutlass wheel's headers (fp8lab.peers.build says why).
   Stamped with the commits (DeepGEMM's, fmt's, and the CUTLASS commit it pins).
-- ``build/peers/src/vllm-marlin/``: vLLM's Marlin GEMMs' sources and Python utilities, and its
-  CUTLASS blockwise FP8 GEMM for Hopper (fp8lab.peers.vllm_cutlass builds it from the same unpack), from
+- ``build/peers/src/vllm-marlin/``: vLLM's Marlin GEMMs' sources and Python utilities, from
   kernels-community's ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (KC_PATHS
-  only, 0.7 MB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
+  only, 0.31 MiB), from ``--kernels-community-git`` (a local git directory, e.g. a mirror) with
   ``git archive``, else a fetch of that commit.
-- ``build/peers/src/vllm/``: vLLM's CUDA per-token-group FP8 quantiser's source, the six files of
-  vLLM's released sdist (``vllm-<version>.tar.gz`` on PyPI, its sha256 checked; fp8lab.peers.vllm_quant
-  pins both) that its one kernel file compiles from, and vLLM's licence (0.1 MB), from ``--vllm-sdist``
-  (a local copy) or a download of that sdist (50 MB, kept nowhere).
+- ``build/peers/src/vllm/``: the files of vLLM's released sdist (``vllm-<version>.tar.gz`` on PyPI,
+  its sha256 checked; fp8lab.peers.vllm_quant pins both) that its CUDA per-token-group FP8 quantiser
+  and its CUTLASS blockwise FP8 GEMM for Hopper compile from, the file of its Triton block-FP8 GEMM
+  with the configs it ships for NVIDIA GPUs, and vLLM's licence (0.45 MiB), from ``--vllm-sdist`` (a
+  local copy) or a download of that sdist (50 MB, kept nowhere).
 Never committed (both folders are in .gitignore).
 
 On the box (torch, triton, nvcc there; the two folders carried beside the repository):

@@ -18,7 +18,8 @@ def test_a_typo_in_a_step_is_one_line_before_anything_runs(tmp_path):
     r = _run("run", str(job), "abc1234", "setup", "smok")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["unknown step 'smok' (steps: env setup marlin deepgemm deepgemm-bindings "
-                                             "vllm-marlin vllm-cutlass smoke test-gpu run, or a notebook id such as 05)"]
+                                             "vllm-marlin vllm-cutlass vllm-quant smoke test-gpu run, or a notebook id "
+                                             "such as 05)"]
     assert not job.exists()
 
 
@@ -75,12 +76,14 @@ def test_a_measuring_step_builds_its_source_peers_first_only_when_missing(tmp_pa
     (root / "build" / "peers" / "deepgemm-static-libstdcxx" / "deep_gemm" / "_C.so").write_text("")
     r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j2"), "abc1234",
                         "06"], capture_output=True, text=True, timeout=60, env=env)
-    # 06 runs vLLM's CUTLASS blockwise GEMM too: built first while missing, then never again
+    # 06 runs vLLM's CUTLASS blockwise GEMM and its quantiser too: built first while missing, then never again
     assert r.returncode == 0 and [c.split()[:4] for c in calls.read_text().splitlines()] == \
-        [["-m", "fp8lab.peers", "build", "vllm-cutlass"], ["-m", "fp8lab", "run", "--only"]]
+        [["-m", "fp8lab.peers", "build", "vllm-cutlass"], ["-m", "fp8lab.peers", "build", "vllm-quant"],
+         ["-m", "fp8lab", "run", "--only"]]
     calls.unlink()
-    (root / "build" / "peers" / "vllm-cutlass").mkdir(parents=True)
-    (root / "build" / "peers" / "vllm-cutlass" / "_fp8lab_vllm_cutlass.so").write_text("")
+    for d, so in (("vllm-cutlass", "_fp8lab_vllm_cutlass.so"), ("vllm-quant", "_fp8lab_vllm_quant.so")):
+        (root / "build" / "peers" / d).mkdir(parents=True)
+        (root / "build" / "peers" / d / so).write_text("")
     r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j3"), "abc1234",
                         "06"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and [c.split()[:4] for c in calls.read_text().splitlines()] == \

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def no_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("FP8LAB_VLLM_MARLIN_SRC", str(tmp_path / "nosrc"))
+    monkeypatch.setenv("FP8LAB_VLLM_SRC", str(tmp_path / "nosrc"))
     monkeypatch.setenv(vllm_cutlass.BUILD_ENV, str(tmp_path / "nobuild"))
     discover.reset()
     yield tmp_path
@@ -37,34 +37,29 @@ def test_it_is_a_blockwise_peer_of_05_and_06_with_an_adapter_and_a_style():
 
 def test_missing_source_is_a_not_run_line_with_the_commands(no_source):
     why = vllm_cutlass.missing_source()
-    assert why and "--source-peers vllm-marlin" in why and "\n" not in why
+    assert why and "--source-peers vllm" in why and "\n" not in why
     a = discover.availability("peer_vllm_cutlass_blockwise")
     assert not a.ok and a.status().startswith("not-run: ") and "build vllm-cutlass" in a.install
 
 
 def test_a_source_without_a_build_says_to_build_it(tmp_path, monkeypatch):
     src = tmp_path / "src"
-    for rel in (*vllm_cutlass.CU_SOURCES, *vllm_cutlass.HEADERS, "core/math.hpp"):
+    for rel in (*vllm_cutlass.CU_SOURCES, *vllm_cutlass.HEADERS, "csrc/torch_utils.h"):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text("//\n")
-    monkeypatch.setenv("FP8LAB_VLLM_MARLIN_SRC", str(src))
+    monkeypatch.setenv("FP8LAB_VLLM_SRC", str(src))
     monkeypatch.setenv(vllm_cutlass.BUILD_ENV, str(tmp_path / "b"))
     assert vllm_cutlass.missing_source() is None and vllm_cutlass.built() is None
     with pytest.raises(PeerUnavailable, match="build vllm-cutlass"):
         vllm_cutlass.ops()
 
 
-def test_cutlass_4_headers_get_a_forwarding_header_and_3_x_headers_none(tmp_path):
-    four, three = tmp_path / "c4" / "include", tmp_path / "c3" / "include"
-    (four / "cute").mkdir(parents=True)
-    (three / "cute").mkdir(parents=True)
-    (three / vllm_cutlass.PREDICATE_HEADER).write_text("// 3.x\n")
-    shim = vllm_cutlass.shim_dir(four, tmp_path / "w")
-    assert shim is not None and '#include "cute/tensor.hpp"' in (shim / vllm_cutlass.PREDICATE_HEADER).read_text()
-    assert vllm_cutlass.shim_dir(three, tmp_path / "w3") is None
+def test_include_dirs_are_vllms_csrc_and_cutlass_with_its_util(tmp_path):
+    inc = tmp_path / "c4" / "include"
     (tmp_path / "c4" / "tools" / "util" / "include").mkdir(parents=True)
-    incs = vllm_cutlass.include_dirs(tmp_path / "src", four, tmp_path / "w")
-    assert incs[2] == str(four) and incs[3].endswith("tools/util/include") and incs[4] == str(shim)
+    incs = vllm_cutlass.include_dirs(tmp_path / "src", inc)
+    assert incs[0].endswith("src/csrc") and incs[1].endswith("csrc/quantization/w8a8/cutlass")
+    assert incs[2] == str(inc) and incs[3].endswith("tools/util/include")
 
 
 def test_the_cli_says_what_is_missing_without_a_traceback(no_source):
@@ -72,12 +67,12 @@ def test_the_cli_says_what_is_missing_without_a_traceback(no_source):
         r = subprocess.run([sys.executable, "-m", "fp8lab.peers", *args], capture_output=True, text=True,
                            cwd=ROOT, timeout=120, env={**__import__("os").environ})
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1 and "vllm-marlin" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "--source-peers vllm" in r.stderr
 
 
 def test_its_source_compiles_for_sm90a_into_cutlass_gemm_kernels():
-    """CPU proof of the build: vLLM's blockwise sm90 file with the build's flags (CPU torch
-    headers, the wheel's CUTLASS 4 headers and the forwarding header): its SASS holds the GEMMs."""
+    """CPU proof of the build: vLLM's blockwise sm90 file and fp8lab's binding with the build's
+    flags (torch's headers, the wheel's CUTLASS headers): its SASS holds the GEMMs."""
     import os
     import shutil
 
@@ -119,16 +114,15 @@ def test_vllm_cutlass_is_right_at_shapes_it_was_not_tuned_on(N, K, M):
 
 
 def test_its_version_line_comes_from_the_builds_own_record(tmp_path, monkeypatch):
-    """The config column's provenance: build_info.json of this build (commit, CUTLASS, the forwarding
-    header, nvcc), read by the reader vLLM's Marlin build shares; no record: "source build"."""
+    """The config column's provenance: build_info.json of this build (vLLM version, CUTLASS, nvcc),
+    read by the reader vLLM's Marlin build shares; no record: "source build"."""
     import json
 
     monkeypatch.setenv(vllm_cutlass.BUILD_ENV, str(tmp_path))
     assert vllm_cutlass.build_info() == {} and vllm_cutlass.version() == "source build"
-    (tmp_path / "build_info.json").write_text(json.dumps(dict(source_commit="8836a017f1ba", cutlass="4.2.0",
-                                                              shim=True, nvcc="Build cuda_13.0")))
-    assert vllm_cutlass.version() == ("kernels-community vllm-quantization @ 8836a01 (CUTLASS 4.2.0 headers, "
-                                      "cute/tensor_predicate.hpp forwarded; built with Build cuda_13.0)")
+    (tmp_path / "build_info.json").write_text(json.dumps(dict(version="0.34.0", cutlass="4.2.0",
+                                                              nvcc="Build cuda_13.0")))
+    assert vllm_cutlass.version() == "vLLM 0.34.0 sdist (CUTLASS 4.2.0 headers; built with Build cuda_13.0)"
     from fp8lab.peers import build, vllm_marlin
     assert vllm_marlin.build_info(tmp_path)["cutlass"] == "4.2.0"
     import shutil

@@ -38,10 +38,8 @@ def test_gather_unpacks_only_what_the_build_reads_without_the_folder_prefix(tmp_
     assert len(commit) == 40
     assert (dest / "gptq_marlin" / "gptq_marlin.cu").exists() and (dest / "core" / "scalar_type.hpp").exists()
     assert not (dest / "core" / "other.hpp").exists() and not (dest / "tests").exists()
-    # vLLM's CUTLASS blockwise GEMM (fp8lab.peers.vllm_cutlass) builds from the same unpack
-    assert (dest / "cutlass_w8a8" / "c3x" / "scaled_mm_blockwise_sm90_fp8.cu").exists()
-    assert (dest / "cutlass_extensions" / "common.hpp").exists() and (dest / "core" / "math.hpp").exists()
-    assert not (dest / "cutlass_w8a8" / "scaled_mm_c2x.cu").exists()
+    # vLLM's CUTLASS blockwise GEMM builds from vLLM's sdist now (fp8lab.peers.vllm_cutlass), not from this unpack
+    assert not (dest / "cutlass_w8a8").exists() and not (dest / "cutlass_extensions").exists()
     assert not (dest / vllm_marlin.KC_DIR).exists()
     assert vllm_marlin.source_stamp(dest)["commit"] == commit
     assert vllm_marlin.missing_source(dest) is None

@@ -66,8 +66,8 @@ _VLLM_MARLIN_SEEN = "kernels-community vllm-quantization @ 8836a01 (source; buil
 _SGL = "pip install sgl-kernel"
 _VLLM_QUANT_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers build "
                        "vllm-quant  (vLLM 0.34.0's sdist from PyPI)")
-_VLLM_CUTLASS_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin && python -m fp8lab.peers "
-                         "build vllm-cutlass  (github.com/huggingface/kernels-community, vllm-quantization @ 8836a01)")
+_VLLM_CUTLASS_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers "
+                         "build vllm-cutlass  (vLLM 0.34.0's sdist from PyPI)")
 
 PEERS: dict[str, Peer] = {p.id: p for p in (
     # ---- weight-only decode and prefill (notebooks 08, 11): the seed's subject first
@@ -141,13 +141,16 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "fp8lab_vllm_cutlass", None, "build", "Apache-2.0", _VLLM_CUTLASS_INSTALL, ("05", "06"), "fp8_blockwise",
          "FP8 e4m3 codes, one byte each", "1x128 activations (M-major), 128x128 weights (K-major), fp32", "e4m3",
          group=128, min_sm=90,
-         carried="source (the vLLM Marlin unpack's cutlass_w8a8/c3x and cutlass_extensions), built on the box "
-                 "against the nvidia-cutlass wheel's CUTLASS headers",
-         note="what vLLM runs for block-FP8 linear layers on Hopper; N and K multiples of 128; M padded to a "
-              "multiple of 4 when it is not one, as vLLM's _padded_cutlass did on sm_90 before 0.34 (0.34's own kernel swaps the operands instead); activations quantised by torch ops with vLLM's per-token-group "
-              "recipe (its quantiser is not in this source), so only the GEMM is timed",
-         seen="kernels-community vllm-quantization @ 8836a01 (source; built with fp8lab's binding; run on the "
-              "H200 at 545c5c9)"),
+         carried="source (vLLM 0.34.0 sdist's scaled_mm_blockwise_sm90_fp8.cu and the headers it includes, from "
+                 "the same unpack as vLLM's quantiser), built on the box against the nvidia-cutlass wheel's CUTLASS "
+                 "headers (vLLM pins CUTLASS 4.7.1)",
+         note="what vLLM 0.34 runs for block-FP8 linear layers on Hopper (its CutlassFp8BlockScaledMMKernel): no "
+              "padding of M, the operands swapped onto 128 x 16 tiles when M is not a multiple of 4; N and K "
+              "multiples of 128; activations by vLLM's CUDA quantiser (peer_vllm_cuda_quant_group) where built, "
+              "else torch ops with its recipe and the GEMM timed alone",
+         seen="vLLM 0.34.0 sdist (source; compiled for sm_90a here against torch 2.11.0's and CUTLASS 4.2's headers; "
+              "not yet run on a GPU; the kernels-community vllm-quantization @ 8836a01 copy ran on the H200 at "
+              "545c5c9)"),
     Peer("peer_vllm_triton_blockwise", "blockwise", "vLLM w8a8_triton_block_scaled_mm (Triton, from its source)",
          "fp8lab_vllm_triton", None, "build", "Apache-2.0", _VLLM_QUANT_INSTALL.split(" && ")[0] + "  (vLLM 0.34.0's "
          "sdist from PyPI; nothing to build: Triton compiles its kernel)", ("05", "06"), "fp8_blockwise",

@@ -499,41 +499,49 @@ def _group_quant_1x128(x):
 
 def vllm_cutlass_blockwise(x, w) -> Prepared:
     """vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``, built
-    from its source: fp8lab.peers.vllm_cutlass), called as vLLM's ``W8A8BlockFp8LinearOp`` called it
-    on sm_90 before 0.34 (its ``_padded_cutlass``; vLLM 0.34's own kernel swaps the operands instead,
-    and its caller no longer pads): the quantised activation rows padded with zeros to a
-    multiple of 4 only when M is not one (their scales with ones), 1x128 scales M-major, the (N, K)
-    weight passed transposed (column-major) with its 128x128 scales transposed (K-major), the
-    padded rows dropped from the output. (Older vLLM, the one kernels-community's copy comes from,
-    padded ``4 - M % 4`` rows always, an extra 128-row tile at M = 1024 and 4096.) The weights are
-    quantised by 128x128 blocks (amax / 448, as vLLM's tests do); the GEMM is timed alone."""
+    from vLLM 0.34's source: fp8lab.peers.vllm_cutlass), called as vLLM 0.34's
+    ``CutlassFp8BlockScaledMMKernel`` calls it: activations quantised per 1 x 128 with M-major scales
+    (by vLLM's CUDA quantiser where it is built, fp8lab.peers.vllm_quant; else torch ops with its
+    recipe), no padding of M (the kernel swaps the operands when M is not a multiple of 4), the
+    (N, K) weight passed transposed (column-major) with its 128 x 128 scales transposed (K-major).
+    The weights are quantised by 128 x 128 blocks (amax / 448, as vLLM's tests do)."""
     import torch
 
-    from . import vllm_cutlass
+    from . import discover as _d, vllm_cutlass
 
     op = vllm_cutlass.ops().blockwise_sm90_fp8
     M, K = x.shape
     N = w.shape[0]
     _need(N % 128 == 0 and K % 128 == 0, f"vLLM's blockwise CUTLASS GEMM needs N and K multiples of 128 (one "
                                          f"scale per 128 x 128 block), got N={N}, K={K}")
-    pad = -M % 4                                                        # to a multiple of 4, only when needed
-    q, s = _group_quant_1x128(x)
-    qa = torch.zeros(M + pad, K, dtype=q.dtype, device=x.device)
-    qa[:M].copy_(q)
-    sa = torch.ones(K // 128, M + pad, dtype=torch.float32, device=x.device).t()    # M-major
-    sa[:M].copy_(s)
+    try:
+        quant, qname = _vllm_cuda_quant(column_major=True), "vLLM's CUDA quantiser (built from its source)"
+    except _d.PeerUnavailable as e:
+        def quant(x_):
+            q_, s_ = _group_quant_1x128(x_)
+            return q_, s_.t().contiguous().t()                          # M-major, as vLLM's quantiser makes them
+        qname = f"torch ops with vLLM's recipe (its CUDA quantiser: {str(e)[:80]})"
+    a, sa = quant(x.contiguous())
     wp = w.float().reshape(N // 128, 128, K // 128, 128)
     sb = (wp.abs().amax(dim=(1, 3)) / 448.0).clamp_min(1e-12)          # (N/128, K/128) fp32
     b = (wp / sb[:, None, :, None]).reshape(N, K).to(torch.float8_e4m3fn).contiguous()
 
-    def call(st, _x, _o):
-        a, s_a, bw, s_b = st
-        out = torch.empty(a.shape[0], bw.shape[0], dtype=torch.bfloat16, device=a.device)
-        op(out, a, bw.t(), s_a, s_b.t())
-        return out[:a.shape[0] - pad]
+    def gemm(a_, s_a, bw, s_b):
+        _need(a_.stride(1) == 1 and s_a.stride(0) == 1 and bw.stride(1) == 1,
+              "vLLM's blockwise GEMM wants row-major activations, M-major activation scales, a row-major weight")
+        out = torch.empty(a_.shape[0], bw.shape[0], dtype=torch.bfloat16, device=a_.device)
+        op(out, a_, bw.t(), s_a, s_b.t())
+        return out
 
-    p = _blockwise_prepared((qa, sa, b, sb), call, q, s, b, sb,
-                            config=f"M padded by {pad} rows (vLLM's _padded_cutlass on sm_90); {vllm_cutlass.version()}")
+    def with_quant(st, x_):
+        qa, qs = quant(x_)
+        return gemm(qa, qs, st[2], st[3])
+
+    own = qname.startswith("vLLM's CUDA")        # timed with a quantiser only when it is vLLM's own
+    p = _blockwise_prepared((a, sa, b, sb), lambda st, _x, _o: gemm(*st), a, sa, b, sb,
+                            with_quant=with_quant if own else None,
+                            config=f"no padding (vLLM 0.34 on sm_90; swap-AB when M % 4 != 0); activations: {qname}; "
+                                   f"{vllm_cutlass.version()}")
     p.clone = lambda s: tuple(_strided_clone(t) for t in s)
     return p
 
@@ -554,7 +562,7 @@ def vllm_triton_blockwise(x, w) -> Prepared:
     _need(N % 128 == 0 and K % 128 == 0, f"vLLM's block-FP8 weights are 128 x 128 blocks here: N and K multiples "
                                          f"of 128, got N={N}, K={K}")
     try:
-        quant, qname = vllm_cuda_quant_group(), "vLLM's CUDA quantiser (built from its source)"
+        quant, qname = _vllm_cuda_quant(), "vLLM's CUDA quantiser (built from its source)"
     except _d.PeerUnavailable as e:
         quant, qname = _group_quant_1x128, f"torch ops with vLLM's recipe (its CUDA quantiser: {str(e)[:80]})"
     a, sa = quant(x.contiguous())
@@ -570,7 +578,8 @@ def vllm_triton_blockwise(x, w) -> Prepared:
         qa, qs = quant(x)
         return vllm_triton.matmul(qa, st[2], qs, st[3], cfg)
 
-    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant,
+    own = qname.startswith("vLLM's CUDA")        # timed with a quantiser only when it is vLLM's own
+    return _blockwise_prepared((a, sa, b, sb), call, a, sa, b, sb, with_quant=with_quant if own else None,
                                config=f"{where}; activations: {qname}; {vllm_triton.version()}")
 
 
@@ -622,11 +631,11 @@ def torchao_quant_group():
     return lambda x: bq.fp8_blockwise_act_quant(x, 128)
 
 
-def vllm_cuda_quant_group():
+def _vllm_cuda_quant(column_major: bool = False):
     """vLLM's CUDA per-token-group FP8 quantiser built here from vLLM's source
     (fp8lab.peers.vllm_quant), called as vLLM's ``per_token_group_quant_fp8`` calls it on CUDA:
-    fresh (M, K) e4m3 codes and row-major (M, K/128) fp32 scales, eps 1e-10, the e4m3 range
-    +-448, no UE8M0 rounding."""
+    fresh (M, K) e4m3 codes and (M, K/128) fp32 scales, row-major or M-major (the kernel reads the
+    layout from the strides), eps 1e-10, the e4m3 range +-448, no UE8M0 rounding."""
     import torch
 
     from . import vllm_quant
@@ -636,10 +645,16 @@ def vllm_cuda_quant_group():
     def fn(x):
         M, K = x.shape
         q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
-        s = torch.empty(M, K // 128, dtype=torch.float32, device=x.device)
-        op(x, q, s, 128, 1e-10, -448.0, 448.0, False, False, False)
+        s = (torch.empty(K // 128, M, dtype=torch.float32, device=x.device).t() if column_major
+             else torch.empty(M, K // 128, dtype=torch.float32, device=x.device))
+        op(x, q, s, 128, 1e-10, -448.0, 448.0, False, column_major, False)
         return q, s
     return fn
+
+
+def vllm_cuda_quant_group():
+    """The 06b peer: vLLM's CUDA quantiser with row-major scales (as 06b compares them)."""
+    return _vllm_cuda_quant(column_major=False)
 
 
 QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group,

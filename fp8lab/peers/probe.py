@@ -76,8 +76,8 @@ def deepgemm(variant: str = "as-is") -> int:
 
 
 def vllm_cutlass() -> int:
-    """vLLM's CUTLASS blockwise FP8 GEMM built here at N=256, K=512 and M=130 (padded to 132 as
-    vLLM pads), against float64 on the operands its adapter quantised."""
+    """vLLM's CUTLASS blockwise FP8 GEMM built here at N=256, K=512 and M=130 (not a multiple of 4:
+    its swapped-operand kernel), against float64 on the operands its adapter quantised."""
     from . import adapters
 
     def run(torch):

@@ -1,19 +1,19 @@
 """vLLM's CUTLASS blockwise FP8 GEMM for Hopper (``cutlass_scaled_mm_blockwise_sm90_fp8``: what
 vLLM's ``cutlass_scaled_mm`` runs on sm_90 for 1x128 activation and 128x128 weight scales, the
-DeepSeek-V3 block-FP8 format), built from its own source without vLLM: the copy kernels-community
-keeps in ``vllm-quantization`` at the commit fp8lab.peers.vllm_marlin pins (the same unpack,
-``build/peers/src/vllm-marlin``: its KC_PATHS carry ``cutlass_w8a8/c3x``, ``cutlass_extensions``).
+DeepSeek-V3 block-FP8 format), built from vLLM's released source without vLLM: the files of vLLM
+0.34.0's sdist that this GEMM compiles from (fp8lab.peers.vllm_quant pins the sdist and unpacks
+them, with the quantiser's, into ``build/peers/src/vllm``).
 
-- :func:`build` compiles vLLM's ``scaled_mm_blockwise_sm90_fp8.cu`` (its dispatch: a persistent
-  cooperative kernel, stream-K when K > 3 N; tile 128 x 128 x 128, cluster 1 x 2) with fp8lab's
-  binding (``vllm_cutlass_binding.cpp``: one operator under NAMESPACE) against the CUTLASS
-  headers fp8lab's own CUTLASS arm uses (the nvidia-cutlass wheel), for sm_90a.
-- vLLM's extension collective includes ``cute/tensor_predicate.hpp``, a header CUTLASS 4 folded
-  into ``cute/tensor.hpp``; where the headers lack it the build adds a one-line forwarding
-  header of that name (:func:`shim_dir`), nothing else of vLLM's source changes.
-- On Hopper vLLM pads the quantised activation rows to a multiple of 4 when M is not one (its
-  ``_padded_cutlass``: the kernel's TMA needs the M-major activation scales' stride 16-byte
-  aligned) and drops them after; the adapter does the same.
+- :func:`build` compiles vLLM's ``scaled_mm_blockwise_sm90_fp8.cu`` (its dispatch: CUTLASS's
+  FP8 block-scaled-accumulation kernels, cooperative 128 x 128 x 128 tiles on a 1 x 2 cluster when M
+  is a multiple of 4, else the operands swapped onto 128 x 16 x 128 ping-pong tiles) with fp8lab's
+  binding (``vllm_cutlass_binding.cpp``: the one operator, through torch's stable ABI as vLLM
+  registers its ops, under NAMESPACE) against the CUTLASS headers fp8lab's own CUTLASS arm uses
+  (the nvidia-cutlass wheel; vLLM 0.34 pins CUTLASS 4.7.1: the version is in build_info.json), for
+  sm_90a.
+- vLLM 0.34 calls it with no padding of M (its ``CutlassFp8BlockScaledMMKernel``: activations
+  quantised with M-major scales, ``cutlass_scaled_mm(A, B.T, scale_a=As, scale_b=Bs.T)``); the
+  adapter does the same.
 """
 
 from __future__ import annotations
@@ -25,30 +25,28 @@ from pathlib import Path
 from typing import Optional
 
 from .. import paths
-from . import vllm_marlin
+from . import vllm_quant
 
-#: the CUDA source vLLM compiles for this GEMM on sm_90 (relative to the unpacked KC_DIR)
-CU_SOURCES = ("cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8.cu",)
-HEADERS = ("cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8_dispatch.cuh", "cutlass_w8a8/c3x/cutlass_gemm_caller.cuh",
-           "cutlass_extensions/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp")
+#: the CUDA source vLLM compiles for this GEMM on sm_90 (relative to the sdist unpack)
+CU_SOURCES = (f"{vllm_quant.CUTLASS_C3X}/scaled_mm_blockwise_sm90_fp8.cu",)
+HEADERS = tuple(p for p in vllm_quant.CUTLASS_PATHS if p not in CU_SOURCES)
 BINDING = Path(__file__).with_name("vllm_cutlass_binding.cpp")
 NAMESPACE = "_fp8lab_vllm_cutlass"
 BUILD_ENV = "FP8LAB_VLLM_CUTLASS_BUILD"
 PROBING_ENV = "FP8LAB_VLLM_CUTLASS_PROBING"
 ARCH_LIST = "9.0a"              # wgmma and TMA: the arch-specific Hopper target, as vLLM builds it
-#: CUTLASS 4 removed this header (its contents live in cute/tensor.hpp); vLLM's collective includes it
-PREDICATE_HEADER = "cute/tensor_predicate.hpp"
-INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm-marlin --kernels-community-git DIR "
-           "&& python -m fp8lab.peers build vllm-cutlass")
-#: the nvcc flags vLLM's CMake gives its CUTLASS sources beyond torch's: the -U flags undo torch's
-#: -D__CUDA_NO_HALF_* defaults (CUTLASS's numeric types want those operators)
-CUDA_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
-              "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+INSTALL = (f"python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers build "
+           f"vllm-cutlass  (vLLM {vllm_quant.VLLM_VERSION}'s sdist from PyPI)")
+#: the nvcc flags vLLM's CMake gives its CUTLASS sources beyond torch's: USE_CUDA (torch's stable shim
+#: declares its CUDA stream getter under it); the -U flags undo torch's -D__CUDA_NO_HALF_* defaults
+#: (CUTLASS's numeric types want those operators)
+CUDA_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "-DUSE_CUDA", "--expt-relaxed-constexpr",
+              "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
               "-U__CUDA_NO_HALF2_OPERATORS__")
 
 
 def src_dir() -> Path:
-    return vllm_marlin.src_dir()
+    return vllm_quant.src_dir()
 
 
 def build_dir() -> Path:
@@ -59,7 +57,7 @@ def build_dir() -> Path:
 def missing_source(src: Optional[Path] = None) -> Optional[str]:
     """Why the source is not usable (one line with what to run), None when it is."""
     src = src or src_dir()
-    lost = [p for p in (*CU_SOURCES, *HEADERS, "core/math.hpp") if not (src / p).exists()]
+    lost = [p for p in (*CU_SOURCES, *HEADERS, "csrc/torch_utils.h") if not (src / p).exists()]
     if lost:
         return (f"vLLM's CUTLASS blockwise GEMM source is not at {src} (no {lost[0]}): run "
                 f"`{INSTALL.split(' && ')[0]}`")
@@ -73,26 +71,12 @@ def cutlass_include() -> Path:
     return cb.cutlass_include_dir()
 
 
-def shim_dir(include: Path, where: Path) -> Optional[Path]:
-    """A folder holding a forwarding ``cute/tensor_predicate.hpp`` when ``include`` has none
-    (CUTLASS 4.x), written under ``where``; None when the headers have it (CUTLASS 3.x)."""
-    if (include / PREDICATE_HEADER).exists():
-        return None
-    shim = Path(where) / "cutlass-shim"
-    (shim / "cute").mkdir(parents=True, exist_ok=True)
-    (shim / PREDICATE_HEADER).write_text(
-        "// fp8lab: CUTLASS 4 folded this header into cute/tensor.hpp; vLLM's collective still includes it\n"
-        "#pragma once\n#include \"cute/tensor.hpp\"\n")
-    return shim
-
-
-def include_dirs(src: Path, include: Path, where: Path) -> list:
-    """vLLM's folders, CUTLASS's include and its tools/util/include (``cutlass/util/packed_stride.hpp``,
-    beside it in the wheel and in a CUTLASS checkout), and the forwarding header where needed."""
-    shim = shim_dir(include, where)
+def include_dirs(src: Path, include: Path) -> list:
+    """vLLM's csrc and its c3x folder, CUTLASS's include and its tools/util/include
+    (``cutlass/util/packed_stride.hpp``, beside it in the wheel and in a CUTLASS checkout)."""
     util = include.parent / "tools" / "util" / "include"
-    return [str(src), str(src / "cutlass_w8a8"), str(include), *([str(util)] if util.is_dir() else []),
-            *([str(shim)] if shim else [])]
+    return [str(src / "csrc"), str(src / "csrc" / "quantization" / "w8a8" / "cutlass"), str(include),
+            *([str(util)] if util.is_dir() else [])]
 
 
 def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Path]:
@@ -103,13 +87,13 @@ def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Pa
         d = json.loads((out / "build_info.json").read_text())
     except (OSError, ValueError):
         return None
-    same = d.get("source_commit") == vllm_marlin.source_stamp(src).get("commit") and d.get("source") == str(src)
+    same = d.get("sha256") == vllm_quant.source_stamp(src).get("sha256") and d.get("source") == str(src)
     return so if so is not None and same else None
 
 
 def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     """Compile the extension (torch.utils.cpp_extension.load, ninja) into ``out`` for sm_90a;
-    writes build_info.json (source commit, CUTLASS version, nvcc, torch). Returns the .so."""
+    writes build_info.json (vLLM version and sdist sha256, CUTLASS version, nvcc, torch). Returns the .so."""
     from ..kernels import cutlass_blockwise_sm90 as cb
 
     src = src_dir()
@@ -126,7 +110,7 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     os.environ["TORCH_CUDA_ARCH_LIST"] = ARCH_LIST
     try:
         cpp_extension.load(name=NAMESPACE, sources=[str(BINDING), *(str(src / s) for s in CU_SOURCES)],
-                           extra_include_paths=include_dirs(src, inc, out), build_directory=str(out),
+                           extra_include_paths=include_dirs(src, inc), build_directory=str(out),
                            extra_cflags=["-O3"], extra_cuda_cflags=list(CUDA_FLAGS), is_python_module=False,
                            verbose=verbose)
     finally:
@@ -140,14 +124,16 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
     from .build import _nvcc_version
 
     nvcc_v = _nvcc_version(cpp_extension._join_cuda_home("bin", "nvcc"))
+    stamp = vllm_quant.source_stamp(src)
     (out / "build_info.json").write_text(json.dumps(dict(
-        source_commit=vllm_marlin.source_stamp(src).get("commit", "?"), source=str(src), url=vllm_marlin.KC_URL,
-        dir=vllm_marlin.KC_DIR, cutlass=cb.cutlass_version(inc), shim=shim_dir(inc, out) is not None, nvcc=nvcc_v,
-        torch=torch.__version__, arch_list=ARCH_LIST), indent=1))
+        version=stamp.get("version", "?"), sha256=stamp.get("sha256", "?"), source=str(src), url=vllm_quant.SDIST_URL,
+        cutlass=cb.cutlass_version(inc), nvcc=nvcc_v, torch=torch.__version__, arch_list=ARCH_LIST), indent=1))
     return so
 
 
 def build_info() -> dict:
+    from . import vllm_marlin
+
     return vllm_marlin.build_info(build_dir())
 
 
@@ -155,9 +141,8 @@ def version() -> str:
     d = build_info()
     if not d:
         return "source build"
-    shim = f", {PREDICATE_HEADER} forwarded" if d.get("shim") else ""
-    return (f"kernels-community {vllm_marlin.KC_DIR} @ {str(d.get('source_commit', '?'))[:7]} (CUTLASS "
-            f"{d.get('cutlass', '?')} headers{shim}; built with {d.get('nvcc', '?')})")
+    return (f"vLLM {d.get('version', '?')} sdist (CUTLASS {d.get('cutlass', '?')} headers; built with "
+            f"{d.get('nvcc', '?')})")
 
 
 def prebuild_ready() -> tuple[bool, str]:
@@ -229,16 +214,17 @@ def ops():
 # ------------------------------------------------------------------------------------------
 def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = None, nvcc: str = "nvcc",
                   arch: str = "sm_90a", timeout: float = 2400) -> dict:
-    """Compile the binding's kernel file with the build's flags (torch's headers, CUDA_FLAGS, the
-    CUTLASS headers and, for CUTLASS 4, the forwarding header) for ``arch``, then list the
-    CUTLASS GEMM kernels its SASS holds (``cutlass::device_kernel<...>``, what CUTLASS's adapter
-    launches; cuobjdump): dict(ok, seconds, errors, kernels, command)."""
+    """Compile vLLM's kernel file with the build's flags (torch's headers, CUDA_FLAGS, the CUTLASS
+    headers) for ``arch`` and fp8lab's binding, then list the CUTLASS GEMM kernels its SASS holds
+    (``cutlass::device_kernel<...>``, what CUTLASS's adapter launches; cuobjdump):
+    dict(ok, seconds, errors, kernels, command)."""
     import shutil
     import sysconfig
     import tempfile
     import time
 
     from . import build as peer_build
+    from . import vllm_marlin
 
     src = Path(src) if src else src_dir()
     why = missing_source(src)
@@ -251,14 +237,16 @@ def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = Non
         (shim / peer_build._TORCH_CUDA_MACROS[0]).write_text(peer_build._TORCH_CUDA_MACROS[1])
         for name, text in vllm_marlin._LIB_STUBS.items():
             (shim / name).write_text("#pragma once\n" + text)
-        incs = [*include_dirs(src, cutlass_include(), Path(d)), *peer_build._torch_includes(torch_include),
+        incs = [*include_dirs(src, cutlass_include()), *peer_build._torch_includes(torch_include),
                 sysconfig.get_paths()["include"]]
-        obj = Path(d) / "blockwise.o"
-        cmd = [exe, f"-gencode=arch=compute_{arch[3:]},code={arch}", *CUDA_FLAGS, "-DTORCH_API_INCLUDE_EXTENSION_H",
-               f"-DTORCH_EXTENSION_NAME={NAMESPACE}", "-D_GLIBCXX_USE_CXX11_ABI=1", *(f"-I{i}" for i in incs),
-               f"-Xcompiler=-idirafter,{shim}", "-c", str(src / CU_SOURCES[0]), "-o", str(obj)]
+        obj, bobj = Path(d) / "blockwise.o", Path(d) / "binding.o"
+        common = ["-D_GLIBCXX_USE_CXX11_ABI=1", *(f"-I{i}" for i in incs), f"-Xcompiler=-idirafter,{shim}"]
+        cmd = [exe, f"-gencode=arch=compute_{arch[3:]},code={arch}", *CUDA_FLAGS, *common, "-c",
+               str(src / CU_SOURCES[0]), "-o", str(obj)]
+        bcmd = [exe, "-x", "c++", "-std=c++17", "-O2", *common, "-c", str(BINDING), "-o", str(bobj)]
         t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rb = subprocess.run(bcmd, capture_output=True, text=True, timeout=timeout)
         kernels = []
         if r.returncode == 0 and obj.exists():
             from ..toolchain import tools
@@ -266,7 +254,7 @@ def compile_check(src: Optional[Path] = None, torch_include: Optional[str] = Non
             sass = tools.run_tool("cuobjdump", ["-sass", str(obj)], timeout=600).stdout
             kernels = sorted({ln.split(":", 1)[1].strip() for ln in sass.splitlines()
                               if ln.strip().startswith("Function :") and "device_kernel" in ln})
-    log = r.stdout + r.stderr
+    log = r.stdout + r.stderr + rb.stdout + rb.stderr
     errors = [ln for ln in log.splitlines() if " error" in ln or "fatal" in ln]
-    return dict(ok=r.returncode == 0 and bool(kernels), seconds=time.monotonic() - t0, errors=errors[:10],
-                kernels=kernels, command=" ".join(cmd))
+    return dict(ok=r.returncode == 0 and rb.returncode == 0 and bool(kernels), seconds=time.monotonic() - t0,
+                errors=errors[:10], kernels=kernels, command=" ".join(cmd) + "\n" + " ".join(bcmd))

@@ -37,9 +37,7 @@ KC_COMMIT = "8836a017f1ba741fce327e17907ff0522aeed4df"
 KC_DIR = "vllm-quantization"
 #: what the build and the Python utilities read, relative to KC_DIR
 KC_PATHS = ("gptq_marlin", "core/scalar_type.hpp", "torch-ext/vllm_quantization/scalar_type.py",
-            "torch-ext/vllm_quantization/marlin.py", "torch-ext/vllm_quantization/utils",
-            # vLLM's CUTLASS blockwise FP8 GEMM (fp8lab.peers.vllm_cutlass) is built from the same unpack
-            "cutlass_w8a8/c3x", "cutlass_extensions", "core/math.hpp")
+            "torch-ext/vllm_quantization/marlin.py", "torch-ext/vllm_quantization/utils")
 #: the CUDA sources of the extension: the GEMM's host code, the repack kernel, and every kernel
 #: instantiation the host code dispatches to (gptq_marlin.cu refers to all of them)
 CU_SOURCES = ("gptq_marlin/gptq_marlin.cu", "gptq_marlin/gptq_marlin_repack.cu",

@@ -34,8 +34,16 @@ SDIST_SHA256 = "fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113
 CU_SOURCES = ("csrc/quantization/w8a8/fp8/per_token_group_quant.cu",)
 #: vLLM's Triton block-FP8 GEMM (fp8lab.peers.vllm_triton loads its kernel from this file)
 FP8_UTILS = "vllm/model_executor/layers/quantization/utils/fp8_utils.py"
+#: vLLM's CUTLASS blockwise FP8 GEMM for Hopper and what it includes (fp8lab.peers.vllm_cutlass builds it)
+CUTLASS_C3X = "csrc/quantization/w8a8/cutlass/c3x"
+CUTLASS_PATHS = (f"{CUTLASS_C3X}/scaled_mm_blockwise_sm90_fp8.cu", f"{CUTLASS_C3X}/scaled_mm_blockwise_sm90_fp8_dispatch.cuh",
+                 f"{CUTLASS_C3X}/cutlass_gemm_caller.cuh", f"{CUTLASS_C3X}/scaled_mm_kernels.hpp", "csrc/core/utils.hpp",
+                 "csrc/cutlass_extensions/common.hpp", "csrc/cutlass_extensions/epilogue/scaled_mm_epilogues_c3x.hpp",
+                 "csrc/cutlass_extensions/epilogue/broadcast_load_epilogue_c3x.hpp",
+                 "csrc/cutlass_extensions/epilogue/broadcast_load_epilogue_array_c3x.hpp")
 SDIST_PATHS = (*CU_SOURCES, "csrc/core/cuda_compat.h", "csrc/dispatch_utils.h", "csrc/torch_utils.h",
-               "csrc/quantization/vectorization.cuh", "csrc/quantization/vectorization_utils.cuh", FP8_UTILS, "LICENSE")
+               "csrc/quantization/vectorization.cuh", "csrc/quantization/vectorization_utils.cuh", FP8_UTILS,
+               *CUTLASS_PATHS, "LICENSE")
 #: and the tuned configs vLLM ships for that GEMM on NVIDIA GPUs, 128 x 128 blocks (fnmatch patterns)
 SDIST_GLOBS = ("vllm/model_executor/layers/quantization/utils/configs/N=*,K=*,device_name=NVIDIA_*,"
                "dtype=fp8_w8a8,block_shape=[[]128,128].json",)
@@ -76,7 +84,7 @@ def source_stamp(src: Optional[Path] = None) -> dict:
 def missing_source(src: Optional[Path] = None) -> Optional[str]:
     """Why the source is not usable (one line with what to run), None when it is."""
     src = src or src_dir()
-    lost = [p for p in SDIST_PATHS if not (src / p).exists()]
+    lost = [p for p in (*CU_SOURCES, "csrc/torch_utils.h", "csrc/quantization/vectorization.cuh") if not (src / p).exists()]
     if lost:
         return f"vLLM's quantiser source is not at {src} (no {lost[0]}): run `{INSTALL.split(' && ')[0]}`"
     return None
