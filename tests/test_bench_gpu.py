@@ -53,7 +53,7 @@ def test_spin_kernel_time_scales_with_its_length():
     assert t2.p50_s / t1.p50_s == pytest.approx(2.0, rel=0.1)
 
 
-def test_events_time_the_gpu_when_the_host_path_outlasts_the_flush():
+def test_events_time_the_gpu_when_the_host_path_outlasts_the_flush(monkeypatch):
     # a host that sleeps before it launches a ~5 us kernel. Its default head start covers a host
     # path of ~0.1 ms. A host of 0.4 ms outlasts the flush (~60 us) and the default head start:
     # with none the GPU drains and the event pair holds the host's wait; with a head start
@@ -61,6 +61,11 @@ def test_events_time_the_gpu_when_the_host_path_outlasts_the_flush():
     # cycles (>= 20 ms at the H200's 1980 MHz): with 4M (~2 ms) the H200 once read 502 us held,
     # right after the prebuild, which fits a 0.4 ms sleep that took ~2.5 ms on a busy host. The
     # host path is timed, so a failure says how long it really took.
+    # bench gives calls first estimated at HEAD_START_BELOW_MS (0.5 ms) or more no head start, on
+    # purpose; the 0.4 ms host path estimates at ~0.49 ms, and once (065b701, in the whole GPU
+    # suite) above it: 492 us held beside a 488 us host path. This test is about the head start,
+    # not that rule, so the rule is lifted here.
+    monkeypatch.setattr(bench, "HEAD_START_BELOW_MS", float("inf"))
     import statistics
     import time
 
