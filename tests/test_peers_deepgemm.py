@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -316,3 +317,28 @@ def test_make_build_builds_deepgemm_only_from_an_unpacked_source_and_rebuilds_a_
     from fp8lab.run import prebuild
     names = {t.name for t in prebuild.TARGETS}
     assert {"peer_deepgemm_as_is", "peer_deepgemm_static_libstdcxx"} <= names
+
+
+def test_the_static_variant_imports_without_the_as_is_build(tmp_path, monkeypatch):
+    # the prebuild builds as-is and static-libstdcxx at once and probes each when it is built: the
+    # H200 (065b701) probed static-libstdcxx before as-is was built, and its probe's import failed on
+    # the as-is build's absence (cached, so notebook 05 ran without DeepGEMM)
+    monkeypatch.setenv(discover.DEEPGEMM_BUILD_ENV, str(tmp_path / "deepgemm"))
+    _fake_build(tmp_path / "deepgemm-static-libstdcxx")
+    monkeypatch.setattr(discover, "DEEPGEMM_CHOICE", {})
+    monkeypatch.setattr(discover, "_need_torch", lambda: None)
+    monkeypatch.setattr(importlib, "import_module", lambda name: "the module")
+    monkeypatch.setenv(discover.DEEPGEMM_VARIANT_ENV, "static-libstdcxx")
+    monkeypatch.setenv(discover.DEEPGEMM_PROBING_ENV, "1")
+    assert discover.import_deepgemm() == "the module"
+    assert str(tmp_path / "deepgemm-static-libstdcxx") in sys.path
+    sys.path.remove(str(tmp_path / "deepgemm-static-libstdcxx"))
+    # chosen by the probes on a GPU: as-is says it is not built, static-libstdcxx passes
+    monkeypatch.delenv(discover.DEEPGEMM_VARIANT_ENV)
+    monkeypatch.delenv(discover.DEEPGEMM_PROBING_ENV)
+    monkeypatch.setattr(discover, "_gpu_sm", lambda: 90)
+    monkeypatch.setattr(discover, "probe_deepgemm",
+                        lambda v, timeout=300.0: (v == "static-libstdcxx", "ok" if v == "static-libstdcxx" else "not built"))
+    assert discover.import_deepgemm() == "the module"
+    assert discover.DEEPGEMM_CHOICE["variant"] == "static-libstdcxx"
+    sys.path.remove(str(tmp_path / "deepgemm-static-libstdcxx"))

@@ -79,6 +79,12 @@ def marlin_build_dir(variant: str = "as-is") -> Path:
 MARLIN_CHOICE: dict = {}
 
 
+#: part of every cached probe's stamp: raised when a probe's answer for the same build can change
+#: (2: a DeepGEMM variant with its own build no longer needs the as-is build, whose absence the
+#: prebuild's parallel builds could cache as that variant's failure)
+PROBE_CACHE_VERSION = 2
+
+
 def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
                  cmd: Optional[list] = None, stem: str = "probe") -> tuple[bool, str]:
     """Run ``python -m fp8lab.peers <args>`` (or ``cmd``) in its own process (a kernel that faults, or a binding
@@ -90,7 +96,7 @@ def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
     import sys as _sys
 
     cache = build / f"{stem}.json"
-    stamp = f"{so.name}:{so.stat().st_mtime_ns}"
+    stamp = f"{so.name}:{so.stat().st_mtime_ns}:{PROBE_CACHE_VERSION}"
     if cache.exists():
         try:
             d = json.loads(cache.read_text())
@@ -309,24 +315,27 @@ def _dlopen_flags(flags: Optional[int]):
 
 
 def import_deepgemm():
-    """DeepGEMM's ``deep_gemm`` package: the build here (build/peers/deepgemm, its JIT's variables
-    set from its build_info.json) in the first variant whose separate-process probe passed on this
-    GPU, else an installed one. PeerUnavailable naming what to run, or what every probe saw."""
-    build = deepgemm_build_dir()
-    why = _deepgemm_missing(build)
-    if why is not None and importlib.util.find_spec("deep_gemm") is None:
+    """DeepGEMM's ``deep_gemm`` package: a build here (build/peers/deepgemm, or a variant's own build
+    beside it; its JIT's variables set from its build_info.json) in the first variant whose
+    separate-process probe passed on this GPU, else an installed one. PeerUnavailable naming what
+    to run, or what every probe saw. A variant with a build of its own needs nothing of the as-is
+    build: the prebuild builds the two at once and probes each as soon as it is built."""
+    why = _deepgemm_missing(deepgemm_build_dir())
+    own = [v for v in DEEPGEMM_OWN_BUILD if _deepgemm_missing(deepgemm_build_dir(v)) is None]
+    installed = importlib.util.find_spec("deep_gemm") is not None
+    if why is not None and not own and not installed:
         raise PeerUnavailable(why)          # what to run comes before what else is missing
     _need_torch()
     flags = None
-    if why is None:
+    if why is None or own:
         if os.environ.get(DEEPGEMM_PROBING_ENV) or _gpu_sm() is None:
-            variant = os.environ.get(DEEPGEMM_VARIANT_ENV) or "as-is"
+            variant = os.environ.get(DEEPGEMM_VARIANT_ENV) or ("as-is" if why is None else own[0])
         else:
             variant = choose_deepgemm_variant()
         if variant not in DEEPGEMM_VARIANTS:
             raise PeerUnavailable(f"${DEEPGEMM_VARIANT_ENV}={variant!r}: must be one of {DEEPGEMM_VARIANTS}")
         build = deepgemm_build_dir(variant)
-        if variant in DEEPGEMM_OWN_BUILD and (miss := _deepgemm_missing(build)):
+        if miss := _deepgemm_missing(build):
             raise PeerUnavailable(miss)
         if variant == "deepbind":
             flags = os.RTLD_NOW | os.RTLD_DEEPBIND
@@ -341,7 +350,7 @@ def import_deepgemm():
 
 
 def _deepgemm_version() -> str:
-    d = deepgemm_build_info()
+    d = deepgemm_build_info(deepgemm_build_dir(DEEPGEMM_CHOICE.get("variant", "as-is"))) or deepgemm_build_info()
     if d:
         return (f"{d.get('version', '?')} (source {str(d.get('source_commit', '?'))[:12]}, CUTLASS "
                 f"{d.get('cutlass_version', '?')} headers, built with {d.get('nvcc', '?')})")
