@@ -146,7 +146,8 @@ for dev in devs:
     info = run.info_for(dev, meta)
     for K in sorted(qdf["K"].unique()):
         d = qdf[(qdf["K"] == K) & (qdf["status"] == "measured")]
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.0))
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.8))
+        w = d[d["arm"] == "quant_act_warp"].set_index("M")["time_p50_s"]
         for arm, style in ARM_STYLE.items():
             g = d[d["arm"] == arm].sort_values("M")
             if g.empty:
@@ -155,11 +156,14 @@ for dev in devs:
             a1.plot(g["M"], g["gbps_p50"] / 1e3, style, color=col, label=registry.label(arm), ms=5)
             res = g[g["l2_resident"].astype(bool)]
             a1.plot(res["M"], res["gbps_p50"] / 1e3, "o", mfc="white", color=col, ms=7)
-            w = d[d["arm"] == "quant_act_warp"].set_index("M")["time_p50_s"]
             ratio = g.set_index("M")["time_p50_s"] / w
             a2.plot(ratio.index, ratio.values, style, color=col, label=registry.label(arm), ms=5)
         # other people's quantisers (fp8lab.peers), dash-dotted with open diamonds
         peer_report.draw(a1, peer_tables.get(dev), "M", "gbps_p50", scale=1e3, where={"K": K})
+        pm = peer_report.measured(peer_tables.get(dev))
+        if not pm.empty:                # and their time over the warp kernel's, same run, same M
+            pm = pm[pm["K"] == K].assign(slowdown=lambda t: t["time_p50_s"] / t["M"].map(w))
+            peer_report.draw(a2, pm, "M", "slowdown")
         c = d[d["arm"] == "quant_act_warp"].sort_values("M")
         a1.plot(c["M"], c["copy_gbps_p50"] / 1e3, "k--", lw=1, label="copy, same bytes")
         if d["l2_resident"].astype(bool).any():
@@ -173,20 +177,25 @@ for dev in devs:
         a1.set_xlabel("M (tokens)")
         a1.set_ylabel("bandwidth (TB/s, read + write)")
         a1.set_title(f"1x128 quantisers, K={K}")
-        a1.legend(fontsize=7)
         a2.set_xscale("log", base=2)
         a2.set_yscale("log")
         a2.axhline(1, color="#555555", lw=0.8)
         a2.set_xlabel("M (tokens)")
         a2.set_ylabel("time / quant_act_warp's time")
-        a2.set_title("slowdown against the warp kernel")
-        fig.tight_layout()
+        a2.set_title("slowdown against the warp kernel (above 1: slower)")
+        # one legend under both panels (the left panel's lines; the right panel repeats them)
+        fig.legend(*a1.get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=7, frameon=False,
+                   bbox_to_anchor=(0.5, 0.05))
+        fig.tight_layout(rect=(0, 0.17, 1, 1))
         plotting.save(fig, info, f"bandwidth_k{K}")
         plt.show()
     if peer_report.show_status(dev, peer_tables, peer_ids, what="quantisers"):
-        # fp8lab's kernels against the fastest peer of the same run (time; > 1: fp8lab ahead)
-        display(peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
-                                             metric="time_p50_s", higher=False).round(3))
+        # fp8lab's fastest kernel against the fastest peer of the same run (p50 times in us;
+        # own_over_peer > 1: fp8lab ahead)
+        vb = peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
+                                          metric="time_p50_s", higher=False)
+        display(vb.assign(own=vb["own"] * 1e6, peer=vb["peer"] * 1e6)
+                .rename(columns={"own": "own_us", "peer": "peer_us"}).round(3))
 
 notebook.say_if_no_data(devs, "to time the quantisers")
 

@@ -185,3 +185,15 @@ def test_target_table_small_m_band_and_the_best_peer():
     assert not t.loc[1, "met"] and t.loc[16, "met"]
     assert t.loc[16, "best_peer"] == "peer_sglang_quant_group" and t.loc[16, "peer_fraction_of_copy"] == 0.66
     assert t.loc[1, "best_peer"] == "" and np.isnan(t.loc[1, "peer_fraction_of_copy"])
+
+
+def test_target_table_prices_a_peer_against_the_copy_timed_beside_fp8labs_kernel():
+    # the peers table of a measured run has no copy of its own: its fraction is the peer's
+    # bandwidth over the same-traffic copy of fp8lab's row at that M
+    df = pd.DataFrame([{"arm": "quant_act_warp_ilp", "M": 256, "K": 7168, "status": "measured", "time_p50_s": 4e-6,
+                        "fraction_of_copy": 0.9, "gbps_p50": 1800.0, "copy_gbps_p50": 2000.0}])
+    peers = pd.DataFrame([{"arm": "peer_vllm_cuda_quant_group", "M": 256, "K": 7168, "status": "measured",
+                           "time_p50_s": 5e-6, "gbps_p50": 1400.0, "fraction_of_copy": np.nan}])
+    t = qx.target_table(df, peers=peers).set_index("M")
+    assert t.loc[256, "best_peer"] == "peer_vllm_cuda_quant_group"
+    assert t.loc[256, "peer_fraction_of_copy"] == pytest.approx(0.7)

@@ -279,8 +279,19 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
             rows.append(dict(arm=arm, M=int(r["M"]), K=K, fraction_of_copy=r["fraction_of_copy"], target=goal,
                              met=bool(r["fraction_of_copy"] >= goal),
                              best_peer=best["arm"] if best is not None else "",
-                             peer_fraction_of_copy=best["fraction_of_copy"] if best is not None else math.nan))
+                             peer_fraction_of_copy=_peer_fraction(best, r)))
     return pd.DataFrame(rows, columns=cols)
+
+
+def _peer_fraction(peer_row, own_row) -> float:
+    """A peer's bandwidth over the same-traffic copy the run timed beside fp8lab's kernels at that
+    (M, K): the peers table times no copy of its own (its fraction_of_copy column, where set, wins)."""
+    if peer_row is None:
+        return math.nan
+    f = peer_row.get("fraction_of_copy", math.nan)
+    if pd.notna(f):
+        return float(f)
+    return float(peer_row["gbps_p50"] / own_row["copy_gbps_p50"])
 
 
 def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
