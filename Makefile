@@ -67,10 +67,11 @@ smoke: setup
 	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --smoke)
 	$(PY) -m fp8lab run --smoke $(ARGS)
 
-## The GPU tests alone (they need an NVIDIA GPU; without one pytest selects none and says so).
+## The GPU tests (they need an NVIDIA GPU; without one pytest selects none and says so), and the
+## tests that need torch but no GPU (CI has no torch: they run here, where torch is).
 test-gpu: setup
 	$(if $(filter yes,$(PREBUILD)),$(PY) -m fp8lab build --no-ahead)
-	$(PY) -m pytest -q -m gpu --durations=8 $(ARGS)
+	$(PY) -m pytest -q -m "gpu or torch" --durations=8 $(ARGS)
 
 ## Open the notebooks in JupyterLab: rooted at notebooks/, with a kernel that runs this venv's
 ## Python, and a paired .py opening as a notebook (fp8lab/run/lab.py says why). ARGS go to jupyter lab.

@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.torch
+
 from fp8lab.peers import adapters, build, discover, harness  # noqa: E402
 
 
@@ -225,8 +227,8 @@ def test_blockwise_sweep_checks_against_the_peers_own_operands(cpu_sweeps, monke
     from fp8lab.experiments import blockwise as bw
     from fp8lab.kernels import baselines
 
-    monkeypatch.setattr(bw, "_time", lambda fn, **kw: (fn(), None) and (_timing("events"),
-                                                                        clocks.row_clocks(None, None, None)))
+    monkeypatch.setattr(sweeps.measure_harness, "timed", lambda fn, **kw: (fn(), None) and (
+        _timing("events"), clocks.row_clocks(None, None, None)))
 
     def peer(x, w, wrong=False, wrong_quant=False):
         a, sa = baselines.quant_act_reference(x)                 # stand-in for the peer's quantisers
@@ -303,3 +305,32 @@ def test_decode_checks_every_m(cpu_sweeps):
                        same_copy=False, avail=_ok, prepare={"peer_gemlite_w8a16_fp8": wrong_above_8})
     st = df.set_index("M")["status"]
     assert st[1] == "measured" and st[16].startswith("failed-check: relerr") and "at M=16" in st[16]
+
+
+def test_quantiser_sweep_tells_rounding_rules_and_the_zero_group_apart(cpu_sweeps):
+    from fp8lab.experiments import quantisers as qx
+    from fp8lab.kernels import baselines
+
+    def unguarded(x):             # amax / 448 with no zero guard: an all-zero group gives 0 / 0
+        M, K = x.shape
+        g = x.float().view(M, K // 128, 128)
+        s = g.abs().amax(-1) / torch.full((M, K // 128), 448.0)
+        return (g / s[..., None]).to(torch.float8_e4m3fn).view(M, K), s
+
+    def off_by_an_ulp(x):
+        q, s = baselines.quant_act_true_division(x)
+        return q, torch.nextafter(s, torch.full_like(s, float("inf")))
+
+    make = {"peer_vllm_cuda_quant_group": lambda: baselines.quant_act_true_division,
+            "peer_torchao_quant_group": lambda: unguarded, "peer_vllm_quant_group": lambda: off_by_an_ulp}
+    df = sweeps.quantisers([3], [512], list(make), avail=_ok, make=make).set_index("arm")
+    assert list(df.reset_index().columns) == sweeps.quantiser_columns()
+    td = df.loc["peer_vllm_cuda_quant_group"]
+    assert td["codes_vs_true_division"] == 0 and td["scales_vs_true_division"] == 0
+    assert td["zero_group_scale"] == 1.0 and td["zero_group_nan_codes"] == 0
+    z = df.loc["peer_torchao_quant_group"]
+    assert z["zero_group_scale"] == 0.0 and z["zero_group_nan_codes"] == 128
+    assert z["codes_vs_true_division"] == 128 and z["scales_vs_true_division"] == 1
+    u = df.loc["peer_vllm_quant_group"]
+    assert u["scales_vs_true_division"] == 3 * 4 and u["scales_differing"] >= 3 * 4 - 1
+    assert (df["status"] == "measured").all() and df.index.map(qx.registry.is_peer).all()

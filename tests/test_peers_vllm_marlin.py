@@ -115,6 +115,7 @@ def test_the_catalog_rows_are_source_builds_with_the_c4_pair():
     assert (fp8.fmt, int8.fmt) == ("fp8", "int8") and fp8.group == int8.group == 0 and fp8.scales == int8.scales
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(vllm_marlin.missing_source() is not None, reason="vLLM Marlin's source is not unpacked here")
 def test_its_python_utilities_import_over_stand_in_operators():
     pytest.importorskip("torch")

@@ -270,6 +270,7 @@ for variant, (bm, bn, persist) in (("per_block", (64, 128, 0)), ("per_block_inpl
 '''
 
 
+@pytest.mark.torch
 def test_interpreter_runs_every_path(tmp_path):
     """Every kernel of every path on the CPU through TRITON_INTERPRET=1, against float64:
     ragged tiles, the scale lookups, split-K re-arming, the persistent tile loop."""

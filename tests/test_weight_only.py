@@ -891,6 +891,7 @@ def test_vllm_marlin_kernels_under_ncu_map_to_their_format_by_the_type_id():
     assert [thread[a] for a in arms] == [64.0, 96.0, 128.0]
 
 
+@pytest.mark.torch
 def test_vllm_marlin_type_ids_are_the_sources_own():
     from fp8lab.experiments import decode as dx
     from fp8lab.peers import vllm_marlin
