@@ -196,6 +196,14 @@ for dev in devs:
                                           metric="time_p50_s", higher=False)
         display(vb.assign(own=vb["own"] * 1e6, peer=vb["peer"] * 1e6)
                 .rename(columns={"own": "own_us", "peer": "peer_us"}).round(3))
+        # the peers bit for bit: against the reference (torch on CUDA, amax * fp32(1/448)), against
+        # amax / 448 by true division, and what they wrote for the input's all-zero group
+        pc = qx.peer_check_table(peer_tables[dev])
+        if len(pc):
+            display(Markdown("Peers bit for bit (codes, scales differing from the reference and from true "
+                             "division; the all-zero group's scale and NaN codes, where the table has them):"))
+            display(pc)
+            display(Markdown(" ".join(qx.peer_check_notes(peer_tables[dev]))))
 
 notebook.say_if_no_data(devs, "to time the quantisers")
 

@@ -197,3 +197,27 @@ def test_target_table_prices_a_peer_against_the_copy_timed_beside_fp8labs_kernel
     t = qx.target_table(df, peers=peers).set_index("M")
     assert t.loc[256, "best_peer"] == "peer_vllm_cuda_quant_group"
     assert t.loc[256, "peer_fraction_of_copy"] == pytest.approx(0.7)
+
+
+def test_peer_check_notes_come_from_the_rows():
+    rows = []
+    for M in (1, 256):
+        rows += [dict(arm="peer_vllm_cuda_quant_group", M=M, K=7168, status="measured", codes_differing=2 * M,
+                      scales_differing=28 * M, codes_vs_true_division=0, scales_vs_true_division=0,
+                      zero_group_scale=1.0, zero_group_nan_codes=0),
+                 dict(arm="peer_torchao_quant_group", M=M, K=7168, status="measured", codes_differing=128,
+                      scales_differing=1, codes_vs_true_division=128, scales_vs_true_division=1,
+                      zero_group_scale=0.0, zero_group_nan_codes=128),
+                 dict(arm="peer_sglang_quant_group", M=M, K=7168, status="not-run: x")]
+    notes = qx.peer_check_notes(pd.DataFrame(rows))
+    assert len(notes) == 2
+    vllm = next(n for n in notes if n.startswith("vLLM"))
+    tao = next(n for n in notes if n.startswith("torchao"))
+    assert "scales are `amax / 448` by true division at every point, and so are its codes" in vllm
+    assert "zero" not in vllm
+    assert "all-zero group comes out as 128 NaN codes (scale 0)" in tao
+    # an older table without the true-division columns: only what it has
+    old = pd.DataFrame(rows).drop(columns=["codes_vs_true_division", "scales_vs_true_division",
+                                           "zero_group_scale", "zero_group_nan_codes"])
+    assert all("true division" not in n and "zero" not in n for n in qx.peer_check_notes(old))
+    assert qx.peer_check_notes(None) == [] and qx.peer_check_table(pd.DataFrame()).empty

@@ -294,6 +294,55 @@ def _peer_fraction(peer_row, own_row) -> float:
     return float(peer_row["gbps_p50"] / own_row["copy_gbps_p50"])
 
 
+#: the columns of the peers' bit-for-bit table, in the order shown (the last four: peers sweeps
+#: after 8230038; older tables lack them)
+PEER_CHECK_COLUMNS = ["arm", "M", "K", "codes_differing", "scales_differing", "codes_vs_true_division",
+                      "scales_vs_true_division", "zero_group_scale", "zero_group_nan_codes"]
+
+
+def peer_check_table(peers: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """The measured peers' codes and scales that differ from fp8lab's reference and from its
+    true-division twin, and what each wrote for the input's all-zero group (those it has)."""
+    if peers is None or not len(peers) or "status" not in peers:
+        return pd.DataFrame()
+    m = peers[peers["status"] == "measured"]
+    return m[[c for c in PEER_CHECK_COLUMNS if c in m]].sort_values(["arm", "K", "M"]).reset_index(drop=True)
+
+
+def peer_check_notes(peers: Optional[pd.DataFrame]) -> list:
+    """One sentence per measured peer, from its rows alone: whether it matches the reference bit for
+    bit, or else the rounding rule it does match (scales equal to the true-division ones at every
+    M), and whether its all-zero group came out as NaN codes or a scale other than 1."""
+    t = peer_check_table(peers)
+    notes = []
+    if t.empty:
+        return notes
+    for arm, g in t.groupby("arm", sort=False):
+        n = len(g)
+        label = registry.label(arm).removesuffix(" (peer)")
+        if (g["codes_differing"] == 0).all() and (g["scales_differing"] == 0).all():
+            notes.append(f"{label}: bit for bit equal to the reference at all {n} points.")
+            continue
+        bits = [f"{label}: codes differ at {int((g['codes_differing'] > 0).sum())} of {n} points "
+                f"(at most {int(g['codes_differing'].max())}), scales at {int((g['scales_differing'] > 0).sum())}"]
+        if "scales_vs_true_division" in g and g["scales_vs_true_division"].notna().all():
+            if (g["scales_vs_true_division"] == 0).all():
+                c = int(g["codes_vs_true_division"].max())
+                bits.append("its scales are `amax / 448` by true division at every point"
+                            + (", and so are its codes" if c == 0 else f" (codes still differ, at most {c})"))
+            else:
+                bits.append(f"against true division too: scales at {int((g['scales_vs_true_division'] > 0).sum())}")
+        if "zero_group_nan_codes" in g and g["zero_group_nan_codes"].notna().all():
+            nan = int(g["zero_group_nan_codes"].max())
+            s = g["zero_group_scale"]
+            if nan:
+                bits.append(f"the all-zero group comes out as {nan} NaN codes (scale {s.iloc[0]:g})")
+            elif not (s == 1.0).all():
+                bits.append(f"the all-zero group gets scale {s.iloc[0]:g} (the reference: 1)")
+        notes.append("; ".join(bits) + ".")
+    return notes
+
+
 def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
     """B6 (subject analogue: fp8lab's kernels of the seed's two designs). The claim is structural:
     the naive 1024-thread launch leaves 31/32 of each block idle and serialises 128 atomics per

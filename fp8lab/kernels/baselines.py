@@ -57,6 +57,23 @@ def quant_act_reference(x):
     return q, s
 
 
+def quant_act_true_division(x):
+    """:func:`quant_act_reference` with ``s = amax / 448`` by IEEE division (tensor by tensor, on any
+    device) instead of torch-on-CUDA's ``amax * fp32(1/448)``: the other rule a quantiser may
+    follow (what torch does on a CPU), for telling a peer's rounding from a wrong answer."""
+    torch = _torch()
+    _need(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16,
+          f"x must be a bfloat16 tensor, got {getattr(x, 'dtype', type(x))}")
+    _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
+    M, K = x.shape
+    _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
+    g = x.float().view(M, K // GROUP, GROUP)
+    amax = g.abs().amax(dim=-1)
+    s = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
+    q = (g / s[..., None]).to(torch.float8_e4m3fn).view(M, K)
+    return q, s
+
+
 def quant_weight_reference(w):
     """128x128 block quantisation: w (N, K) -> (q (N, K) e4m3fn, s (ceil(N/128), K/128) fp32)."""
     torch = _torch()

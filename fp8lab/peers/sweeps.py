@@ -424,16 +424,30 @@ def _with_quant_row(cols, b0, p, version, prep, states, x, ref, rows_chk, cnt, w
 # ------------------------------------------------------------------------------------------
 # per-token-group quantisers: notebook 06b
 # ------------------------------------------------------------------------------------------
+#: what the quantiser peers' table adds to notebook 06b's columns: their codes and scales against
+#: the true-division rule too (baselines.quant_act_true_division), and what they write for the
+#: input's all-zero group (group 0 of row 0; fp8lab's reference: scale 1, codes 0)
+QUANTISER_CHECK_COLUMNS = ["codes_vs_true_division", "scales_vs_true_division", "zero_group_scale",
+                           "zero_group_nan_codes"]
+
+
+def quantiser_columns() -> list:
+    from ..experiments import quantisers as qx
+
+    return columns(qx.COLUMNS) + QUANTISER_CHECK_COLUMNS
+
+
 def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, rep_ms: float = 40,
                warmup_ms: float = 10, seed: int = 0, sampler=None, avail=None,
                make: Optional[dict] = None) -> pd.DataFrame:
-    """One row per (peer, M, K) in quantisers.COLUMNS + PEER_COLUMNS: codes and scales compared
-    bit for bit with baselines.quant_act_reference (the count of differing ones recorded; a peer
-    that rounds differently is reported, not failed), then timed on rotated inputs."""
+    """One row per (peer, M, K) in :func:`quantiser_columns`: codes and scales compared bit for bit
+    with baselines.quant_act_reference and with its true-division twin (the count of differing ones
+    recorded; a peer that rounds differently is reported, not failed), what it wrote for the
+    all-zero group, then timed on rotated inputs."""
     from ..experiments import quantisers as qx
 
     peer_catalog.check_ids(peers, "06b")
-    cols = columns(qx.COLUMNS)
+    cols = quantiser_columns()
     av = _available(peers, avail)
     rows = []
     for K in Ks:
@@ -466,10 +480,17 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
                     xs = [qx.make_input(M, K, seed=seed + M, device=DEVICE)]
                     xs += [xs[0].clone() for _ in range(n_sets - 1)]
                     rq, rs = baselines.quant_act_reference(xs[0])
+                    tq, ts = baselines.quant_act_true_division(xs[0])
                     q, s = fn(xs[0])
                     _sync()
-                    codes = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum().item())
-                    scales = int((s.float().reshape(M, -1) != rs).sum().item())
+                    qb, sf = q.view(torch.uint8), s.float().reshape(M, -1)
+                    codes = int((qb != rq.view(torch.uint8)).sum().item())
+                    scales = int((sf != rs).sum().item())
+                    checks = dict(codes_vs_true_division=int((qb != tq.view(torch.uint8)).sum().item()),
+                                  scales_vs_true_division=int((sf != ts).sum().item()),
+                                  zero_group_scale=float(sf[0, 0].item()),
+                                  zero_group_nan_codes=int(((qb.reshape(M, -1)[0, :baselines.GROUP] & 0x7F) == 0x7F)
+                                                           .sum().item()))
                     tm, clk, tnote = harness.time_rotated(fn, [(x,) for x in xs], method="graph", rep_ms=rep_ms,
                                                           warmup_ms=warmup_ms, sampler=sampler)
                 except Exception as e:  # noqa: BLE001
@@ -478,7 +499,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
                 r = {c: math.nan for c in cols}
                 r.update(b0, bytes=float(nbytes), time_p20_s=tm.p20_s, time_p50_s=tm.p50_s, time_p80_s=tm.p80_s,
                          gbps_p50=nbytes / tm.p50_s / 1e9, bitwise_ok=codes == 0 and scales == 0,
-                         codes_differing=codes, scales_differing=scales, l2_resident=resident,
+                         codes_differing=codes, scales_differing=scales, **checks, l2_resident=resident,
                          timing_method=tm.method, rotation_sets=tm.rotation_sets, n_samples=tm.n, **clk)
                 r.update(harness.peer_columns(p, av[p].version, note=tnote))
                 rows.append(r)
