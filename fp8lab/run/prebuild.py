@@ -65,7 +65,7 @@ class Target:
     args: tuple = ()
     units: str | int = 1      # translation units (ninja jobs it can use): an int, or the loader
     #                           module's attribute holding its sources (len), or "cutlass"
-    slow_s: float = 0.0       # rough seconds of its slowest translation unit: start order only
+    slow_s: float = 0.0       # rough seconds the whole target takes: start order only (longest first)
     what: str = ""
     needs: str = ""           # "module:function" -> (ok, why): when not ok the target is skipped,
     #                           as the notebooks skip what it serves (e.g. CUTLASS headers missing)
@@ -77,55 +77,59 @@ AHEAD_LOADER = "fp8lab.peers.precompile:prebuild"
 
 # Every torch extension (each function that calls _build.load_torch_extension; a test scans the
 # sources for them) and every cached nvcc cubin a GPU notebook compiles (notebooks 08 and 10 read
-# the weight-only SASS for sm_90, their default `arch` parameter). slow_s: the CUTLASS figure is
-# from its docstring; the others are one-core nvcc times of their largest kernel TU on a 2-core
-# CPU box (their torch-binding .cpp TUs were not timed: no torch there).
+# the weight-only SASS for sm_90, their default `arch` parameter). slow_s: each target's wall
+# seconds in `make build` on the H200 box (16 cores, 065b701; the Triton compile-ahead targets run
+# beside the compilers). The scheduler starts the longest first and a target waits until its units
+# are free: with the older guesses (per-TU times; CUTLASS ahead of vLLM's Marlin) the 12-job Marlin
+# build, the longest at 172 s, waited while shorter ones took the freed jobs and ended last, at
+# 354 s (309 s in test-gpu's build); replayed with these, 311 s (264 s) against a 294 s (243 s)
+# bound of compile-seconds over 16 jobs.
 TARGETS: tuple[Target, ...] = (
     Target("cutlass_sm90", "extension", "fp8lab.kernels.cutlass_blockwise_sm90:load_extension",
-           units="cutlass", slow_s=150, what="CUTLASS 3.x blockwise FP8 GEMM (sm_90a), one TU per kernel",
+           units="cutlass", slow_s=78, what="CUTLASS 3.x blockwise FP8 GEMM (sm_90a), one TU per kernel",
            needs="fp8lab.kernels.cutlass_blockwise_sm90:available"),
     Target("mma_blockwise", "extension", "fp8lab.kernels.mma_blockwise:load_extension",
-           units="EXT_SOURCES", slow_s=15, what="blockwise FP8 mma.sync GEMM: 16 configs x 5 kernels"),
+           units="EXT_SOURCES", slow_s=28, what="blockwise FP8 mma.sync GEMM: 16 configs x 5 kernels"),
     Target("gemv_w16", "extension", "fp8lab.kernels.weight_only:load_extension",
-           units="EXT_SOURCES", slow_s=14, what="weight-only decode GEMV: 4 formats x 2 dtypes x 4 tiles"),
+           units="EXT_SOURCES", slow_s=39, what="weight-only decode GEMV: 4 formats x 2 dtypes x 4 tiles"),
     Target("seed001", "extension", "fp8lab.kernels.seed001:load_extension",
-           units="EXT_SOURCES", slow_s=8, what="seed 001: scalar, WMMA W8A16, activation quantisers, dequant"),
+           units="EXT_SOURCES", slow_s=31, what="seed 001: scalar, WMMA W8A16, activation quantisers, dequant"),
     Target("gemv_w16_xalu", "extension", "fp8lab.kernels.weight_only:load_xalu_extension",
-           units="XALU_EXT_SOURCES", slow_s=3, what="weight-only GEMV with EXTRA_ALU chains"),
+           units="XALU_EXT_SOURCES", slow_s=37, what="weight-only GEMV with EXTRA_ALU chains"),
     Target("hmma_peak", "extension", "fp8lab.kernels.hmma_peak:load_extension",
-           units="EXT_SOURCES", slow_s=1.5, what="bf16 HMMA peak probe"),
+           units="EXT_SOURCES", slow_s=41, what="bf16 HMMA peak probe"),
     Target("wo_sass_gemv", "cubin", "fp8lab.kernels.weight_only:gemv_cubin", ("sm_90", 1),
-           slow_s=6, what="gemv_w16.cu, NT = 1, sm_90 (notebook 08's static SASS)", needs=f"{__name__}:sass_tools"),
+           slow_s=5, what="gemv_w16.cu, NT = 1, sm_90 (notebook 08's static SASS)", needs=f"{__name__}:sass_tools"),
     Target("wo_sass_xalu", "cubin", "fp8lab.kernels.weight_only:xalu_cubin", ("sm_90",),
-           slow_s=3, what="gemv_w16.cu EXTRA_ALU kernels, sm_90 (notebook 10's static SASS)",
+           slow_s=4, what="gemv_w16.cu EXTRA_ALU kernels, sm_90 (notebook 10's static SASS)",
            needs=f"{__name__}:sass_tools"),
     Target("wo_sass_dequant", "cubin", "fp8lab.kernels.weight_only:dequant_cubin", ("sm_90",),
-           slow_s=1.5, what="gemv_w16_check.cu dequant probes, sm_90 (notebook 08)", needs=f"{__name__}:sass_tools"),
+           slow_s=2, what="gemv_w16_check.cu dequant probes, sm_90 (notebook 08)", needs=f"{__name__}:sass_tools"),
     # the original Marlin (a peer, notebooks 08 and 11), built from its own source where it has
     # been unpacked (scripts/peers_offline.py --sources), each variant in its own process (torch
     # renames a second extension of one module name in one process), then probed
     *(Target(f"peer_marlin_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild", (v,), units=2,
-             slow_s=40, what=f"Marlin INT4 from its source ({v}), then its separate-process probe",
+             slow_s=37, what=f"Marlin INT4 from its source ({v}), then its separate-process probe",
              needs="fp8lab.peers.build:prebuild_ready") for v in MARLIN_VARIANTS),
     # vLLM's Marlin GEMMs (peers of notebooks 08 and 11; FP8 Marlin is seed 003's subject), built
     # from kernels-community's copy of their source where it has been unpacked, then probed
-    Target("peer_vllm_marlin", "peer", "fp8lab.peers.vllm_marlin:prebuild", units="CU_SOURCES", slow_s=150,
+    Target("peer_vllm_marlin", "peer", "fp8lab.peers.vllm_marlin:prebuild", units="CU_SOURCES", slow_s=172,
            what="vLLM's Marlin GEMMs (FP8, INT8, INT4) from their source, then the separate-process probe",
            needs="fp8lab.peers.vllm_marlin:prebuild_ready"),
     # DeepGEMM (a peer of notebooks 05 and 06), built from its own source where it has been unpacked:
     # its source as it is (imported as is, or with RTLD_DEEPBIND) and with libstdc++ linked in
     # statically, each in its own process, then every variant probed
     *(Target(f"peer_deepgemm_{v.replace('-', '_')}", "peer", "fp8lab.peers.build:prebuild_deepgemm", (v,),
-             units=1, slow_s=90, what=f"DeepGEMM's binding from its source ({v}), then its separate-process probes",
+             units=1, slow_s=105, what=f"DeepGEMM's binding from its source ({v}), then its separate-process probes",
              needs="fp8lab.peers.build:deepgemm_prebuild_ready") for v in ("as-is", *DEEPGEMM_OWN_BUILD)),
     # vLLM's CUTLASS blockwise FP8 GEMM for Hopper (a peer of notebooks 05 and 06), built from the
     # same unpack against the nvidia-cutlass wheel's headers, then probed
-    Target("peer_vllm_cutlass", "peer", "fp8lab.peers.vllm_cutlass:prebuild", units=2, slow_s=150,
+    Target("peer_vllm_cutlass", "peer", "fp8lab.peers.vllm_cutlass:prebuild", units=2, slow_s=117,
            what="vLLM's CUTLASS blockwise FP8 GEMM (sm_90a) from its source, then the separate-process probe",
            needs="fp8lab.peers.vllm_cutlass:prebuild_ready"),
     # vLLM's CUDA per-token-group FP8 quantiser (a peer of notebook 06b), built from the files of
     # vLLM's sdist that it compiles from, then probed
-    Target("peer_vllm_quant", "peer", "fp8lab.peers.vllm_quant:prebuild", units=2, slow_s=60,
+    Target("peer_vllm_quant", "peer", "fp8lab.peers.vllm_quant:prebuild", units=2, slow_s=46,
            what="vLLM's CUDA per-token-group FP8 quantiser from its source, then the separate-process probe",
            needs="fp8lab.peers.vllm_quant:prebuild_ready"),
     # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
@@ -136,7 +140,7 @@ TARGETS: tuple[Target, ...] = (
     *(Target(f"peer_triton_{nb}", "peer", AHEAD_LOADER, (nb, "{}"), units=2,
              slow_s=slow, what=f"notebook {nb}'s Triton-autotuned peers' configs, compiled ahead",
              needs="fp8lab.peers.precompile:prebuild_ready", needs_args=True)
-      for nb, slow in (("08", 100), ("05", 60), ("11", 50))),
+      for nb, slow in (("08", 188), ("05", 134), ("11", 85))),
 )
 
 
