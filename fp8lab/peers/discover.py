@@ -350,7 +350,8 @@ def import_deepgemm():
 
 
 def _deepgemm_version() -> str:
-    d = deepgemm_build_info(deepgemm_build_dir(DEEPGEMM_CHOICE.get("variant", "as-is"))) or deepgemm_build_info()
+    chosen = DEEPGEMM_CHOICE.get("variant", "as-is")
+    d = next((i for v in (chosen, *DEEPGEMM_VARIANTS) if (i := deepgemm_build_info(deepgemm_build_dir(v)))), {})
     if d:
         return (f"{d.get('version', '?')} (source {str(d.get('source_commit', '?'))[:12]}, CUTLASS "
                 f"{d.get('cutlass_version', '?')} headers, built with {d.get('nvcc', '?')})")
