@@ -342,3 +342,14 @@ def test_the_static_variant_imports_without_the_as_is_build(tmp_path, monkeypatc
     assert discover.import_deepgemm() == "the module"
     assert discover.DEEPGEMM_CHOICE["variant"] == "static-libstdcxx"
     sys.path.remove(str(tmp_path / "deepgemm-static-libstdcxx"))
+
+
+def test_the_shared_build_helpers(tmp_path):
+    # read_json: {} for a missing or broken record; probe_extension: one line when nothing is built
+    assert discover.read_json(tmp_path / "build_info.json") == {}
+    (tmp_path / "build_info.json").write_text("{not json")
+    assert discover.read_json(tmp_path / "build_info.json") == {}
+    (tmp_path / "build_info.json").write_text('{"sha256": "ab"}')
+    assert discover.read_json(tmp_path / "build_info.json") == {"sha256": "ab"}
+    assert discover.probe_extension(tmp_path, "_fp8lab_x", "probe-x", "X_PROBING") == \
+        (False, f"not built (no _fp8lab_x*.so in {tmp_path})")

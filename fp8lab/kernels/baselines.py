@@ -44,6 +44,17 @@ def quant_act_reference(x):
     number) is computed as ``amax * fp32(1/448)``, while ``x / s`` (tensor by tensor) is a
     true IEEE division.
     """
+    return _quant_act(x, true_division=False)
+
+
+def quant_act_true_division(x):
+    """:func:`quant_act_reference` with ``s = amax / 448`` by IEEE division (tensor by tensor, on any
+    device) instead of torch-on-CUDA's ``amax * fp32(1/448)``: the other rule a quantiser may
+    follow (what torch does on a CPU), for telling a peer's rounding from a wrong answer."""
+    return _quant_act(x, true_division=True)
+
+
+def _quant_act(x, true_division: bool):
     torch = _torch()
     _need(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16,
           f"x must be a bfloat16 tensor, got {getattr(x, 'dtype', type(x))}")
@@ -52,24 +63,9 @@ def quant_act_reference(x):
     _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
     g = x.float().view(M, K // GROUP, GROUP)
     amax = g.abs().amax(dim=-1)                                   # (M, K/128) fp32
-    s = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (g / s[..., None]).to(torch.float8_e4m3fn).view(M, K)
-    return q, s
-
-
-def quant_act_true_division(x):
-    """:func:`quant_act_reference` with ``s = amax / 448`` by IEEE division (tensor by tensor, on any
-    device) instead of torch-on-CUDA's ``amax * fp32(1/448)``: the other rule a quantiser may
-    follow (what torch does on a CPU), for telling a peer's rounding from a wrong answer."""
-    torch = _torch()
-    _need(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16,
-          f"x must be a bfloat16 tensor, got {getattr(x, 'dtype', type(x))}")
-    _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
-    M, K = x.shape
-    _need(K % GROUP == 0, f"K must be a multiple of {GROUP}, got K={K}")
-    g = x.float().view(M, K // GROUP, GROUP)
-    amax = g.abs().amax(dim=-1)
-    s = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
+    # a tensor by a Python number is what torch-on-CUDA turns into a multiply by fp32(1/448)
+    s448 = amax / torch.full_like(amax, FP8_MAX) if true_division else amax / FP8_MAX
+    s = torch.where(amax > 0, s448, torch.ones_like(amax))
     q = (g / s[..., None]).to(torch.float8_e4m3fn).view(M, K)
     return q, s
 

@@ -47,79 +47,53 @@ def _build_deepgemm(verbose: bool, variant) -> int:
     return 0
 
 
-def _build_vllm_marlin(verbose: bool) -> int:
-    """build vllm-marlin: vLLM's Marlin GEMMs from their unpacked source, then its probe line."""
-    from . import vllm_marlin
+def _build_source_peer(module: str, what: str, verbose: bool) -> int:
+    """build vllm-marlin | vllm-cutlass | vllm-quant: a vLLM peer from its unpacked source (the
+    module's ``build``), then its probe line on a GPU; one line and 2 when it cannot be built."""
+    import importlib
 
+    mod = importlib.import_module(f"{__package__}.{module}")
     try:
-        so = vllm_marlin.build(verbose=verbose)
-    except (FileNotFoundError, ImportError, RuntimeError, OSError) as e:
-        print(f"cannot build vLLM Marlin: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        so = mod.build(verbose=verbose)
+    except Exception as e:  # noqa: BLE001 - no source, torch or headers; a failed compile: one line
+        print(f"cannot build {what}: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
         return 2
-    ok, line = vllm_marlin.probe() if _gpu() else (None, "no GPU: not probed")
-    print(f"built vLLM Marlin into {so.parent}; probe: {line}")
+    ok, line = mod.probe() if _gpu() else (None, "no GPU: not probed")
+    print(f"built {what} into {so.parent}; probe: {line}")
     return 0 if ok is not False else 1
 
 
-def _build_vllm_cutlass(verbose: bool) -> int:
-    """build vllm-cutlass: vLLM's CUTLASS blockwise FP8 GEMM from the unpacked source, then its probe line."""
-    from . import vllm_cutlass
-
+def _compile_report(check, line) -> int:
+    """check-compile of a vLLM peer: ``check()`` (its compile_check), then ``line(result)`` and the
+    compiler's errors; one line and 2 when it cannot run (no source, torch headers or CUTLASS)."""
     try:
-        so = vllm_cutlass.build(verbose=verbose)
-    except Exception as e:  # noqa: BLE001 - no source, torch or CUTLASS headers; a failed compile: one line
-        print(f"cannot build vLLM's CUTLASS blockwise GEMM: {str(e).splitlines()[0] if str(e) else e}",
-              file=sys.stderr)
+        r = check()
+    except Exception as e:  # noqa: BLE001 - one line
+        print(str(e).splitlines()[0], file=sys.stderr)
         return 2
-    ok, line = vllm_cutlass.probe() if _gpu() else (None, "no GPU: not probed")
-    print(f"built vLLM's CUTLASS blockwise GEMM into {so.parent}; probe: {line}")
-    return 0 if ok is not False else 1
-
-
-def _build_vllm_quant(verbose: bool) -> int:
-    """build vllm-quant: vLLM's CUDA per-token-group quantiser from the unpacked source, then its probe line."""
-    from . import vllm_quant
-
-    try:
-        so = vllm_quant.build(verbose=verbose)
-    except Exception as e:  # noqa: BLE001 - no source or torch; a failed compile: one line
-        print(f"cannot build vLLM's quantiser: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
-        return 2
-    ok, line = vllm_quant.probe() if _gpu() else (None, "no GPU: not probed")
-    print(f"built vLLM's quantiser into {so.parent}; probe: {line}")
-    return 0 if ok is not False else 1
+    print(f"{'ok' if r['ok'] else 'FAILED'}: {line(r)}\n{r['command']}")
+    for ln in r["errors"]:
+        print(ln)
+    return 0 if r["ok"] else 1
 
 
 def _check_vllm_quant(args) -> int:
     """check-compile vllm-quant: vLLM's quantiser file and fp8lab's binding, its kernels in the SASS."""
     from . import vllm_quant
 
-    try:
-        r = vllm_quant.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90")
-    except Exception as e:  # noqa: BLE001 - no source or torch headers: one line
-        print(str(e).splitlines()[0], file=sys.stderr)
-        return 2
-    print(f"{'ok' if r['ok'] else 'FAILED'}: vLLM's {vllm_quant.CU_SOURCES[0]} and fp8lab's binding in "
-          f"{r['seconds']:.1f} s; quantiser kernels in its SASS: {len(r['kernels'])}\n{r['command']}")
-    for ln in r["errors"]:
-        print(ln)
-    return 0 if r["ok"] else 1
+    return _compile_report(lambda: vllm_quant.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90"),
+                           lambda r: f"vLLM's {vllm_quant.CU_SOURCES[0]} and fp8lab's binding in {r['seconds']:.1f} s; "
+                                     f"quantiser kernels in its SASS: {len(r['kernels'])}")
 
 
 def _check_vllm_cutlass(args) -> int:
     """check-compile vllm-cutlass: vLLM's blockwise sm90 source for sm_90a, and its GEMM kernels in the SASS."""
     from . import vllm_cutlass
 
-    try:
-        r = vllm_cutlass.compile_check(torch_include=args.torch_include, arch=args.arch or "sm_90a")
-    except Exception as e:  # noqa: BLE001 - no source, torch headers or CUTLASS: one line
-        print(str(e).splitlines()[0], file=sys.stderr)
-        return 2
-    print(f"{'ok' if r['ok'] else 'FAILED'}: vLLM's {vllm_cutlass.CU_SOURCES[0]} in {r['seconds']:.1f} s; CUTLASS "
-          f"GEMM kernels in its SASS: {len(r['kernels'])}\n{r['command']}")
-    for ln in r["errors"]:
-        print(ln)
-    return 0 if r["ok"] else 1
+    return _compile_report(lambda: vllm_cutlass.compile_check(torch_include=args.torch_include,
+                                                              arch=args.arch or "sm_90a"),
+                           lambda r: f"vLLM's {vllm_cutlass.CU_SOURCES[0]} in {r['seconds']:.1f} s; CUTLASS GEMM "
+                                     f"kernels in its SASS: {len(r['kernels'])}")
 
 
 def _check_vllm_marlin(args) -> int:
@@ -211,11 +185,11 @@ def main(argv=None) -> int:
             print(table()[["peer", "here", "version", "reason", "licence", "install"]].to_string(index=False))
         return 0
     if args.cmd == "build" and args.what == "vllm-marlin":
-        return _build_vllm_marlin(args.verbose)
+        return _build_source_peer("vllm_marlin", "vLLM Marlin", args.verbose)
     if args.cmd == "build" and args.what == "vllm-cutlass":
-        return _build_vllm_cutlass(args.verbose)
+        return _build_source_peer("vllm_cutlass", "vLLM's CUTLASS blockwise GEMM", args.verbose)
     if args.cmd == "build" and args.what == "vllm-quant":
-        return _build_vllm_quant(args.verbose)
+        return _build_source_peer("vllm_quant", "vLLM's quantiser", args.verbose)
     if args.cmd == "probe-vllm-quant":
         from . import probe
 

@@ -129,6 +129,35 @@ def _probe_child(build: Path, so: Path, args: list, env: dict, timeout: float,
     return ok, line
 
 
+def read_json(path: Path) -> dict:
+    """A build's or a source unpack's JSON record (build_info.json, .fp8lab-source.json); {} when it
+    is missing or does not parse."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def probe_extension(build: Path, namespace: str, command: str, probing_env: str,
+                    timeout: float = 300.0) -> tuple[bool, str]:
+    """``python -m fp8lab.peers <command>`` in its own process (:func:`_probe_child`) for the
+    extension ``<namespace>*.so`` in ``build`` (a peer built from source: vLLM's Marlin, CUTLASS
+    and quantiser), with ``probing_env`` set so that the probe's own import does not probe again."""
+    so = next(Path(build).glob(f"{namespace}*.so"), None)
+    if so is None:
+        return False, f"not built (no {namespace}*.so in {build})"
+    return _probe_child(Path(build), so, [command], {probing_env: "1"}, timeout)
+
+
+def load_ops(so: Path, namespace: str, op: str):
+    """torch.ops.<namespace> with ``op`` registered, loading ``so`` unless it is there already."""
+    import torch
+
+    if not hasattr(torch.ops, namespace) or not hasattr(getattr(torch.ops, namespace), op):
+        torch.ops.load_library(str(so))
+    return getattr(torch.ops, namespace)
+
+
 def probe_marlin(variant: str, timeout: float = 180.0) -> tuple[bool, str]:
     """Run one small Marlin multiply, checked, in a separate process (:func:`_probe_child`)."""
     build = marlin_build_dir(variant)
@@ -246,11 +275,7 @@ def deepgemm_build_dir(variant: str = "as-is") -> Path:
 
 def deepgemm_build_info(build: Optional[Path] = None) -> dict:
     """The build's build_info.json ({} when there is none or it does not parse)."""
-    info = (build or deepgemm_build_dir()) / "build_info.json"
-    try:
-        return json.loads(info.read_text()) if info.exists() else {}
-    except (OSError, ValueError):
-        return {}
+    return read_json((build or deepgemm_build_dir()) / "build_info.json")
 
 
 def deepgemm_env(info: dict) -> dict:

@@ -80,15 +80,8 @@ def include_dirs(src: Path, include: Path) -> list:
 
 
 def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Path]:
-    """The extension in ``out`` when it was built from ``src`` at its current commit."""
-    out, src = out or build_dir(), src or src_dir()
-    so = next(out.glob(f"{NAMESPACE}*.so"), None)
-    try:
-        d = json.loads((out / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return None
-    same = d.get("sha256") == vllm_quant.source_stamp(src).get("sha256") and d.get("source") == str(src)
-    return so if so is not None and same else None
+    """The extension in ``out`` when it was built from the sdist unpack ``src`` as it is now."""
+    return vllm_quant.built(out or build_dir(), src, namespace=NAMESPACE)
 
 
 def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
@@ -132,9 +125,9 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
 
 
 def build_info() -> dict:
-    from . import vllm_marlin
+    from .discover import read_json
 
-    return vllm_marlin.build_info(build_dir())
+    return read_json(build_dir() / "build_info.json")
 
 
 def version() -> str:
@@ -168,13 +161,10 @@ def prebuild() -> Path:
 
 
 def probe(timeout: float = 300.0) -> tuple[bool, str]:
-    """One small checked multiply in a separate process (discover._probe_child)."""
+    """One small checked multiply in a separate process."""
     from . import discover
 
-    so = next(build_dir().glob(f"{NAMESPACE}*.so"), None)
-    if so is None:
-        return False, f"not built (no {NAMESPACE}*.so in {build_dir()})"
-    return discover._probe_child(build_dir(), so, ["probe-vllm-cutlass"], {PROBING_ENV: "1"}, timeout)
+    return discover.probe_extension(build_dir(), NAMESPACE, "probe-vllm-cutlass", PROBING_ENV, timeout)
 
 
 def ops():
@@ -191,8 +181,6 @@ def ops():
         raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM is not built (no {NAMESPACE}*.so in {build_dir()}): "
                               "run `python -m fp8lab.peers build vllm-cutlass` (or `python -m fp8lab build`)")
     discover._need_torch()
-    import torch
-
     sm = discover._gpu_sm()
     if sm is not None and sm // 10 != 9:
         raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM is built for sm_90a only (this GPU is sm_{sm})")
@@ -201,12 +189,10 @@ def ops():
         if not ok:
             raise PeerUnavailable(f"vLLM's CUTLASS blockwise GEMM failed its separate-process probe: {line}")
     try:
-        if not hasattr(torch.ops, NAMESPACE) or not hasattr(getattr(torch.ops, NAMESPACE), "blockwise_sm90_fp8"):
-            torch.ops.load_library(str(so))
+        return discover.load_ops(so, NAMESPACE, "blockwise_sm90_fp8")
     except Exception as e:  # noqa: BLE001 - an extension that does not load is a reason
         raise PeerUnavailable(f"vLLM's CUTLASS blockwise extension does not load: {str(e).splitlines()[0][:200]}") \
             from e
-    return getattr(torch.ops, NAMESPACE)
 
 
 # ------------------------------------------------------------------------------------------

@@ -67,10 +67,9 @@ def build_dir() -> Path:
 
 
 def source_stamp(src: Optional[Path] = None) -> dict:
-    try:
-        return json.loads(((src or src_dir()) / ".fp8lab-source.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    from .discover import read_json
+
+    return read_json((src or src_dir()) / ".fp8lab-source.json")
 
 
 def missing_source(src: Optional[Path] = None) -> Optional[str]:
@@ -188,10 +187,9 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
 
 def build_info(out: Optional[Path] = None) -> dict:
     """The build_info.json of the build in ``out`` (default: this peer's), {} when absent or unreadable."""
-    try:
-        return json.loads(((out or build_dir()) / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    from .discover import read_json
+
+    return read_json((out or build_dir()) / "build_info.json")
 
 
 def version() -> str:
@@ -224,24 +222,19 @@ def prebuild() -> Path:
 
 
 def probe(timeout: float = 300.0) -> tuple[bool, str]:
-    """One small checked multiply per format in a separate process (discover._probe_child)."""
+    """One small checked multiply per format in a separate process."""
     from . import discover
 
-    so = _so()
-    if so is None:
-        return False, f"not built (no {NAMESPACE}*.so in {build_dir()})"
-    return discover._probe_child(build_dir(), so, ["probe-vllm-marlin"], {PROBING_ENV: "1"}, timeout)
+    return discover.probe_extension(build_dir(), NAMESPACE, "probe-vllm-marlin", PROBING_ENV, timeout)
 
 
 # ------------------------------------------------------------------------------------------
 # import (the adapters)
 # ------------------------------------------------------------------------------------------
 def _load_ops(so: Path):
-    import torch
+    from .discover import load_ops
 
-    if not hasattr(torch.ops, NAMESPACE) or not hasattr(getattr(torch.ops, NAMESPACE), "gptq_marlin_gemm"):
-        torch.ops.load_library(str(so))
-    return getattr(torch.ops, NAMESPACE)
+    return load_ops(so, NAMESPACE, "gptq_marlin_gemm")
 
 
 def package():

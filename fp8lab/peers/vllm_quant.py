@@ -75,10 +75,9 @@ def build_dir() -> Path:
 
 
 def source_stamp(src: Optional[Path] = None) -> dict:
-    try:
-        return json.loads(((src or src_dir()) / ".fp8lab-source.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    from .discover import read_json
+
+    return read_json((src or src_dir()) / ".fp8lab-source.json")
 
 
 def missing_source(src: Optional[Path] = None) -> Optional[str]:
@@ -131,15 +130,15 @@ def gather(dest: Path, sdist: Path) -> str:
     return VLLM_VERSION
 
 
-def built(out: Optional[Path] = None, src: Optional[Path] = None) -> Optional[Path]:
-    """The extension in ``out`` when it was built from ``src`` at its current version."""
+def built(out: Optional[Path] = None, src: Optional[Path] = None, namespace: str = NAMESPACE) -> Optional[Path]:
+    """The extension ``<namespace>*.so`` in ``out`` when it was built from the sdist unpack ``src``
+    as it is now (vllm_cutlass's build asks the same of its own)."""
+    from .discover import read_json
+
     out, src = out or build_dir(), src or src_dir()
-    so = next(out.glob(f"{NAMESPACE}*.so"), None)
-    try:
-        d = json.loads((out / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return None
-    same = d.get("sha256") == source_stamp(src).get("sha256") and d.get("source") == str(src)
+    so = next(out.glob(f"{namespace}*.so"), None)
+    d = read_json(out / "build_info.json")
+    same = bool(d) and d.get("sha256") == source_stamp(src).get("sha256") and d.get("source") == str(src)
     return so if so is not None and same else None
 
 
@@ -181,10 +180,9 @@ def build(verbose: bool = False, out: Optional[Path] = None) -> Path:
 
 
 def build_info() -> dict:
-    try:
-        return json.loads((build_dir() / "build_info.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    from .discover import read_json
+
+    return read_json(build_dir() / "build_info.json")
 
 
 def version() -> str:
@@ -219,13 +217,10 @@ def prebuild() -> Path:
 
 
 def probe(timeout: float = 300.0) -> tuple[bool, str]:
-    """One small checked quantisation in a separate process (discover._probe_child)."""
+    """One small checked quantisation in a separate process."""
     from . import discover
 
-    so = next(build_dir().glob(f"{NAMESPACE}*.so"), None)
-    if so is None:
-        return False, f"not built (no {NAMESPACE}*.so in {build_dir()})"
-    return discover._probe_child(build_dir(), so, ["probe-vllm-quant"], {PROBING_ENV: "1"}, timeout)
+    return discover.probe_extension(build_dir(), NAMESPACE, "probe-vllm-quant", PROBING_ENV, timeout)
 
 
 def ops():
@@ -242,18 +237,14 @@ def ops():
         raise PeerUnavailable(f"vLLM's quantiser is not built (no {NAMESPACE}*.so in {build_dir()}): "
                               "run `python -m fp8lab.peers build vllm-quant` (or `python -m fp8lab build`)")
     discover._need_torch()
-    import torch
-
     if not os.environ.get(PROBING_ENV) and discover._gpu_sm() is not None:
         ok, line = probe()
         if not ok:
             raise PeerUnavailable(f"vLLM's quantiser failed its separate-process probe: {line}")
     try:
-        if not hasattr(torch.ops, NAMESPACE) or not hasattr(getattr(torch.ops, NAMESPACE), "per_token_group_fp8_quant"):
-            torch.ops.load_library(str(so))
+        return discover.load_ops(so, NAMESPACE, "per_token_group_fp8_quant")
     except Exception as e:  # noqa: BLE001 - an extension that does not load is a reason
         raise PeerUnavailable(f"vLLM's quantiser extension does not load: {str(e).splitlines()[0][:200]}") from e
-    return getattr(torch.ops, NAMESPACE)
 
 
 # ------------------------------------------------------------------------------------------
