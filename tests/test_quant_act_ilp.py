@@ -206,16 +206,29 @@ def test_peer_check_notes_come_from_the_rows():
                       scales_differing=28 * M, codes_vs_true_division=0, scales_vs_true_division=0,
                       zero_group_scale=1.0, zero_group_nan_codes=0),
                  dict(arm="peer_torchao_quant_group", M=M, K=7168, status="measured", codes_differing=128,
-                      scales_differing=1, codes_vs_true_division=128, scales_vs_true_division=1,
+                      scales_differing=1, codes_vs_true_division=128 + M, scales_vs_true_division=1 + 3 * M,
                       zero_group_scale=0.0, zero_group_nan_codes=128),
                  dict(arm="peer_sglang_quant_group", M=M, K=7168, status="not-run: x")]
     notes = qx.peer_check_notes(pd.DataFrame(rows))
     assert len(notes) == 2
     vllm = next(n for n in notes if n.startswith("vLLM"))
     tao = next(n for n in notes if n.startswith("torchao"))
+    assert "codes differ from the reference at 2 of 2 points (at most 512), scales at 2 (at most 7168)" in vllm
     assert "scales are `amax / 448` by true division at every point, and so are its codes" in vllm
-    assert "zero" not in vllm
+    assert "all-zero group comes out" not in vllm and "gets scale" not in vllm
+    # torchao's differences are its all-zero group alone: counted there, not against the rest
+    assert "outside the all-zero group, bit for bit equal to the reference at all 2 points" in tao
+    assert "codes differ from `amax / 448` by true division at 2 of 2 points (at most 256), scales at 2 (at most 768)" in tao
     assert "all-zero group comes out as 128 NaN codes (scale 0)" in tao
+    # vLLM as measured at 4dd7705: true-division scales except its epsilon-clamped all-zero group,
+    # codes by another rule
+    measured = pd.DataFrame([dict(arm="peer_vllm_cuda_quant_group", M=M, K=7168, status="measured",
+                                  codes_differing=8 * M, scales_differing=28 * M, codes_vs_true_division=3 * M,
+                                  scales_vs_true_division=1, zero_group_scale=1e-10 / 448, zero_group_nan_codes=0)
+                             for M in (1, 16)])
+    (n,) = qx.peer_check_notes(measured)
+    assert "its scales are `amax / 448` by true division at every point but its codes are not (at most 48 differ)" in n
+    assert "scales at 2 (at most 447)" in n and "the all-zero group gets scale 2.23214e-13 (the reference: 1)" in n
     # an older table without the true-division columns: only what it has
     old = pd.DataFrame(rows).drop(columns=["codes_vs_true_division", "scales_vs_true_division",
                                            "zero_group_scale", "zero_group_nan_codes"])

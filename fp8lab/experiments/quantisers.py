@@ -310,9 +310,11 @@ def peer_check_table(peers: Optional[pd.DataFrame]) -> pd.DataFrame:
 
 
 def peer_check_notes(peers: Optional[pd.DataFrame]) -> list:
-    """One sentence per measured peer, from its rows alone: whether it matches the reference bit for
-    bit, or else the rounding rule it does match (scales equal to the true-division ones at every
-    M), and whether its all-zero group came out as NaN codes or a scale other than 1."""
+    """One sentence per measured peer, from its rows alone. The input's all-zero group is told
+    apart: both references write scale 1 and codes 0 there, so a peer's NaN codes or other scale
+    for it is counted once, in its own clause, and the comparisons before it are of every other
+    group: with fp8lab's reference (``amax * fp32(1/448)``), then with ``amax / 448`` by true
+    division (tables that have those columns)."""
     t = peer_check_table(peers)
     notes = []
     if t.empty:
@@ -320,21 +322,31 @@ def peer_check_notes(peers: Optional[pd.DataFrame]) -> list:
     for arm, g in t.groupby("arm", sort=False):
         n = len(g)
         label = registry.label(arm).removesuffix(" (peer)")
-        if (g["codes_differing"] == 0).all() and (g["scales_differing"] == 0).all():
-            notes.append(f"{label}: bit for bit equal to the reference at all {n} points.")
-            continue
-        bits = [f"{label}: codes differ at {int((g['codes_differing'] > 0).sum())} of {n} points "
-                f"(at most {int(g['codes_differing'].max())}), scales at {int((g['scales_differing'] > 0).sum())}"]
-        if "scales_vs_true_division" in g and g["scales_vs_true_division"].notna().all():
-            if (g["scales_vs_true_division"] == 0).all():
-                c = int(g["codes_vs_true_division"].max())
+        zero = all(c in g and g[c].notna().all() for c in ("zero_group_scale", "zero_group_nan_codes"))
+        zc = g["zero_group_nan_codes"].astype(int) if zero else 0        # NaN codes where 0 belongs
+        zs = (g["zero_group_scale"] != 1.0).astype(int) if zero else 0    # a scale other than 1
+        where = "outside the all-zero group, " if zero else ""
+
+        def differ(codes, scales, against):
+            c, s = codes - zc, scales - zs
+            if (c == 0).all() and (s == 0).all():
+                return f"{where}bit for bit equal to {against} at all {n} points"
+            return (f"{where}codes differ from {against} at {int((c > 0).sum())} of {n} points "
+                    f"(at most {int(c.max())}), scales at {int((s > 0).sum())}"
+                    + (f" (at most {int(s.max())})" if (s > 0).any() else ""))
+
+        bits = [f"{label}: " + differ(g["codes_differing"], g["scales_differing"], "the reference")]
+        if all(c in g and g[c].notna().all() for c in ("codes_vs_true_division", "scales_vs_true_division")):
+            c, s = g["codes_vs_true_division"] - zc, g["scales_vs_true_division"] - zs
+            if (s == 0).all():
                 bits.append("its scales are `amax / 448` by true division at every point"
-                            + (", and so are its codes" if c == 0 else f" (codes still differ, at most {c})"))
+                            + (", and so are its codes" if (c == 0).all()
+                               else f" but its codes are not (at most {int(c.max())} differ)"))
             else:
-                bits.append(f"against true division too: scales at {int((g['scales_vs_true_division'] > 0).sum())}")
-        if "zero_group_nan_codes" in g and g["zero_group_nan_codes"].notna().all():
-            nan = int(g["zero_group_nan_codes"].max())
-            s = g["zero_group_scale"]
+                bits.append(differ(g["codes_vs_true_division"], g["scales_vs_true_division"],
+                                   "`amax / 448` by true division").removeprefix(where))
+        if zero:
+            nan, s = int(g["zero_group_nan_codes"].max()), g["zero_group_scale"]
             if nan:
                 bits.append(f"the all-zero group comes out as {nan} NaN codes (scale {s.iloc[0]:g})")
             elif not (s == 1.0).all():
