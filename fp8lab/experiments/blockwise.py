@@ -1576,9 +1576,10 @@ def verdict_b5(df: pd.DataFrame, paired: Optional[pd.DataFrame] = None):
     cuBLAS BF16 (2x on paper), and each arm's median SM clock from its own rows."""
     pr = paired_ratios(paired) if paired is not None and len(paired) else pd.DataFrame()
     if len(pr):
-        rule = (f"differs if cuBLASLt blockwise fails at any point of the sweep; holds if, at the largest M per shape, "
-                f"the median over rounds that time blockwise and {PER_TENSOR} alternately of "
-                f"TFLOP/s(blockwise) / TFLOP/s({PER_TENSOR}) is >= {B5_OF_FP8:.2f} on every shape, else differs "
+        rule = (f"differs if cuBLASLt blockwise fails at any point of the sweep; at the largest M per shape, "
+                f"r = TFLOP/s(blockwise) / TFLOP/s({PER_TENSOR}) per round of rounds that time both alternately: "
+                f"holds if r's p10 >= {B5_OF_FP8:.2f} on every shape; differs if r's p90 < {B5_OF_FP8:.2f} on any "
+                f"shape; else (the rounds' p10-p90 spans {B5_OF_FP8:.2f}) holds-in-kind "
                 f"(vs BF16 from the sweep shown beside, 2x on paper)")
     else:
         rule = (f"differs if cuBLASLt blockwise fails at any point; at the largest M per shape holds if TFLOP/s(blockwise) "
@@ -1615,6 +1616,7 @@ def verdict_b5(df: pd.DataFrame, paired: Optional[pd.DataFrame] = None):
             return _v("B5", "not-run", f"cuBLASLt blockwise ran at all {len(lt)} points (M padded to 4)",
                       f"no paired rounds for {', '.join(missing)}", subject="seed", rule=rule)
         worst = float(by["ratio_p50"].min())
+        low, high = by["ratio_p10"], by["ratio_p90"]
         fig = (f"ran at all {len(lt)} points; blockwise / FP8 per-tensor rate, median of alternating rounds: " + "; ".join(
             f"{s} M={int(by.loc[s, 'M'])}: {by.loc[s, 'ratio_p50']:.2f}x (p10-p90 {by.loc[s, 'ratio_p10']:.2f}-"
             f"{by.loc[s, 'ratio_p90']:.2f}, {int(by.loc[s, 'rounds'])} rounds, SM MHz {by.loc[s, 'mhz_blockwise']:.0f} / "
@@ -1626,6 +1628,20 @@ def verdict_b5(df: pd.DataFrame, paired: Optional[pd.DataFrame] = None):
             f"{s} M={m}: {a:.0f} TFLOP/s = {a / p:.2f}x FP8 per-tensor ({p:.0f})"
             + (f", {a / c:.2f}x BF16 ({c:.0f})" if c == c else "") + f", SM MHz {mhz}"
             for s, m, a, p, c, mhz in rows))
+    if len(pr):
+        # the bar is judged against the rounds' spread: a median that lands either side of it
+        # from run to run (down_proj: 0.896 at 545c5c9, 0.923 at 4dd7705, H200) is not a verdict
+        if (low >= B5_OF_FP8).all():
+            return _v("B5", "holds", fig, subject="seed", rule=rule)
+        short = by[high < B5_OF_FP8]
+        if len(short):
+            return _v("B5", "differs", fig, "block scaling costs: " + "; ".join(
+                f"{s} {r.ratio_p50:.3f}x of the FP8 per-tensor rate, p10-p90 {r.ratio_p10:.3f}-{r.ratio_p90:.3f} "
+                f"all under {B5_OF_FP8:.2f}" for s, r in short.iterrows()), subject="seed", rule=rule)
+        span = by[low < B5_OF_FP8]
+        return _v("B5", "holds-in-kind", fig, "at the bar within the rounds' spread: " + "; ".join(
+            f"{s} p10-p90 {r.ratio_p10:.3f}-{r.ratio_p90:.3f} spans {B5_OF_FP8:.2f} (median {r.ratio_p50:.3f})"
+            for s, r in span.iterrows()), subject="seed", rule=rule)
     if worst >= B5_OF_FP8:
         return _v("B5", "holds", fig, subject="seed", rule=rule)
     return _v("B5", "differs", fig, f"block scaling costs: {worst:.2f}x of the FP8 per-tensor rate at worst",
