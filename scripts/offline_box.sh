@@ -5,7 +5,8 @@
 #
 #   scripts/offline_box.sh run   JOB COMMIT STEP...   # the steps, in the foreground
 #   scripts/offline_box.sh start JOB COMMIT STEP...   # the same, detached (setsid): it outlives the shell
-#   scripts/offline_box.sh wait  JOB SECONDS          # until the detached job ends (or SECONDS pass)
+#   scripts/offline_box.sh wait  JOB SECONDS          # until the detached job ends (or SECONDS pass;
+#                                                     # at once, exit 3, when no job is there or it died)
 #   scripts/offline_box.sh pack  JOB DEST             # JOB's results as tarballs in DEST
 #
 # JOB is a folder outside the tree (its log, one line per step in JOB/summary, JOB/done at the
@@ -97,14 +98,25 @@ case "$verb" in
             steps "$@" 2>&1 | tee "$job/log"; exit "${PIPESTATUS[0]}"
         fi
         setsid nohup "$(pwd)/scripts/offline_box.sh" run-detached "$job" "$@" > "$job/log" 2>&1 < /dev/null &
+        echo $! > "$job/pid"
         echo "started in $job (pid $!)" ;;
     run-detached) steps "$@" ;;
-    wait)
+    wait)           # returns at once when there is nothing to wait for: no job there (a device lent
+                    # afresh keeps nothing of the last one) or its process gone before it finished
         [ $# -eq 1 ] || usage
-        t0=$(date +%s)
-        while [ ! -f "$job/done" ] && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 5; done
-        if [ -f "$job/done" ]; then echo "done ($(cat "$job/done"))"; else echo "running after $1 s"; fi
-        cat "$job/summary" 2>/dev/null; tail -c 4000 "$job/log" ;;
+        if [ ! -f "$job/log" ]; then
+            echo "no job in $job: nothing was started here (a fresh machine keeps no job of an earlier one)" >&2; exit 3
+        fi
+        t0=$(date +%s) gone=
+        while [ ! -f "$job/done" ] && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do
+            if [ -f "$job/pid" ] && ! kill -0 "$(cat "$job/pid")" 2>/dev/null && [ ! -f "$job/done" ]; then gone=1; break; fi
+            sleep 5
+        done
+        if [ -f "$job/done" ]; then echo "done ($(cat "$job/done"))"
+        elif [ -n "$gone" ]; then echo "stopped: the job's process $(cat "$job/pid") is gone and did not finish (steps done below)"
+        else echo "running after $1 s"; fi
+        cat "$job/summary" 2>/dev/null; tail -c 4000 "$job/log"
+        [ -z "$gone" ] || exit 3 ;;
     pack)
         [ $# -eq 1 ] || usage
         mkdir -p "$1"

@@ -1,4 +1,5 @@
 """scripts/offline_box.sh, the GPU path on an offline box: what it refuses, and its job files."""
+import os
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,43 @@ def test_wait_and_pack_read_a_finished_job(tmp_path):
     assert _run("pack", str(job), str(dest)).returncode == 0
     listed = subprocess.run(["tar", "tzf", str(dest / "keep.tgz")], capture_output=True, text=True).stdout
     assert "./data/h200/t.csv" in listed.split()
+
+
+def test_wait_returns_at_once_when_there_is_nothing_to_wait_for(tmp_path):
+    """A device lent afresh keeps no job of the last one: waiting there slept out the whole
+    timeout (520 s of device time, session 27). No job, or a job whose process died unfinished:
+    one line, exit 3, at once."""
+    import time
+
+    t0 = time.monotonic()
+    r = _run("wait", str(tmp_path / "nothing"), "50")
+    assert r.returncode == 3 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"no job in {tmp_path / 'nothing'}: nothing was started here "
+                                             "(a fresh machine keeps no job of an earlier one)"]
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "log").write_text("=== step smoke start\n")
+    (job / "summary").write_text("env rc=0 9s\n")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (job / "pid").write_text(f"{dead.pid}\n")
+    r = _run("wait", str(job), "50")
+    assert r.returncode == 3 and r.stdout.startswith(f"stopped: the job's process {dead.pid} is gone")
+    assert "env rc=0 9s" in r.stdout
+    assert time.monotonic() - t0 < 20
+
+
+def test_start_then_wait_follows_the_detached_job(tmp_path):
+    root, calls, env = _fake_box(tmp_path)
+    job = tmp_path / "job"
+    script = str(root / "scripts" / "offline_box.sh")
+    os.chmod(script, 0o755)                     # start runs the script itself, detached
+    r = subprocess.run(["bash", script, "start", str(job), "abc1234", "setup"], capture_output=True, text=True,
+                       timeout=60, env=env, cwd=root)
+    assert r.returncode == 0 and (job / "pid").read_text().strip().isdigit()
+    r = subprocess.run(["bash", script, "wait", str(job), "30"], capture_output=True, text=True, timeout=60,
+                       env=env, cwd=root)
+    assert r.returncode == 0 and r.stdout.startswith("done (rc=")
 
 
 def _fake_box(tmp_path):
