@@ -287,9 +287,39 @@ def test_readme_peers_table_is_the_catalogs():
     text = (paths.repo_root() / "README.md").read_text()
     i, j = text.index(peers.README_BEGIN), text.index(peers.README_END)
     assert text[i + len(peers.README_BEGIN) + 1:j] == peers.readme_table(), \
-        "run `python -m fp8lab.peers readme` after changing fp8lab/arms/peer_catalog.py"
+        "run `python -m fp8lab claims` after changing fp8lab/arms/peer_catalog.py or data/"
     for p in peer_catalog.PEERS.values():
         assert f"`{p.id}`" in text
+
+
+def test_readme_peers_table_says_where_each_peer_ran_from_the_tables(tmp_path):
+    """The 'in data/' column comes from the committed peers tables and their sidecars (no typed
+    'run on the H200 at ...'): notebook, device, commit, rows measured, the other statuses."""
+    import json
+
+    def table(dev, nb, commit, rows):
+        d = tmp_path / dev / nb
+        d.mkdir(parents=True)
+        pd.DataFrame(rows).to_csv(d / "peers.csv", index=False)
+        (d / "peers.meta.json").write_text(json.dumps({"device_name": "NVIDIA H200", "git": {"commit": commit}}))
+
+    table("h200", "05_arms_over_m", "4dd77051de", [dict(arm="peer_deepgemm", status="measured")] * 3
+          + [dict(arm="peer_deepgemm", status="failed-check: relerr 0.2"),
+             dict(arm="peer_vllm_blockwise", status="not-run: vllm is not installed"),
+             dict(arm="cublas_bf16", status="measured")])
+    table("h200", "08_decode_bandwidth", "545c5c9", [dict(arm="peer_marlin_int4", status="measured")])
+    seen = peers.in_data(tmp_path)
+    assert set(seen) == {"peer_deepgemm", "peer_vllm_blockwise", "peer_marlin_int4"}
+    assert peers.in_data_cell(seen["peer_deepgemm"]) == "05 H200 @4dd7705: 3/4 measured (1 failed-check)"
+    assert peers.in_data_cell(seen["peer_vllm_blockwise"]) == "05 H200 @4dd7705: 1 not-run"
+    assert peers.in_data_cell(seen.get("peer_gemlite_w8a16_fp8")) == "no committed table has it"
+    md = peers.readme_table(tmp_path)
+    row = next(line for line in md.splitlines() if line.startswith("| `peer_marlin_int4`"))
+    assert "| 08 H200 @545c5c9: 1/1 measured |" in row
+    # the README's text is rewritten between its markers only
+    text = f"a\n{peers.README_BEGIN}\nold\n{peers.README_END}\nb\n"
+    assert peers.render_readme(text).startswith(f"a\n{peers.README_BEGIN}\n| peer |")
+    assert peers.render_readme(text).endswith(f"{peers.README_END}\nb\n") and peers.render_readme("x") == "x"
 
 
 def test_the_peers_parameter():

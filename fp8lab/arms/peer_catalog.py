@@ -47,7 +47,7 @@ class Peer:
     autotunes: bool = False  # Triton autotunes its kernels at the first call per shape (precompile.ahead)
     jit: bool = False       # its own JIT compiles a kernel at the first call per shape (precompile.ahead)
     note: str = ""
-    seen: str = _NOT_SEEN   # the version this adapter was written against, and how far it was checked
+    seen: str = _NOT_SEEN   # the version this adapter was written against (where it ran: data/, README)
 
     @property
     def carries(self) -> bool:
@@ -148,9 +148,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
               "padding of M, the operands swapped onto 128 x 16 tiles when M is not a multiple of 4; N and K "
               "multiples of 128; activations by vLLM's CUDA quantiser (peer_vllm_cuda_quant_group) where built, "
               "else torch ops with its recipe and the GEMM timed alone",
-         seen="vLLM 0.34.0 sdist (source; built with CUTLASS 4.2's headers and run on the H200 at 065b701: "
-              "test-gpu and notebook 05, whose tables there are still those of kernels-community's older "
-              "vllm-quantization @ 8836a01 copy, 545c5c9)"),
+         seen="vLLM 0.34.0 sdist (source; built with CUTLASS 4.2's headers)"),
     Peer("peer_vllm_triton_blockwise", "blockwise", "vLLM w8a8_triton_block_scaled_mm (Triton, from its source)",
          "fp8lab_vllm_triton", None, "build", "Apache-2.0", _VLLM_QUANT_INSTALL.split(" && ")[0] + "  (vLLM 0.34.0's "
          "sdist from PyPI; nothing to build: Triton compiles its kernel)", ("05", "06"), "fp8_blockwise",
@@ -161,8 +159,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
               "else its default; activations by vLLM's CUDA quantiser (peer_vllm_cuda_quant_group) where built, "
               "else torch ops with its recipe; N and K multiples of 128; peer_vllm_blockwise is the same kernel "
               "through a pip-installed vLLM",
-         seen="vLLM 0.34.0 sdist (source; kernel cut here, run on the H200 at 065b701: test-gpu and notebook 05, "
-              "not yet in its committed tables)"),
+         seen="vLLM 0.34.0 sdist (source; kernel cut here)"),
     # ---- per-token-group activation quantisers (notebook 06b)
     Peer("peer_vllm_quant_group", "quantiser", "vLLM per_token_group_quant_fp8", "vllm", "vllm", "import",
          "Apache-2.0", _VLLM, ("06b",), "fp8", "FP8 e4m3 codes", "1x128 per token, fp32", "bf16", group=128,
@@ -174,7 +171,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          "import", "BSD-3-Clause", "pip install torchao==0.18.0", ("06b",), "fp8", "FP8 e4m3 codes",
          "1x128 per token, fp32", "bf16", group=128, carried="wheel 3.4 MB", min_sm=89,
          note="the activation quantiser of torchao's blockwise FP8 GEMM (peer_torchao_blockwise)",
-         seen="0.18.0 (run on the H200 at 065b701: test-gpu and notebook 06b)"),
+         seen="0.18.0 (wheel read here)"),
     Peer("peer_vllm_cuda_quant_group", "quantiser", "vLLM per_token_group_fp8_quant (CUDA, built from its source)",
          "fp8lab_vllm_quant", None, "build", "Apache-2.0", _VLLM_QUANT_INSTALL, ("06b",), "fp8", "FP8 e4m3 codes",
          "1x128 per token, fp32 (row-major)", "bf16", group=128,
@@ -182,7 +179,7 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
                  "built on the box with nvcc against torch's stable ABI",
          note="the kernel vLLM's per_token_group_quant_fp8 runs on CUDA (torch.ops._C.per_token_group_fp8_quant), "
               "with fp8lab's binding; peer_vllm_quant_group is the same call through a pip-installed vLLM",
-         seen="vLLM 0.34.0 sdist (source; built and run on the H200 at 065b701: test-gpu and notebook 06b)"),
+         seen="vLLM 0.34.0 sdist (source; built with fp8lab's binding)"),
 )}
 
 

@@ -13,9 +13,12 @@ Nothing here imports torch at import time.
 
 from ..arms.peer_catalog import PEERS, Peer, get, ids, ids_for, weight_stream_bytes
 from .discover import Availability, PeerUnavailable, availability
+# the README's peers table lives in the report layer (`python -m fp8lab claims` rewrites it too)
+from ..report.peer_table import README_BEGIN, README_END, in_data, in_data_cell, readme_table, render_readme
 
 __all__ = ["PEERS", "Peer", "get", "ids", "ids_for", "weight_stream_bytes", "Availability", "PeerUnavailable",
-           "availability", "table"]
+           "availability", "table", "README_BEGIN", "README_END", "in_data", "in_data_cell", "readme_table",
+           "render_readme"]
 
 
 def table(peers=None, *, avail=None):
@@ -32,18 +35,3 @@ def table(peers=None, *, avail=None):
                          version=a.version, reason=a.reason, licence=p.licence, install=p.install, weight=p.weight,
                          scales=p.scales, act=p.act, offline_box=p.carried or "wheel"))
     return pd.DataFrame(rows)
-
-
-README_BEGIN = "<!-- peers:begin (generated from fp8lab/arms/peer_catalog.py by `python -m fp8lab.peers readme`) -->"
-README_END = "<!-- peers:end -->"
-
-
-def readme_table() -> str:
-    """The README's peers table (markdown), from the catalog: one row per peer."""
-    head = ("| peer | library | notebooks | install | version seen | licence | weights / scales | offline H200 |\n"
-            "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
-    esc = lambda t: t.replace("|", "\\|")  # noqa: E731
-    rows = "".join(f"| `{p.id}` | {esc(p.library)} | {', '.join(p.notebooks)} | `{esc(p.install)}` | {esc(p.seen)} | "
-                   f"{p.licence} | {esc(p.weight)}; {esc(p.scales)}; {p.act} activations | "
-                   f"{esc(p.carried or 'wheel')} |\n" for p in PEERS.values())
-    return head + rows

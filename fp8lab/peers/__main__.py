@@ -164,16 +164,14 @@ def main(argv=None) -> int:
                    "when torch does not import")
     c.add_argument("--include", action="append", default=[],
                    help="DeepGEMM: a header folder searched last (cuBLAS / cuSPARSE / NVRTC headers), repeatable")
-    sub.add_parser("readme", help="rewrite the README's peers table from the catalog")
+    sub.add_parser("readme", help="rewrite the README's peers table from the catalog and data/")
     args = ap.parse_args(argv)
     if args.cmd == "readme":
         from .. import paths
-        from . import README_BEGIN, README_END, readme_table
+        from . import render_readme
 
         path = paths.repo_root() / "README.md"
-        text = path.read_text()
-        i, j = text.index(README_BEGIN), text.index(README_END)
-        path.write_text(text[:i] + README_BEGIN + "\n" + readme_table() + text[j:])
+        path.write_text(render_readme(path.read_text()))
         print(f"rewrote the peers table in {path}")
         return 0
     if args.cmd == "status":

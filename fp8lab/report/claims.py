@@ -268,8 +268,8 @@ def render_readme(text: str) -> str:
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise ValueError(f"README has no ledger markers ({BEGIN} ... {END})")
-    from . import walltimes
-    return walltimes.render(pattern.sub(lambda _: BEGIN + "\n" + ledger_markdown() + END, text))
+    from . import peer_table, walltimes
+    return peer_table.render_readme(walltimes.render(pattern.sub(lambda _: BEGIN + "\n" + ledger_markdown() + END, text)))
 
 
 def update_readme(path: Path | None = None, check: bool = False) -> bool:
