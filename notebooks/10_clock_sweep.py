@@ -42,6 +42,7 @@ shape = "llama3-70b:down_proj"  # fp8lab.facts.shapes name (one large decode GEM
 ncu = True  # Nsight Compute issue-active % per k (measure mode only)
 rep_ms = 40  # timing budget per arm, milliseconds of graph replays
 seed = 0
+peers = "all"  # weight-only peers (fp8lab.peers; Marlin is seed 003's own subject) timed in the locked-clock sweep only: "all", a list of ids, or []
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 
 # %%
@@ -57,10 +58,12 @@ from fp8lab.arms import registry
 from fp8lab.experiments import gemv_sass as gs, headroom as hr
 from fp8lab.kernels import weight_only as wo
 from fp8lab.toolchain.tools import have_tool
+from fp8lab.peers import sweeps as peer_sweeps
 
 NB = "10_clock_sweep"
 run = notebook.start(NB, params=dict(lock_clocks=list(lock_clocks), extra_alu=list(extra_alu), shape=shape,
-                                     ncu=ncu, rep_ms=rep_ms, seed=seed), mode=mode, devices=devices)
+                                     ncu=ncu, rep_ms=rep_ms, seed=seed, peers=peers), mode=mode, devices=devices)
+peer_ids = peer_sweeps.resolve(peers, "10")  # a typo fails here, before any measuring
 
 # %% [markdown]
 # ## The knob: a chain the compiler must keep
@@ -98,8 +101,9 @@ else:
 # CUDA-graph replays, an NVML sampler beside (the clocks the card really ran), then ncu over
 # the k levels. With `lock_clocks` (your machine only), seed 003's experiment itself runs as
 # well: the four weight-only kernels and cuBLAS BF16 at M = 1, the W8A16 prefill arms and cuBLAS
-# BF16 at M = 8192, unlocked and at each clock; a clock that could not be locked is logged and
-# not measured.
+# BF16 at M = 8192, and the weight-only peers in `peers` (Marlin, the seed's subject, among
+# them) at both points, unlocked and at each clock; a clock that could not be locked is logged
+# and not measured, and a peer that is missing or fails its check has no row.
 
 # %%
 if run.mode == "measure":
@@ -113,7 +117,7 @@ if run.mode == "measure":
             # seed 003's own experiment, on a machine you own: the four weight-only kernels and
             # cuBLAS BF16 at M = 1 and at prefill, per locked clock (reset on exit / error / signal)
             locked, lock_log = hr.locked_sweep(lock_clocks, decode_shape=shape, rep_ms=rep_ms, seed=seed,
-                                               sampler=sampler)
+                                               sampler=sampler, peers=peer_ids)
     sweep = pd.concat(parts, ignore_index=True)
     assert (sweep["check_relerr"] < 1e-2).all()
     assert (sweep["bw_p20"] <= sweep["bw_p50"]).all() and (sweep["bw_p50"] <= sweep["bw_p80"]).all()
@@ -204,8 +208,9 @@ def draw(df, info, lk=None):
         d1 = lk[(lk["lock_status"] == "locked") & (lk["phase"] == "decode")]
         for arm, g in d1.groupby("arm"):
             g = g.sort_values("lock_mhz")
-            a2.plot(g["lock_mhz"], g["change_vs_unlocked"], marker="^", ls="-", color=plotting.color(arm),
-                    label=f"ours, locked: {registry.short_label(arm)}")
+            style = dict(registry.PEER_STYLE) if registry.is_peer(arm) else dict(marker="^", ls="-")
+            a2.plot(g["lock_mhz"], g["change_vs_unlocked"], color=plotting.color(arm), **style,
+                    label=f"{'peer' if registry.is_peer(arm) else 'ours'}, locked: {registry.short_label(arm)}")
     else:
         a2.text(0.5, 0.5, "no SM clock locked here\n(opt-in, own machine only)", transform=a2.transAxes,
                 ha="center", va="center", fontsize=8, color="#555555")
@@ -239,12 +244,15 @@ overlay.show_cross_device(NB, devices, run)
 # %% [markdown]
 # ## Verdict (C6)
 #
-# From measured data only, two rows, both about fp8lab's kernels (`analogue`). The emulated
+# From measured data only, three rows: two about fp8lab's kernels (`analogue`), one about Marlin,
+# the seed's subject (`seed`, locked clocks only: no extra work can be put into another library's
+# kernel, so it has no emulated row). The emulated
 # sweep: holds-in-kind when the bandwidth stays within 2% of k = 0 (the seed's "unchanged") at
 # every equivalent clock down to the seed's 1200 MHz, the knee interpolated where it crosses
 # -2%; differs when it crosses above 1200 MHz; not judged when the run's own spread (p20-p80 and a
 # repeat of k = 0 at the end) cannot resolve 2%. The locked-clock row comes from a real locked
-# sweep (your machine, `lock_clocks`), else it is not-run and says why.
+# sweep (your machine, `lock_clocks`), else it is not-run and says why; so does the Marlin row, by
+# the same rule over the Marlin kernels measured (vLLM's FP8 vs INT8 Marlin as its FP vs INT pair).
 
 # %%
 for dev, df in tables.items():

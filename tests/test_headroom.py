@@ -167,10 +167,12 @@ def test_c6_noise_and_reach():
 def test_c6_rows_locked_half_not_run_on_a_shared_gpu():
     df = hr.add_equivalent_clock(_sweep([3.8e12, 3.8e12, 3.78e12, 3.2e12], util=[25, 40, 55, 85]))
     rows = hr.c6_verdicts(df)
-    assert [(r.subject, r.variant) for r in rows] == [("analogue", hr.EMULATED), ("analogue", hr.LOCKED)]
-    lk = rows[1]
-    assert lk.verdict == "not-run" and "opt-in" in lk.reason and "locked-clock sweep not run" in lk.reason
-    assert lk.rule and "\n" not in lk.rule
+    assert [(r.subject, r.variant) for r in rows] == [("analogue", hr.EMULATED), ("analogue", hr.LOCKED),
+                                                       ("seed", hr.LOCKED_MARLIN)]
+    for lk in rows[1:]:
+        assert lk.verdict == "not-run" and "opt-in" in lk.reason and "locked-clock sweep not run" in lk.reason
+        assert lk.rule and "\n" not in lk.rule
+    assert "Marlin" in rows[2].rule
 
 
 def test_change_at_clock():
@@ -293,6 +295,79 @@ def test_locked_verdict_differs(monkeypatch):
     assert v.verdict == "differs"
     assert f"fp8 change more than {hr.LOCK_FLAT:.0%} at 1500 MHz" in v.reason and "nvfp4 vs int4" in v.reason
     assert "fp8 vs int8" in v.reason                        # fp8 at 1500 is also 10% off int8
+
+
+def _fake_peers(monkeypatch, state, factor_at, missing=("peer_gemlite_w8a16_fp8",)):
+    """peers.sweeps.decode / prefill returning measured rows for the Marlin peers asked (their
+    rate scaled by factor_at[mhz][arm] under the fake lock) and a not-run row for ``missing``."""
+    from fp8lab import peers
+    from fp8lab.peers import sweeps as peer_sweeps
+
+    seen = []
+
+    def f(arm):
+        return factor_at.get(state["mhz"], {}).get(arm, 1.0)
+
+    def status(p):
+        return "not-run: gemlite is not installed" if p in missing else "measured"
+
+    def fake_decode(shapes_, Ms, ids, *, copy, same_copy, **kw):
+        seen.append(("decode", tuple(ids), same_copy))
+        return pd.DataFrame([dict(shape=shapes_[0], N=8192, K=28672, M=1, arm=p, fmt=peers.get(p).fmt,
+                                  bw_p20=3.5e12 * f(p), bw_p50=3.5e12 * f(p), bw_p80=3.5e12 * f(p), time_p50_s=1e-4,
+                                  sm_mhz_median=1980.0, sm_mhz_min=1900.0, check_relerr=1e-3, status=status(p))
+                             for p in ids])
+
+    def fake_prefill(shape, Ms, ids, **kw):
+        seen.append(("prefill", tuple(ids)))
+        return pd.DataFrame([dict(shape=shape, N=8192, K=8192, M=Ms[0], arm=p, with_quant=False, tflops_p20=500.0,
+                                  tflops_p50=500.0, tflops_p80=500.0, time_p50_s=1e-3, sm_mhz_median=1980.0,
+                                  sm_mhz_min=1900.0, check_relerr=1e-3, status=status(p)) for p in ids])
+
+    monkeypatch.setattr(peer_sweeps, "decode", fake_decode)
+    monkeypatch.setattr(peer_sweeps, "prefill", fake_prefill)
+    return seen
+
+
+MARLINS = ["peer_vllm_marlin_fp8", "peer_vllm_marlin_int8", "peer_vllm_marlin_int4", "peer_marlin_int4"]
+
+
+def test_locked_sweep_times_marlin_the_seeds_subject_under_each_lock(monkeypatch):
+    state = _fake_measures(monkeypatch)
+    seen = _fake_peers(monkeypatch, state, {900.0: {"peer_vllm_marlin_int4": 0.85, "peer_marlin_int4": 0.84}})
+    df, log = hr.locked_sweep([1200, 900], lock=_FakeLock("locked", state),
+                              peers=MARLINS + ["peer_gemlite_w8a16_fp8"])
+    assert len(seen) == 6 and all(x[1][-1] == "peer_gemlite_w8a16_fp8" for x in seen)   # 3 points x 2 phases
+    dec = df[df["phase"] == "decode"]
+    assert set(MARLINS) <= set(dec["arm"]) and "peer_gemlite_w8a16_fp8" not in set(df["arm"])   # not-run: no rate
+    pre = df[(df["phase"] == "prefill") & (df["arm"] == "peer_vllm_marlin_int4")]
+    assert set(pre["fmt"]) == {"int4"} and len(pre) == 3
+    t = hr.locked_table(df)
+    assert t.loc[("decode", "peer_marlin_int4"), 900.0] == pytest.approx(-0.16)
+    v = hr.c6_locked_seed_verdict(df)
+    assert v.subject == "seed" and v.variant == hr.LOCKED_MARLIN and v.verdict == "holds", v
+    assert "900 MHz" in v.our_figure and "Marlin M = 1 within" in v.reason
+    # the analogue row judges fp8lab's kernels only: Marlin rows beside them change nothing
+    assert hr.c6_locked_verdict(df).verdict == "holds"
+    assert not any("Marlin" in x for x in hr.c6_locked_verdict(df).our_figure.split(", "))
+
+
+def test_locked_marlin_row_can_fail_and_says_why_it_did_not_run(monkeypatch):
+    state = _fake_measures(monkeypatch)
+    _fake_peers(monkeypatch, state, {1500.0: {"peer_vllm_marlin_fp8": 0.90}})
+    df, _ = hr.locked_sweep([1500], lock=_FakeLock("locked", state), peers=MARLINS)
+    v = hr.c6_locked_seed_verdict(df)
+    assert v.verdict == "differs" and "at 1500 MHz" in v.reason and " vs " in v.reason   # flat and FP vs INT
+    assert hr.c6_locked_verdict(df).verdict == "holds"
+    # locked, but no Marlin among what ran: not-run, saying so
+    state2 = _fake_measures(monkeypatch)
+    df2, _ = hr.locked_sweep([1500], lock=_FakeLock("locked", state2))
+    v2 = hr.c6_locked_seed_verdict(df2)
+    assert v2.verdict == "not-run" and "no Marlin kernel was measured" in v2.our_figure
+    # nothing locked: not-run with the opt-in sentence
+    assert hr.c6_locked_seed_verdict(None).verdict == "not-run"
+    with pytest.raises(ValueError, match="not peers of notebook 10"):
+        hr.locked_sweep([1500], lock=_FakeLock("locked", state2), peers=["peer_deepgemm"])
 
 
 def test_locked_sweep_bad_input():

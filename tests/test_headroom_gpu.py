@@ -71,3 +71,32 @@ def test_locked_sweep_runs_end_to_end_without_touching_clocks():
     # never the order-of-magnitude gap of a wrong unit or a row compared with another arm's
     ratio = df.loc[df["lock_status"] == "locked", "change_vs_unlocked"] + 1
     assert ratio.between(1 / 3, 3).all(), ratio
+
+
+def test_locked_sweep_times_the_marlins_that_are_built_without_touching_clocks():
+    """Marlin, seed 003's subject, through the locked sweep on a real GPU with the same stand-in
+    lock: every Marlin peer built here is measured at both points (checked against float64 of
+    its own operands), the others leave no row, and C6's seed row is judged from those rows."""
+    import contextlib
+
+    from fp8lab.experiments import headroom as hr
+    from fp8lab.peers import discover
+
+    built = [p for p in hr.MARLIN_PEERS if discover.availability(p).ok]
+    if not built:
+        pytest.skip("no Marlin peer built here (python -m fp8lab.peers build marlin / vllm-marlin)")
+
+    @contextlib.contextmanager
+    def fake_lock(sm_mhz):
+        yield type("S", (), {"status": "locked"})()
+
+    df, _ = hr.locked_sweep([1700], decode_shape="qwen3-8b:o_proj", prefill_shape="qwen3-8b:o_proj",
+                            prefill_m=256, formats=("fp8",), rep_ms=5, lock=fake_lock, peers=list(hr.MARLIN_PEERS))
+    for phase in ("decode", "prefill"):
+        got = set(df.loc[(df["phase"] == phase) & (df["lock_status"] == "locked"), "arm"])
+        assert set(built) <= got, (phase, got)
+    rows = df[df["arm"].isin(built)]
+    assert (rows["check_relerr"] < 1e-2).all() and (rows["rate_p50"] > 0).all()
+    assert rows["change_vs_unlocked"].notna().all()
+    v = hr.c6_locked_seed_verdict(df)
+    assert v.subject == "seed" and v.verdict in ("holds", "differs") and "1700 MHz" in v.our_figure

@@ -21,7 +21,8 @@ __all__ = ["Peer", "PEERS", "KINDS", "NOTEBOOKS", "get", "ids", "ids_for", "weig
 #: what a peer computes, and so which harness checks and times it
 KINDS = ("weight_only", "blockwise", "quantiser")
 #: notebook key -> the harness its peers go through
-NOTEBOOKS = {"05": "blockwise", "06": "blockwise", "08": "weight_only", "11": "weight_only", "06b": "quantiser"}
+NOTEBOOKS = {"05": "blockwise", "06": "blockwise", "08": "weight_only", "10": "weight_only", "11": "weight_only",
+             "06b": "quantiser"}
 _NOT_SEEN = "not seen here (written against its public API)"
 _GEMLITE = "0.6.0.post2 (sdist read; wheel built here)"
 
@@ -74,39 +75,39 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
     Peer("peer_marlin_int4", "weight_only", "Marlin (IST-DASLab, original)", "marlin_cuda", None, "build",
          "Apache-2.0",
          f"python scripts/peers_offline.py --sources && python -m fp8lab.peers build marlin  ({_MARLIN_SRC})",
-         ("08", "11"), "int4",
+         ("08", "10", "11"), "int4",
          "INT4 codes + 8 (symmetric), 8 per int32 in Marlin's tile permutation", "per-group 128 along K, fp16",
          "fp16", group=128, carried="source (~0.1 MB), built on the box with nvcc",
          note="the seed's subject: Marlin's own Layer.pack quantises; K % 128 == 0, N % 256 == 0",
          seen="0.1.1 @ 2f6d7c1 (source; kernel compiled for sm_90 here)"),
     Peer("peer_gemlite_w8a16_fp8", "weight_only", "gemlite A16W8_FP8", "gemlite", "gemlite", "import", "Apache-2.0",
-         "pip install gemlite==0.6.0.post2", ("08", "11"), "fp8", "FP8 e4m3 codes, one byte each (K-major)",
+         "pip install gemlite==0.6.0.post2", ("08", "10", "11"), "fp8", "FP8 e4m3 codes, one byte each (K-major)",
          "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w8a16_int8", "weight_only", "gemlite A16W8_INT8", "gemlite", "gemlite", "import", "Apache-2.0",
-         "pip install gemlite==0.6.0.post2", ("08", "11"), "int8", "INT8 codes, one byte each (K-major)",
+         "pip install gemlite==0.6.0.post2", ("08", "10", "11"), "int8", "INT8 codes, one byte each (K-major)",
          "per output channel, fp32", "bf16", carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_int4", "weight_only", "gemlite A16W4_HQQ_INT", "gemlite", "gemlite", "import",
-         "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "int4",
+         "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "10", "11"), "int4",
          "INT4 codes (asymmetric, with zero points), packed 8 per int32 over K",
          "per-group 128 along K, bf16 scale + bf16 zero", "bf16", group=128,
          carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True, seen=_GEMLITE),
     Peer("peer_gemlite_w4a16_nvfp4", "weight_only", "gemlite A16W4_NVFP", "gemlite", "gemlite", "import",
-         "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "11"), "nvfp4",
+         "Apache-2.0", "pip install gemlite==0.6.0.post2", ("08", "10", "11"), "nvfp4",
          "FP4 e2m1 codes, two per byte", "per-group 16 along K, fp8 e4m3 + one fp32 tensor scale", "bf16",
          group=16, carried="sdist 0.2 MB (pure Python + Triton)", autotunes=True,
          note="Hopper has no FP4 MMA: Triton's dot_scaled decomposes it", seen=_GEMLITE),
     # vLLM's Marlin GEMMs, built from kernels-community's copy of their sources (no vLLM needed)
     Peer("peer_vllm_marlin_fp8", "weight_only", "vLLM FP8 Marlin", _VLLM_MARLIN_MOD, None, "build", "Apache-2.0",
-         _VLLM_MARLIN_INSTALL, ("08", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
+         _VLLM_MARLIN_INSTALL, ("08", "10", "11"), "fp8", "FP8 e4m3 codes repacked into Marlin's tile layout",
          "per output channel, bf16 (Marlin layout)", "bf16", carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN,
          note="the seed's subject for FP8 (seed 003 measured vLLM's FP8 Marlin); K % 128 == 0, N % 64 == 0"),
     Peer("peer_vllm_marlin_int8", "weight_only", "vLLM GPTQ-Marlin INT8", _VLLM_MARLIN_MOD, None, "build",
-         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "11"), "int8",
+         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "10", "11"), "int8",
          "INT8 codes (uint8b128), repacked into Marlin's tile layout", "per output channel, bf16 (Marlin layout)",
          "bf16", carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN,
          note="FP8 Marlin's INT8 twin (same bytes, same scales): the seed's FP-vs-INT pair (C4)"),
     Peer("peer_vllm_marlin_int4", "weight_only", "vLLM GPTQ-Marlin INT4", _VLLM_MARLIN_MOD, None, "build",
-         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "11"), "int4",
+         "Apache-2.0", _VLLM_MARLIN_INSTALL, ("08", "10", "11"), "int4",
          "INT4 codes (uint4b8), repacked into Marlin's tile layout", "per-group 128 along K, bf16 (Marlin layout)",
          "bf16", group=128, carried=_VLLM_MARLIN_CARRIED, seen=_VLLM_MARLIN_SEEN),
     # ---- blockwise W8A8 (notebooks 05 and 06)

@@ -265,9 +265,10 @@ def c6_verdict(df: pd.DataFrame, *, locked: str = LOCK_NOT_RUN, bar: float = FLA
 
 
 def c6_verdicts(df: pd.DataFrame, locked_df: Optional[pd.DataFrame] = None, *, locked: str = LOCK_NOT_RUN) -> list:
-    """C6's two rows: the emulated sweep (:func:`c6_verdict`) and the locked-clock sweep
-    (:func:`c6_locked_verdict` where clocks were really locked, else not-run saying why
-    (``locked``) and how a user gets it)."""
+    """C6's three rows: the emulated sweep (:func:`c6_verdict`), the locked-clock sweep of
+    fp8lab's kernels (:func:`c6_locked_verdict` where clocks were really locked, else not-run
+    saying why (``locked``) and how a user gets it), and the same for Marlin, the seed's subject
+    (:func:`c6_locked_seed_verdict`)."""
     from ..report import claims
 
     rows = [c6_verdict(df)]
@@ -276,7 +277,7 @@ def c6_verdicts(df: pd.DataFrame, locked_df: Optional[pd.DataFrame] = None, *, l
         lv = claims.Verdict("C6", "not-run", "no SM clock locked", f"{locked}; {LOCK_HOW}",
                             seed_figure=SEED_C6_FIGURE, seed_hardware="RTX 3090", subject="analogue",
                             variant=LOCKED, rule=_locked_rule(FLAT_BAR))
-    return rows + [lv]
+    return rows + [lv, c6_locked_seed_verdict(locked_df, locked=locked)]
 
 
 # --------------------------------------------------------------------------------------
@@ -422,6 +423,20 @@ LOCK_FLAT = FLAT_BAR    # "does not change" at >= 1200 MHz: the same bar as the 
 FP_INT_PARITY = 0.02    # the issue's FP vs INT tolerance
 
 
+def _prefill_fmt(arm: str) -> str:
+    if arm == CUBLAS:
+        return "bf16"
+    if arm.startswith("peer_"):
+        from .. import peers
+        return peers.get(arm).fmt
+    return "fp8"
+
+
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    """A peer sweep's measured rows (a peer that is missing or fails its check has no rate to lock)."""
+    return df[df["status"] == "measured"] if "status" in df else df
+
+
 def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) -> list[dict]:
     rows = []
     for _, r in dec.iterrows():
@@ -435,7 +450,7 @@ def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) ->
         if bool(r.get("with_quant", False)):
             continue
         rows.append(dict(phase="prefill", shape=r["shape"], N=r["N"], K=r["K"], M=r["M"], arm=r["arm"],
-                         fmt="bf16" if r["arm"] == CUBLAS else "fp8", lock_mhz=lock_mhz, lock_status=status,
+                         fmt=_prefill_fmt(r["arm"]), lock_mhz=lock_mhz, lock_status=status,
                          rate_p20=r["tflops_p20"] * 1e12, rate_p50=r["tflops_p50"] * 1e12,
                          rate_p80=r["tflops_p80"] * 1e12, rate_unit="FLOP/s", time_p50_s=r["time_p50_s"],
                          sm_mhz_median=r["sm_mhz_median"], sm_mhz_min=r["sm_mhz_min"],
@@ -447,10 +462,15 @@ def _locked_rows(dec: pd.DataFrame, pre: pd.DataFrame, lock_mhz, status: str) ->
 def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SHAPE,
                  prefill_shape: str = LOCKED_PREFILL_SHAPE, prefill_m: int = LOCKED_PREFILL_M,
                  formats: Sequence[str] = wo.FORMATS, rep_ms: float = 40, seed: int = 0, sampler=None,
-                 lock=None) -> tuple[pd.DataFrame, list[dict]]:
+                 lock=None, peers: Sequence[str] = (), peer_avail=None, peer_prepare=None
+                 ) -> tuple[pd.DataFrame, list[dict]]:
     """Seed 003's locked-clock experiment: the four weight-only kernels and cuBLAS BF16 at M = 1
     (``decode_shape``), the W8A16 prefill arms and cuBLAS BF16 at M = ``prefill_m``
     (``prefill_shape``), once unlocked and once per SM clock in ``lock_clocks``.
+
+    ``peers``: weight-only peers (fp8lab.peers; Marlin is the seed's own subject) timed at the same
+    two points under each lock through their own sweeps (checked, rotated, the same sampler);
+    only their measured rows enter the table (``peer_avail`` / ``peer_prepare``: tests).
 
     ``lock``: a context manager factory ``lock(sm_mhz=...)`` yielding an object with ``status``
     (default :func:`fp8lab.measure.clocks.locked_clocks` with ``opt_in=True``: the caller's list IS the
@@ -470,6 +490,10 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
         def lock(sm_mhz):
             return clocks.locked_clocks(sm_mhz=sm_mhz, opt_in=True)
 
+    peers = list(peers)
+    if peers:
+        from ..arms import peer_catalog
+        peer_catalog.check_ids(peers, "10")
     pre_arms = tuple(prefill.W8A16_ARMS) + (CUBLAS,)
     copy = decode.measure_copy(sampler=sampler)
 
@@ -478,7 +502,14 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
                                     copy=copy, sampler=sampler)
         pre = prefill.measure_prefill(prefill_shape, [prefill_m], pre_arms, rep_ms=rep_ms, seed=seed,
                                       sampler=sampler)
-        return _locked_rows(dec, pre, lock_mhz, status)
+        rows = _locked_rows(dec, pre, lock_mhz, status)
+        if peers:
+            from ..peers import sweeps as peer_sweeps
+            kw = dict(rep_ms=rep_ms, seed=seed, sampler=sampler, avail=peer_avail, prepare=peer_prepare)
+            pdec = peer_sweeps.decode([decode_shape], [1], peers, copy=copy, same_copy=False, **kw)
+            ppre = peer_sweeps.prefill(prefill_shape, [prefill_m], peers, **kw)
+            rows += _locked_rows(_measured(pdec), _measured(ppre), lock_mhz, status)
+        return rows
 
     rows = point(math.nan, "unlocked")
     log = []
@@ -527,18 +558,57 @@ def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat:
     locked clock >= 1200 MHz, and FP vs INT (fp8 vs int8, nvfp4 vs int4) within 2% of each
     other at every locked clock; differs otherwise. The figure lists the changes at each clock
     (4-bit, 8-bit, cuBLAS BF16 decode and prefill) beside the seed's."""
+    arms = {wo.ARMS[f]: f for f in wo.FORMATS}
+    pairs = [(wo.ARMS["fp8"], wo.ARMS["int8"]), (wo.ARMS["nvfp4"], wo.ARMS["int4"])]
+    return _c6_locked(df, arms, pairs, rule=_locked_rule(flat), subject="analogue", variant=LOCKED,
+                      what="weight-only M = 1", emulated=emulated, flat=flat)
+
+
+#: seed 003's subject at locked clocks: the Marlin kernels among the peers, and its FP vs INT pair
+#: (vLLM's FP8 and INT8 Marlin; no NVFP4 Marlin is among the peers, so the 4-bit pair is not judged)
+MARLIN_PEERS = ("peer_vllm_marlin_fp8", "peer_vllm_marlin_int8", "peer_vllm_marlin_int4", "peer_marlin_int4")
+MARLIN_PAIRS = (("peer_vllm_marlin_fp8", "peer_vllm_marlin_int8"),)
+LOCKED_MARLIN = "Marlin, locked clock"
+
+
+def _marlin_rule(flat: float) -> str:
+    return (f"locked clocks, the Marlin kernels measured (vLLM FP8 / INT8 / INT4, the original INT4): holds if each "
+            f"one's M=1 bandwidth is within {flat:.0%} of unlocked at every locked clock >= "
+            f"{SEED_C6_HEADROOM_MHZ:.0f} MHz and vLLM's FP8 vs INT8 Marlin within {FP_INT_PARITY:.0%} at every "
+            "locked clock; differs otherwise (no NVFP4 Marlin among the peers: the 4-bit FP vs INT pair is not judged)")
+
+
+def c6_locked_seed_verdict(df: Optional[pd.DataFrame], *, locked: str = LOCK_NOT_RUN, flat: float = LOCK_FLAT):
+    """C6's ``seed`` row: Marlin, seed 003's subject, at really locked clocks (the analogue row's
+    rule over the Marlin peers measured); not-run saying why when no clock was locked or no
+    Marlin ran under a lock."""
+    from ..report import claims
+
+    rule = _marlin_rule(flat)
+    kw = dict(seed_figure=SEED_C6_FIGURE, seed_hardware="RTX 3090", subject="seed", variant=LOCKED_MARLIN, rule=rule)
+    d = df[df["lock_status"] == "locked"] if df is not None and len(df) else None
+    if d is None or d.empty:
+        return claims.Verdict("C6", "not-run", "no SM clock locked", f"{locked}; {LOCK_HOW}", **kw)
+    arms = {a: registry.short_label(a) for a in MARLIN_PEERS if a in set(d["arm"])}
+    if not arms:
+        return claims.Verdict("C6", "not-run", "clocks were locked, but no Marlin kernel was measured under a lock",
+                              "build them (python -m fp8lab.peers build marlin / vllm-marlin) and pass peers", **kw)
+    return _c6_locked(df, arms, list(MARLIN_PAIRS), rule=rule, subject="seed", variant=LOCKED_MARLIN,
+                      what="Marlin M = 1", flat=flat)
+
+
+def _c6_locked(df, arms: dict, pairs, *, rule: str, subject: str, variant: str, what: str,
+               emulated: Optional[str] = None, flat: float = LOCK_FLAT):
+    """The locked-clock rule over ``arms`` ({arm: label}) and FP vs INT ``pairs`` of arms."""
     from ..report import claims
 
     d = df[(df["lock_status"] == "locked")]
     if d.empty:
         return None
-    seed_fig = SEED_C6_FIGURE
-    rule = _locked_rule(flat)
     dec = d[(d["phase"] == "decode") & (d["M"] == 1)]
-    wo_arms = {wo.ARMS[f]: f for f in wo.FORMATS}
     parts, problems = [], []
     for f, g in dec.groupby("lock_mhz"):
-        ch = {r["fmt"]: float(r["change_vs_unlocked"]) for _, r in g.iterrows() if r["arm"] in wo_arms}
+        ch = {arms[r["arm"]]: float(r["change_vs_unlocked"]) for _, r in g.iterrows() if r["arm"] in arms}
         cb = g[g["arm"] == CUBLAS]["change_vs_unlocked"]
         pf = d[(d["phase"] == "prefill") & (d["lock_mhz"] == f) & (d["arm"] == CUBLAS)]["change_vs_unlocked"]
         parts.append(f"{f:.0f} MHz: " + ", ".join(f"{k} {v:+.1%}" for k, v in ch.items())
@@ -548,18 +618,18 @@ def c6_locked_verdict(df: pd.DataFrame, *, emulated: Optional[str] = None, flat:
             bad = [k for k, v in ch.items() if abs(v) > flat]
             if bad:
                 problems.append(f"{', '.join(bad)} change more than {flat:.0%} at {f:.0f} MHz")
-        for a, b in (("fp8", "int8"), ("nvfp4", "int4")):
-            ra = g[g["fmt"] == a]["rate_p50"]
-            rb = g[g["fmt"] == b]["rate_p50"]
+        for a, b in pairs:
+            ra = g[g["arm"] == a]["rate_p50"]
+            rb = g[g["arm"] == b]["rate_p50"]
             if len(ra) and len(rb):
                 gap = float(ra.iloc[0]) / float(rb.iloc[0]) - 1
                 if abs(gap) > FP_INT_PARITY:
-                    problems.append(f"{a} vs {b} {gap:+.1%} at {f:.0f} MHz")
+                    problems.append(f"{arms.get(a, a)} vs {arms.get(b, b)} {gap:+.1%} at {f:.0f} MHz")
     fig = "; ".join(parts)
     tail = f"; emulated sweep: {emulated}" if emulated else ""
-    kw = dict(seed_figure=seed_fig, seed_hardware="RTX 3090", subject="analogue", variant=LOCKED, rule=rule)
+    kw = dict(seed_figure=SEED_C6_FIGURE, seed_hardware="RTX 3090", subject=subject, variant=variant, rule=rule)
     if problems:
         return claims.Verdict("C6", "differs", fig, "; ".join(problems) + tail, **kw)
     return claims.Verdict("C6", "holds", fig,
-                          f"weight-only M = 1 within {flat:.0%} at every locked clock >= 1200 MHz and FP vs INT "
+                          f"{what} within {flat:.0%} at every locked clock >= 1200 MHz and FP vs INT "
                           f"within {FP_INT_PARITY:.0%}{tail}", **kw)
