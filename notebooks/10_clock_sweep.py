@@ -217,7 +217,11 @@ def draw(df, info, lk=None):
     a2.set_xlabel("REAL locked SM clock (MHz)")
     a2.set_ylabel("bandwidth change vs unlocked")
     a2.invert_xaxis()
-    a2.legend(fontsize=7, loc="lower left")
+    if lk is not None and len(a2.get_legend_handles_labels()[1]) > 5:
+        # a locked sweep draws a line per kernel (peers too): the legend goes beside the panel
+        a2.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), borderaxespad=0)
+    else:
+        a2.legend(fontsize=7, loc="lower left")
     a2.set_title("C6 locked: real clocks")
     plotting.save(fig, info, "headroom")
     plt.show()
