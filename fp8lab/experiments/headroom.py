@@ -426,9 +426,9 @@ FP_INT_PARITY = 0.02    # the issue's FP vs INT tolerance
 def _prefill_fmt(arm: str) -> str:
     if arm == CUBLAS:
         return "bf16"
-    if arm.startswith("peer_"):
-        from .. import peers
-        return peers.get(arm).fmt
+    if registry.is_peer(arm):
+        from ..arms import peer_catalog
+        return peer_catalog.get(arm).fmt
     return "fp8"
 
 

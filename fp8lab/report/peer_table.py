@@ -19,7 +19,6 @@ def in_data(data_root=None) -> dict:
     from collections import Counter
     from pathlib import Path
 
-
     root = Path(data_root) if data_root is not None else repo_root() / "data"
     out: dict = {}
     for f in sorted(root.glob("*/*/peers*.csv")):
