@@ -30,8 +30,12 @@
 # | `quant_act_naive` | a 1024-thread block, 32 busy | 2 bytes | 128 shared `atomicMax` |
 # | `quant_act_warp` | 32 (one warp), 4 groups per warp | 8 bytes | 5-step xor shuffle |
 # | `quant_act_16t` | 16 (two groups per warp) | 16 bytes | 4-step xor shuffle per half-warp |
-# | `quant_act_warp_ilp` | 32 per pair of groups, 2-8 groups per warp in flight (auto: one wave of g2 for small M, persistent grid-stride g4/g8 for large M) | 16 bytes | 5-step xor butterfly on two packed maxima |
+# | `quant_act_warp_ilp` | 32 per pair of groups, 2-8 groups per warp in flight (auto: 2 groups per warp for small M, 4 or 8 once the grid fills three waves) | 16 bytes | 5-step xor butterfly on two packed maxima |
+# | `quant_act_warp_ilp_pdl` | the same kernel and grid, launched as a programmatic dependent launch (sm_90+): it may start while the previous kernel runs, waits for its results before the first load, and lets the next kernel start launching at once | 16 bytes | as above |
 #
+# Beside them, `traffic_copy` (a diagnostic, not a quantiser): `quant_act_warp_ilp`'s launch shape,
+# loads and stores with no arithmetic at all. Where the kernel misses a target, it says how much of
+# the miss the launch shape alone (no math) already has.
 # `quant_act_warp_ilp` is the warp kernel built for bandwidth: all of a warp's 16-byte loads are
 # issued before the first reduction (the persistent form also issues the next chunk's loads before
 # reducing the current one, and sizes its grid so no wave is left half full), and the division uses one reciprocal per group (3 FFMA per
@@ -109,7 +113,7 @@ if run.mode == "measure":
         ceil_df = ce.measure_ceilings(ceilings=["copy_bandwidth"], rep_ms=100, sampler=sampler)
         big = ceil_df[ceil_df["status"] == "measured"]["rate_p50"]
         qdf = qx.measure(Ms, Ks, rep_ms=rep_ms, big_copy_Bps=float(big.iloc[0]) if len(big) else None,
-                         sampler=sampler)
+                         sampler=sampler, diagnostic_arms=qx.DIAGNOSTIC_ARMS)
         # the peers' per-token-group quantisers on the same inputs (bit-for-bit differences
         # counted, not fatal: their rounding is theirs); a missing one is a not-run row
         peer_q = peer_sweeps.quantisers(Ms, Ks, peer_ids, rep_ms=rep_ms, sampler=sampler)
@@ -117,6 +121,9 @@ if run.mode == "measure":
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
     assert k["bitwise_ok"].astype(bool).all(), k[~k["bitwise_ok"].astype(bool)][["arm", "M", "K", "status"]]
     assert k["status"].eq("measured").all()
+    pdl = qdf[qdf["arm"] == qx.PDL_ARM]          # measured and bit for bit, or not-run (before sm_90)
+    assert (pdl["status"].str.startswith("not-run") | (pdl["status"].eq("measured") & pdl["bitwise_ok"].eq(True))).all(), \
+        pdl[["arm", "M", "K", "status"]]
     assert (qdf["time_p50_s"] > 0).all() and (qdf["copy_gbps_p50"] > 0).all()
     # every check passed: only now does anything reach data/
     run.write_table("ceilings", ceil_df, meta={"clocks": clock_summary})
@@ -135,7 +142,7 @@ if run.mode == "measure":
 # %%
 # line style per arm; labels and colours come from fp8lab.arms.registry
 ARM_STYLE = {"quant_act_naive": "o-", "quant_act_warp": "s-", "quant_act_16t": "D-", "quant_act_warp_ilp": "^-",
-             "torch_reference": "v:"}
+             qx.PDL_ARM: "^--", "traffic_copy": "x:", "torch_reference": "v:"}
 devs = results.devices_with(NB, "quantisers")
 tables = {}
 peer_tables = results.by_device(NB, "peers")
@@ -275,6 +282,20 @@ for dev, qdf, meta, name in notebook.each_device(tables):
                              f"{s_['fraction_of_copy'].min():.0%}-{s_['fraction_of_copy'].max():.0%} of copy, so the "
                              f"{qx.TARGET_SMALL_FRACTION:.0%} target there is "
                              f"{'met' if (s_['fraction_of_copy'] >= qx.TARGET_SMALL_FRACTION).all() else 'missed'}.")
+            for M_lo, M_hi, goal in ((lo, hi, qx.TARGET_SMALL_FRACTION), (*qx.TARGET_M_RANGE, qx.TARGET_FRACTION)):
+                band = qdf[(qdf["K"] == K) & (qdf["status"] == "measured") & qdf["M"].between(M_lo, M_hi)]
+                tc = band[band["arm"] == "traffic_copy"]["fraction_of_copy"]
+                pl = band[band["arm"] == qx.PDL_ARM]["fraction_of_copy"]
+                if len(tc):
+                    under = band[(band["arm"] == "traffic_copy") & (band["fraction_of_copy"] < goal)]["M"]
+                    parts.append(f"At M = {M_lo}..{M_hi} the same launch with no arithmetic (`traffic_copy`) "
+                                 f"reaches {tc.min():.0%}-{tc.max():.0%} of copy"
+                                 + (f": the launch shape alone is under the {goal:.0%} target at M = "
+                                    f"{', '.join(str(int(m)) for m in under)}." if len(under)
+                                    else f", above the {goal:.0%} target: the gap is the kernel's work, not its launch."))
+                if len(pl):
+                    parts.append(f"As a programmatic dependent launch (`{qx.PDL_ARM}`): {pl.min():.0%}-{pl.max():.0%} "
+                                 f"of copy at M = {M_lo}..{M_hi}.")
         w0 = t[t["arm"] == "quant_act_warp"].set_index("M")
         if len(h) and len(w0):
             r = (w0["time_p50_s"] / h["time_p50_s"]).dropna()

@@ -43,6 +43,23 @@ def test_variant_arguments_refused_before_any_gpu_work():
     assert "variant == 9" in text
 
 
+def test_pdl_arguments_refused_before_any_gpu_work():
+    assert qx.PDL_ARM in qx.ARMS and qx.PDL_ARM not in qa.VARIANTS
+    with pytest.raises(ValueError, match="grid kernel only, not quant_act_16t"):
+        qa.quant_act(None, "quant_act_16t", pdl=True)
+    with pytest.raises(ValueError, match="with persistent=True"):
+        qa.quant_act(None, "quant_act_warp_ilp", groups_per_warp=2, persistent=True, pdl=True)
+    with pytest.raises(ValueError, match="pdl must be True or False"):
+        qa.quant_act(None, "quant_act_warp_ilp", pdl="yes")
+    with pytest.raises(ValueError, match="CUDA torch.Tensor"):
+        qa.quant_act(None, "quant_act_warp_ilp", groups_per_warp=2, pdl=True)
+    # the flag bit is the source's, and the source launches PDL only for the ilp grid kernels
+    text = open(qa.__file__[:-3] + ".cu").read()
+    assert f"constexpr int kPdlFlag = {qa._PDL_FLAG:#x};" in text
+    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5)) return cudaErrorInvalidValue;" in text
+    assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text and "griddepcontrol.wait" in text
+
+
 def test_measure_refuses_bad_options():
     with pytest.raises(ValueError, match="timing"):
         qx.measure(timing="fastest")
@@ -185,6 +202,19 @@ def test_target_table_small_m_band_and_the_best_peer():
     assert not t.loc[1, "met"] and t.loc[16, "met"]
     assert t.loc[16, "best_peer"] == "peer_sglang_quant_group" and t.loc[16, "peer_fraction_of_copy"] == 0.66
     assert t.loc[1, "best_peer"] == "" and np.isnan(t.loc[1, "peer_fraction_of_copy"])
+    assert np.isnan(t["pdl_fraction_of_copy"]).all() and np.isnan(t["launch_shape_fraction_of_copy"]).all()
+
+
+def test_target_table_says_what_pdl_and_the_launch_shape_reach():
+    rows = [{"arm": a, "M": M, "K": 7168, "status": st, "time_p50_s": 2e-6, "fraction_of_copy": f}
+            for M in (1, 256) for a, st, f in (("quant_act_warp_ilp", "measured", 0.56 if M == 1 else 0.8),
+                                                (qx.PDL_ARM, "measured", 0.7 if M == 1 else 0.82),
+                                                ("traffic_copy", "measured", 0.75 if M == 1 else 0.95),
+                                                (qx.PDL_ARM, "not-run: x", 9.0))]
+    t = qx.target_table(pd.DataFrame(rows)).set_index("M")
+    assert (t["arm"] == "quant_act_warp_ilp").all()        # the target stays on the default launch
+    assert t.loc[1, "pdl_fraction_of_copy"] == 0.7 and t.loc[256, "pdl_fraction_of_copy"] == 0.82
+    assert t.loc[1, "launch_shape_fraction_of_copy"] == 0.75 and t.loc[256, "launch_shape_fraction_of_copy"] == 0.95
 
 
 def test_target_table_prices_a_peer_against_the_copy_timed_beside_fp8labs_kernel():

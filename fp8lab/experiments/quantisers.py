@@ -4,10 +4,12 @@ Arms: ``quant_act_naive`` (the seed's 1024-thread launch with one busy row and 1
 atomics per group), ``quant_act_warp`` (one warp per group), ``quant_act_16t`` (16 threads per
 group, 16-byte loads), ``quant_act_warp_ilp`` (the warp kernel built for bandwidth: 16-byte loads,
 2-8 groups per warp in flight, whole-warp butterfly on packed maxima, one reciprocal per group;
-by default ``groups_per_warp='auto'``: one wave of 2-group warps for small M, the persistent
-grid-stride kernel with the next chunk's loads in flight above (``quant_act.auto_launch``); the
+by default ``groups_per_warp='auto'``: 2 groups per warp for small M, 4 or 8 once the grid fills
+three waves (``quant_act.auto_launch``; the one-chunk-per-warp grid kernel at every M); the
 arm fp8lab's fraction-of-copy performance targets are reported on, see ``target_arm``; B6's verdict is on
-``quant_act_warp``, see ``b6_verdict``), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
+``quant_act_warp``, see ``b6_verdict``), ``quant_act_warp_ilp_pdl`` (the same kernel and grid as a
+programmatic dependent launch, sm_90 and newer: its launch overlaps the previous kernel's tail, as
+vLLM's quantiser launches), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
 torch recipe the kernels must match, several kernels long; context, not a contender).
 
 Every kernel's output is compared bit for bit with the torch reference on the same input
@@ -39,7 +41,7 @@ from ..kernels import quant_act as qa
 from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "TARGET_SMALL_M_RANGE",
-           "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
+           "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "DIAGNOSTIC_ARMS", "TIMINGS",
            "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
@@ -55,7 +57,10 @@ MIN_SPEEDUP = 2.0                 # "the fix": the warp kernel at least this muc
                                   # (the naive launch's idle threads cost far more: a smaller gain is no fix)
 GRAPH_BELOW_S = 200e-6            # the whole target range (M <= 8192 at K = 7168) replays in graphs
 MAX_SETS = 256
-ARMS = (*qa.VARIANTS, "torch_reference")
+#: quant_act_warp_ilp launched as a programmatic dependent launch (qa.quant_act(..., pdl=True)):
+#: the same kernel and launch shape, its launch latency overlapping the previous kernel's tail (sm_90+)
+PDL_ARM = "quant_act_warp_ilp_pdl"
+ARMS = (*qa.VARIANTS, PDL_ARM, "torch_reference")
 DIAGNOSTIC_ARMS = ("traffic_copy",)
 #: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
 PEERS = peer_catalog.ids_for("06b")
@@ -202,6 +207,13 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                          copy_timing_method=tc.method)
                 kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
                       else {})
+                variant = arm
+                if arm == PDL_ARM:
+                    variant, kw = "quant_act_warp_ilp", {"pdl": True}
+                    if not qa.pdl_supported(xs[0].device.index):
+                        r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
+                        rows.append(r)
+                        continue
                 if arm == "traffic_copy":
                     outs = [(torch.empty((M, K), dtype=torch.float8_e4m3fn, device="cuda"),
                              torch.empty((M, K // qa.GROUP), dtype=torch.float32, device="cuda")) for _ in xs]
@@ -218,7 +230,7 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                     q0, s0 = outs[0]
                     q0.view(torch.uint8).fill_(0x7F)        # NaN codes: an unwritten code shows
                     s0.fill_(float("nan"))
-                    qa.quant_act(xs[0], arm, q_out=q0, s_out=s0, **kw)
+                    qa.quant_act(xs[0], variant, q_out=q0, s_out=s0, **kw)
                     torch.cuda.synchronize()
                     codes_diff = int((q0.view(torch.uint8) != ref_bits).sum())
                     scales_diff = int((s0.view(torch.int32) != ref_s.view(torch.int32)).sum())
@@ -232,8 +244,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                         rows.append(r)
                         continue
 
-                    def make(i, arm=arm, outs=outs, kw=kw):
-                        return lambda: qa.quant_act(xs[i], arm, q_out=outs[i][0], s_out=outs[i][1], **kw)
+                    def make(i, variant=variant, outs=outs, kw=kw):
+                        return lambda: qa.quant_act(xs[i], variant, q_out=outs[i][0], s_out=outs[i][1], **kw)
                 tm, clk = clocks.timed(sampler, lambda: _time(make, n_sets, rep_ms=rep_ms, warmup_ms=warmup_ms,
                                                               timing=timing))
                 gbps = nbytes / tm.p50_s / 1e9
@@ -263,10 +275,19 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
     same-traffic copy at every measured M in TARGET_M_RANGE and >= TARGET_SMALL_FRACTION in
     TARGET_SMALL_M_RANGE. One row per measured M: the arm, its fraction of copy, the goal,
     whether it is met; with ``peers`` (the same run's peers table) the fastest measured peer at
-    that M and its fraction of copy."""
-    cols = ["arm", "M", "K", "fraction_of_copy", "target", "met", "best_peer", "peer_fraction_of_copy"]
+    that M and its fraction of copy. Two columns say where a miss comes from, when the table has
+    those rows: ``pdl_fraction_of_copy`` (the same kernel as a programmatic dependent launch,
+    PDL_ARM) and ``launch_shape_fraction_of_copy`` (``traffic_copy``: the arm's launch shape, loads
+    and stores with no arithmetic)."""
+    cols = ["arm", "M", "K", "fraction_of_copy", "target", "met", "pdl_fraction_of_copy",
+            "launch_shape_fraction_of_copy", "best_peer", "peer_fraction_of_copy"]
     d = df[(df["K"] == K) & (df["status"] == "measured")]
     arm = target_arm(d)
+
+    def at(name, M):
+        v = d.loc[(d["arm"] == name) & (d["M"] == M), "fraction_of_copy"]
+        return float(v.iloc[0]) if len(v) else math.nan
+
     pm = pd.DataFrame()
     if peers is not None and len(peers) and "status" in peers:
         pm = peers[(peers["status"] == "measured") & (peers["K"] == K)]
@@ -277,7 +298,8 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
             p = pm[pm["M"] == r["M"]] if len(pm) else pm
             best = p.loc[p["time_p50_s"].idxmin()] if len(p) else None
             rows.append(dict(arm=arm, M=int(r["M"]), K=K, fraction_of_copy=r["fraction_of_copy"], target=goal,
-                             met=bool(r["fraction_of_copy"] >= goal),
+                             met=bool(r["fraction_of_copy"] >= goal), pdl_fraction_of_copy=at(PDL_ARM, r["M"]),
+                             launch_shape_fraction_of_copy=at("traffic_copy", r["M"]),
                              best_peer=best["arm"] if best is not None else "",
                              peer_fraction_of_copy=_peer_fraction(best, r)))
     return pd.DataFrame(rows, columns=cols)

@@ -30,7 +30,8 @@
 //   16-byte loads (a warp load = 512 B = two groups), kPairs loads per lane issued before any
 //   reduction (2 * kPairs groups per warp), the whole warp reduces both groups of a load with one
 //   5-step xor butterfly on packed 15-bit maxima, and the division done with one reciprocal per
-//   group (3 FFMA per element) wherever that is provably the IEEE quotient.
+//   group (3 FFMA per element) wherever that is provably the IEEE quotient. With kPdl (variant bit
+//   kPdlFlag), launched as a programmatic dependent launch (pdl_wait_then_release says what that does).
 // * quant_act_warp_ilp_persistent<kPairs>: the same per-chunk work, on a grid no larger than what
 //   is resident at once; each warp walks its chunks, loading the next before processing the current.
 // * traffic_copy (diagnostic, not a quantiser): quant_act_warp_ilp's loads and stores with no
@@ -50,6 +51,7 @@ constexpr float kFp8Max = 448.0f;
 constexpr float kInvFp8Max = 1.0f / 448.0f;  // folded by the compiler in fp32, RN: torch's reciprocal
 constexpr int kThreads = 256;                // warp and 16t kernels
 constexpr int kGroupsPerWarp = 4;
+constexpr int kPdlFlag = 0x100;              // variant bit: programmatic dependent launch (ilp grid kernel)
 
 template <bool kScaleMulRecip>
 __device__ __forceinline__ float group_scale(float amax) {
@@ -79,8 +81,29 @@ __device__ __forceinline__ uint32_t abs_max_bits(uint32_t two_bf16) {
 }
 
 // Scale output index for group g: s[row * ss_m + kb * ss_k] (row-major (KB, 1) or M-major (1, M)).
+// Row-major contiguous scales (the default layout) need no division: the index is g. Otherwise a
+// 32-bit division whenever g fits (a 64-bit one is a called subroutine of ~70 instructions, on the
+// critical path of the lanes that store scales); the 64-bit one only past 2^32 groups.
 __device__ __forceinline__ long long scale_index(long long g, int kblocks, long long ss_m, long long ss_k) {
+  if (ss_k == 1 && ss_m == kblocks) return g;
+  if (g <= 0xFFFFFFFFLL) {
+    const uint32_t gu = static_cast<uint32_t>(g), kb = static_cast<uint32_t>(kblocks);
+    const uint32_t row = gu / kb;
+    return static_cast<long long>(row) * ss_m + static_cast<long long>(gu - row * kb) * ss_k;
+  }
   return (g / kblocks) * ss_m + (g % kblocks) * ss_k;
+}
+
+// Programmatic dependent launch (sm_90+; launched with cudaLaunchAttributeProgrammaticStreamSerialization):
+// the grid may start while the kernel before it in the stream is still running, so it waits for that
+// kernel's completion and memory (griddepcontrol.wait) before touching global memory, then lets the
+// next kernel in the stream start launching (griddepcontrol.launch_dependents): the launch latency of
+// each kernel overlaps the tail of the one before. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_wait_then_release() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 // x: (M, K) bf16 as raw 16-bit words, row-major; q: (M, K) e4m3 codes, row-major;
@@ -279,12 +302,13 @@ __device__ __forceinline__ void ilp_process(const uint4 (&v)[kPairs], uint8_t* _
   }
 }
 
-template <bool kScaleMulRecip, int kPairs>
+template <bool kScaleMulRecip, int kPairs, bool kPdl>
 __global__ void __launch_bounds__(kThreads)
 quant_act_warp_ilp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                           long long G, int kblocks, long long ss_m, long long ss_k) {
   const int lane = threadIdx.x & 31;
   const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  if constexpr (kPdl) pdl_wait_then_release();
   uint4 v[kPairs];
   ilp_load<kPairs>(v, x, g0, G, lane);
   ilp_process<kScaleMulRecip, kPairs>(v, q, s, g0, G, kblocks, ss_m, ss_k, lane);
@@ -348,13 +372,28 @@ traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, flo
 
 template <bool kScaleMulRecip, int kPairs>
 cudaError_t launch_ilp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
-                       long long ss_k, cudaStream_t stream) {
+                       long long ss_k, cudaStream_t stream, bool pdl) {
   const long long per_block = ilp_groups_per_block<kPairs>();
   const long long blocks = (G + per_block - 1) / per_block;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      x, q, s, G, kblocks, ss_m, ss_k);
-  return cudaSuccess;
+  if (!pdl) {
+    quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        x, q, s, G, kblocks, ss_m, ss_k);
+    return cudaSuccess;
+  }
+  // programmatic dependent launch (the wrapper allows it on sm_90+ only)
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs, true>, x, q, s, G, kblocks,
+                            ss_m, ss_k);
 }
 
 // Blocks of `kernel` (kThreads threads, no dynamic shared memory) resident per SM and the SM
@@ -411,6 +450,9 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
   const int kblocks = K / GROUP;
   const long long G = M * kblocks;
   if (G <= 0) return cudaSuccess;
+  const bool pdl = (variant & kPdlFlag) != 0;
+  variant &= ~kPdlFlag;
+  if (pdl && !(variant == 3 || variant == 4 || variant == 5)) return cudaErrorInvalidValue;  // ilp grid kernel only
   if (variant == 0) {
     if (G > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     quant_act_naive_kernel<kScaleMulRecip><<<static_cast<unsigned>(G), dim3(32, 32), 0, stream>>>(
@@ -427,9 +469,9 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
           x, q, s, G, kblocks, ss_m, ss_k);
   } else if (variant == 3 || variant == 4 || variant == 5) {
     // quant_act_warp_ilp with 4 (variant 3), 2 (4) or 8 (5) groups per warp
-    const cudaError_t e = variant == 3 ? launch_ilp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream)
-                          : variant == 4 ? launch_ilp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream)
-                                         : launch_ilp<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream);
+    const cudaError_t e = variant == 3 ? launch_ilp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
+                          : variant == 4 ? launch_ilp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
+                                         : launch_ilp<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl);
     if (e != cudaSuccess) return e;
   } else if (variant == 6 || variant == 7 || variant == 8) {
     // quant_act_warp_ilp_persistent with 2 (variant 6), 4 (7) or 8 (8) groups per chunk
@@ -453,7 +495,8 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 }  // namespace fp8lab
 
 // The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
-// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic). scale_mul_recip: 1 = torch on CUDA
+// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic); 3 / 4 / 5
+// plus kPdlFlag (0x100): the same warp_ilp kernels with programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

@@ -18,7 +18,11 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   the CUDA occupancy API), each warp walking chunks with a grid stride and loading its next chunk
   before working on the current one, the grid sized so every warp gets the same number of chunks
   to within one (no tail wave). ``groups_per_warp='auto'`` (the default) picks the kernel and
-  ``groups_per_warp`` from the launch shape: see :func:`auto_launch`.
+  ``groups_per_warp`` from the launch shape: see :func:`auto_launch`. ``pdl=True`` (sm_90 and
+  newer; the grid kernel, not the persistent one) launches it as a programmatic dependent launch:
+  it may start while the kernel before it in the stream runs, waits for that kernel's results
+  before its first load (``griddepcontrol.wait``) and at once lets the next kernel start
+  launching, so back-to-back launches overlap their launch latency (what vLLM's quantiser does).
 
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
 no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
@@ -50,6 +54,8 @@ _VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2}
 _ILP_IDS = {4: 3, 2: 4, 8: 5}
 _PERSISTENT_IDS = {2: 6, 4: 7, 8: 8}
 _TRAFFIC_COPY_ID = 9
+_PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels with PDL
+PDL_MIN_CAPABILITY = (9, 0)             # griddepcontrol and the launch attribute: sm_90 and newer
 SCALE_RULES = ("torch_cuda", "true_division")
 SCALE_LAYOUTS = ("row", "m_major")
 # Launch facts of the naive kernel (seed 001: "32 of 1024 threads do work", 128 atomics per group)
@@ -176,7 +182,7 @@ def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np
 
 
 def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
-              q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None):
+              q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None, pdl: bool = False):
     """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
 
     scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
@@ -184,17 +190,48 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     s_out: preallocated outputs (s_out of any strides). groups_per_warp: quant_act_warp_ilp only
     (2, 4, 8 or 'auto' = None, the default: :func:`auto_launch` picks kernel and count);
     persistent: quant_act_warp_ilp with a number of groups_per_warp only: True runs the
-    persistent grid-stride kernel, False / None the one-chunk-per-warp grid.
+    persistent grid-stride kernel, False / None the one-chunk-per-warp grid. pdl: quant_act_warp_ilp's
+    grid kernel only, sm_90 and newer: a programmatic dependent launch (see the module's text).
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     vid = _variant_id(variant, groups_per_warp, persistent)
+    _need(pdl in (True, False), f"pdl must be True or False, got {pdl!r}")
+    if pdl:
+        _need(variant == "quant_act_warp_ilp" and not persistent,
+              f"pdl applies to quant_act_warp_ilp's grid kernel only, not {variant}"
+              + (" with persistent=True" if persistent else ""))
     if vid is None:   # auto: needs the device's SM count
         _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")
         _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
         M, K = x.shape
         _need(M >= 1 and K >= GROUP and K % GROUP == 0, f"K must be a positive multiple of {GROUP}, got K={K} (M={M})")
         vid = auto_launch(int(M), int(K), _sm_count(x.device.index))["variant_id"]
+    if pdl:
+        _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")
+        cap = _capability(x.device.index)
+        _need(cap >= PDL_MIN_CAPABILITY, f"pdl needs sm_90 or newer (programmatic dependent launch); this GPU "
+                                         f"is sm_{cap[0]}{cap[1]}")
+        vid |= _PDL_FLAG
     return _launch(x, vid, scale_layout, scale_rule, q_out, s_out)
+
+
+def pdl_supported(device=None) -> bool:
+    """Whether ``pdl=True`` runs on this CUDA device (sm_90 and newer)."""
+    import torch
+
+    return torch.cuda.is_available() and _capability(device) >= PDL_MIN_CAPABILITY
+
+
+_CAPS: dict = {}
+
+
+def _capability(index) -> tuple:
+    import torch
+
+    i = torch.cuda.current_device() if index is None else index
+    if i not in _CAPS:
+        _CAPS[i] = tuple(torch.cuda.get_device_capability(i))
+    return _CAPS[i]
 
 
 def _is_cuda_tensor(x) -> bool:

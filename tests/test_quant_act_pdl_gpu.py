@@ -1,0 +1,95 @@
+"""quant_act_warp_ilp as a programmatic dependent launch (pdl=True, issue 22's quantiser target) on
+a GPU: bit for bit against the torch reference at every groups_per_warp and 'auto', odd M, K in
+{128, 384, 7168}, poisoned outputs, both scale layouts; it waits for the kernel before it (an input
+written by the previous kernel in the stream is the one quantised), inside a CUDA graph too; off
+sm_90 it is refused with one line."""
+
+import pytest
+
+from test_quant_act_ilp_gpu import _special, _wide
+
+pytestmark = pytest.mark.gpu
+
+
+def _pdl_ok():
+    from fp8lab.kernels import quant_act as qa
+    return qa.pdl_supported()
+
+
+def _check(x, **kw):
+    import torch
+    from fp8lab.kernels import baselines, quant_act as qa
+    M, K = x.shape
+    rq, rs = baselines.quant_act_reference(x)
+    q = torch.empty((M, K), dtype=torch.uint8, device="cuda").fill_(0x55).view(torch.float8_e4m3fn)
+    s = torch.full((M, K // 128), float("nan"), device="cuda")
+    qa.quant_act(x, "quant_act_warp_ilp", q_out=q, s_out=s, pdl=True, **kw)
+    dq = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum())
+    assert dq == 0, f"{dq} codes differ ({kw})"
+    assert torch.equal(s.view(torch.int32), rs.view(torch.int32)), kw
+    q2, s2 = qa.quant_act(x, "quant_act_warp_ilp", scale_layout="m_major", pdl=True, **kw)
+    assert s2.stride() == (1, M)
+    assert torch.equal(s2.contiguous().view(torch.int32), rs.view(torch.int32)), kw
+    assert torch.equal(q2.view(torch.uint8), rq.view(torch.uint8)), kw
+
+
+@pytest.mark.parametrize("M,K", [(1, 128), (7, 384), (16, 7168), (83, 7168), (4097, 7168)])
+@pytest.mark.parametrize("kind", ["special", "wide"])
+def test_pdl_bitwise_equal_to_reference(M, K, kind):
+    if not _pdl_ok():
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    x = (_special if kind == "special" else _wide)(M, K, seed=5 * M + K)
+    for gpw in (2, 4, 8):
+        _check(x, groups_per_warp=gpw)
+    _check(x)                                              # auto
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_pdl_waits_for_the_kernel_that_writes_its_input(graph):
+    """A kernel writes x, the PDL launch quantises it at once, back to back, many times over with a
+    fresh input each time: every output is the quantisation of what the kernel before wrote (a
+    launch that read x before the writer finished would quantise the previous round's values)."""
+    if not _pdl_ok():
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    import torch
+    from fp8lab.experiments.quantisers import make_input
+    from fp8lab.kernels import baselines, quant_act as qa
+    M, K, rounds = 16, 7168, 8
+    srcs = [make_input(M, K, seed=100 + i) for i in range(rounds)]
+    x = torch.zeros((M, K), dtype=torch.bfloat16, device="cuda")
+    qs = [torch.empty((M, K), dtype=torch.float8_e4m3fn, device="cuda") for _ in range(rounds)]
+    ss = [torch.empty((M, K // 128), dtype=torch.float32, device="cuda") for _ in range(rounds)]
+
+    def body():
+        for i in range(rounds):
+            torch.mul(srcs[i], 1, out=x)                   # a kernel (not a memcpy) writes the input
+            qa.quant_act(x, "quant_act_warp_ilp", q_out=qs[i], s_out=ss[i], pdl=True)
+
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        for q in qs:
+            q.view(torch.uint8).fill_(0x55)
+        g.replay()
+    else:
+        body()
+    torch.cuda.synchronize()
+    for i in range(rounds):
+        rq, rs = baselines.quant_act_reference(srcs[i])
+        assert torch.equal(qs[i].view(torch.uint8), rq.view(torch.uint8)), i
+        assert torch.equal(ss[i].view(torch.int32), rs.view(torch.int32)), i
+
+
+def test_pdl_refused_where_it_does_not_apply():
+    import torch
+    from fp8lab.kernels import quant_act as qa
+    x = torch.zeros((4, 128), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="grid kernel only"):
+        qa.quant_act(x, "quant_act_warp", pdl=True)
+    with pytest.raises(ValueError, match="grid kernel only"):
+        qa.quant_act(x, "quant_act_warp_ilp", groups_per_warp=4, persistent=True, pdl=True)
+    if not _pdl_ok():
+        with pytest.raises(ValueError, match="sm_90 or newer"):
+            qa.quant_act(x, "quant_act_warp_ilp", pdl=True)
