@@ -294,8 +294,9 @@ for dev, qdf, meta, name in notebook.each_device(tables):
                                     f"{', '.join(str(int(m)) for m in under)}." if len(under)
                                     else f", above the {goal:.0%} target: the gap is the kernel's work, not its launch."))
                 if len(pl):
-                    parts.append(f"As a programmatic dependent launch (`{qx.PDL_ARM}`): {pl.min():.0%}-{pl.max():.0%} "
-                                 f"of copy at M = {M_lo}..{M_hi}.")
+                    parts.append(f"As a programmatic dependent launch (`{qx.PDL_ARM}`, timed back to back: each "
+                                 f"launch overlaps the tail of the one before, as in a chain of PDL kernels; the copy "
+                                 f"cannot overlap): {pl.min():.0%}-{pl.max():.0%} of copy at M = {M_lo}..{M_hi}.")
         w0 = t[t["arm"] == "quant_act_warp"].set_index("M")
         if len(h) and len(w0):
             r = (w0["time_p50_s"] / h["time_p50_s"]).dropna()
