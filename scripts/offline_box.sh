@@ -12,11 +12,11 @@
 # JOB is a folder outside the tree (its log, one line per step in JOB/summary, JOB/done at the
 # end). COMMIT is the commit the copy holds: tables and figures name it (FP8LAB_GIT_COMMIT; a
 # measuring step hides any .git the copy has, so provenance cannot come from elsewhere).
-# Steps: env, setup, marlin, deepgemm, deepgemm-bindings, vllm-marlin, vllm-cutlass, vllm-quant, gemlite-atomics
+# Steps: env, setup, marlin, deepgemm, deepgemm-bindings, vllm-marlin, vllm-cutlass, vllm-quant, sglang-quant, gemlite-atomics
 # (scripts/probes/gemlite_atomics.py), smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
-# CUDA quantiser: 05, 06; vLLM's CUDA quantiser: 06b)
+# CUDA quantiser: 05, 06; vLLM's and SGLang's CUDA quantisers: 06b)
 # first when no build of them is there.
 # What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it: a
 # tool that copies the tree again before the next command overwrites tracked files. Before
@@ -30,7 +30,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant gemlite-atomics smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics smoke test-gpu run"
 
 keep() {        # copy what a step wrote under tracked folders out of the tree
     mkdir -p "$job/keep"
@@ -56,6 +56,7 @@ step() {
         vllm-marlin) python3 -m fp8lab.peers build vllm-marlin ;;
         vllm-cutlass) python3 -m fp8lab.peers build vllm-cutlass ;;
         vllm-quant) python3 -m fp8lab.peers build vllm-quant ;;
+        sglang-quant) python3 -m fp8lab.peers build sglang-quant ;;
         deepgemm) python3 -m fp8lab.peers build deepgemm
                   for f in build/peers/deepgemm*/probe-*.json; do [ -e "$f" ] && echo "$f: $(cat "$f")"; done ;;
         deepgemm-bindings) timeout 600 python3 scripts/probes/deepgemm_bindings.py --out "$job/ld" > "$job/deepgemm-bindings.log" 2>&1
@@ -64,11 +65,11 @@ step() {
                          local rc=$?; tail -12 "$job/gemlite-atomics.log"; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
-        run) source_peers marlin vllm-marlin deepgemm vllm-cutlass vllm-quant
+        run) source_peers marlin vllm-marlin deepgemm vllm-cutlass vllm-quant sglang-quant
              GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
              local rc=$?; keep data figures; return $rc ;;
         [0-9][0-9]|[0-9][0-9][a-z])
-             case "$1" in 04|08|11) source_peers marlin vllm-marlin ;; 05|06) source_peers deepgemm vllm-cutlass vllm-quant ;; 06b) source_peers vllm-quant ;; esac
+             case "$1" in 04|08|11) source_peers marlin vllm-marlin ;; 05|06) source_peers deepgemm vllm-cutlass vllm-quant ;; 06b) source_peers vllm-quant sglang-quant ;; esac
              GIT_DIR=/nonexistent python3 -m fp8lab run --only "$1" --mode measure --no-progress --out "runs/measure-$1"
              local rc=$?; keep data/*/"$1"_* figures/*/"$1"_*; return $rc ;;
         *) echo "unknown step '$1' (steps: $STEPS, or a notebook id such as 05)" >&2; return 2 ;;

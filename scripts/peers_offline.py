@@ -26,6 +26,11 @@
   and its CUTLASS blockwise FP8 GEMM for Hopper compile from, the file of its Triton block-FP8 GEMM
   with the configs it ships for NVIDIA GPUs, and vLLM's licence (0.45 MiB), from ``--vllm-sdist`` (a
   local copy) or a download of that sdist (50 MB, kept nowhere).
+- ``build/peers/src/sglang/``: SGLang's per-token-group FP8 quantiser's header and the sglang headers
+  it includes, from sglang's wheel on PyPI (its JIT kernels ship as source in it), with the tvm-ffi
+  headers and library its launcher is written against (fp8lab.peers.sglang_quant pins both wheels
+  and their sha256; 3.1 MiB), from ``--sglang-wheel`` / ``--tvm-ffi-wheel`` (local copies) or
+  downloads of them (39 MB and 2.7 MB, kept nowhere).
 Never committed (both folders are in .gitignore).
 
 On the box (torch, triton, nvcc there; the two folders carried beside the repository):
@@ -36,9 +41,10 @@ On the box (torch, triton, nvcc there; the two folders carried beside the reposi
     python -m fp8lab.peers build vllm-marlin
     python -m fp8lab.peers build vllm-cutlass
     python -m fp8lab.peers build vllm-quant
+    python -m fp8lab.peers build sglang-quant
     python -m fp8lab.peers status
 
-vLLM, sgl-kernel (~535 MB) and FlashInfer are not gathered: their wheels are far over a 64 MiB
+vLLM, sgl-kernel (~535 MB, no sdist) and FlashInfer are not gathered: their wheels are far over a 64 MiB
 transfer. Their arms run on a box where ``pip install`` reaches them.
 """
 
@@ -51,6 +57,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +74,7 @@ DEEPGEMM_PATHS = ("csrc", "deep_gemm", "LICENSE")
 FMT_URL = "https://github.com/fmtlib/fmt"
 FMT_PATHS = ("include/fmt", "LICENSE")       # DeepGEMM uses {fmt} header-only (FMT_HEADER_ONLY)
 #: the peers --sources can gather
-SOURCE_PEERS = ("marlin", "deepgemm", "vllm-marlin", "vllm")
+SOURCE_PEERS = ("marlin", "deepgemm", "vllm-marlin", "vllm", "sglang")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
 
@@ -190,6 +197,11 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-dest", default=str(ROOT / "build" / "peers" / "src" / "vllm"))
     ap.add_argument("--vllm-sdist", default=None,
                     help="a local vllm-<version>.tar.gz (the one fp8lab.peers.vllm_quant pins; no network)")
+    ap.add_argument("--sglang-dest", default=str(ROOT / "build" / "peers" / "src" / "sglang"))
+    ap.add_argument("--sglang-wheel", default=None,
+                    help="a local sglang wheel (the one fp8lab.peers.sglang_quant pins; no network)")
+    ap.add_argument("--tvm-ffi-wheel", default=None,
+                    help="a local apache-tvm-ffi wheel (the one fp8lab.peers.sglang_quant pins; no network)")
     args = ap.parse_args(argv)
     if not (args.wheels or args.sources):
         ap.error("ask for --wheels and/or --sources")
@@ -242,6 +254,29 @@ def main(argv=None) -> int:
                 print(f"vLLM's quantiser source not gathered: {e}", file=sys.stderr)
                 return 2
         print(f"vLLM {version}'s quantiser source in {dest}: {_size(dest) / 2**20:.2f} MiB")
+    if args.sources and "sglang" in chosen:
+        sys.path.insert(0, str(ROOT))
+        from fp8lab.peers import sglang_quant as sq
+
+        dest = Path(args.sglang_dest)
+        with tempfile.TemporaryDirectory() as d:
+            got = []
+            for local, name, url in ((args.sglang_wheel, sq.WHEEL, sq.WHEEL_URL),
+                                     (args.tvm_ffi_wheel, sq.TVM_WHEEL, sq.TVM_WHEEL_URL)):
+                if local is None:
+                    import urllib.request
+
+                    local = str(Path(d) / name)
+                    print(f"+ download {url}", flush=True)
+                    urllib.request.urlretrieve(url, local)
+                got.append(Path(local))
+            try:
+                version = sq.gather(dest, *got)
+            except (OSError, ValueError, zipfile.BadZipFile) as e:
+                print(f"SGLang's quantiser source not gathered: {e}", file=sys.stderr)
+                return 2
+        print(f"sglang {version}'s quantiser source (with tvm-ffi {sq.TVM_FFI_VERSION}) in {dest}: "
+              f"{_size(dest) / 2**20:.2f} MiB")
     return 0
 
 

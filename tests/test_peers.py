@@ -35,7 +35,7 @@ def test_catalog_rows_are_complete_and_registered():
     assert "peer_marlin_int4" in dx.PEERS and "peer_marlin_int4" in px.PEERS
     assert bw.PEERS == peer_catalog.ids_for("05") and "peer_torchao_blockwise" in bw.PEERS
     assert set(qx.PEERS) == {"peer_vllm_quant_group", "peer_sglang_quant_group", "peer_torchao_quant_group",
-                             "peer_vllm_cuda_quant_group"}
+                             "peer_vllm_cuda_quant_group", "peer_sglang_jit_quant_group"}
     with pytest.raises(ValueError, match="unknown peer"):
         peer_catalog.get("peer_nope")
 

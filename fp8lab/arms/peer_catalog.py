@@ -67,6 +67,8 @@ _VLLM_MARLIN_SEEN = "kernels-community vllm-quantization @ 8836a01 (source; buil
 _SGL = "pip install sgl-kernel"
 _VLLM_QUANT_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers build "
                        "vllm-quant  (vLLM 0.34.0's sdist from PyPI)")
+_SGLANG_QUANT_INSTALL = ("python scripts/peers_offline.py --sources --source-peers sglang && python -m fp8lab.peers "
+                         "build sglang-quant  (sglang 0.5.23's wheel from PyPI)")
 _VLLM_CUTLASS_INSTALL = ("python scripts/peers_offline.py --sources --source-peers vllm && python -m fp8lab.peers "
                          "build vllm-cutlass  (vLLM 0.34.0's sdist from PyPI)")
 
@@ -181,6 +183,16 @@ PEERS: dict[str, Peer] = {p.id: p for p in (
          note="the kernel vLLM's per_token_group_quant_fp8 runs on CUDA (torch.ops._C.per_token_group_fp8_quant), "
               "with fp8lab's binding; peer_vllm_quant_group is the same call through a pip-installed vLLM",
          seen="vLLM 0.34.0 sdist (source; built with fp8lab's binding)"),
+    Peer("peer_sglang_jit_quant_group", "quantiser", "SGLang per_token_group_quant (CUDA, JIT kernel built from "
+         "sglang's wheel)", "fp8lab_sglang_quant", None, "build", "Apache-2.0", _SGLANG_QUANT_INSTALL, ("06b",), "fp8",
+         "FP8 e4m3 codes", "1x128 per token, fp32 (row-major)", "bf16", group=128, min_sm=90,
+         carried="source 0.3 MB (the kernel's header and the sglang headers it includes, from sglang 0.5.23's "
+                 "wheel) and tvm-ffi 0.1.11's headers and library (2.8 MB), built on the box with nvcc for sm_90a",
+         note="the kernel sglang's per_token_group_quant JIT-compiles and runs on CUDA (with programmatic dependent "
+              "launch on sm_90 and newer, as sglang launches it), compiled unmodified with sglang's JIT flags "
+              "(--use_fast_math) and fp8lab's C entry; peer_sglang_quant_group is sgl-kernel's older kernel, "
+              "whose wheel (~535 MB) cannot be carried and which has no sdist",
+         seen="sglang 0.5.23 wheel (source; built with fp8lab's C entry)"),
 )}
 
 

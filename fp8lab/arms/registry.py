@@ -163,6 +163,8 @@ _ROWS = (
          count=("quant_act",)),
     _arm("peer_vllm_cuda_quant_group", "vLLM CUDA per-token-group quant, from source (peer)", "#0099BB",
          short="vLLM CUDA quant", count=("quant_act",)),
+    _arm("peer_sglang_jit_quant_group", "SGLang per-token-group quant, JIT kernel from its wheel (peer)", "#7A9E2B",
+         short="SGLang quant", count=("quant_act",)),
 
     # --- ceilings: the colour of the arm that measures each (ceilings.CEILINGS says which)
     _ceiling("copy_bandwidth", "copy bandwidth", "copy_d2d"),

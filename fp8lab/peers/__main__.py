@@ -1,6 +1,6 @@
-"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant | probe-marlin |
-probe-deepgemm | probe-vllm-marlin | probe-vllm-cutlass | probe-vllm-quant |
-check-compile [marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant] [--arch sm_90] | readme"""
+"""python -m fp8lab.peers status | build marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant|sglang-quant |
+probe-marlin | probe-deepgemm | probe-vllm-marlin | probe-vllm-cutlass | probe-vllm-quant | probe-sglang-quant |
+check-compile [marlin|deepgemm|vllm-marlin|vllm-cutlass|vllm-quant|sglang-quant] [--arch sm_90] | readme"""
 
 from __future__ import annotations
 
@@ -86,6 +86,15 @@ def _check_vllm_quant(args) -> int:
                                      f"quantiser kernels in its SASS: {len(r['kernels'])}")
 
 
+def _check_sglang_quant(args) -> int:
+    """check-compile sglang-quant: fp8lab's entry with SGLang's quantiser header for sm_90a, its kernels in the SASS."""
+    from . import sglang_quant
+
+    return _compile_report(lambda: sglang_quant.compile_check(),
+                           lambda r: f"SGLang's {sglang_quant.KERNEL_HEADER} with fp8lab's entry in {r['seconds']:.1f} s; "
+                                     f"quantiser kernels in its SASS: {len(r['kernels'])}")
+
+
 def _check_vllm_cutlass(args) -> int:
     """check-compile vllm-cutlass: vLLM's blockwise sm90 source for sm_90a, and its GEMM kernels in the SASS."""
     from . import vllm_cutlass
@@ -139,8 +148,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
     b = sub.add_parser("build", help="build a peer from its own source (marlin, deepgemm, vllm-marlin, vllm-cutlass, "
-                       "vllm-quant)")
-    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin", "vllm-cutlass", "vllm-quant"])
+                       "vllm-quant, sglang-quant)")
+    b.add_argument("what", choices=["marlin", "deepgemm", "vllm-marlin", "vllm-cutlass", "vllm-quant", "sglang-quant"])
     b.add_argument("--verbose", action="store_true")
     b.add_argument("--variant", help="one build only (default: every variant, each in its own process)")
     pm = sub.add_parser("probe-marlin", help="one small checked Marlin multiply (run in its own process)")
@@ -151,14 +160,17 @@ def main(argv=None) -> int:
                    "built here (run in its own process)")
     sub.add_parser("probe-vllm-quant", help="one small checked quantisation of vLLM's CUDA per-token-group "
                    "quantiser built here (run in its own process)")
+    sub.add_parser("probe-sglang-quant", help="one small checked quantisation of SGLang's per-token-group "
+                   "quantiser built here (run in its own process)")
     pd_ = sub.add_parser("probe-deepgemm", help="one small checked DeepGEMM multiply (run in its own process)")
     pd_.add_argument("--variant", default="as-is")
     c = sub.add_parser("check-compile", help="compile a peer's source alone (no GPU): Marlin's kernel file "
                        "with nvcc; DeepGEMM's binding with g++ (compile only) and one of its JIT's Hopper kernels; "
                        "vLLM Marlin's GEMM and its bf16 FP8 kernel file, and the link between them; "
-                       "vLLM's CUTLASS blockwise GEMM for sm_90a; vLLM's CUDA quantiser and fp8lab's binding")
+                       "vLLM's CUTLASS blockwise GEMM for sm_90a; vLLM's CUDA quantiser and fp8lab's binding; "
+                       "SGLang's quantiser with fp8lab's entry for sm_90a")
     c.add_argument("what", nargs="?", default="marlin", choices=["marlin", "deepgemm", "vllm-marlin",
-                                                                 "vllm-cutlass", "vllm-quant"])
+                                                                 "vllm-cutlass", "vllm-quant", "sglang-quant"])
     c.add_argument("--arch", default=None, help="default sm_90 (Marlin), sm_90a (DeepGEMM's JIT, vLLM CUTLASS)")
     c.add_argument("--torch-include", default=None, help="DeepGEMM, vLLM Marlin, vLLM CUTLASS: torch's headers "
                    "when torch does not import")
@@ -188,6 +200,12 @@ def main(argv=None) -> int:
         return _build_source_peer("vllm_cutlass", "vLLM's CUTLASS blockwise GEMM", args.verbose)
     if args.cmd == "build" and args.what == "vllm-quant":
         return _build_source_peer("vllm_quant", "vLLM's quantiser", args.verbose)
+    if args.cmd == "build" and args.what == "sglang-quant":
+        return _build_source_peer("sglang_quant", "SGLang's quantiser", args.verbose)
+    if args.cmd == "probe-sglang-quant":
+        from . import probe
+
+        return probe.sglang_quant()
     if args.cmd == "probe-vllm-quant":
         from . import probe
 
@@ -239,6 +257,8 @@ def main(argv=None) -> int:
         return _check_vllm_cutlass(args)
     if args.what == "vllm-quant":
         return _check_vllm_quant(args)
+    if args.what == "sglang-quant":
+        return _check_sglang_quant(args)
     from . import build
 
     try:

@@ -657,5 +657,27 @@ def vllm_cuda_quant_group():
     return _vllm_cuda_quant(column_major=False)
 
 
+def sglang_jit_quant_group():
+    """SGLang's CUDA per-token-group quantiser built here from sglang's wheel (fp8lab.peers.sglang_quant),
+    called as sglang's ``per_token_group_quant`` calls it for a flat (M, K) bf16 input: fresh (M, K)
+    e4m3 codes and row-major (M, K/128) fp32 scales, no UE8M0 rounding, programmatic dependent
+    launch on sm_90 and newer (sglang's is_arch_support_pdl)."""
+    import torch
+
+    from . import discover, sglang_quant
+
+    fn_c = sglang_quant.ops()
+    pdl = (discover._gpu_sm() or 0) >= 90
+
+    def fn(x):
+        M, K = x.shape
+        q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
+        s = torch.empty(M, K // 128, dtype=torch.float32, device=x.device)
+        sglang_quant.quantise(fn_c, x, q, s, pdl=pdl)
+        return q, s
+    return fn
+
+
 QUANTISERS = {"peer_vllm_quant_group": vllm_quant_group, "peer_sglang_quant_group": sglang_quant_group,
-              "peer_torchao_quant_group": torchao_quant_group, "peer_vllm_cuda_quant_group": vllm_cuda_quant_group}
+              "peer_torchao_quant_group": torchao_quant_group, "peer_vllm_cuda_quant_group": vllm_cuda_quant_group,
+              "peer_sglang_jit_quant_group": sglang_jit_quant_group}

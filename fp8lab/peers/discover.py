@@ -398,11 +398,13 @@ BUILD_IMPORTS = {"marlin_cuda": import_marlin, "deep_gemm": import_deepgemm,
                  "fp8lab_vllm_marlin": "fp8lab.peers.vllm_marlin:package",
                  "fp8lab_vllm_cutlass": "fp8lab.peers.vllm_cutlass:ops",
                  "fp8lab_vllm_quant": "fp8lab.peers.vllm_quant:ops",
+                 "fp8lab_sglang_quant": "fp8lab.peers.sglang_quant:ops",
                  "fp8lab_vllm_triton": "fp8lab.peers.vllm_triton:kernel"}
 BUILD_VERSIONS = {"marlin_cuda": _marlin_version, "deep_gemm": _deepgemm_version,
                   "fp8lab_vllm_marlin": "fp8lab.peers.vllm_marlin:version",
                   "fp8lab_vllm_cutlass": "fp8lab.peers.vllm_cutlass:version",
                   "fp8lab_vllm_quant": "fp8lab.peers.vllm_quant:version",
+                  "fp8lab_sglang_quant": "fp8lab.peers.sglang_quant:version",
                   "fp8lab_vllm_triton": "fp8lab.peers.vllm_triton:version"}
 
 

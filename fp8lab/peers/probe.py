@@ -105,6 +105,23 @@ def vllm_quant() -> int:
     return _checked(run, "M=7 K=640 (built from vLLM's source)")
 
 
+def sglang_quant() -> int:
+    """SGLang's per-token-group quantiser built here at M=7, K=640: its codes times its scales
+    against fp8lab's reference recipe's (baselines.quant_act_reference), float64."""
+    from ..kernels import baselines
+    from . import adapters
+
+    def run(torch):
+        x = torch.randn(7, 640, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+        q, s = adapters.sglang_jit_quant_group()(x)
+        rq, rs = baselines.quant_act_reference(x)
+
+        def back(q_, s_):
+            return (q_.double().reshape(7, 5, 128) * s_.double().reshape(7, 5, 1)).reshape(7, 640)
+        return back(q, s), back(rq, rs)
+    return _checked(run, "M=7 K=640 (built from sglang's wheel)")
+
+
 def vllm_marlin() -> int:
     """vLLM's Marlin GEMMs built here, FP8, INT8 and INT4, at N=256, K=1024, M=16 against float64
     on the weights its own quantisers encoded (bf16 activations)."""

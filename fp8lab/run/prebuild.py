@@ -132,6 +132,11 @@ TARGETS: tuple[Target, ...] = (
     Target("peer_vllm_quant", "peer", "fp8lab.peers.vllm_quant:prebuild", units=2, slow_s=46,
            what="vLLM's CUDA per-token-group FP8 quantiser from its source, then the separate-process probe",
            needs="fp8lab.peers.vllm_quant:prebuild_ready"),
+    # SGLang's per-token-group FP8 quantiser (a peer of notebook 06b), built from sglang's wheel's
+    # kernel header and tvm-ffi's headers and library, then probed
+    Target("peer_sglang_quant", "peer", "fp8lab.peers.sglang_quant:prebuild", units=1, slow_s=30,
+           what="SGLang's per-token-group FP8 quantiser (sm_90a) from sglang's wheel, then the separate-process probe",
+           needs="fp8lab.peers.sglang_quant:prebuild_ready"),
     # the Triton-autotuned peers' configs (torchao, gemlite) of notebooks 05, 08 and 11, compiled
     # ahead with the notebooks' own parameters (cli fills them in; --smoke: the smoke ones) by
     # worker processes at a lower priority than the compilers: units counts what they take from
