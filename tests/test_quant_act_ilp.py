@@ -67,6 +67,8 @@ def test_measure_refuses_bad_options():
         qx.measure(diagnostic_arms=["memcpy"])
     with pytest.raises(ValueError, match="groups_per_warp"):
         qx.measure(groups_per_warp=5)
+    with pytest.raises(ValueError, match="persistent=True does not apply"):
+        qx.measure(arms=(qx.PDL_ARM,), groups_per_warp=4, persistent=True)
 
 
 def _rows(arms_fracs):

@@ -166,6 +166,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # the same checks quant_act makes, before any GPU work
     qa._variant_id("quant_act_warp_ilp", groups_per_warp, persistent)
+    if PDL_ARM in arms and persistent:
+        raise ValueError(f"{PDL_ARM} is the grid kernel: persistent=True does not apply to it (leave it out of arms)")
     for K in Ks:
         if K % qa.GROUP or K <= 0:
             raise ValueError(f"every K must be a positive multiple of {qa.GROUP}, got {K}")
@@ -208,8 +210,8 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                 kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
                       else {})
                 variant = arm
-                if arm == PDL_ARM:
-                    variant, kw = "quant_act_warp_ilp", {"pdl": True}
+                if arm == PDL_ARM:     # the grid kernel (groups_per_warp as asked) as a programmatic dependent launch
+                    variant, kw = "quant_act_warp_ilp", {"groups_per_warp": groups_per_warp, "pdl": True}
                     if not qa.pdl_supported(xs[0].device.index):
                         r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
                         rows.append(r)
