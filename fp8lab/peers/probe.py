@@ -88,38 +88,34 @@ def vllm_cutlass() -> int:
     return _checked(run, "N=256 K=512 M=130 (sm_90a, built from source)")
 
 
-def vllm_quant() -> int:
-    """vLLM's CUDA per-token-group quantiser built here at M=7, K=640: its codes times its scales
-    against fp8lab's reference recipe's (baselines.quant_act_reference), float64."""
+def _quantiser(make, what: str) -> int:
+    """A per-token-group quantiser peer (``make()`` -> fn(x) -> (q, s)) at M=7, K=640: its codes times
+    its scales against fp8lab's reference recipe's (baselines.quant_act_reference), float64."""
     from ..kernels import baselines
-    from . import adapters
 
     def run(torch):
         x = torch.randn(7, 640, device="cuda", dtype=torch.float32).to(torch.bfloat16)
-        q, s = adapters.vllm_cuda_quant_group()(x)
+        q, s = make()(x)
         rq, rs = baselines.quant_act_reference(x)
 
         def back(q_, s_):
             return (q_.double().reshape(7, 5, 128) * s_.double().reshape(7, 5, 1)).reshape(7, 640)
         return back(q, s), back(rq, rs)
-    return _checked(run, "M=7 K=640 (built from vLLM's source)")
+    return _checked(run, f"M=7 K=640 ({what})")
+
+
+def vllm_quant() -> int:
+    """vLLM's CUDA per-token-group quantiser built here (see _quantiser)."""
+    from . import adapters
+
+    return _quantiser(adapters.vllm_cuda_quant_group, "built from vLLM's source")
 
 
 def sglang_quant() -> int:
-    """SGLang's per-token-group quantiser built here at M=7, K=640: its codes times its scales
-    against fp8lab's reference recipe's (baselines.quant_act_reference), float64."""
-    from ..kernels import baselines
+    """SGLang's per-token-group quantiser built here from sglang's wheel (see _quantiser)."""
     from . import adapters
 
-    def run(torch):
-        x = torch.randn(7, 640, device="cuda", dtype=torch.float32).to(torch.bfloat16)
-        q, s = adapters.sglang_jit_quant_group()(x)
-        rq, rs = baselines.quant_act_reference(x)
-
-        def back(q_, s_):
-            return (q_.double().reshape(7, 5, 128) * s_.double().reshape(7, 5, 1)).reshape(7, 640)
-        return back(q, s), back(rq, rs)
-    return _checked(run, "M=7 K=640 (built from sglang's wheel)")
+    return _quantiser(adapters.sglang_jit_quant_group, "built from sglang's wheel")
 
 
 def vllm_marlin() -> int:

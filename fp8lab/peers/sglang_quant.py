@@ -216,22 +216,13 @@ def version() -> str:
 
 
 def prebuild_ready() -> tuple[bool, str]:
-    """(ok, why not) for the prebuild target: the source, torch and a Hopper GPU (the build is for sm_90a)."""
+    """(ok, why not) for the prebuild target: the source, and torch with a Hopper GPU (the build is for sm_90a)."""
     why = missing_source()
     if why:
         return False, why
-    from . import discover
+    from .build import hopper_torch
 
-    try:
-        discover._need_torch()
-    except Exception as e:  # noqa: BLE001 - PeerUnavailable: one line
-        return False, str(e).splitlines()[0]
-    sm = discover._gpu_sm()
-    if sm is None:
-        return False, "no CUDA GPU"
-    if sm != 90:
-        return False, f"built for sm_90a (sglang's JIT target on Hopper); this GPU is sm_{sm}"
-    return True, ""
+    return hopper_torch()
 
 
 def prebuild() -> Path:
