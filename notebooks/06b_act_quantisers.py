@@ -32,6 +32,8 @@
 # | `quant_act_16t` | 16 (two groups per warp) | 16 bytes | 4-step xor shuffle per half-warp |
 # | `quant_act_warp_ilp` | 32 per pair of groups, 2-8 groups per warp in flight (auto: 2 groups per warp for small M, 4 or 8 once the grid fills three waves) | 16 bytes | 5-step xor butterfly on two packed maxima |
 # | `quant_act_warp_ilp_pdl` | the same kernel and grid, launched as a programmatic dependent launch (sm_90+): it may start while the previous kernel runs, waits for its results before the first load, and lets the next kernel start launching at once | 16 bytes | as above |
+# | `quant_act_subwarp` | 8 per group, four groups per warp, a flat grid (one group per 8 lanes); the work split of SGLang's quantiser with fp8lab's arithmetic | 2 x 16 bytes | 3-step xor max inside each 8-lane segment |
+# | `quant_act_subwarp_pdl` | the same, as a programmatic dependent launch (sm_90+) that waits before its loads and lets the next kernel launch after its stores, as SGLang launches its quantiser | 2 x 16 bytes | as above |
 #
 # Beside them, `traffic_copy` (a diagnostic, not a quantiser): `quant_act_warp_ilp`'s launch shape,
 # loads and stores with no arithmetic at all. Where the kernel misses a target, it says how much of
@@ -121,7 +123,7 @@ if run.mode == "measure":
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
     assert k["bitwise_ok"].astype(bool).all(), k[~k["bitwise_ok"].astype(bool)][["arm", "M", "K", "status"]]
     assert k["status"].eq("measured").all()
-    pdl = qdf[qdf["arm"] == qx.PDL_ARM]          # measured and bit for bit, or not-run (before sm_90)
+    pdl = qdf[qdf["arm"].isin(qx.PDL_ARMS)]      # measured and bit for bit, or not-run (before sm_90)
     assert (pdl["status"].str.startswith("not-run") | (pdl["status"].eq("measured") & pdl["bitwise_ok"].eq(True))).all(), \
         pdl[["arm", "M", "K", "status"]]
     assert (qdf["time_p50_s"] > 0).all() and (qdf["copy_gbps_p50"] > 0).all()
@@ -142,7 +144,8 @@ if run.mode == "measure":
 # %%
 # line style per arm; labels and colours come from fp8lab.arms.registry
 ARM_STYLE = {"quant_act_naive": "o-", "quant_act_warp": "s-", "quant_act_16t": "D-", "quant_act_warp_ilp": "^-",
-             qx.PDL_ARM: "^--", "traffic_copy": "x:", "torch_reference": "v:"}
+             qx.PDL_ARM: "^--", "quant_act_subwarp": "P-", qx.SUBWARP_PDL_ARM: "P--", "traffic_copy": "x:",
+             "torch_reference": "v:"}
 devs = results.devices_with(NB, "quantisers")
 tables = {}
 peer_tables = results.by_device(NB, "peers")
@@ -198,8 +201,9 @@ for dev in devs:
         plt.show()
     if peer_report.show_status(dev, peer_tables, peer_ids, what="quantisers"):
         # fp8lab's fastest kernel against the fastest peer of the same run (p50 times in us;
-        # own_over_peer > 1: fp8lab ahead)
-        vb = peer_report.versus_best_peer(qdf, peer_tables[dev], list(qa.VARIANTS), keys=("K", "M"),
+        # own_over_peer > 1: fp8lab ahead). fp8lab's PDL launches compete too: SGLang's peer runs as
+        # a programmatic dependent launch on sm_90+, as sglang launches it
+        vb = peer_report.versus_best_peer(qdf, peer_tables[dev], [*qa.VARIANTS, *qx.PDL_ARMS], keys=("K", "M"),
                                           metric="time_p50_s", higher=False)
         display(vb.assign(own=vb["own"] * 1e6, peer=vb["peer"] * 1e6)
                 .rename(columns={"own": "own_us", "peer": "peer_us"}).round(3))
@@ -304,4 +308,11 @@ for dev, qdf, meta, name in notebook.each_device(tables):
         if tarm != "quant_act_warp" and len(w0) and len(w):
             r = (w0["time_p50_s"] / w["time_p50_s"]).dropna()
             parts.append(f"`{tarm}` is {r.min():.2f}-{r.max():.2f}x faster than `quant_act_warp`.")
+        for a, b in (("quant_act_subwarp", "quant_act_warp_ilp"), (qx.SUBWARP_PDL_ARM, qx.PDL_ARM)):
+            sa = qdf[(qdf["K"] == K) & (qdf["arm"] == a) & (qdf["status"] == "measured")].set_index("M")["time_p50_s"]
+            sb = qdf[(qdf["K"] == K) & (qdf["arm"] == b) & (qdf["status"] == "measured")].set_index("M")["time_p50_s"]
+            r = (sb / sa).dropna()
+            if len(r):
+                parts.append(f"`{a}` runs at {'; '.join(f'M={int(m)}: {v:.2f}x' for m, v in r.items())} the speed of "
+                             f"`{b}` (above 1: faster).")
     display(Markdown(" ".join(parts)))

@@ -41,11 +41,13 @@ def test_variant_arguments_refused_before_any_gpu_work():
     assert "variant == 3 ? launch_ilp<kScaleMulRecip, 2>" in text      # 4 groups per warp = 2 loads
     assert ": variant == 4 ? launch_ilp<kScaleMulRecip, 1>" in text and "launch_ilp<kScaleMulRecip, 4>" in text
     assert "variant == 9" in text
+    assert qa._VARIANT_IDS["quant_act_subwarp"] == 10 and "variant == 10" in text and "launch_subwarp<" in text
 
 
 def test_pdl_arguments_refused_before_any_gpu_work():
     assert qx.PDL_ARM in qx.ARMS and qx.PDL_ARM not in qa.VARIANTS
-    with pytest.raises(ValueError, match="grid kernel only, not quant_act_16t"):
+    assert qx.SUBWARP_PDL_ARM in qx.ARMS and set(qx.PDL_ARMS.values()) == set(qa.PDL_VARIANTS)
+    with pytest.raises(ValueError, match="grid kernel and quant_act_subwarp only, not quant_act_16t"):
         qa.quant_act(None, "quant_act_16t", pdl=True)
     with pytest.raises(ValueError, match="with persistent=True"):
         qa.quant_act(None, "quant_act_warp_ilp", groups_per_warp=2, persistent=True, pdl=True)
@@ -53,10 +55,14 @@ def test_pdl_arguments_refused_before_any_gpu_work():
         qa.quant_act(None, "quant_act_warp_ilp", pdl="yes")
     with pytest.raises(ValueError, match="CUDA torch.Tensor"):
         qa.quant_act(None, "quant_act_warp_ilp", groups_per_warp=2, pdl=True)
-    # the flag bit is the source's, and the source launches PDL only for the ilp grid kernels
+    with pytest.raises(ValueError, match="groups_per_warp applies to quant_act_warp_ilp only"):
+        qa.quant_act(None, "quant_act_subwarp", groups_per_warp=4, pdl=True)
+    with pytest.raises(ValueError, match="CUDA torch.Tensor"):
+        qa.quant_act(None, "quant_act_subwarp", pdl=True)
+    # the flag bit is the source's, and the source launches PDL only for the ilp grid kernels and subwarp
     text = open(qa.__file__[:-3] + ".cu").read()
     assert f"constexpr int kPdlFlag = {qa._PDL_FLAG:#x};" in text
-    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5)) return cudaErrorInvalidValue;" in text
+    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5 || variant == 10))" in text
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text and "griddepcontrol.wait" in text
 
 

@@ -44,8 +44,9 @@ def test_pdl_bitwise_equal_to_reference(M, K, kind):
     _check(x)                                              # auto
 
 
+@pytest.mark.parametrize("variant", ["quant_act_warp_ilp", "quant_act_subwarp"])
 @pytest.mark.parametrize("graph", [False, True])
-def test_pdl_waits_for_the_kernel_that_writes_its_input(graph):
+def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant):
     """A kernel writes x, the PDL launch quantises it at once, back to back, many times over with a
     fresh input each time: every output is the quantisation of what the kernel before wrote (a
     launch that read x before the writer finished would quantise the previous round's values)."""
@@ -63,7 +64,7 @@ def test_pdl_waits_for_the_kernel_that_writes_its_input(graph):
     def body():
         for i in range(rounds):
             torch.mul(srcs[i], 1, out=x)                   # a kernel (not a memcpy) writes the input
-            qa.quant_act(x, "quant_act_warp_ilp", q_out=qs[i], s_out=ss[i], pdl=True)
+            qa.quant_act(x, variant, q_out=qs[i], s_out=ss[i], pdl=True)
 
     torch.cuda.synchronize()
     if graph:
@@ -86,9 +87,9 @@ def test_pdl_refused_where_it_does_not_apply():
     import torch
     from fp8lab.kernels import quant_act as qa
     x = torch.zeros((4, 128), dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(ValueError, match="grid kernel only"):
+    with pytest.raises(ValueError, match="quant_act_subwarp only, not quant_act_warp"):
         qa.quant_act(x, "quant_act_warp", pdl=True)
-    with pytest.raises(ValueError, match="grid kernel only"):
+    with pytest.raises(ValueError, match="with persistent=True"):
         qa.quant_act(x, "quant_act_warp_ilp", groups_per_warp=4, persistent=True, pdl=True)
     if not _pdl_ok():
         with pytest.raises(ValueError, match="sm_90 or newer"):

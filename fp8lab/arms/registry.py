@@ -114,6 +114,8 @@ _ROWS = (
     _arm("quant_act_16t", "quant_act_16t", "#33BBEE", count=("quant_act",)),
     _arm("quant_act_warp_ilp", "quant_act_warp_ilp", "#AA4499", count=("quant_act",)),
     _arm("quant_act_warp_ilp_pdl", "quant_act_warp_ilp + PDL (launch overlaps the kernel before)", "#5D2E8C", short="ilp + PDL", count=("quant_act",)),
+    _arm("quant_act_subwarp", "quant_act_subwarp (8 lanes x 32 B per group)", "#117777", short="subwarp", count=("quant_act",)),
+    _arm("quant_act_subwarp_pdl", "quant_act_subwarp + PDL (waits, then releases after its stores)", "#0B4F4F", short="subwarp + PDL", count=("quant_act",)),
     _arm("torch_reference", "torch_reference", "#EE3377", count=("quant_act",)),
     _arm("traffic_copy", "traffic_copy (same bytes, no math)", "#DDCC77", short="traffic_copy",
          count=("quant_act",)),

@@ -9,7 +9,9 @@ three waves (``quant_act.auto_launch``; the one-chunk-per-warp grid kernel at ev
 arm fp8lab's fraction-of-copy performance targets are reported on, see ``target_arm``; B6's verdict is on
 ``quant_act_warp``, see ``b6_verdict``), ``quant_act_warp_ilp_pdl`` (the same kernel and grid as a
 programmatic dependent launch, sm_90 and newer: its launch overlaps the previous kernel's tail, as
-vLLM's quantiser launches), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
+vLLM's quantiser launches), ``quant_act_subwarp`` (8 lanes x 32 bytes per group, four groups per warp,
+a flat grid: SGLang's work split with fp8lab's arithmetic) and ``quant_act_subwarp_pdl`` (it as a
+programmatic dependent launch, as SGLang launches its quantiser on sm_90+), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
 torch recipe the kernels must match, several kernels long; context, not a contender).
 
 Every kernel's output is compared bit for bit with the torch reference on the same input
@@ -41,7 +43,7 @@ from ..kernels import quant_act as qa
 from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "TARGET_SMALL_M_RANGE",
-           "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "DIAGNOSTIC_ARMS", "TIMINGS",
+           "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "SUBWARP_PDL_ARM", "PDL_ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
            "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
@@ -60,7 +62,11 @@ MAX_SETS = 256
 #: quant_act_warp_ilp launched as a programmatic dependent launch (qa.quant_act(..., pdl=True)):
 #: the same kernel and launch shape, its launch latency overlapping the previous kernel's tail (sm_90+)
 PDL_ARM = "quant_act_warp_ilp_pdl"
-ARMS = (*qa.VARIANTS, PDL_ARM, "torch_reference")
+#: quant_act_subwarp as a programmatic dependent launch (waits before its loads, releases after its stores,
+#: as SGLang's quantiser does on sm_90+): the like-for-like pairing with that peer
+SUBWARP_PDL_ARM = "quant_act_subwarp_pdl"
+PDL_ARMS = {PDL_ARM: "quant_act_warp_ilp", SUBWARP_PDL_ARM: "quant_act_subwarp"}
+ARMS = (*qa.VARIANTS, PDL_ARM, SUBWARP_PDL_ARM, "torch_reference")
 DIAGNOSTIC_ARMS = ("traffic_copy",)
 #: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
 PEERS = peer_catalog.ids_for("06b")
@@ -210,8 +216,9 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                 kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
                       else {})
                 variant = arm
-                if arm == PDL_ARM:     # the grid kernel (groups_per_warp as asked) as a programmatic dependent launch
-                    variant, kw = "quant_act_warp_ilp", {"groups_per_warp": groups_per_warp, "pdl": True}
+                if arm in PDL_ARMS:    # the ilp grid kernel (groups_per_warp as asked) or subwarp as a programmatic
+                    variant = PDL_ARMS[arm]   # dependent launch
+                    kw = {"groups_per_warp": groups_per_warp, "pdl": True} if arm == PDL_ARM else {"pdl": True}
                     if not qa.pdl_supported(xs[0].device.index):
                         r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
                         rows.append(r)

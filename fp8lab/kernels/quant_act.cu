@@ -36,6 +36,13 @@
 //   is resident at once; each warp walks its chunks, loading the next before processing the current.
 // * traffic_copy (diagnostic, not a quantiser): quant_act_warp_ilp's loads and stores with no
 //   arithmetic: the bandwidth a kernel of this launch shape reaches; no bitwise check applies.
+// * quant_act_subwarp: 8 lanes per group, 32 bytes (two 16-byte loads) per lane, four groups per warp
+//   reduced in one 3-step xor max inside each 8-lane segment, 16-byte code stores, a flat grid (one
+//   group per 8 lanes, no loop); quant_act_warp_ilp's per-element arithmetic, so bit for bit its
+//   outputs. The work split SGLang's per-token-group quantiser uses (measured faster than
+//   quant_act_warp_ilp at M >= 256 in notebook 06b, 2026-12-04). With kPdl (variant bit kPdlFlag) a
+//   programmatic dependent launch that waits before its loads and lets the next kernel launch after
+//   its stores (the ilp kernel releases at once).
 //
 // nvcc compiles this file alone: nvcc -cubin -arch=sm_90a -O3 -Xptxas -v fp8lab/kernels/quant_act.cu
 #include <cuda_bf16.h>
@@ -370,6 +377,75 @@ traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, flo
   }
 }
 
+// quant_act_subwarp: warp w owns groups [4 w, 4 w + 4); lanes 8 i .. 8 i + 7 hold group 4 w + i, lane
+// 8 i + l its bytes [32 l, 32 l + 32) (two adjacent 16-byte loads, both issued before any arithmetic).
+// max |x|: abs_max8 of each load, then a 3-step xor butterfly that stays inside the 8-lane segment.
+// Codes: quantise8 of each load (ilp_process's arithmetic and fast-path condition), stored as one
+// 16-byte word per lane; the scale by the segment's first lane. A warp past G exits before the PDL
+// wait (an exited thread counts as released); a partly live warp runs the butterfly in full.
+template <bool kScaleMulRecip, bool kPdl>
+__global__ void __launch_bounds__(kThreads)
+quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                         long long G, int kblocks, long long ss_m, long long ss_k) {
+  const int lane = threadIdx.x & 31, seg = lane & 7;
+  const long long gw = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * 4;
+  if (gw >= G) return;  // warp-uniform
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  const long long g = gw + (lane >> 3);
+  const bool live = g < G;
+  uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
+  if (live) {
+    const uint4* p = reinterpret_cast<const uint4*>(x + g * GROUP) + 2 * seg;
+    a = __ldcs(p);
+    b = __ldcs(p + 1);
+  }
+  uint32_t m = max(abs_max8(a), abs_max8(b));
+#pragma unroll
+  for (int off = 4; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (live) {
+    const float scale = group_scale<kScaleMulRecip>(bf16_bits_to_float(m));
+    const bool fast = scale >= kFastScaleMin && scale <= kFastScaleMax && m < 0x7F80u;
+    const uint2 c0 = quantise8<kScaleMulRecip>(a, scale, fast), c1 = quantise8<kScaleMulRecip>(b, scale, fast);
+    __stcs(reinterpret_cast<uint4*>(q + g * GROUP) + seg, make_uint4(c0.x, c0.y, c1.x, c1.y));
+    if (seg == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
+  }
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launch with the programmatic-stream-serialization attribute (sm_90+; the wrapper checks).
+template <typename Kernel>
+cudaError_t launch_pdl(Kernel kernel, long long blocks, cudaStream_t stream, const uint16_t* x, uint8_t* q, float* s,
+                       long long G, int kblocks, long long ss_m, long long ss_k) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, x, q, s, G, kblocks, ss_m, ss_k);
+}
+
+template <bool kScaleMulRecip>
+cudaError_t launch_subwarp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
+                           long long ss_k, cudaStream_t stream, bool pdl) {
+  constexpr long long per_block = (kThreads / 32) * 4;
+  const long long blocks = (G + per_block - 1) / per_block;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (pdl)
+    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, true>, blocks, stream, x, q, s, G, kblocks, ss_m, ss_k);
+  quant_act_subwarp_kernel<kScaleMulRecip, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      x, q, s, G, kblocks, ss_m, ss_k);
+  return cudaSuccess;
+}
+
 template <bool kScaleMulRecip, int kPairs>
 cudaError_t launch_ilp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
                        long long ss_k, cudaStream_t stream, bool pdl) {
@@ -452,7 +528,8 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
   if (G <= 0) return cudaSuccess;
   const bool pdl = (variant & kPdlFlag) != 0;
   variant &= ~kPdlFlag;
-  if (pdl && !(variant == 3 || variant == 4 || variant == 5)) return cudaErrorInvalidValue;  // ilp grid kernel only
+  if (pdl && !(variant == 3 || variant == 4 || variant == 5 || variant == 10))
+    return cudaErrorInvalidValue;  // the ilp grid kernels and subwarp only
   if (variant == 0) {
     if (G > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     quant_act_naive_kernel<kScaleMulRecip><<<static_cast<unsigned>(G), dim3(32, 32), 0, stream>>>(
@@ -485,6 +562,9 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
     const long long blocks = (G + per_block - 1) / per_block;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     traffic_copy_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m, ss_k);
+  } else if (variant == 10) {
+    const cudaError_t e = launch_subwarp<kScaleMulRecip>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl);
+    if (e != cudaSuccess) return e;
   } else {
     return cudaErrorInvalidValue;
   }
@@ -495,8 +575,8 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 }  // namespace fp8lab
 
 // The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
-// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic); 3 / 4 / 5
-// plus kPdlFlag (0x100): the same warp_ilp kernels with programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
+// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic), 10 subwarp;
+// 3 / 4 / 5 / 10 plus kPdlFlag (0x100): the same kernels with programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

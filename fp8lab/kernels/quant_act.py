@@ -24,6 +24,14 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   before its first load (``griddepcontrol.wait``) and at once lets the next kernel start
   launching, so back-to-back launches overlap their launch latency (what vLLM's quantiser does).
 
+- ``quant_act_subwarp``: 8 lanes per group, 32 bytes (two 16-byte loads) per lane, four groups per
+  warp reduced by one 3-step xor max inside each 8-lane segment, 16-byte code stores, a flat grid
+  of one group per 8 lanes; ``quant_act_warp_ilp``'s per-element arithmetic (so its outputs, bit
+  for bit). The work split of SGLang's per-token-group quantiser, which notebook 06b measured
+  ahead of ``quant_act_warp_ilp`` at M >= 256 on the H200 (2026-12-04). ``pdl=True`` (sm_90+): a
+  programmatic dependent launch that waits before its loads and releases the next kernel after
+  its stores.
+
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
 no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
 
@@ -44,17 +52,18 @@ import numpy as np
 
 GROUP = 128
 FP8_MAX = 448.0
-VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t", "quant_act_warp_ilp")
+VARIANTS = ("quant_act_naive", "quant_act_warp", "quant_act_16t", "quant_act_warp_ilp", "quant_act_subwarp")
 THREADS = 256                           # warp, 16t and warp_ilp blocks (8 warps)
 ILP_GROUPS_PER_WARP = (2, 4, 8)
 ILP_DEFAULT_GROUPS_PER_WARP = "auto"   # quant_act_warp_ilp's default: auto_launch picks
 RESIDENT_BLOCKS_PER_SM = 2048 // THREADS   # 8: threads bound the grid kernels' residency on sm_80..sm_90
 # the binding's variant numbers (quant_act.cu, fp8lab_quant_act_launch)
-_VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2}
+_VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2, "quant_act_subwarp": 10}
 _ILP_IDS = {4: 3, 2: 4, 8: 5}
 _PERSISTENT_IDS = {2: 6, 4: 7, 8: 8}
 _TRAFFIC_COPY_ID = 9
-_PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels with PDL
+_PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels and subwarp with PDL
+PDL_VARIANTS = ("quant_act_warp_ilp", "quant_act_subwarp")   # pdl=True applies to these (ilp: grid kernel only)
 PDL_MIN_CAPABILITY = (9, 0)             # griddepcontrol and the launch attribute: sm_90 and newer
 SCALE_RULES = ("torch_cuda", "true_division")
 SCALE_LAYOUTS = ("row", "m_major")
@@ -191,14 +200,14 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     (2, 4, 8 or 'auto' = None, the default: :func:`auto_launch` picks kernel and count);
     persistent: quant_act_warp_ilp with a number of groups_per_warp only: True runs the
     persistent grid-stride kernel, False / None the one-chunk-per-warp grid. pdl: quant_act_warp_ilp's
-    grid kernel only, sm_90 and newer: a programmatic dependent launch (see the module's text).
+    grid kernel and quant_act_subwarp, sm_90 and newer: a programmatic dependent launch (see the module's text).
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     vid = _variant_id(variant, groups_per_warp, persistent)
     _need(pdl in (True, False), f"pdl must be True or False, got {pdl!r}")
     if pdl:
-        _need(variant == "quant_act_warp_ilp" and not persistent,
-              f"pdl applies to quant_act_warp_ilp's grid kernel only, not {variant}"
+        _need(variant in PDL_VARIANTS and not persistent,
+              f"pdl applies to quant_act_warp_ilp's grid kernel and quant_act_subwarp only, not {variant}"
               + (" with persistent=True" if persistent else ""))
     if vid is None:   # auto: needs the device's SM count
         _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")

@@ -5,7 +5,8 @@ probe's arms), the persistent grid-stride kernel at 2 / 4 / 8 groups per chunk (
 g2/g4/g8': grid no larger than what is resident, the next chunk's loads issued before the current
 chunk is reduced and stored, every warp within one chunk of the others), 'auto' (the default:
 quant_act.auto_launch picks one of the above from the launch shape) and traffic_copy (the grid g4
-kernel's loads and stores with no arithmetic).
+kernel's loads and stores with no arithmetic); 'subwarp' and 'subwarp + PDL' (quant_act_subwarp: 8 lanes x
+32 bytes per group, four groups per warp, a flat grid; plain and as a programmatic dependent launch).
 
 1. Correctness first: every arm bit for bit against baselines.quant_act_reference at M = 1, 7, 83,
    1024, 4097 x K = 128, 384, 7168 (the PDL launches too, row-major scales) on inputs with special groups (zero, -0, NaN, +-Inf, near bf16
@@ -37,18 +38,22 @@ CASES = {**{f"grid g{g}": dict(groups_per_warp=g, persistent=False) for g in qa.
 #: overlaps the previous kernel's tail; quantisers.PDL_ARM)
 PDL_CASES = {f"grid g{g} + PDL": dict(groups_per_warp=g) for g in qa.ILP_GROUPS_PER_WARP}
 PDL_CASES["auto + PDL"] = dict(groups_per_warp="auto")
+#: quant_act_subwarp (8 lanes x 32 B per group, SGLang's work split with fp8lab's arithmetic), plain and as a
+#: programmatic dependent launch (quantisers.SUBWARP_PDL_ARM: waits before its loads, releases after its stores)
+SUB = "quant_act_subwarp"
+SUB_CASES = {"subwarp": {}, "subwarp + PDL": {"pdl": True}}
 
 
 special_input, wide_input = qx.special_input, qx.wide_input   # the GPU test's inputs
 
 
-def check(x, ref, kw, layout):
+def check(x, ref, kw, layout, variant=ILP):
     M, K = x.shape
     rq, rs = ref
     q = torch.empty((M, K), dtype=torch.uint8, device="cuda").fill_(0x55).view(torch.float8_e4m3fn)
     s = (torch.full((M, K // 128), float("nan"), device="cuda") if layout == "row"
          else torch.full((K // 128, M), float("nan"), device="cuda").t())
-    qa.quant_act(x, ILP, q_out=q, s_out=s, **kw)
+    qa.quant_act(x, variant, q_out=q, s_out=s, **kw)
     torch.cuda.synchronize()
     dq = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum())
     ds = int((s.contiguous().view(torch.int32) != rs.view(torch.int32)).sum())
@@ -79,6 +84,12 @@ for M in (1, 7, 83, 1024, 4097):
                 n += 1
                 if dq or ds:
                     bad.append((name, M, K, kind, "row", dq, ds))
+            for name, kw in SUB_CASES.items():
+                for layout in (("row", "m_major") if (M, K) in ((83, 384), (1024, 7168)) else ("row",)):
+                    dq, ds = check(x, ref, kw, layout, variant=SUB)
+                    n += 1
+                    if dq or ds:
+                        bad.append((name, M, K, kind, layout, dq, ds))
 for b in bad:
     print("MISMATCH %s M=%d K=%d input=%s scales=%s: %d codes, %d scales differ" % b)
 assert not bad, f"{len(bad)} of {n} checks differ from the torch reference"
@@ -100,11 +111,16 @@ for name, kw in PDL_CASES.items():
     df.loc[df["arm"] == qx.PDL_ARM, "arm"] = name
     out.append(df)
     print(f"timed {name} ({time.time() - T0:.0f} s)", flush=True)
+for name, arm in (("subwarp", SUB), ("subwarp + PDL", qx.SUBWARP_PDL_ARM)):
+    df = qx.measure(Ms, (7168,), arms=(arm,), rep_ms=20, warmup_ms=5, timing="graph")
+    df.loc[df["arm"] == arm, "arm"] = name
+    out.append(df)
+    print(f"timed {name} ({time.time() - T0:.0f} s)", flush=True)
 d = pd.concat(out, ignore_index=True)
 assert d.loc[d["arm"] != "traffic_copy", "bitwise_ok"].astype(bool).all()
 assert (d["status"] == "measured").all(), d.loc[d["status"] != "measured", ["arm", "M", "status"]]
 pd.set_option("display.width", 200)
-order = [*CASES, *PDL_CASES, "traffic_copy"]
+order = [*CASES, *PDL_CASES, *SUB_CASES, "traffic_copy"]
 frac = d.pivot_table(index="arm", columns="M", values="fraction_of_copy").reindex(order)
 us = d.pivot_table(index="arm", columns="M", values="time_p50_s").reindex(order) * 1e6
 cp = d.pivot_table(index="arm", columns="M", values="copy_gbps_p50").reindex(order) / 1e3
