@@ -42,6 +42,22 @@ def test_variant_arguments_refused_before_any_gpu_work():
     assert ": variant == 4 ? launch_ilp<kScaleMulRecip, 1>" in text and "launch_ilp<kScaleMulRecip, 4>" in text
     assert "variant == 9" in text
     assert qa._VARIANT_IDS["quant_act_subwarp"] == 10 and "variant == 10" in text and "launch_subwarp<" in text
+    # the subwarp forms: 'ef' is quant_act_subwarp's id, each form's id launches its kForm
+    assert qa._SUBWARP_IDS[qa.SUBWARP_DEFAULT_FORM] == qa._VARIANT_IDS["quant_act_subwarp"]
+    for form, k in zip(qa.SUBWARP_FORMS, range(3)):
+        vid = qa._SUBWARP_IDS[form]
+        assert qa._variant_id("quant_act_subwarp", None, None, form) == vid
+        assert f"launch_subwarp<kScaleMulRecip, {k}>" in text
+    assert "variant >= 10 && variant <= 12" in text and qa._SUBWARP_IDS == {"ef": 10, "plain": 11, "plain16": 12}
+    assert "variant == 10   ? launch_subwarp<kScaleMulRecip, 0>" in text
+    assert ": variant == 11 ? launch_subwarp<kScaleMulRecip, 1>" in text
+    assert ": launch_subwarp<kScaleMulRecip, 2>" in text
+    with pytest.raises(ValueError, match="subwarp_form must be one of"):
+        qa.quant_act(None, "quant_act_subwarp", subwarp_form="fast")
+    with pytest.raises(ValueError, match="subwarp_form applies to quant_act_subwarp only"):
+        qa.quant_act(None, "quant_act_warp_ilp", subwarp_form="plain")
+    with pytest.raises(ValueError, match="subwarp_form must be one of"):
+        qx.measure(subwarp_form="ef16")
 
 
 def test_pdl_arguments_refused_before_any_gpu_work():
@@ -62,7 +78,7 @@ def test_pdl_arguments_refused_before_any_gpu_work():
     # the flag bit is the source's, and the source launches PDL only for the ilp grid kernels and subwarp
     text = open(qa.__file__[:-3] + ".cu").read()
     assert f"constexpr int kPdlFlag = {qa._PDL_FLAG:#x};" in text
-    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5 || variant == 10))" in text
+    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 10 && variant <= 12)))" in text
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text and "griddepcontrol.wait" in text
 
 

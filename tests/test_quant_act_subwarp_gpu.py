@@ -1,5 +1,5 @@
-"""quant_act_subwarp (8 lanes x 32 bytes per group, issue 22) on a GPU: bit for bit against the torch
-reference, plain and as a programmatic dependent launch, at group counts that leave a warp partly
+"""quant_act_subwarp (8 lanes x 32 bytes per group, issue 22) on a GPU, in each subwarp_form: bit for
+bit against the torch reference, plain and as a programmatic dependent launch, at group counts that leave a warp partly
 idle (G = 1, 3, 5 ...), odd M, K in {128, 384, 7168}, special and wide-exponent inputs, poisoned
 outputs, both scale layouts; the true-division rule matches the warp kernel's; bad input raises
 ValueError. (That a PDL launch waits for the kernel writing its input: test_quant_act_pdl_gpu.)"""
@@ -17,7 +17,8 @@ SUB = "quant_act_subwarp"
                                  (4097, 7168)])
 @pytest.mark.parametrize("kind", ["special", "wide"])
 @pytest.mark.parametrize("pdl", [False, True])
-def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl):
+@pytest.mark.parametrize("form", ["ef", "plain", "plain16"])
+def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, form):
     import torch
     from fp8lab.kernels import baselines, quant_act as qa
     if pdl and not qa.pdl_supported():
@@ -26,17 +27,18 @@ def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl):
     rq, rs = baselines.quant_act_reference(x)
     q = torch.empty((M, K), dtype=torch.uint8, device="cuda").fill_(0x55).view(torch.float8_e4m3fn)
     s = torch.full((M, K // 128), float("nan"), device="cuda")
-    qa.quant_act(x, SUB, q_out=q, s_out=s, pdl=pdl)
+    qa.quant_act(x, SUB, q_out=q, s_out=s, pdl=pdl, subwarp_form=form)
     dq = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum())
     assert dq == 0, f"{dq} codes differ"
     assert torch.equal(s.view(torch.int32), rs.view(torch.int32))
-    q2, s2 = qa.quant_act(x, SUB, scale_layout="m_major", pdl=pdl)    # cuBLASLt's layout, fresh outputs
+    q2, s2 = qa.quant_act(x, SUB, scale_layout="m_major", pdl=pdl, subwarp_form=form)   # cuBLASLt's layout
     assert s2.stride() == (1, M)
     assert torch.equal(s2.contiguous().view(torch.int32), rs.view(torch.int32))
     assert torch.equal(q2.view(torch.uint8), rq.view(torch.uint8))
 
 
-def test_subwarp_writes_nothing_past_its_outputs():
+@pytest.mark.parametrize("form", ["ef", "plain16"])
+def test_subwarp_writes_nothing_past_its_outputs(form):
     """Outputs carved out of a larger poisoned buffer: the bytes around them stay untouched."""
     import torch
     from fp8lab.experiments.quantisers import make_input
@@ -47,7 +49,7 @@ def test_subwarp_writes_nothing_past_its_outputs():
     sbuf = torch.full((M * 3 + 8,), float("nan"), device="cuda")
     q = qbuf[16:16 + M * K].view(torch.float8_e4m3fn).view(M, K)
     s = sbuf[4:4 + M * 3].view(M, 3)
-    qa.quant_act(x, SUB, q_out=q, s_out=s)
+    qa.quant_act(x, SUB, q_out=q, s_out=s, subwarp_form=form)
     rq, rs = baselines.quant_act_reference(x)
     assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
     assert torch.equal(s.view(torch.int32), rs.view(torch.int32))
@@ -55,13 +57,14 @@ def test_subwarp_writes_nothing_past_its_outputs():
     assert bool(sbuf[:4].isnan().all()) and bool(sbuf[4 + M * 3:].isnan().all())
 
 
-def test_subwarp_true_division_rule_matches_the_warp_kernel():
+@pytest.mark.parametrize("form", ["ef", "plain16"])
+def test_subwarp_true_division_rule_matches_the_warp_kernel(form):
     import torch
     from fp8lab.experiments.quantisers import make_input
     from fp8lab.kernels import quant_act as qa
     x = make_input(83, 7168, seed=5)
     qw, sw = qa.quant_act(x, "quant_act_warp", scale_rule="true_division")
-    qs, ss = qa.quant_act(x, SUB, scale_rule="true_division")
+    qs, ss = qa.quant_act(x, SUB, scale_rule="true_division", subwarp_form=form)
     assert torch.equal(sw.view(torch.int32), ss.view(torch.int32))
     assert torch.equal(qw.view(torch.uint8), qs.view(torch.uint8))
 
@@ -84,6 +87,6 @@ def test_quantiser_experiment_subwarp_arms_smoke():
     from fp8lab.experiments import quantisers as qx
     from fp8lab.kernels import quant_act as qa
     arms = ("quant_act_subwarp", qx.SUBWARP_PDL_ARM) if qa.pdl_supported() else ("quant_act_subwarp",)
-    df = qx.measure(Ms=(1, 64), Ks=(384,), arms=arms, rep_ms=5, warmup_ms=2)
+    df = qx.measure(Ms=(1, 64), Ks=(384,), arms=arms, rep_ms=5, warmup_ms=2, subwarp_form="plain16")
     assert (df["status"] == "measured").all()
     assert df["bitwise_ok"].astype(bool).all()

@@ -153,7 +153,8 @@ def _time(make, n_sets: int, *, rep_ms: float, warmup_ms: float, timing: str = "
 def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, arms: Sequence[str] = ARMS,
             rep_ms: float = 40, warmup_ms: float = 10, seed: int = 0, big_copy_Bps: Optional[float] = None,
             sampler=None, progress=None, timing: str = "auto", groups_per_warp=None,
-            persistent: Optional[bool] = None, diagnostic_arms: Sequence[str] = ()) -> pd.DataFrame:
+            persistent: Optional[bool] = None, diagnostic_arms: Sequence[str] = (),
+            subwarp_form: Optional[str] = None) -> pd.DataFrame:
     """Check bit for bit, then time, every arm at every (M, K); one row per (arm, M, K), with the
     same-traffic copy's bandwidth on every row (and the 2 GiB copy's, when given).
 
@@ -161,6 +162,7 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
     bound by their launch, events for longer GPU-bound calls: bench.choose_method), or 'events' /
     'graph' for every row (copy included). groups_per_warp (2, 4, 8 or 'auto') and persistent
     (True / False, with a number only): passed to quant_act_warp_ilp (None: its default, 'auto').
+    subwarp_form (one of quant_act.SUBWARP_FORMS): passed to quant_act_subwarp and its PDL arm.
     diagnostic_arms: any of DIAGNOSTIC_ARMS (timed, not checked)."""
     unknown = set(arms) - set(ARMS)
     if unknown:
@@ -172,6 +174,7 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     # the same checks quant_act makes, before any GPU work
     qa._variant_id("quant_act_warp_ilp", groups_per_warp, persistent)
+    qa._variant_id("quant_act_subwarp", None, None, subwarp_form)
     if PDL_ARM in arms and persistent:
         raise ValueError(f"{PDL_ARM} is the grid kernel: persistent=True does not apply to it (leave it out of arms)")
     for K in Ks:
@@ -214,11 +217,12 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                          timing_method="", clock_reasons="", clock_source="", clock_note="", copy_gbps_p50=copy_gbps,
                          copy_timing_method=tc.method)
                 kw = ({"groups_per_warp": groups_per_warp, "persistent": persistent} if arm == "quant_act_warp_ilp"
-                      else {})
+                      else {"subwarp_form": subwarp_form} if arm == "quant_act_subwarp" else {})
                 variant = arm
                 if arm in PDL_ARMS:    # the ilp grid kernel (groups_per_warp as asked) or subwarp as a programmatic
                     variant = PDL_ARMS[arm]   # dependent launch
-                    kw = {"groups_per_warp": groups_per_warp, "pdl": True} if arm == PDL_ARM else {"pdl": True}
+                    kw = ({"groups_per_warp": groups_per_warp, "pdl": True} if arm == PDL_ARM
+                          else {"subwarp_form": subwarp_form, "pdl": True})
                     if not qa.pdl_supported(xs[0].device.index):
                         r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
                         rows.append(r)

@@ -42,7 +42,12 @@
 //   outputs. The work split SGLang's per-token-group quantiser uses (measured faster than
 //   quant_act_warp_ilp at M >= 256 in notebook 06b, 2026-12-04). With kPdl (variant bit kPdlFlag) a
 //   programmatic dependent launch that waits before its loads and lets the next kernel launch after
-//   its stores (the ilp kernel releases at once).
+//   its stores (the ilp kernel releases at once). Three forms (issue 22's probe of what still
+//   separates it from SGLang's kernel): 'ef' (variant 10: evict-first loads and stores, as every
+//   kernel here), 'plain' (11: loads through the read-only path and stores with the default cache
+//   policy, as SGLang's kernel, whose loads are plain ld.global), 'plain16' (12: those,
+//   and quantise16: one reciprocal per lane instead of one per 16-byte half, code signs restored on
+//   the packed codes, byte permutes for packing). Outputs are bit for bit the same in all three.
 //
 // nvcc compiles this file alone: nvcc -cubin -arch=sm_90a -O3 -Xptxas -v fp8lab/kernels/quant_act.cu
 #include <cuda_bf16.h>
@@ -262,6 +267,49 @@ __device__ __forceinline__ uint32_t abs_max8(uint4 v) {
   return max(m & 0xFFFFu, m >> 16);
 }
 
+// Two e4m3 pairs -> 4 codes in one word, first value in the lowest byte (cvt's first operand is
+// the high byte of each pair; mov.b32 {lo, hi} puts the first pair low).
+__device__ __forceinline__ uint32_t e4m3x4_satfinite(float f0, float f1, float f2, float f3) {
+  uint32_t r;
+  asm("{\n\t.reg .b16 lo, hi;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+      "mov.b32 %0, {lo, hi};\n\t}"
+      : "=r"(r) : "f"(f0), "f"(f1), "f"(f2), "f"(f3));
+  return r;
+}
+
+// 16 bf16 (a then b) -> 16 e4m3 codes: quantise8 of each half, with the fast path's reciprocal
+// computed once. Fast path: q = the FFMA chain of div_by_scale without its sign OR; the sign goes
+// on the codes instead (each code ORed with its input's bf16 sign bit). Equal to quantise8's codes:
+// for a >= 0 nothing is ORed in either; for a < 0 the chain gives q < 0 (whose code has the sign
+// already) or +0 (code 0x00 -> 0x80, the code of -0, which quantise8 converts).
+template <bool kScaleMulRecip>
+__device__ __forceinline__ uint4 quantise16(uint4 a, uint4 b, float scale, bool fast) {
+  if (!fast) {
+    const uint2 c0 = quantise8<kScaleMulRecip>(a, scale, false), c1 = quantise8<kScaleMulRecip>(b, scale, false);
+    return make_uint4(c0.x, c0.y, c1.x, c1.y);
+  }
+  const float y0 = rcp_approx(scale);
+  const float y = fmaf(y0, fmaf(-scale, y0, 1.f), y0);
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  uint32_t c[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float f[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t word = w[2 * j + (e >> 1)];
+      const float v = __uint_as_float((e & 1) ? (word & 0xFFFF0000u) : (word << 16));
+      const float q0 = v * y;
+      f[e] = fmaf(y, fmaf(-scale, q0, v), q0);
+    }
+    const uint32_t signs = __byte_perm(w[2 * j], w[2 * j + 1], 0x7531) & 0x80808080u;
+    c[j] = e4m3x4_satfinite(f[0], f[1], f[2], f[3]) | signs;
+  }
+  return make_uint4(c[0], c[1], c[2], c[3]);
+}
+
 // Groups per block of quant_act_warp_ilp<kPairs>: 8 warps x 2 groups per load x kPairs loads.
 template <int kPairs>
 constexpr int ilp_groups_per_block() { return (kThreads / 32) * 2 * kPairs; }
@@ -383,7 +431,11 @@ traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, flo
 // Codes: quantise8 of each load (ilp_process's arithmetic and fast-path condition), stored as one
 // 16-byte word per lane; the scale by the segment's first lane. A warp past G exits before the PDL
 // wait (an exited thread counts as released); a partly live warp runs the butterfly in full.
-template <bool kScaleMulRecip, bool kPdl>
+// kForm: 0 'ef', 1 'plain', 2 'plain16' (see the file's head).
+template <typename T>
+__device__ __forceinline__ T load_hinted(const T* p, bool evict_first) { return evict_first ? __ldcs(p) : *p; }
+
+template <bool kScaleMulRecip, bool kPdl, int kForm>
 __global__ void __launch_bounds__(kThreads)
 quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          long long G, int kblocks, long long ss_m, long long ss_k) {
@@ -398,8 +450,8 @@ quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q
   uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
   if (live) {
     const uint4* p = reinterpret_cast<const uint4*>(x + g * GROUP) + 2 * seg;
-    a = __ldcs(p);
-    b = __ldcs(p + 1);
+    a = load_hinted(p, kForm == 0);
+    b = load_hinted(p + 1, kForm == 0);
   }
   uint32_t m = max(abs_max8(a), abs_max8(b));
 #pragma unroll
@@ -407,8 +459,15 @@ quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q
   if (live) {
     const float scale = group_scale<kScaleMulRecip>(bf16_bits_to_float(m));
     const bool fast = scale >= kFastScaleMin && scale <= kFastScaleMax && m < 0x7F80u;
-    const uint2 c0 = quantise8<kScaleMulRecip>(a, scale, fast), c1 = quantise8<kScaleMulRecip>(b, scale, fast);
-    __stcs(reinterpret_cast<uint4*>(q + g * GROUP) + seg, make_uint4(c0.x, c0.y, c1.x, c1.y));
+    uint4 codes;
+    if constexpr (kForm == 2) {
+      codes = quantise16<kScaleMulRecip>(a, b, scale, fast);
+    } else {
+      const uint2 c0 = quantise8<kScaleMulRecip>(a, scale, fast), c1 = quantise8<kScaleMulRecip>(b, scale, fast);
+      codes = make_uint4(c0.x, c0.y, c1.x, c1.y);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(q + g * GROUP) + seg;
+    if constexpr (kForm == 0) __stcs(dst, codes); else *dst = codes;
     if (seg == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
   }
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -433,15 +492,16 @@ cudaError_t launch_pdl(Kernel kernel, long long blocks, cudaStream_t stream, con
   return cudaLaunchKernelEx(&config, kernel, x, q, s, G, kblocks, ss_m, ss_k);
 }
 
-template <bool kScaleMulRecip>
+template <bool kScaleMulRecip, int kForm>
 cudaError_t launch_subwarp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
                            long long ss_k, cudaStream_t stream, bool pdl) {
   constexpr long long per_block = (kThreads / 32) * 4;
   const long long blocks = (G + per_block - 1) / per_block;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (pdl)
-    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, true>, blocks, stream, x, q, s, G, kblocks, ss_m, ss_k);
-  quant_act_subwarp_kernel<kScaleMulRecip, false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, true, kForm>, blocks, stream, x, q, s, G, kblocks, ss_m,
+                      ss_k);
+  quant_act_subwarp_kernel<kScaleMulRecip, false, kForm><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       x, q, s, G, kblocks, ss_m, ss_k);
   return cudaSuccess;
 }
@@ -528,7 +588,7 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
   if (G <= 0) return cudaSuccess;
   const bool pdl = (variant & kPdlFlag) != 0;
   variant &= ~kPdlFlag;
-  if (pdl && !(variant == 3 || variant == 4 || variant == 5 || variant == 10))
+  if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 10 && variant <= 12)))
     return cudaErrorInvalidValue;  // the ilp grid kernels and subwarp only
   if (variant == 0) {
     if (G > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
@@ -562,8 +622,12 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
     const long long blocks = (G + per_block - 1) / per_block;
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     traffic_copy_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m, ss_k);
-  } else if (variant == 10) {
-    const cudaError_t e = launch_subwarp<kScaleMulRecip>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl);
+  } else if (variant >= 10 && variant <= 12) {
+    // quant_act_subwarp in its form 'ef' (10), 'plain' (11) or 'plain16' (12)
+    const cudaError_t e =
+        variant == 10   ? launch_subwarp<kScaleMulRecip, 0>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
+        : variant == 11 ? launch_subwarp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
+                        : launch_subwarp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl);
     if (e != cudaSuccess) return e;
   } else {
     return cudaErrorInvalidValue;
@@ -575,8 +639,9 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 }  // namespace fp8lab
 
 // The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
-// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic), 10 subwarp;
-// 3 / 4 / 5 / 10 plus kPdlFlag (0x100): the same kernels with programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
+// per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic), 10 / 11 / 12
+// subwarp in its form 'ef' / 'plain' / 'plain16'; 3 / 4 / 5 / 10 / 11 / 12 plus kPdlFlag (0x100): the same kernels with
+// programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

@@ -30,7 +30,11 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   for bit). The work split of SGLang's per-token-group quantiser, which notebook 06b measured
   ahead of ``quant_act_warp_ilp`` at M >= 256 on the H200 (2026-12-04). ``pdl=True`` (sm_90+): a
   programmatic dependent launch that waits before its loads and releases the next kernel after
-  its stores.
+  its stores. ``subwarp_form`` (issue 22's probe of what still separates it from SGLang's kernel;
+  outputs bit for bit the same in all three): 'ef' (the default: evict-first loads and stores, as
+  every kernel here), 'plain' (loads through the read-only path and stores with the default cache
+  policy, as SGLang's), 'plain16' (those, and one reciprocal per lane instead of one per 16-byte
+  half, code signs restored on the packed codes).
 
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
 no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
@@ -62,6 +66,9 @@ _VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2, "
 _ILP_IDS = {4: 3, 2: 4, 8: 5}
 _PERSISTENT_IDS = {2: 6, 4: 7, 8: 8}
 _TRAFFIC_COPY_ID = 9
+SUBWARP_FORMS = ("ef", "plain", "plain16")
+SUBWARP_DEFAULT_FORM = "ef"
+_SUBWARP_IDS = {"ef": 10, "plain": 11, "plain16": 12}
 _PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels and subwarp with PDL
 PDL_VARIANTS = ("quant_act_warp_ilp", "quant_act_subwarp")   # pdl=True applies to these (ilp: grid kernel only)
 PDL_MIN_CAPABILITY = (9, 0)             # griddepcontrol and the launch attribute: sm_90 and newer
@@ -191,7 +198,8 @@ def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np
 
 
 def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
-              q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None, pdl: bool = False):
+              q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None, pdl: bool = False,
+              subwarp_form: Optional[str] = None):
     """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
 
     scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
@@ -201,9 +209,10 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     persistent: quant_act_warp_ilp with a number of groups_per_warp only: True runs the
     persistent grid-stride kernel, False / None the one-chunk-per-warp grid. pdl: quant_act_warp_ilp's
     grid kernel and quant_act_subwarp, sm_90 and newer: a programmatic dependent launch (see the module's text).
+    subwarp_form: quant_act_subwarp only, one of SUBWARP_FORMS (None: 'ef'; see the module's text).
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
-    vid = _variant_id(variant, groups_per_warp, persistent)
+    vid = _variant_id(variant, groups_per_warp, persistent, subwarp_form)
     _need(pdl in (True, False), f"pdl must be True or False, got {pdl!r}")
     if pdl:
         _need(variant in PDL_VARIANTS and not persistent,
@@ -269,8 +278,17 @@ def traffic_copy(x, *, q_out=None, s_out=None):
     return _launch(x, _TRAFFIC_COPY_ID, "row", "torch_cuda", q_out, s_out)
 
 
-def _variant_id(variant: str, groups_per_warp, persistent=None) -> Optional[int]:
+def _variant_id(variant: str, groups_per_warp, persistent=None, subwarp_form=None) -> Optional[int]:
     """The binding's variant number; None for quant_act_warp_ilp with groups_per_warp 'auto'."""
+    if variant != "quant_act_subwarp":
+        _need(subwarp_form is None, f"subwarp_form applies to quant_act_subwarp only, not {variant}")
+    if variant == "quant_act_subwarp":
+        _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
+        _need(persistent is None, f"persistent applies to quant_act_warp_ilp only, not {variant}")
+        form = SUBWARP_DEFAULT_FORM if subwarp_form is None else subwarp_form
+        _need(isinstance(form, str) and form in SUBWARP_FORMS,
+              f"subwarp_form must be one of {SUBWARP_FORMS}, got {subwarp_form!r}")
+        return _SUBWARP_IDS[form]
     if variant != "quant_act_warp_ilp":
         _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
         _need(persistent is None, f"persistent applies to quant_act_warp_ilp only, not {variant}")

@@ -5,8 +5,9 @@ probe's arms), the persistent grid-stride kernel at 2 / 4 / 8 groups per chunk (
 g2/g4/g8': grid no larger than what is resident, the next chunk's loads issued before the current
 chunk is reduced and stored, every warp within one chunk of the others), 'auto' (the default:
 quant_act.auto_launch picks one of the above from the launch shape) and traffic_copy (the grid g4
-kernel's loads and stores with no arithmetic); 'subwarp' and 'subwarp + PDL' (quant_act_subwarp: 8 lanes x
-32 bytes per group, four groups per warp, a flat grid; plain and as a programmatic dependent launch).
+kernel's loads and stores with no arithmetic); 'subwarp <form>' and 'subwarp <form> + PDL' (quant_act_subwarp:
+8 lanes x 32 bytes per group, four groups per warp, a flat grid, in each of quant_act.SUBWARP_FORMS; plain
+and as a programmatic dependent launch).
 
 1. Correctness first: every arm bit for bit against baselines.quant_act_reference at M = 1, 7, 83,
    1024, 4097 x K = 128, 384, 7168 (the PDL launches too, row-major scales) on inputs with special groups (zero, -0, NaN, +-Inf, near bf16
@@ -41,7 +42,8 @@ PDL_CASES["auto + PDL"] = dict(groups_per_warp="auto")
 #: quant_act_subwarp (8 lanes x 32 B per group, SGLang's work split with fp8lab's arithmetic), plain and as a
 #: programmatic dependent launch (quantisers.SUBWARP_PDL_ARM: waits before its loads, releases after its stores)
 SUB = "quant_act_subwarp"
-SUB_CASES = {"subwarp": {}, "subwarp + PDL": {"pdl": True}}
+SUB_CASES = {**{f"subwarp {f}": {"subwarp_form": f} for f in qa.SUBWARP_FORMS},
+             **{f"subwarp {f} + PDL": {"subwarp_form": f, "pdl": True} for f in qa.SUBWARP_FORMS}}
 
 
 special_input, wide_input = qx.special_input, qx.wide_input   # the GPU test's inputs
@@ -111,8 +113,9 @@ for name, kw in PDL_CASES.items():
     df.loc[df["arm"] == qx.PDL_ARM, "arm"] = name
     out.append(df)
     print(f"timed {name} ({time.time() - T0:.0f} s)", flush=True)
-for name, arm in (("subwarp", SUB), ("subwarp + PDL", qx.SUBWARP_PDL_ARM)):
-    df = qx.measure(Ms, (7168,), arms=(arm,), rep_ms=20, warmup_ms=5, timing="graph")
+for name, kw in SUB_CASES.items():
+    arm = qx.SUBWARP_PDL_ARM if kw.get("pdl") else SUB
+    df = qx.measure(Ms, (7168,), arms=(arm,), rep_ms=20, warmup_ms=5, timing="graph", subwarp_form=kw["subwarp_form"])
     df.loc[df["arm"] == arm, "arm"] = name
     out.append(df)
     print(f"timed {name} ({time.time() - T0:.0f} s)", flush=True)
