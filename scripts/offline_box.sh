@@ -99,6 +99,13 @@ case "$verb" in
         for s in "${@:2}"; do          # a typo fails here, before anything runs
             case " $STEPS " in *" $s "*) ;; *) [[ $s =~ ^[0-9][0-9][a-z]?$ ]] || { echo "unknown step '$s' (steps: $STEPS, or a notebook id such as 05)" >&2; exit 2; } ;; esac
         done
+        measured=
+        for s in "${@:2}"; do          # smoke's guard sees any change under data/ and figures/ while it runs: a tool
+            case "$s" in               # that copies the tree to the box again mid-job (a later call) rewrites what a
+                run|[0-9][0-9]|[0-9][0-9][a-z]) measured=$s ;;   # measuring step before it changed there
+                smoke) [ -n "$measured" ] && echo "note: smoke comes after measuring step $measured: a copy of the tree made while smoke runs would rewrite $measured's tables and fail smoke's guard; put smoke and test-gpu first" >&2 ;;
+            esac
+        done
         rm -rf "$job"; mkdir -p "$job"
         if [ "$verb" = run ]; then
             steps "$@" 2>&1 | tee "$job/log"; exit "${PIPESTATUS[0]}"
