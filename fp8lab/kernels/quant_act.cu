@@ -517,19 +517,8 @@ cudaError_t launch_ilp(const uint16_t* x, uint8_t* q, float* s, long long G, int
         x, q, s, G, kblocks, ss_m, ss_k);
     return cudaSuccess;
   }
-  // programmatic dependent launch (the wrapper allows it on sm_90+ only)
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs, true>, x, q, s, G, kblocks,
-                            ss_m, ss_k);
+  return launch_pdl(quant_act_warp_ilp_kernel<kScaleMulRecip, kPairs, true>, blocks, stream, x, q, s, G, kblocks, ss_m,
+                    ss_k);
 }
 
 // Blocks of `kernel` (kThreads threads, no dynamic shared memory) resident per SM and the SM

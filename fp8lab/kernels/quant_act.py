@@ -282,17 +282,15 @@ def _variant_id(variant: str, groups_per_warp, persistent=None, subwarp_form=Non
     """The binding's variant number; None for quant_act_warp_ilp with groups_per_warp 'auto'."""
     if variant != "quant_act_subwarp":
         _need(subwarp_form is None, f"subwarp_form applies to quant_act_subwarp only, not {variant}")
-    if variant == "quant_act_subwarp":
+    if variant != "quant_act_warp_ilp":
         _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
         _need(persistent is None, f"persistent applies to quant_act_warp_ilp only, not {variant}")
+        if variant != "quant_act_subwarp":
+            return _VARIANT_IDS[variant]
         form = SUBWARP_DEFAULT_FORM if subwarp_form is None else subwarp_form
         _need(isinstance(form, str) and form in SUBWARP_FORMS,
               f"subwarp_form must be one of {SUBWARP_FORMS}, got {subwarp_form!r}")
         return _SUBWARP_IDS[form]
-    if variant != "quant_act_warp_ilp":
-        _need(groups_per_warp is None, f"groups_per_warp applies to quant_act_warp_ilp only, not {variant}")
-        _need(persistent is None, f"persistent applies to quant_act_warp_ilp only, not {variant}")
-        return _VARIANT_IDS[variant]
     _need(persistent in (None, True, False), f"persistent must be None, True or False, got {persistent!r}")
     gpw = ILP_DEFAULT_GROUPS_PER_WARP if groups_per_warp is None else groups_per_warp
     if isinstance(gpw, str) and gpw == "auto":
