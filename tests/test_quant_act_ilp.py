@@ -41,8 +41,9 @@ def test_variant_arguments_refused_before_any_gpu_work():
     assert "variant == 3 ? launch_ilp<kScaleMulRecip, 2>" in text      # 4 groups per warp = 2 loads
     assert ": variant == 4 ? launch_ilp<kScaleMulRecip, 1>" in text and "launch_ilp<kScaleMulRecip, 4>" in text
     assert "variant == 9" in text
-    assert qa._VARIANT_IDS["quant_act_subwarp"] == 10 and "variant == 10" in text and "launch_subwarp<" in text
-    # the subwarp forms: 'ef' is quant_act_subwarp's id, each form's id launches its kForm
+    assert qa._VARIANT_IDS["quant_act_subwarp"] == 12 and "variant == 10" in text and "launch_subwarp<" in text
+    # the subwarp forms: the default ('plain16') is quant_act_subwarp's id, each form's id launches its kForm
+    assert qa.SUBWARP_DEFAULT_FORM == "plain16" and qa._variant_id("quant_act_subwarp", None) == 12
     assert qa._SUBWARP_IDS[qa.SUBWARP_DEFAULT_FORM] == qa._VARIANT_IDS["quant_act_subwarp"]
     for form, k in zip(qa.SUBWARP_FORMS, range(3)):
         vid = qa._SUBWARP_IDS[form]
@@ -239,6 +240,30 @@ def test_target_table_says_what_pdl_and_the_launch_shape_reach():
     assert (t["arm"] == "quant_act_warp_ilp").all()        # the target stays on the default launch
     assert t.loc[1, "pdl_fraction_of_copy"] == 0.7 and t.loc[256, "pdl_fraction_of_copy"] == 0.82
     assert t.loc[1, "launch_shape_fraction_of_copy"] == 0.75 and t.loc[256, "launch_shape_fraction_of_copy"] == 0.95
+
+
+def test_target_table_reports_on_subwarp_with_its_own_pdl_twin():
+    rows = [{"arm": a, "M": M, "K": 7168, "status": st, "time_p50_s": 2e-6, "fraction_of_copy": f}
+            for M in (1, 256) for a, st, f in (("quant_act_warp_ilp", "measured", 0.6),
+                                                (qx.PDL_ARM, "measured", 0.99),
+                                                ("quant_act_subwarp", "measured", 0.72 if M == 1 else 0.91),
+                                                (qx.SUBWARP_PDL_ARM, "measured", 0.85 if M == 1 else 1.05),
+                                                ("traffic_copy", "measured", 0.75))]
+    df = pd.DataFrame(rows)
+    assert qx.target_arm(df) == "quant_act_subwarp" and qx.pdl_twin("quant_act_subwarp") == qx.SUBWARP_PDL_ARM
+    t = qx.target_table(df).set_index("M")
+    assert (t["arm"] == "quant_act_subwarp").all() and (t["pdl_arm"] == qx.SUBWARP_PDL_ARM).all()
+    assert list(t["met"]) == [False, True]
+    # the PDL column is subwarp's own twin, not the ilp kernel's
+    assert t.loc[1, "pdl_fraction_of_copy"] == 0.85 and t.loc[256, "pdl_fraction_of_copy"] == 1.05
+    # traffic_copy has the ilp kernel's launch shape, not subwarp's: no launch-shape figure for this arm
+    assert t["launch_shape_fraction_of_copy"].isna().all()
+    # a subwarp row that failed its check does not count: the target falls back to the ilp kernel
+    df.loc[df["arm"] == "quant_act_subwarp", "status"] = "wrong: 1 code"
+    t = qx.target_table(df).set_index("M")
+    assert (t["arm"] == "quant_act_warp_ilp").all() and (t["pdl_arm"] == qx.PDL_ARM).all()
+    assert t.loc[1, "pdl_fraction_of_copy"] == 0.99 and t.loc[1, "launch_shape_fraction_of_copy"] == 0.75
+    assert qx.pdl_twin("quant_act_warp") is None and qx.pdl_twin(None) is None
 
 
 def test_target_table_prices_a_peer_against_the_copy_timed_beside_fp8labs_kernel():

@@ -37,7 +37,7 @@ def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, form):
     assert torch.equal(q2.view(torch.uint8), rq.view(torch.uint8))
 
 
-@pytest.mark.parametrize("form", ["ef", "plain16"])
+@pytest.mark.parametrize("form", [None, "ef", "plain16"])         # None: the default form
 def test_subwarp_writes_nothing_past_its_outputs(form):
     """Outputs carved out of a larger poisoned buffer: the bytes around them stay untouched."""
     import torch

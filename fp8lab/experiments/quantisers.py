@@ -5,12 +5,12 @@ atomics per group), ``quant_act_warp`` (one warp per group), ``quant_act_16t`` (
 group, 16-byte loads), ``quant_act_warp_ilp`` (the warp kernel built for bandwidth: 16-byte loads,
 2-8 groups per warp in flight, whole-warp butterfly on packed maxima, one reciprocal per group;
 by default ``groups_per_warp='auto'``: 2 groups per warp for small M, 4 or 8 once the grid fills
-three waves (``quant_act.auto_launch``; the one-chunk-per-warp grid kernel at every M); the
-arm fp8lab's fraction-of-copy performance targets are reported on, see ``target_arm``; B6's verdict is on
+three waves (``quant_act.auto_launch``; the one-chunk-per-warp grid kernel at every M); B6's verdict is on
 ``quant_act_warp``, see ``b6_verdict``), ``quant_act_warp_ilp_pdl`` (the same kernel and grid as a
 programmatic dependent launch, sm_90 and newer: its launch overlaps the previous kernel's tail, as
 vLLM's quantiser launches), ``quant_act_subwarp`` (8 lanes x 32 bytes per group, four groups per warp,
-a flat grid: SGLang's work split with fp8lab's arithmetic) and ``quant_act_subwarp_pdl`` (it as a
+a flat grid: SGLang's work split with fp8lab's arithmetic, in its default form; the arm fp8lab's
+fraction-of-copy performance targets are reported on where measured, see ``target_arm``) and ``quant_act_subwarp_pdl`` (it as a
 programmatic dependent launch, as SGLang launches its quantiser on sm_90+), and ``torch_reference`` (``baselines.quant_act_reference``: the eager
 torch recipe the kernels must match, several kernels long; context, not a contender).
 
@@ -44,7 +44,7 @@ from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "TARGET_SMALL_M_RANGE",
            "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "SUBWARP_PDL_ARM", "PDL_ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
-           "TARGET_ARMS", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
+           "TARGET_ARMS", "LAUNCH_SHAPE_COPY", "pdl_twin", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
 DEFAULT_KS = (7168,)
@@ -71,9 +71,13 @@ DIAGNOSTIC_ARMS = ("traffic_copy",)
 #: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
 PEERS = peer_catalog.ids_for("06b")
 TIMINGS = ("auto", "events", "graph")
-# The fraction-of-copy performance targets are reported on the first of these present in the data: the warp kernel built
-# for bandwidth when it was measured, else the seed's one-warp-per-group kernel.
-TARGET_ARMS = ("quant_act_warp_ilp", "quant_act_warp")
+# The fraction-of-copy performance targets are reported on the first of these present in the data: the subwarp kernel
+# (fp8lab's fastest quantiser from M = 256 up in the runs of 2026-12-04) when it was measured, else the warp kernel built
+# for bandwidth, else the seed's one-warp-per-group kernel (tables recorded before those arms existed).
+TARGET_ARMS = ("quant_act_subwarp", "quant_act_warp_ilp", "quant_act_warp")
+#: the diagnostic copy that has a target arm's launch shape (traffic_copy is quant_act_warp_ilp's grid kernel's
+#: loads and stores): the target table's launch_shape column is filled only for that arm
+LAUNCH_SHAPE_COPY = {"quant_act_warp_ilp": "traffic_copy"}
 #: B6's verdict is on the seed's fix as the seed describes it (one warp per 128-group, shuffle
 #: reduction): quant_act_warp. The bandwidth-built kernels are performance, not the claim.
 FIX_ARM = "quant_act_warp"
@@ -277,6 +281,11 @@ def target_arm(df: pd.DataFrame) -> Optional[str]:
     return next((a for a in TARGET_ARMS if a in measured), None)
 
 
+def pdl_twin(arm: Optional[str]) -> Optional[str]:
+    """The arm that is ``arm``'s kernel launched as a programmatic dependent launch (PDL_ARMS), or None."""
+    return next((p for p, base in PDL_ARMS.items() if base == arm), None)
+
+
 def target_rows(df: pd.DataFrame, K: int = 7168) -> pd.DataFrame:
     """Measured rows in the target range (M 256..8192 at K), every arm."""
     lo, hi = TARGET_M_RANGE
@@ -289,13 +298,16 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
     TARGET_SMALL_M_RANGE. One row per measured M: the arm, its fraction of copy, the goal,
     whether it is met; with ``peers`` (the same run's peers table) the fastest measured peer at
     that M and its fraction of copy. Two columns say where a miss comes from, when the table has
-    those rows: ``pdl_fraction_of_copy`` (the same kernel as a programmatic dependent launch,
-    PDL_ARM) and ``launch_shape_fraction_of_copy`` (``traffic_copy``: the arm's launch shape, loads
-    and stores with no arithmetic)."""
-    cols = ["arm", "M", "K", "fraction_of_copy", "target", "met", "pdl_fraction_of_copy",
+    those rows: ``pdl_fraction_of_copy`` (the same kernel as a programmatic dependent launch: the
+    arm's twin in PDL_ARMS, ``pdl_arm``) and ``launch_shape_fraction_of_copy`` (the copy with the
+    arm's launch shape, loads and stores with no arithmetic: LAUNCH_SHAPE_COPY; NaN for an arm
+    that has none)."""
+    cols = ["arm", "M", "K", "fraction_of_copy", "target", "met", "pdl_arm", "pdl_fraction_of_copy",
             "launch_shape_fraction_of_copy", "best_peer", "peer_fraction_of_copy"]
     d = df[(df["K"] == K) & (df["status"] == "measured")]
     arm = target_arm(d)
+    twin = pdl_twin(arm)
+    shape_copy = LAUNCH_SHAPE_COPY.get(arm)
 
     def at(name, M):
         v = d.loc[(d["arm"] == name) & (d["M"] == M), "fraction_of_copy"]
@@ -311,8 +323,9 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
             p = pm[pm["M"] == r["M"]] if len(pm) else pm
             best = p.loc[p["time_p50_s"].idxmin()] if len(p) else None
             rows.append(dict(arm=arm, M=int(r["M"]), K=K, fraction_of_copy=r["fraction_of_copy"], target=goal,
-                             met=bool(r["fraction_of_copy"] >= goal), pdl_fraction_of_copy=at(PDL_ARM, r["M"]),
-                             launch_shape_fraction_of_copy=at("traffic_copy", r["M"]),
+                             met=bool(r["fraction_of_copy"] >= goal), pdl_arm=twin or "",
+                             pdl_fraction_of_copy=at(twin, r["M"]) if twin else math.nan,
+                             launch_shape_fraction_of_copy=at(shape_copy, r["M"]) if shape_copy else math.nan,
                              best_peer=best["arm"] if best is not None else "",
                              peer_fraction_of_copy=_peer_fraction(best, r)))
     return pd.DataFrame(rows, columns=cols)

@@ -31,10 +31,13 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   ahead of ``quant_act_warp_ilp`` at M >= 256 on the H200 (2026-12-04). ``pdl=True`` (sm_90+): a
   programmatic dependent launch that waits before its loads and releases the next kernel after
   its stores. ``subwarp_form`` (issue 22's probe of what still separates it from SGLang's kernel;
-  outputs bit for bit the same in all three): 'ef' (the default: evict-first loads and stores, as
-  every kernel here), 'plain' (loads through the read-only path and stores with the default cache
-  policy, as SGLang's), 'plain16' (those, and one reciprocal per lane instead of one per 16-byte
-  half, code signs restored on the packed codes).
+  outputs bit for bit the same in all three): 'ef' (evict-first loads and stores, as every other
+  kernel here), 'plain' (loads through the read-only path and stores with the default cache
+  policy, as SGLang's), 'plain16' (the default: those, and one reciprocal per lane instead of one
+  per 16-byte half, code signs restored on the packed codes). 'plain16' is the default because
+  scripts/probes/quant.py timed it the fastest of the three, or within 2% of the fastest, at every
+  M it timed (1 to 8192, K = 7168) on the H200, plain and as a programmatic dependent launch
+  (2026-12-04).
 
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
 no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
@@ -62,12 +65,12 @@ ILP_GROUPS_PER_WARP = (2, 4, 8)
 ILP_DEFAULT_GROUPS_PER_WARP = "auto"   # quant_act_warp_ilp's default: auto_launch picks
 RESIDENT_BLOCKS_PER_SM = 2048 // THREADS   # 8: threads bound the grid kernels' residency on sm_80..sm_90
 # the binding's variant numbers (quant_act.cu, fp8lab_quant_act_launch)
-_VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2, "quant_act_subwarp": 10}
+_VARIANT_IDS = {"quant_act_naive": 0, "quant_act_warp": 1, "quant_act_16t": 2, "quant_act_subwarp": 12}
 _ILP_IDS = {4: 3, 2: 4, 8: 5}
 _PERSISTENT_IDS = {2: 6, 4: 7, 8: 8}
 _TRAFFIC_COPY_ID = 9
 SUBWARP_FORMS = ("ef", "plain", "plain16")
-SUBWARP_DEFAULT_FORM = "ef"
+SUBWARP_DEFAULT_FORM = "plain16"
 _SUBWARP_IDS = {"ef": 10, "plain": 11, "plain16": 12}
 _PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels and subwarp with PDL
 PDL_VARIANTS = ("quant_act_warp_ilp", "quant_act_subwarp")   # pdl=True applies to these (ilp: grid kernel only)
@@ -209,7 +212,7 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     persistent: quant_act_warp_ilp with a number of groups_per_warp only: True runs the
     persistent grid-stride kernel, False / None the one-chunk-per-warp grid. pdl: quant_act_warp_ilp's
     grid kernel and quant_act_subwarp, sm_90 and newer: a programmatic dependent launch (see the module's text).
-    subwarp_form: quant_act_subwarp only, one of SUBWARP_FORMS (None: 'ef'; see the module's text).
+    subwarp_form: quant_act_subwarp only, one of SUBWARP_FORMS (None: SUBWARP_DEFAULT_FORM, 'plain16'; see the module's text).
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     vid = _variant_id(variant, groups_per_warp, persistent, subwarp_form)
