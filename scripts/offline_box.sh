@@ -21,7 +21,9 @@
 # What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it: a
 # tool that copies the tree again before the next command overwrites tracked files. Before
 # carrying the tree: `make wheelhouse WHEEL_HAVE=<the box's pip freeze>` and
-# `python scripts/peers_offline.py --wheels --sources`.
+# `python scripts/peers_offline.py --wheels --sources`. A lent box that is handed back when idle
+# (no command running for its idle-release time, whatever a detached job is doing) takes the job
+# with it: follow `start` with `wait` calls back to back, nothing in between.
 # Never changes clocks, power limits or GPU modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
