@@ -226,6 +226,39 @@ def test_gemv_sass_hmma_only_and_dequant_per_element():
         assert total - emu < 1.45, (fmt, act, total, emu)
 
 
+@needs_nvcc
+def test_gemv_waits_for_the_kernel_before_after_its_weights_and_before_its_activations():
+    """pdl=True (issue 22): in every split-K kernel, griddepcontrol.wait (ACQBULK) and .launch_dependents
+    (PREEXIT) once each, after the weight prologue's loads and before any activation copy (LDGSTS),
+    global store or reduction; on sm_80 neither (the PTX is guarded)."""
+    import subprocess
+
+    from fp8lab.toolchain import sass, tools
+
+    def kernels(arch):
+        out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.gemv_cubin(arch, nt=1))],
+                             capture_output=True, text=True, check=True).stdout
+        ks, cur = {}, None
+        for line in out.splitlines():
+            if "Function :" in line:
+                cur = ks.setdefault(line.split("Function :")[1].strip(), [])
+            elif cur is not None and (op := sass.parse_instruction(line)):
+                cur.append(op)
+        return ks
+
+    ks = kernels("sm_90")
+    assert len(ks) == 8, sorted(ks)
+    for name, ops in ks.items():
+        assert ops.count("ACQBULK") == 1 and ops.count("PREEXIT") == 1, name
+        w = ops.index("ACQBULK")
+        assert w < ops.index("PREEXIT"), name
+        before = ops[:w]
+        assert sum(o.startswith("LDG.E.NA.128") for o in before) >= 3, name     # the ring's weight loads
+        assert not [o for o in before if o.startswith(("LDGSTS", "STG", "RED", "ATOM", "ST."))], name
+        assert any(o.startswith("LDGSTS") for o in ops[w:]), name
+    assert not any("ACQBULK" in ops or "PREEXIT" in ops for ops in kernels("sm_80").values())
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 def test_fast_layout_and_word_packing_agree_with_the_reference_ones(bits):
     rng = np.random.default_rng(bits)

@@ -36,6 +36,13 @@
 // * Split-K over blockIdx.y fills the 132 SMs when N is small; partial sums go to an fp32
 //   workspace with red.add and the last CTA of a tile (a counter) converts, writes and zeroes it,
 //   so one launch does the whole GEMM and the workspace is clean for the next call.
+// * Programmatic dependent launch (WoParams::pdl, sm_90+; issue 22): weights do not depend on
+//   the kernel before the GEMV, its activations do. So every CTA fills its weight ring (the first
+//   kRing K steps, or the bulk ring's first stages) before griddepcontrol.wait and only then
+//   loads activations and touches out / ws / counters; right after the wait it lets the next
+//   kernel launch (griddepcontrol.launch_dependents). Launched with the attribute, a GEMV's
+//   launch and first DRAM round trip overlap the tail of the kernel before it; launched plainly,
+//   both instructions are no-ops.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -759,6 +766,16 @@ struct BulkRing {
   }
 };
 
+// Between a CTA's weight prologue and its first activation load (see the design note at the top):
+// wait for the kernel before this one (its writes become visible), then let the next one launch.
+// Both are no-ops unless the launch carried the programmatic-stream-serialization attribute.
+__device__ __forceinline__ void pdl_wait_then_release() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem
 // (BULK: bulk_smem_bytes<F, NT>(p.act_smem)).
 template <int F, bool BF16, int NT, int XA = 0, bool BULK = false>
@@ -845,6 +862,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
       }
     }
   }
+  pdl_wait_then_release();     // weights in flight; activations, out, ws and counters only after this
   if (resident) {
     for (int it = 0; it < iters; ++it) load_chunk(it);
   } else {
@@ -957,6 +975,27 @@ __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) gemv_w8a16_fp8_xa
   gemv_body<kFp8, BF16, NT, XA>(p, salt);
 }
 
+// Launch one of the kernels above on (grid, kThreads, smem): with p.pdl as a programmatic dependent
+// launch (it may start while the kernel before it in the stream runs; see pdl_wait_then_release).
+inline cudaError_t launch_wo(void (*kernel)(const WoParams), dim3 grid, int smem, cudaStream_t stream,
+                             const WoParams& p) {
+  if (!p.pdl) {
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, p);
+}
+
 // grid as launch_gemv; NT = 1 needs no shared-memory opt-in.
 // The EXTRA_ALU kernels keep the two buffers' shared memory (resident only within them).
 template <bool BF16, int XA>
@@ -1007,8 +1046,7 @@ cudaError_t launch_gemv(const WoParams& p0, int splits, cudaStream_t stream) {
   p.act_smem = act_smem_for<NT>(p);
   const int tiles_per_cta = kWarps * T::kTM;
   dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
-  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_wo(KernelFor<F, BF16, NT>::fn, grid, kZeroBytes + p.act_smem, stream, p);
 }
 
 template <int F, bool BF16, int NT>
@@ -1195,6 +1233,7 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
       }
     }
   }
+  pdl_wait_then_release();                   // as gemv_body: weights in flight, activations after this
   int cstep = cs0;                           // step of the next chunk's first unit
   auto chunk = [&](int it) {
     load_chunk_sk<NT>(p, act, smem_base + (it & 1) * kBufBytes, mb, cstep, min(kRing, nunits - kRing * it));
@@ -1349,8 +1388,7 @@ cudaError_t launch_gemv_sk(WoParams p, int ctas, cudaStream_t stream) {
   p.units_per_cta = static_cast<int>(upc);
   p.act_smem = act_smem_for_sk<NT>(p);
   dim3 grid(static_cast<unsigned>((units + upc - 1) / upc), 1, (p.M + kMBlock - 1) / kMBlock);
-  KernelForSk<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_wo(KernelForSk<F, BF16, NT>::fn, grid, kZeroBytes + p.act_smem, stream, p);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1419,8 +1457,7 @@ cudaError_t launch_gemv_bulk(const WoParams& p0, int splits, cudaStream_t stream
   p.act_smem = bulk_act_smem_for<NT>(p);
   const int tiles_per_cta = kWarps * T::kTM;
   dim3 grid((p.n_tiles16 + tiles_per_cta - 1) / tiles_per_cta, splits, (p.M + kMBlock - 1) / kMBlock);
-  KernelForBulk<F, BF16, NT>::fn<<<grid, kThreads, bulk_smem_bytes<F, NT>(p.act_smem), stream>>>(p);
-  return cudaGetLastError();
+  return launch_wo(KernelForBulk<F, BF16, NT>::fn, grid, bulk_smem_bytes<F, NT>(p.act_smem), stream, p);
 }
 
 // CTAs per SM at the largest shared memory a bulk launch takes.

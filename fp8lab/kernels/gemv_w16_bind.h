@@ -35,7 +35,7 @@ inline int64_t check_tensors(const torch::Tensor& act, const torch::Tensor& w, c
 inline WoParams params(const torch::Tensor& act, const torch::Tensor& w, const torch::Tensor& scales,
                        const torch::Tensor& out, const torch::Tensor& ws, const torch::Tensor& counters,
                        double out_factor, int64_t N, int64_t n_tiles16, int64_t steps_per_split,
-                       bool act_resident = true) {
+                       bool act_resident = true, bool pdl = false) {
   WoParams p{};
   p.w = w.data_ptr();
   p.scales = reinterpret_cast<const uint32_t*>(scales.data_ptr());
@@ -51,6 +51,7 @@ inline WoParams params(const torch::Tensor& act, const torch::Tensor& w, const t
   p.steps = static_cast<int>(act.size(1) / 128);
   p.steps_per_split = static_cast<int>(steps_per_split);
   p.act_resident = act_resident ? 1 : 0;
+  p.pdl = pdl ? 1 : 0;
   return p;
 }
 

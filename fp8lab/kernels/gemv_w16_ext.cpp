@@ -23,10 +23,11 @@ namespace {
 // act: [M, K] fp16/bf16 contiguous; w: packed weights int32 (16-byte aligned); scales: packed
 // scales int32; out: [M, N] same dtype as act; ws: [>= M*N] float32 zeros; counters: [>= ctas] int32
 // zeros. splits > 0: the split-K grid (gemv_body); splits < 0: the stream-K grid (gemv_body_sk) of
-// -splits persistent CTAs per M block (steps_per_split unused). Returns out.
+// -splits persistent CTAs per M block (steps_per_split unused). pdl: a programmatic dependent
+// launch (sm_90+, the wrapper checks; WoParams::pdl says what it may overlap). Returns out.
 torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
                    torch::Tensor counters, int64_t fmt, double out_factor, int64_t N, int64_t n_tiles16,
-                   int64_t splits, int64_t steps_per_split, bool act_resident) {
+                   int64_t splits, int64_t steps_per_split, bool act_resident, bool pdl) {
   TORCH_CHECK(act.scalar_type() == at::ScalarType::BFloat16 || act.scalar_type() == at::ScalarType::Half,
               "act must be bfloat16 or float16");
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
@@ -34,7 +35,7 @@ torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, tor
               "w and act must be 16-byte aligned");
   const c10::cuda::CUDAGuard guard(act.device());
   const fp8lab::wo::WoParams p = fp8lab::wo::params(act, w, scales, out, ws, counters, out_factor, N, n_tiles16,
-                                                    steps_per_split, act_resident);
+                                                    steps_per_split, act_resident, pdl);
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
   // splits < 0: the stream-K schedule with -splits persistent CTAs per M block
   const cudaError_t err =
@@ -47,7 +48,7 @@ torch::Tensor gemv(torch::Tensor act, torch::Tensor w, torch::Tensor scales, tor
 // shared-memory ring (cp.async.bulk). scales must be 16-byte aligned. Arguments as gemv (splits > 0).
 torch::Tensor gemv_bulk(torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out,
                         torch::Tensor ws, torch::Tensor counters, int64_t fmt, double out_factor, int64_t N,
-                        int64_t n_tiles16, int64_t splits, int64_t steps_per_split, bool act_resident) {
+                        int64_t n_tiles16, int64_t splits, int64_t steps_per_split, bool act_resident, bool pdl) {
   TORCH_CHECK(act.scalar_type() == at::ScalarType::BFloat16 || act.scalar_type() == at::ScalarType::Half,
               "act must be bfloat16 or float16");
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
@@ -57,7 +58,7 @@ torch::Tensor gemv_bulk(torch::Tensor act, torch::Tensor w, torch::Tensor scales
   TORCH_CHECK(splits >= 1, "splits must be >= 1");
   const c10::cuda::CUDAGuard guard(act.device());
   const fp8lab::wo::WoParams p = fp8lab::wo::params(act, w, scales, out, ws, counters, out_factor, N, n_tiles16,
-                                                    steps_per_split, act_resident);
+                                                    steps_per_split, act_resident, pdl);
   const bool bf16 = act.scalar_type() == at::ScalarType::BFloat16;
   return fp8lab::ext::launched(fp8lab_gemv_w16_launch_bulk(static_cast<int>(fmt), bf16, p, static_cast<int>(splits),
                                                            fp8lab::ext::stream()),

@@ -30,6 +30,12 @@ struct WoParams {
   // fit (one barrier in all, gemv_body); 0 always alternates two chunk buffers (two per chunk).
   int act_resident;
   int act_smem;             // bytes of shared memory for the activation chunks (set by the launcher)
+  // 1: launched as a programmatic dependent launch (sm_90+; the launchers read it). The kernels
+  // always hold griddepcontrol.wait / .launch_dependents (no-ops in a plain launch): they fetch
+  // the first K steps of their weights and scales, then wait for the kernel before them, then read
+  // activations and touch out, ws and counters. So with pdl the weights and scales must not be
+  // written by the kernel the GEMV follows.
+  int pdl;
 };
 
 }  // namespace wo

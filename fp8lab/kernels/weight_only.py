@@ -227,6 +227,8 @@ SCHEDULES = ("splitk", "streamk", "bulk")
 #: the bulk schedule's copy engine (cp.async.bulk, mbarrier transaction counts) needs Hopper
 BULK_MIN_SM = 90
 DEFAULT_SCHEDULE = "splitk"
+#: ``pdl=True`` (programmatic dependent launch: griddepcontrol) needs Hopper too
+PDL_MIN_SM = 90
 
 
 def streamk_plan(fmt: str, M: int, N: int, K: int, ctas: int) -> dict:
@@ -742,6 +744,17 @@ def _bulk_capable(device_index: int) -> bool:
     return 10 * major + minor >= BULK_MIN_SM
 
 
+def pdl_supported(device=None) -> bool:
+    """Whether :func:`gemv_w16` takes ``pdl=True`` on this CUDA device (sm_90 and newer)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    idx = torch.cuda.current_device() if device is None else torch.device(device).index
+    major, minor = torch.cuda.get_device_capability(torch.cuda.current_device() if idx is None else idx)
+    return 10 * major + minor >= PDL_MIN_SM
+
+
 def launch_config(pw: PackedWeight, M: int, device=None) -> dict:
     """What :func:`gemv_w16` launches for this weight and M on the current device."""
     import torch
@@ -823,7 +836,7 @@ def _check_extra_alu(extra_alu, pw: PackedWeight, M: int) -> int:
 
 
 def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extra_alu: int | None = None,
-             schedule: str | None = None, ctas: int | None = None, act_resident: bool = True):
+             schedule: str | None = None, ctas: int | None = None, act_resident: bool = True, pdl: bool = False):
     """out (M, N) = act (M, K) @ dequant(pw).T, in act's dtype (bf16 or fp16).
 
     ``pw``: :func:`pack_weights` moved to the GPU (``.to('cuda')``). ``splits``: split-K
@@ -848,7 +861,14 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     every chunk of the CTA's K slice (decode M = 1 with a short K slice). Stream-K, M <= 16: the
     M block's rows of the whole K when min(M, 64) x (K + 8) x 2 bytes <= 96 KiB (M = 1: K up to
     49 144). False always alternates two chunk buffers (the A/B control; same sums, same order:
-    bit-identical)."""
+    bit-identical).
+
+    ``pdl`` (every schedule, sm_90+; not with ``extra_alu``): launch as a programmatic dependent
+    launch. Each CTA requests its first K steps of weights and scales, then waits for the kernel
+    before it in the stream, then reads ``act`` and writes ``out``: the GEMV's launch and first
+    DRAM round trip overlap that kernel's tail. So ``pw`` must not be written by the kernel the
+    GEMV follows (activations, ``out`` and the workspace may be). Same sums in the same order:
+    bit-identical to ``pdl=False``."""
     import torch
 
     _validate(act, pw, out, splits, torch)
@@ -858,6 +878,15 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if not isinstance(act_resident, (bool, np.bool_)):
         raise ValueError(f"act_resident must be True or False, got {act_resident!r}")
+    if not isinstance(pdl, (bool, np.bool_)):
+        raise ValueError(f"pdl must be True or False, got {pdl!r}")
+    if pdl:
+        if extra_alu is not None:
+            raise ValueError("pdl=True takes no extra_alu (the EXTRA_ALU kernels launch plainly)")
+        if not pdl_supported(act.device):
+            cap = torch.cuda.get_device_capability(act.device)
+            raise ValueError(f"pdl=True needs sm_{PDL_MIN_SM} or newer (griddepcontrol); this GPU is "
+                             f"sm_{cap[0]}{cap[1]}")
     if schedule == "streamk":
         if splits is not None or extra_alu is not None:
             raise ValueError("schedule='streamk' takes neither splits nor extra_alu (split-K only)")
@@ -870,7 +899,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         plan = streamk_plan(pw.fmt, M, pw.N, pw.K, int(ctas))
         ws, cnt = workspace(act.device, M * pw.N, plan["tiles_x"] * plan["grid"][2])
         return load_extension().gemv(act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor),
-                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, bool(act_resident))
+                                     pw.N, pw.n_tiles16, -int(ctas), pw.steps, bool(act_resident), bool(pdl))
     if ctas is not None:
         raise ValueError("ctas applies to schedule='streamk' only")
     bulk = schedule == "bulk"
@@ -901,7 +930,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
                                                pw.n_tiles16, splits, sps, extra_alu, 0)
     return (load_extension().gemv_bulk if bulk else load_extension().gemv)(
         act, pw.w, pw.s, out, ws, cnt, FORMAT_ID[pw.fmt], float(pw.out_factor), pw.N, pw.n_tiles16, splits, sps,
-        bool(act_resident))
+        bool(act_resident), bool(pdl))
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:

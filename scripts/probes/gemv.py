@@ -1,12 +1,15 @@
 """Probe (issues 7, 22): the launch schedules of the weight-only decode kernels on one GPU: split-K,
-stream-K and bulk (split-K with each warp's weights in a shared-memory ring filled by cp.async.bulk).
+stream-K and bulk (split-K with each warp's weights in a shared-memory ring filled by cp.async.bulk),
+split-K and stream-K also as programmatic dependent launches (pdl=True, sm_90+: each GEMV fetches
+its first weights, then waits for the one before; timed back to back, so each overlaps the tail of
+the one before, as in a chain of PDL kernels).
 
     python scripts/probes/gemv.py [--rep-ms 15] [--out DIR] [--splits 1,2,4 [--splitk-only]]
 
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
    default CTAs, stream-K with one CTA per SM, bulk auto and with splits = 1) at odd shapes
    against float64, poisoned outputs, the workspace left clean; stream-K with one CTA per tile
-   and bulk with splits = 1 bit-identical to splits=1.
+   and bulk with splits = 1 bit-identical to splits=1; every PDL launch bit-identical to its plain twin.
 2. Timing: qwen3-8b gate_up, qwen3-8b down_proj, llama3-70b down_proj; fp8 / int8 / nvfp4 /
    int4; M = 1 and 16; inputs rotated over > 2x L2, CUDA-graph timed as notebook 08 does. Per
    row: time, effective bandwidth (weight + scale bytes / time), fraction of the 2 GiB copy
@@ -26,17 +29,19 @@ import numpy as np
 import pandas as pd
 
 
-def _variants(cfg, splits=()):
+def _variants(cfg, splits=(), pdl=False):
     """The schedules timed: split-K as chosen (and the same launch with the activation chunks never
     resident: the A/B of the barrier-free main loop), stream-K at full occupancy and at one CTA per
-    SM, bulk as chosen, and split-K and bulk pinned to each of ``splits`` (those the weight's K
-    allows)."""
+    SM, bulk as chosen, split-K and stream-K as chosen as programmatic dependent launches (``pdl``:
+    sm_90+), and split-K and bulk pinned to each of ``splits`` (those the weight's K allows)."""
     sms, occ = cfg["sms"], cfg["ctas_per_sm"]
     return ([("splitk", dict(schedule="splitk")),
              ("splitk_ring", dict(schedule="splitk", act_resident=False)),
              ("streamk", dict(schedule="streamk", ctas=sms * occ)),
              ("streamk_1pm", dict(schedule="streamk", ctas=sms)),
              ("bulk", dict(schedule="bulk"))]
+            + ([("splitk_pdl", dict(schedule="splitk", pdl=True)),
+                ("streamk_pdl", dict(schedule="streamk", ctas=sms * occ, pdl=True))] if pdl else [])
             + [(f"splitk_{s}", dict(schedule="splitk", splits=s)) for s in splits]
             + [(f"bulk_{s}", dict(schedule="bulk", splits=s)) for s in splits])
 
@@ -74,6 +79,13 @@ def check_correctness(wo, torch):
             c = wo.gemv_w16(x, pw, schedule="bulk", splits=1)
             assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (fmt, M, N, K, "bulk not bitwise")
             n += 2
+            if wo.pdl_supported():
+                for kw in (dict(schedule="splitk"), dict(schedule="splitk", splits=1), dict(schedule="streamk"),
+                           dict(schedule="bulk")):
+                    p_ = wo.gemv_w16(x, pw, **kw)
+                    q_ = wo.gemv_w16(x, pw, pdl=True, **kw)
+                    assert torch.equal(p_.view(torch.int16), q_.view(torch.int16)), (fmt, M, N, K, kw, "pdl not bitwise")
+                    n += 1
     return n
 
 
@@ -126,7 +138,7 @@ def main(argv=None):
                 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
                 cfg = wo.launch_config(pw, M)
                 outs = {}
-                variants = _variants(cfg, [s for s in splits if s <= K // 128])
+                variants = _variants(cfg, [s for s in splits if s <= K // 128], pdl=wo.pdl_supported())
                 if args.splitk_only:
                     variants = [(v, kw) for v, kw in variants if v == "splitk" or v.startswith("splitk_") and v != "splitk_ring"]
                 for vname, kw in variants:
@@ -141,7 +153,7 @@ def main(argv=None):
                     fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(x, p_, out=o_, **kw), list(zip(sets, oo)))
                     t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                     bw = stream / t.p50_s
-                    if vname in ("splitk", "splitk_ring"):
+                    if vname in ("splitk", "splitk_ring", "splitk_pdl"):
                         launch = f"splits={cfg['splits']} grid={cfg['grid']}"
                     elif vname == "bulk":
                         launch = f"splits={cfg['bulk_splits']} ctas/SM={cfg['bulk_ctas_per_sm']}"
@@ -167,6 +179,9 @@ def main(argv=None):
         piv["gain_vs_splitk"] = piv[["streamk", "streamk_1pm"]].max(axis=1) / piv["splitk"]
         piv["bulk_gain"] = piv["bulk"] / piv["splitk"]
         piv["resident_gain"] = piv["splitk"] / piv["splitk_ring"]     # > 1: the barrier-free loop is faster
+        if "splitk_pdl" in piv:                                       # > 1: PDL is faster than the plain launch
+            piv["pdl_gain_splitk"] = piv["splitk_pdl"] / piv["splitk"]
+            piv["pdl_gain_streamk"] = piv["streamk_pdl"] / piv["streamk"]
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
     par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
