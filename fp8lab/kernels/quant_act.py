@@ -32,9 +32,10 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   programmatic dependent launch that waits before its loads and releases the next kernel after
   its stores. ``subwarp_form`` (issue 22's probe of what still separates it from SGLang's kernel;
   outputs bit for bit the same in all three): 'ef' (evict-first loads and stores, as every other
-  kernel here), 'plain' (loads through the read-only path and stores with the default cache
-  policy, as SGLang's), 'plain16' (the default: those, and one reciprocal per lane instead of one
-  per 16-byte half, code signs restored on the packed codes). 'plain16' is the default because
+  kernel here), 'plain' (no evict-first hint: loads through the read-only path, where SGLang's
+  are plain ld.global; stores with the default cache policy, as SGLang's), 'plain16' (the
+  default: those, and one reciprocal per lane instead of one per 16-byte half, code signs
+  restored on the packed codes). 'plain16' is the default because
   scripts/probes/quant.py timed it the fastest of the three, or within 2% of the fastest, at every
   M it timed (1 to 8192, K = 7168) on the H200, plain and as a programmatic dependent launch
   (2026-12-04).
