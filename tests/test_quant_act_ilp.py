@@ -313,3 +313,25 @@ def test_peer_check_notes_come_from_the_rows():
                                            "zero_group_scale", "zero_group_nan_codes"])
     assert all("true division" not in n and "zero" not in n for n in qx.peer_check_notes(old))
     assert qx.peer_check_notes(None) == [] and qx.peer_check_table(pd.DataFrame()).empty
+
+
+def test_profile_quantisers_hands_ncu_the_workload_and_its_config(monkeypatch):
+    import json
+
+    from fp8lab.toolchain import profile
+
+    seen = {}
+
+    def fake(target, out, **kw):
+        seen.update(target=target, out=out, **kw)
+        return out
+
+    monkeypatch.setattr(profile, "profile", fake)
+    qx.profile_quantisers("rep", Ms=(256,), peers=["peer_sglang_jit_quant_group"], labels="/tmp/l.json")
+    assert seen["target"] == "fp8lab.experiments.quantisers:ncu_workload"
+    assert profile._resolve(seen["target"]) is qx.ncu_workload
+    cfg = json.loads(seen["env"][qx.NCU_ENV])
+    assert cfg == {"Ms": [256], "K": 7168, "peers": ["peer_sglang_jit_quant_group"], "labels": "/tmp/l.json"}
+    assert set(profile.STALL_METRICS) <= set(seen["metrics"])
+    assert "clock_control" not in seen                      # ncu_command's default: none (clocks as found)
+    assert [a for a, _, _ in qx.NCU_ARMS] == ["subwarp plain16", "subwarp ef", "ilp auto"]

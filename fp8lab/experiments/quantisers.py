@@ -44,7 +44,8 @@ from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "TARGET_SMALL_M_RANGE",
            "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "SUBWARP_PDL_ARM", "PDL_ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
-           "TARGET_ARMS", "LAUNCH_SHAPE_COPY", "pdl_twin", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS"]
+           "TARGET_ARMS", "LAUNCH_SHAPE_COPY", "pdl_twin", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS",
+           "NCU_ENV", "NCU_ARMS", "ncu_workload", "profile_quantisers"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
 DEFAULT_KS = (7168,)
@@ -430,3 +431,71 @@ def b6_verdict(df: pd.DataFrame, K: int = 7168) -> claims.Verdict:
                               reason=f"{FIX_ARM} is under {MIN_SPEEDUP:g}x faster at M=" + ", ".join(
                                   f"{m} ({speed[m]:.2f}x)" for m in slow))
     return claims.Verdict("B6", "holds", fig, subject="analogue", rule=rule)
+
+
+# --------------------------------------------------------------------------------- ncu (issue 22)
+#: the environment variable :func:`ncu_workload` reads its configuration from (JSON)
+NCU_ENV = "FP8LAB_QUANT_NCU"
+#: fp8lab's arms :func:`ncu_workload` profiles: (label, quant_act variant, keyword arguments); the
+#: label names the row of scripts/probes/quant_ncu.py's table
+NCU_ARMS = (("subwarp plain16", "quant_act_subwarp", {"subwarp_form": "plain16"}),
+            ("subwarp ef", "quant_act_subwarp", {"subwarp_form": "ef"}),
+            ("ilp auto", "quant_act_warp_ilp", {}))
+
+
+def ncu_workload() -> None:
+    """The profiled program (issue 22: what separates fp8lab's quantiser from SGLang's at M = 256 and
+    1024): at each M of $FP8LAB_QUANT_NCU's ``Ms`` (K = ``K``), NCU_ARMS, traffic_copy and each peer
+    of ``peers`` that loads (its adapter's error is printed, not raised), each once between
+    cudaProfilerStart / Stop after two warm-up calls (quant_act launches plainly here: ncu
+    serialises kernels, so PDL has nothing to overlap). The labels of the profiled calls, in launch
+    order (one report range each), go to the JSON file ``labels`` when given."""
+    import json
+    import os
+
+    import torch
+
+    from ..toolchain import profile
+
+    cfg = json.loads(os.environ[NCU_ENV])
+    K = int(cfg.get("K", 7168))
+    peers = []
+    for p in cfg.get("peers", []):
+        from ..peers import adapters
+
+        try:
+            peers.append((p, adapters.QUANTISERS[p]()))
+        except Exception as e:  # noqa: BLE001
+            print(f"peer {p} not profiled: {e}", flush=True)
+    calls, labels = [], []
+    for M in cfg.get("Ms", [256, 1024]):
+        x = make_input(M, K, seed=M)
+        for label, variant, kw in NCU_ARMS:
+            calls.append(lambda x=x, v=variant, kw=kw: qa.quant_act(x, v, **kw))
+            labels.append(f"{label} M={M}")
+        calls.append(lambda x=x: qa.traffic_copy(x))
+        labels.append(f"traffic_copy M={M}")
+        for p, fn in peers:
+            calls.append(lambda x=x, fn=fn: fn(x))
+            labels.append(f"{p} M={M}")
+    if cfg.get("labels"):                   # the parent names the report's ranges from this file
+        with open(cfg["labels"], "w") as f:
+            json.dump(labels, f)
+    profile.profiled_once_each(calls, warmups=2)
+
+
+def profile_quantisers(out, *, Ms: Sequence[int] = (256, 1024), K: int = 7168, peers: Sequence[str] = (),
+                       labels: Optional[str] = None, timeout: float = 600):
+    """Profile :func:`ncu_workload` under ncu (``--clock-control none``: the clocks as found) with
+    the stall-reason metrics; returns the .ncu-rep path. ``labels``: where the workload writes the
+    profiled calls' labels (JSON list, report range order)."""
+    import json
+    import os
+
+    from ..toolchain import profile
+
+    env = dict(os.environ)
+    env[NCU_ENV] = json.dumps(dict(Ms=[int(m) for m in Ms], K=int(K), peers=list(peers), labels=labels or ""))
+    return profile.profile("fp8lab.experiments.quantisers:ncu_workload", out, timeout=timeout, env=env,
+                           metrics=profile.DEFAULT_METRICS + profile.STALL_METRICS,
+                           extra=["--profile-from-start", "off"])
