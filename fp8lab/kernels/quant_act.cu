@@ -268,8 +268,11 @@ __device__ __forceinline__ uint32_t abs_max8(uint4 v) {
 }
 
 // Two e4m3 pairs -> 4 codes in one word, first value in the lowest byte (cvt's first operand is
-// the high byte of each pair; mov.b32 {lo, hi} puts the first pair low).
+// the high byte of each pair; mov.b32 {lo, hi} puts the first pair low). cvt to e4m3 exists from
+// sm_89 on; before it, cuda_fp8.h's conversion (done in software there) gives the same RN satfinite
+// codes, so the file still builds and runs on sm_80.
 __device__ __forceinline__ uint32_t e4m3x4_satfinite(float f0, float f1, float f2, float f3) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
   uint32_t r;
   asm("{\n\t.reg .b16 lo, hi;\n\t"
       "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
@@ -277,6 +280,10 @@ __device__ __forceinline__ uint32_t e4m3x4_satfinite(float f0, float f1, float f
       "mov.b32 %0, {lo, hi};\n\t}"
       : "=r"(r) : "f"(f0), "f"(f1), "f"(f2), "f"(f3));
   return r;
+#else
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(f0, f1), __NV_SATFINITE, __NV_E4M3)) |
+         (static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(f2, f3), __NV_SATFINITE, __NV_E4M3)) << 16);
+#endif
 }
 
 // 16 bf16 (a then b) -> 16 e4m3 codes: quantise8 of each half, with the fast path's reciprocal
