@@ -453,8 +453,6 @@ def ncu_workload() -> None:
     import json
     import os
 
-    import torch
-
     from ..toolchain import profile
 
     cfg = json.loads(os.environ[NCU_ENV])
