@@ -9,28 +9,9 @@ import pytest
 
 from fp8lab.emulate.compare import relerr
 from fp8lab.kernels import weight_only as wo
+from test_weight_only_streamk_gpu import _case, _clean
 
 pytestmark = pytest.mark.gpu
-
-
-def _t(x, act="bf16"):
-    import torch
-    return torch.from_numpy(np.asarray(x, dtype=np.float32)).to(
-        torch.bfloat16 if act == "bf16" else torch.float16).cuda()
-
-
-def _clean():
-    import torch
-    torch.cuda.synchronize()
-    ws, cnt = wo.workspace(torch.device("cuda"), 1, 1)
-    return float(ws.abs().sum()) == 0 and int(cnt.abs().sum()) == 0
-
-
-def _case(fmt, M, N, K, act="bf16", seed=0):
-    d = wo.generate(fmt, M, N, K, act=act, seed=seed)
-    pw = wo.pack_weights(fmt, d["codes"], d["scales"], act=act, global_scale=d["global_scale"]).to("cuda")
-    ref = wo.reference(fmt, d["act"], d["codes"], d["scales"], d["global_scale"])
-    return pw, _t(d["act"], act), ref
 
 
 @pytest.mark.parametrize("fmt", wo.FORMATS)

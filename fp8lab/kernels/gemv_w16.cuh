@@ -52,6 +52,7 @@
 
 #include <type_traits>
 
+#include "common/pdl.cuh"
 #include "common/ptx.cuh"
 #include "common/tile.cuh"
 #include "gemv_w16_params.h"
@@ -766,16 +767,6 @@ struct BulkRing {
   }
 };
 
-// Between a CTA's weight prologue and its first activation load (see the design note at the top):
-// wait for the kernel before this one (its writes become visible), then let the next one launch.
-// Both are no-ops unless the launch carried the programmatic-stream-serialization attribute.
-__device__ __forceinline__ void pdl_wait_then_release() {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // grid (ceil(tiles16 / (8 TM)), splits, ceil(M / 64)), block 256, dynamic smem kZeroBytes + p.act_smem
 // (BULK: bulk_smem_bytes<F, NT>(p.act_smem)).
 template <int F, bool BF16, int NT, int XA = 0, bool BULK = false>
@@ -976,24 +967,14 @@ __global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) gemv_w8a16_fp8_xa
 }
 
 // Launch one of the kernels above on (grid, kThreads, smem): with p.pdl as a programmatic dependent
-// launch (it may start while the kernel before it in the stream runs; see pdl_wait_then_release).
+// launch (it may start while the kernel before it in the stream runs; common/pdl.cuh).
 inline cudaError_t launch_wo(void (*kernel)(const WoParams), dim3 grid, int smem, cudaStream_t stream,
                              const WoParams& p) {
   if (!p.pdl) {
     kernel<<<grid, kThreads, smem, stream>>>(p);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, p);
+  return launch_with_pdl(kernel, grid, dim3(kThreads), static_cast<size_t>(smem), stream, p);
 }
 
 // grid as launch_gemv; NT = 1 needs no shared-memory opt-in.

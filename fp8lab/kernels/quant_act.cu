@@ -55,6 +55,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/pdl.cuh"
+
 namespace fp8lab {
 namespace quant {
 
@@ -111,12 +113,7 @@ __device__ __forceinline__ long long scale_index(long long g, int kblocks, long 
 // kernel's completion and memory (griddepcontrol.wait) before touching global memory, then lets the
 // next kernel in the stream start launching (griddepcontrol.launch_dependents): the launch latency of
 // each kernel overlaps the tail of the one before. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void pdl_wait_then_release() {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// pdl_wait_then_release, pdl_wait, pdl_release and launch_with_pdl: common/pdl.cuh.
 
 // x: (M, K) bf16 as raw 16-bit words, row-major; q: (M, K) e4m3 codes, row-major;
 // s: (M, K/128) fp32 with element strides (ss_m, ss_k); G = M * K / 128 groups; kblocks = K / 128.
@@ -449,9 +446,7 @@ quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q
   const int lane = threadIdx.x & 31, seg = lane & 7;
   const long long gw = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * 4;
   if (gw >= G) return;  // warp-uniform
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  if constexpr (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  if constexpr (kPdl) pdl_wait();
   const long long g = gw + (lane >> 3);
   const bool live = g < G;
   uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
@@ -477,26 +472,15 @@ quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q
     if constexpr (kForm == 0) __stcs(dst, codes); else *dst = codes;
     if (seg == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
   }
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  if constexpr (kPdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  if constexpr (kPdl) pdl_release();
 }
 
 // Launch with the programmatic-stream-serialization attribute (sm_90+; the wrapper checks).
 template <typename Kernel>
 cudaError_t launch_pdl(Kernel kernel, long long blocks, cudaStream_t stream, const uint16_t* x, uint8_t* q, float* s,
                        long long G, int kblocks, long long ss_m, long long ss_k) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, x, q, s, G, kblocks, ss_m, ss_k);
+  return launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, x, q, s, G, kblocks,
+                         ss_m, ss_k);
 }
 
 template <bool kScaleMulRecip, int kForm>
