@@ -867,8 +867,14 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     launch. Each CTA requests its first K steps of weights and scales, then waits for the kernel
     before it in the stream, then reads ``act`` and writes ``out``: the GEMV's launch and first
     DRAM round trip overlap that kernel's tail. So ``pw`` must not be written by the kernel the
-    GEMV follows (activations, ``out`` and the workspace may be). Same sums in the same order:
-    bit-identical to ``pdl=False``."""
+    GEMV follows (activations, ``out`` and the workspace may be). Each CTA computes the same sums
+    as with ``pdl=False``.
+
+    Reproducibility: where an output gets at most two partial sums (split-K and bulk with
+    ``splits`` <= 2, stream-K with whole tiles or two CTAs per tile) the result is the same bit for
+    bit on every launch, PDL or not. With three or more (``splits`` >= 3, stream-K tiles shared by
+    three or more CTAs) the fp32 workspace adds them in the order the CTAs finish, so two launches
+    may differ in the last bit of an element (``scripts/probes/gemv.py`` counts how often)."""
     import torch
 
     _validate(act, pw, out, splits, torch)

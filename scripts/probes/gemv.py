@@ -9,7 +9,9 @@ the one before, as in a chain of PDL kernels).
 1. Correctness first (asserts): every format x schedule (split-K auto, stream-K with the
    default CTAs, stream-K with one CTA per SM, bulk auto and with splits = 1) at odd shapes
    against float64, poisoned outputs, the workspace left clean; stream-K with one CTA per tile
-   and bulk with splits = 1 bit-identical to splits=1; every PDL launch bit-identical to its plain twin.
+   and bulk with splits = 1 bit-identical to splits=1; every PDL launch with at most two partial sums
+   per output bit-identical to its plain twin, the others within one bf16 rounding of it. Then how
+   often plain and PDL launches reproduce their own output bit for bit at 2, 3 and 8 splits.
 2. Timing: qwen3-8b gate_up, qwen3-8b down_proj, llama3-70b down_proj; fp8 / int8 / nvfp4 /
    int4; M = 1 and 16; inputs rotated over > 2x L2, CUDA-graph timed as notebook 08 does. Per
    row: time, effective bandwidth (weight + scale bytes / time), fraction of the 2 GiB copy
@@ -80,13 +82,49 @@ def check_correctness(wo, torch):
             assert torch.equal(a.view(torch.int16), c.view(torch.int16)), (fmt, M, N, K, "bulk not bitwise")
             n += 2
             if wo.pdl_supported():
-                for kw in (dict(schedule="splitk"), dict(schedule="splitk", splits=1), dict(schedule="streamk"),
-                           dict(schedule="bulk")):
+                # <= 2 partial sums per output (the add order cannot change a bit): bitwise; as
+                # chosen (3+ partials where K allows, fp32 adds in the order the CTAs finish): within
+                # one bf16 rounding of the plain launch
+                for kw, exact in ((dict(schedule="splitk", splits=1), True), (dict(schedule="splitk", splits=2), True),
+                                  (dict(schedule="bulk", splits=2), True), (dict(schedule="splitk"), False),
+                                  (dict(schedule="streamk"), False), (dict(schedule="bulk"), False)):
                     p_ = wo.gemv_w16(x, pw, **kw)
                     q_ = wo.gemv_w16(x, pw, pdl=True, **kw)
-                    assert torch.equal(p_.view(torch.int16), q_.view(torch.int16)), (fmt, M, N, K, kw, "pdl not bitwise")
+                    if exact:
+                        assert torch.equal(p_.view(torch.int16), q_.view(torch.int16)), (fmt, M, N, K, kw, "pdl not bitwise")
+                    else:
+                        d = (p_.double() - q_.double()).abs()
+                        bound = 2.0 ** -7 * torch.maximum(p_.double().abs(), q_.double().abs()) + 2.0 ** -16 * float(p_.double().abs().max())
+                        assert bool((d <= bound).all()), (fmt, M, N, K, kw, "pdl beyond one rounding", float(d.max()))
                     n += 1
     return n
+
+
+def reorder_census(wo, torch, reps=50):
+    """How often the plain launch and the PDL launch each reproduce their own first output bit for bit,
+    at splits = 2 (order-independent) and splits = 3 / 8 (three or more fp32 partials per output,
+    added in the order the CTAs finish). Printed, not asserted."""
+    M, N, K = 16, 1000, 2048
+    d = wo.generate("fp8", M, N, K, seed=5)
+    pw = wo.pack_weights("fp8", d["codes"], d["scales"], global_scale=d["global_scale"]).to("cuda")
+    x = torch.from_numpy(d["act"].astype(np.float32)).to(torch.bfloat16).cuda()
+    print(f"run-to-run bit reproducibility, fp8 M={M} N={N} K={K}, {reps} launches each "
+          "(launches equal to the first / elements that ever differ / largest difference in bf16 roundings):")
+    for splits in (2, 3, 8):
+        for pdl in ((False, True) if wo.pdl_supported() else (False,)):
+            outs = [wo.gemv_w16(x, pw, splits=splits, pdl=pdl) for _ in range(reps)]
+            torch.cuda.synchronize()
+            first = outs[0]
+            same = sum(torch.equal(o.view(torch.int16), first.view(torch.int16)) for o in outs)
+            diff = torch.zeros_like(first, dtype=torch.bool)
+            ulps = 0
+            for o in outs:
+                diff |= o.view(torch.int16) != first.view(torch.int16)
+                same_sign = (o.view(torch.int16) < 0) == (first.view(torch.int16) < 0)   # bit patterns count roundings
+                step = (o.view(torch.int16).int() - first.view(torch.int16).int()).abs()[same_sign]
+                ulps = max(ulps, int(step.max()) if step.numel() else 0)
+            print(f"  splits={splits} pdl={pdl!s:5s}: {same}/{reps} equal, {int(diff.sum())} of {first.numel()} "
+                  f"elements differ, at most {ulps} roundings", flush=True)
 
 
 def main(argv=None):
@@ -114,6 +152,7 @@ def main(argv=None):
     t1 = time.time()
     n = check_correctness(wo, torch)
     print(f"correctness: {n} checks passed ({time.time() - t1:.1f} s)", flush=True)
+    reorder_census(wo, torch)
 
     l2 = bench.device_l2_bytes()
     big = decode.measure_copy(copy_gib=2.0)["rate_p50"]
