@@ -76,6 +76,35 @@ def test_copies_and_made_rotation():
     assert len(harness.copies([1], 0, clone=list)) == 1
 
 
+def test_holding_keeps_one_rotation_cycle_of_outputs_alive():
+    """A call that allocates its output, timed over n sets, must not get its previous output's
+    memory back at once (harness.holding): the last n results stay referenced, older ones go."""
+    import gc
+    import weakref
+
+    class Out:                                   # stands in for a freshly allocated output tensor
+        pass
+
+    refs = []
+
+    def alloc(x):
+        o = Out()
+        refs.append(weakref.ref(o))
+        return o
+
+    held = harness.holding(alloc, 3)
+    assert held.holds == 3
+    for i in range(5):
+        held(i)
+    gc.collect()
+    assert [r() is not None for r in refs] == [False, False, True, True, True]
+    plain = [alloc(i) for i in range(2)]        # without the ring nothing is held beyond the caller
+    del plain
+    gc.collect()
+    assert refs[-1]() is None and refs[-2]() is None
+    assert harness.holding(alloc, 0).holds == 1
+
+
 def test_timed_rotates_and_stamps_the_clock_columns(monkeypatch):
     seen = {}
 

@@ -334,3 +334,23 @@ def test_quantiser_sweep_tells_rounding_rules_and_the_zero_group_apart(cpu_sweep
     u = df.loc["peer_vllm_quant_group"]
     assert u["scales_vs_true_division"] == 3 * 4 and u["scales_differing"] >= 3 * 4 - 1
     assert (df["status"] == "measured").all() and df.index.map(qx.registry.is_peer).all()
+
+
+def test_quantiser_sweep_rotates_the_peers_outputs(cpu_sweeps, monkeypatch):
+    """A peer's fresh outputs are held for one rotation cycle while it is timed (the own arms write
+    to one preallocated output per input set): the timed callable holds as many results as sets."""
+    from fp8lab.kernels import baselines
+
+    seen = []
+
+    def fake_time_rotated(fn, sets, **kw):
+        seen.append((getattr(fn, "holds", None), len(sets)))
+        for x in sets * 2:
+            fn(*x)
+        return _timing(kw["method"]), clocks.row_clocks(None, None, None), ""
+
+    monkeypatch.setattr(harness, "time_rotated", fake_time_rotated)
+    df = sweeps.quantisers([1, 16], [256], ["peer_vllm_quant_group"], avail=_ok,
+                           make={"peer_vllm_quant_group": lambda: baselines.quant_act_reference})
+    assert (df["status"] == "measured").all()
+    assert seen and all(h == n for h, n in seen) and max(n for _, n in seen) > 1

@@ -113,6 +113,26 @@ def rotation_copies(first, stream_bytes: int, l2: int, clone: Callable = lambda 
     return copies(first, bench.n_rotation_sets(stream_bytes, l2), clone)
 
 
+def holding(fn: Callable, n: int) -> Callable:
+    """``fn`` that keeps its last ``n`` results alive (a ring). For a call that allocates its output
+    (a peer's ``q, s = quantise(x)``) timed over ``n`` rotated input sets: without the ring each
+    result is freed at once and the caching allocator (also inside a CUDA-graph capture) hands the
+    same block to the next call, so every call writes the same, L2-hot output lines, while an arm
+    given ``n`` preallocated outputs writes ``n`` different ones. Held for one rotation cycle, the
+    outputs rotate as the inputs do."""
+    from collections import deque
+
+    ring = deque(maxlen=max(1, int(n)))
+
+    def call(*args):
+        out = fn(*args)
+        ring.append(out)
+        return out
+
+    call.holds = ring.maxlen
+    return call
+
+
 def made_rotation(make: Callable[[int], Callable], n_sets: int, first: Optional[Callable] = None):
     """One callable cycling over ``make(0)() .. make(n_sets - 1)()`` (``make(0)`` itself when
     ``n_sets`` is 1): for arms whose per-set calls are built by a factory. ``first``: ``make(0)``
