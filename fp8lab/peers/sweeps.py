@@ -444,7 +444,7 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
     with baselines.quant_act_reference and with its true-division twin (the count of differing ones
     recorded; a peer that rounds differently is reported, not failed), what it wrote for the
     all-zero group, then timed on rotated inputs, each call's fresh outputs held for one rotation
-    cycle so that they rotate too (:func:`harness.holding`; 06b's own arms write to one preallocated
+    cycle so that they rotate too (:func:`fp8lab.measure.harness.holding`; 06b's own arms write to one preallocated
     output per input set)."""
     from ..experiments import quantisers as qx
 
@@ -493,8 +493,8 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
                                   zero_group_scale=float(sf[0, 0].item()),
                                   zero_group_nan_codes=int(((qb.reshape(M, -1)[0, :baselines.GROUP] & 0x7F) == 0x7F)
                                                            .sum().item()))
-                    # outputs rotate with the inputs, as the own arms' preallocated ones do (harness.holding)
-                    tm, clk, tnote = harness.time_rotated(harness.holding(fn, n_sets), [(x,) for x in xs],
+                    # outputs rotate with the inputs, as the own arms' preallocated ones do (measure.harness.holding)
+                    tm, clk, tnote = harness.time_rotated(measure_harness.holding(fn, n_sets), [(x,) for x in xs],
                                                           method="graph", rep_ms=rep_ms, warmup_ms=warmup_ms,
                                                           sampler=sampler)
                 except Exception as e:  # noqa: BLE001
