@@ -177,9 +177,12 @@ def decode(shape_names: Sequence[str], Ms: Sequence[int], peers: Sequence[str], 
                         continue
                     err = max(err, err_m)
                     outs = [torch.empty(M, N, dtype=tdt, device=DEVICE) for _ in states]
-                    tm, clk, tnote = harness.time_rotated(lambda s, o: prep.call(s, x, o if prep.takes_out else None),
-                                                          list(zip(states, outs)), method="graph", rep_ms=rep_ms,
-                                                          sampler=sampler)
+                    # a peer that allocates its output keeps one rotation cycle of them (measure.harness.holding):
+                    # it writes fresh memory per set as the own arms and the peers given ``out`` do
+                    call = measure_harness.holding(lambda s, o: prep.call(s, x, o if prep.takes_out else None),
+                                                   len(states))
+                    tm, clk, tnote = harness.time_rotated(call, list(zip(states, outs)), method="graph",
+                                                          rep_ms=rep_ms, sampler=sampler)
                     r = dx._row(name, N, K, M, p, pe.fmt, prep.act, b, tm, clk, copy["rate_p50"], spec,
                                 splits=math.nan, grid="", ctas=math.nan, err=err, schedule="",
                                 same_Bps=same_Bps(b["stream_bytes"]))
