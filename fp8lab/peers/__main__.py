@@ -144,6 +144,12 @@ def _check_deepgemm(args) -> int:
 
 
 def main(argv=None) -> int:
+    import logging
+
+    # torch.utils.cpp_extension logs "No CUDA runtime is found, using CUDA_HOME=..." when imported on a
+    # box without a GPU: a second line before this CLI's one line of refusal (the builds need nvcc,
+    # which they check themselves and say so)
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     ap = argparse.ArgumentParser(prog="python -m fp8lab.peers", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="every peer: here or not, version, licence, install line")
