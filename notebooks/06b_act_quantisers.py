@@ -119,7 +119,9 @@ if run.mode == "measure":
         qdf = qx.measure(Ms, Ks, rep_ms=rep_ms, big_copy_Bps=float(big.iloc[0]) if len(big) else None,
                          sampler=sampler, diagnostic_arms=qx.DIAGNOSTIC_ARMS)
         # the peers' per-token-group quantisers on the same inputs (bit-for-bit differences
-        # counted, not fatal: their rounding is theirs); a missing one is a not-run row
+        # counted, not fatal: their rounding is theirs); a missing one is a not-run row. Timed as
+        # fp8lab's arms are: inputs rotated past 2x L2 and, as each arm writes one preallocated
+        # output per input set, each peer call's fresh outputs held for one rotation cycle
         peer_q = peer_sweeps.quantisers(Ms, Ks, peer_ids, rep_ms=rep_ms, sampler=sampler)
     clock_summary = sampler.summary()
     k = qdf[qdf["arm"].isin(qa.VARIANTS)]
