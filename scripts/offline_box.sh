@@ -16,6 +16,7 @@
 # (scripts/probes/gemlite_atomics.py), quant-probe (scripts/probes/quant.py), gemv-probe (scripts/probes/gemv.py:
 # the decode kernels' schedules, plain and PDL; its table goes to JOB/probe_gemv.csv), quant-ncu
 # (scripts/probes/quant_ncu.py: the quantisers and SGLang's under ncu, --clock-control none; JOB/quant-ncu/),
+# quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, one process),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -35,7 +36,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe quant-ncu smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe quant-ncu quant-pdl smoke test-gpu run"
 
 keep() {        # copy what a step wrote under tracked folders out of the tree
     mkdir -p "$job/keep"
@@ -70,6 +71,9 @@ step() {
                      local rc=$?; tail -40 "$job/quant-probe.log"; return $rc ;;
         gemv-probe) timeout 500 python3 scripts/probes/gemv.py --out "$job" > "$job/gemv-probe.log" 2>&1
                     local rc=$?; tail -60 "$job/gemv-probe.log"; return $rc ;;
+        quant-pdl) source_peers sglang-quant
+                   timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
+                   local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;
         quant-ncu) source_peers sglang-quant
                    timeout 400 python3 scripts/probes/quant_ncu.py --out "$job/quant-ncu" > "$job/quant-ncu.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-ncu.log"; return $rc ;;

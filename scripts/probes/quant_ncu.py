@@ -1,8 +1,10 @@
-"""Probe (issue 22): the activation quantisers under Nsight Compute at M = 256 and 1024, K = 7168,
-where SGLang's quantiser still ran 1.1-1.2x faster than quant_act_subwarp on the H200
-(2026-12-04): duration, DRAM throughput, issue activity, registers and the warp stall reasons of
-quant_act_subwarp (plain16, ef), quant_act_warp_ilp (auto), traffic_copy and SGLang's JIT quantiser
-(when built: python -m fp8lab.peers build sglang-quant), one launch each. ncu runs with
+"""Probe (issue 22): the activation quantisers under Nsight Compute at M = 1, 16, 256 and 1024,
+K = 7168 (--ms). SGLang's quantiser ran faster than quant_act_subwarp in 06b on the H200
+(2026-12-04): at M >= 256 mostly because its outputs were timed reused (see
+scripts/probes/quant_pdl_overlap.py), at M = 1-16 by 0.2-0.4 us with both as PDL launches.
+Per call: duration, DRAM throughput, issue activity, registers and the warp stall reasons of
+quant_act_subwarp (plain16, ef), quant_act_warp_ilp (auto), traffic_copy and SGLang's JIT
+quantiser (when built: python -m fp8lab.peers build sglang-quant), one launch each. ncu runs with
 --clock-control none (the clocks as found; nothing is locked).
 
 Run on the GPU box from the repo root:  python scripts/probes/quant_ncu.py [--out DIR]   (~1 min)
@@ -27,7 +29,7 @@ SHOW_STALLS = ("long_scoreboard", "wait", "short_scoreboard", "lg_throttle", "ba
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--ms", default="256,1024")
+    ap.add_argument("--ms", default="1,16,256,1024")
     ap.add_argument("--peers", default="peer_sglang_jit_quant_group")
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="quant_ncu_"))
