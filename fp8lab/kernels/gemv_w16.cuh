@@ -1143,7 +1143,6 @@ __device__ __forceinline__ void gemv_body_sk(const WoParams& p) {
   __shared__ int s_last;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int tid = threadIdx.x;
   const int g = lane >> 2;
 
   const int m0 = blockIdx.z * kMBlock;
