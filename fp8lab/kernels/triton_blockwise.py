@@ -337,10 +337,12 @@ def _blockwise_fp8_swapab_kernel(
                 sw = tl.load(sw_ptr + kc * stride_bsk)
                 sx = tl.load(sx_ptrs + kc * stride_ask)
                 k0 = kc * 128
+                # kbj + 0 * offs_k: the same mask compiled (the same PTX and SASS with triton 3.6 and
+                # 3.9); under TRITON_INTERPRET=1 a (128,) & (1,) boolean turns int32, which load refuses
                 if EVEN_K:
-                    k_ok = (offs_k < 128) & (kbj < kb1)  # constant along K: loads stay 16-byte vectors
+                    k_ok = (offs_k < 128) & ((kbj + 0 * offs_k) < kb1)  # constant along K: loads stay 16-byte vectors
                 else:
-                    k_ok = ((k0 + offs_k) < K) & (kbj < kb1)
+                    k_ok = ((k0 + offs_k) < K) & ((kbj + 0 * offs_k) < kb1)
                 w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0)
                 x = tl.load(x_ptrs + k0, mask=k_ok[:, None], other=0.0)
                 acc += tl.dot(w, x) * (sx * sw)[None, :]
