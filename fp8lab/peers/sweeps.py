@@ -447,8 +447,8 @@ def quantisers(Ms: Sequence[int], Ks: Sequence[int], peers: Sequence[str], *, re
     with baselines.quant_act_reference and with its true-division twin (the count of differing ones
     recorded; a peer that rounds differently is reported, not failed), what it wrote for the
     all-zero group, then timed on rotated inputs, each call's fresh outputs held for one rotation
-    cycle so that they rotate too (:func:`fp8lab.measure.harness.holding`; 06b's own arms write to one preallocated
-    output per input set)."""
+    cycle so that they rotate too (:func:`fp8lab.measure.harness.holding`; 06b's own arms write to
+    one preallocated output per input set)."""
     from ..experiments import quantisers as qx
 
     peer_catalog.check_ids(peers, "06b")

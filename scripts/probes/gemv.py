@@ -91,10 +91,12 @@ def check_correctness(wo, torch):
                     p_ = wo.gemv_w16(x, pw, **kw)
                     q_ = wo.gemv_w16(x, pw, pdl=True, **kw)
                     if exact:
-                        assert torch.equal(p_.view(torch.int16), q_.view(torch.int16)), (fmt, M, N, K, kw, "pdl not bitwise")
+                        assert torch.equal(p_.view(torch.int16), q_.view(torch.int16)), \
+                            (fmt, M, N, K, kw, "pdl not bitwise")
                     else:
-                        d = (p_.double() - q_.double()).abs()
-                        bound = 2.0 ** -7 * torch.maximum(p_.double().abs(), q_.double().abs()) + 2.0 ** -16 * float(p_.double().abs().max())
+                        a_, b_ = p_.double(), q_.double()
+                        d = (a_ - b_).abs()
+                        bound = 2.0 ** -7 * torch.maximum(a_.abs(), b_.abs()) + 2.0 ** -16 * float(a_.abs().max())
                         assert bool((d <= bound).all()), (fmt, M, N, K, kw, "pdl beyond one rounding", float(d.max()))
                     n += 1
     return n
