@@ -16,7 +16,8 @@
 # (scripts/probes/gemlite_atomics.py), quant-probe (scripts/probes/quant.py), gemv-probe (scripts/probes/gemv.py:
 # the decode kernels' schedules, plain and PDL; its table goes to JOB/probe_gemv.csv), quant-ncu
 # (scripts/probes/quant_ncu.py: the quantisers and SGLang's under ncu, --clock-control none; JOB/quant-ncu/),
-# quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, one process),
+# quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, subwarp and
+# the same-traffic copy with both PDL releases, one process),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's

@@ -79,8 +79,31 @@ def test_pdl_arguments_refused_before_any_gpu_work():
     # the flag bit is the source's, and the source launches PDL only for the ilp grid kernels and subwarp
     text = open(qa.__file__[:-3] + ".cu").read()
     assert f"constexpr int kPdlFlag = {qa._PDL_FLAG:#x};" in text
-    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 10 && variant <= 12)))" in text
+    assert "if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 9 && variant <= 12)))" in text
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in text and "griddepcontrol.wait" in text
+
+
+def test_pdl_release_refused_before_any_gpu_work():
+    with pytest.raises(ValueError, match="pdl_release must be one of"):
+        qa.quant_act(None, "quant_act_subwarp", pdl=True, pdl_release="early")
+    with pytest.raises(ValueError, match="pdl_release applies with pdl=True only"):
+        qa.quant_act(None, "quant_act_subwarp", pdl_release="after_wait")
+    with pytest.raises(ValueError, match="quant_act_warp_ilp releases the next kernel after_wait only"):
+        qa.quant_act(None, "quant_act_warp_ilp", pdl=True, pdl_release="after_stores")
+    with pytest.raises(ValueError, match="pdl_release applies with pdl=True only"):
+        qa.traffic_copy(None, pdl_release="after_stores")
+    with pytest.raises(ValueError, match="pdl must be True or False"):
+        qa.traffic_copy(None, pdl="yes")
+    with pytest.raises(ValueError, match="CUDA torch.Tensor"):
+        qa.quant_act(None, "quant_act_subwarp", pdl=True, pdl_release="after_wait")
+    with pytest.raises(ValueError, match="CUDA torch.Tensor"):
+        qa.traffic_copy(None, pdl=True)
+    # every PDL kernel has a default release among its choices; the flag bit and the source agree
+    for k, r in qa.PDL_DEFAULT_RELEASE.items():
+        assert r in qa.PDL_RELEASE_CHOICES[k]
+    text = open(qa.__file__[:-3] + ".cu").read()
+    assert f"constexpr int kEarlyReleaseFlag = {qa._EARLY_RELEASE_FLAG:#x};" in text
+    assert "if (early && !(pdl && variant >= 9 && variant <= 12))" in text
 
 
 def test_measure_refuses_bad_options():

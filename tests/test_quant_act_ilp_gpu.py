@@ -49,13 +49,16 @@ def test_ilp_true_division_rule_matches_the_warp_kernel():
     assert torch.equal(qw.view(torch.uint8), qi.view(torch.uint8))
 
 
-def test_traffic_copy_writes_high_bytes_and_unit_scales():
+@pytest.mark.parametrize("pdl,release", [(False, None), (True, None), (True, "after_stores"), (True, "after_wait")])
+def test_traffic_copy_writes_high_bytes_and_unit_scales(pdl, release):
     import torch
     from fp8lab.kernels import quant_act as qa
+    if pdl and not qa.pdl_supported():
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
     x = torch.randn(83, 384, device="cuda").to(torch.bfloat16)
     q = torch.zeros((83, 384), dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
     s = torch.full((83, 3), float("nan"), device="cuda")
-    qa.traffic_copy(x, q_out=q, s_out=s)
+    qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl, pdl_release=release)
     assert torch.equal(q.view(torch.uint8), (x.view(torch.int16) >> 8).to(torch.uint8))
     assert bool((s == 1).all())
 

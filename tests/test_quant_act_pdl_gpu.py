@@ -44,9 +44,10 @@ def test_pdl_bitwise_equal_to_reference(M, K, kind):
     _check(x)                                              # auto
 
 
-@pytest.mark.parametrize("variant", ["quant_act_warp_ilp", "quant_act_subwarp"])
+@pytest.mark.parametrize("variant,release", [("quant_act_warp_ilp", None), ("quant_act_subwarp", None),
+                                             ("quant_act_subwarp", "after_wait")])
 @pytest.mark.parametrize("graph", [False, True])
-def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant):
+def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant, release):
     """A kernel writes x, the PDL launch quantises it at once, back to back, many times over with a
     fresh input each time: every output is the quantisation of what the kernel before wrote (a
     launch that read x before the writer finished would quantise the previous round's values)."""
@@ -64,7 +65,7 @@ def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant):
     def body():
         for i in range(rounds):
             torch.mul(srcs[i], 1, out=x)                   # a kernel (not a memcpy) writes the input
-            qa.quant_act(x, variant, q_out=qs[i], s_out=ss[i], pdl=True)
+            qa.quant_act(x, variant, q_out=qs[i], s_out=ss[i], pdl=True, pdl_release=release)
 
     torch.cuda.synchronize()
     if graph:
@@ -79,6 +80,52 @@ def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant):
     torch.cuda.synchronize()
     for i in range(rounds):
         rq, rs = baselines.quant_act_reference(srcs[i])
+        assert torch.equal(qs[i].view(torch.uint8), rq.view(torch.uint8)), i
+        assert torch.equal(ss[i].view(torch.int32), rs.view(torch.int32)), i
+
+
+@pytest.mark.parametrize("release", ["after_stores", "after_wait"])
+@pytest.mark.parametrize("graph", [False, True])
+def test_pdl_quantiser_waits_for_a_pdl_kernel_that_writes_its_input(graph, release):
+    """Two PDL launches back to back, the second reading what the first writes: traffic_copy
+    writes the high bytes of x into the bytes of y (bf16, (M, K/2)), then quant_act_subwarp
+    quantises y, both releasing the next kernel at ``release``. Released early, the quantiser is
+    resident while the copy still runs: its outputs are the quantisation of the copied bytes only
+    if its wait held. Fresh x every round; eager and in a CUDA graph."""
+    if not _pdl_ok():
+        pytest.skip("programmatic dependent launch needs sm_90 or newer")
+    import torch
+    from fp8lab.experiments.quantisers import make_input
+    from fp8lab.kernels import baselines, quant_act as qa
+    M, K, rounds = 16, 7168, 6
+    srcs = [make_input(M, K, seed=300 + i) for i in range(rounds)]
+    x = torch.zeros((M, K), dtype=torch.bfloat16, device="cuda")
+    y = torch.zeros((M, K // 2), dtype=torch.bfloat16, device="cuda")
+    cs = torch.empty((M, K // 128), dtype=torch.float32, device="cuda")
+    qs = [torch.empty((M, K // 2), dtype=torch.float8_e4m3fn, device="cuda") for _ in range(rounds)]
+    ss = [torch.empty((M, K // 256), dtype=torch.float32, device="cuda") for _ in range(rounds)]
+
+    def body():
+        for i in range(rounds):
+            torch.mul(srcs[i], 1, out=x)                   # a plain kernel writes x
+            qa.traffic_copy(x, q_out=y.view(torch.uint8).view(torch.float8_e4m3fn), s_out=cs, pdl=True,
+                            pdl_release=release)
+            qa.quant_act(y, "quant_act_subwarp", q_out=qs[i], s_out=ss[i], pdl=True, pdl_release=release)
+
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        for q in qs:
+            q.view(torch.uint8).fill_(0x55)
+        g.replay()
+    else:
+        body()
+    torch.cuda.synchronize()
+    for i in range(rounds):
+        want_y = (srcs[i].view(torch.int16) >> 8).to(torch.uint8).view(torch.bfloat16)
+        rq, rs = baselines.quant_act_reference(want_y)
         assert torch.equal(qs[i].view(torch.uint8), rq.view(torch.uint8)), i
         assert torch.equal(ss[i].view(torch.int32), rs.view(torch.int32)), i
 

@@ -1,7 +1,8 @@
 """quant_act_subwarp (8 lanes x 32 bytes per group, issue 22) on a GPU, in each subwarp_form: bit for
 bit against the torch reference, plain and as a programmatic dependent launch, at group counts that leave a warp partly
 idle (G = 1, 3, 5 ...), odd M, K in {128, 384, 7168}, special and wide-exponent inputs, poisoned
-outputs, both scale layouts; the true-division rule matches the warp kernel's; bad input raises
+outputs, both scale layouts, a PDL launch releasing the next kernel after its stores or right after its
+wait; the true-division rule matches the warp kernel's; bad input raises
 ValueError. (That a PDL launch waits for the kernel writing its input: test_quant_act_pdl_gpu.)"""
 
 import pytest
@@ -16,9 +17,9 @@ SUB = "quant_act_subwarp"
 @pytest.mark.parametrize("M,K", [(1, 128), (1, 384), (5, 128), (7, 384), (16, 7168), (83, 7168), (4097, 128),
                                  (4097, 7168)])
 @pytest.mark.parametrize("kind", ["special", "wide"])
-@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("pdl,release", [(False, None), (True, None), (True, "after_wait")])
 @pytest.mark.parametrize("form", ["ef", "plain", "plain16"])
-def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, form):
+def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, release, form):
     import torch
     from fp8lab.kernels import baselines, quant_act as qa
     if pdl and not qa.pdl_supported():
@@ -27,11 +28,12 @@ def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, form):
     rq, rs = baselines.quant_act_reference(x)
     q = torch.empty((M, K), dtype=torch.uint8, device="cuda").fill_(0x55).view(torch.float8_e4m3fn)
     s = torch.full((M, K // 128), float("nan"), device="cuda")
-    qa.quant_act(x, SUB, q_out=q, s_out=s, pdl=pdl, subwarp_form=form)
+    qa.quant_act(x, SUB, q_out=q, s_out=s, pdl=pdl, subwarp_form=form, pdl_release=release)
     dq = int((q.view(torch.uint8) != rq.view(torch.uint8)).sum())
     assert dq == 0, f"{dq} codes differ"
     assert torch.equal(s.view(torch.int32), rs.view(torch.int32))
-    q2, s2 = qa.quant_act(x, SUB, scale_layout="m_major", pdl=pdl, subwarp_form=form)   # cuBLASLt's layout
+    q2, s2 = qa.quant_act(x, SUB, scale_layout="m_major", pdl=pdl, subwarp_form=form,  # cuBLASLt's layout
+                          pdl_release=release)
     assert s2.stride() == (1, M)
     assert torch.equal(s2.contiguous().view(torch.int32), rs.view(torch.int32))
     assert torch.equal(q2.view(torch.uint8), rq.view(torch.uint8))

@@ -35,14 +35,16 @@
 // * quant_act_warp_ilp_persistent<kPairs>: the same per-chunk work, on a grid no larger than what
 //   is resident at once; each warp walks its chunks, loading the next before processing the current.
 // * traffic_copy (diagnostic, not a quantiser): quant_act_warp_ilp's loads and stores with no
-//   arithmetic: the bandwidth a kernel of this launch shape reaches; no bitwise check applies.
+//   arithmetic: the bandwidth a kernel of this launch shape reaches; no bitwise check applies. With
+//   kPdlFlag a programmatic dependent launch as subwarp's (the yardstick of a PDL quantiser).
 // * quant_act_subwarp: 8 lanes per group, 32 bytes (two 16-byte loads) per lane, four groups per warp
 //   reduced in one 3-step xor max inside each 8-lane segment, 16-byte code stores, a flat grid (one
 //   group per 8 lanes, no loop); quant_act_warp_ilp's per-element arithmetic, so bit for bit its
 //   outputs. The work split SGLang's per-token-group quantiser uses (measured faster than
 //   quant_act_warp_ilp at M >= 256 in notebook 06b, 2026-12-04). With kPdl (variant bit kPdlFlag) a
 //   programmatic dependent launch that waits before its loads and lets the next kernel launch after
-//   its stores (the ilp kernel releases at once). Three forms (issue 22's probe of what still
+//   its stores (the ilp kernel releases at once), or, with kEarlyReleaseFlag too, right after the wait
+//   (pdl_begin / pdl_end say which). Three forms (issue 22's probe of what still
 //   separates it from SGLang's kernel): 'ef' (variant 10: evict-first loads and stores, as every
 //   kernel here), 'plain' (11: loads through the read-only path and stores with the default cache
 //   policy, as SGLang's kernel, whose loads are plain ld.global), 'plain16' (12: those,
@@ -66,6 +68,24 @@ constexpr float kInvFp8Max = 1.0f / 448.0f;  // folded by the compiler in fp32, 
 constexpr int kThreads = 256;                // warp and 16t kernels
 constexpr int kGroupsPerWarp = 4;
 constexpr int kPdlFlag = 0x100;              // variant bit: programmatic dependent launch (ilp grid kernel)
+// variant bit, with kPdlFlag, for subwarp and traffic_copy: release the next kernel right after the wait
+// (before the loads) instead of after the stores (the ilp kernel always releases after the wait)
+constexpr int kEarlyReleaseFlag = 0x200;
+// A kernel's PDL mode (template parameter kPdl of subwarp and traffic_copy): none, or a programmatic
+// dependent launch that waits before its loads and releases after its stores (kPdlLate) or at once
+// after the wait (kPdlEarly).
+constexpr int kPdlNone = 0, kPdlLate = 1, kPdlEarly = 2;
+
+template <int kPdl>
+__device__ __forceinline__ void pdl_begin() {
+  if constexpr (kPdl == kPdlLate) pdl_wait();
+  if constexpr (kPdl == kPdlEarly) pdl_wait_then_release();
+}
+
+template <int kPdl>
+__device__ __forceinline__ void pdl_end() {
+  if constexpr (kPdl == kPdlLate) pdl_release();
+}
 
 template <bool kScaleMulRecip>
 __device__ __forceinline__ float group_scale(float amax) {
@@ -407,12 +427,14 @@ quant_act_warp_ilp_persistent_kernel(const uint16_t* __restrict__ x, uint8_t* __
 
 // Diagnostic: quant_act_warp_ilp<2>'s memory traffic (16-byte loads, 8-byte stores of the high
 // bytes, one fp32 per group) with no reduction and no division.
+template <int kPdl>
 __global__ void __launch_bounds__(kThreads)
 traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                     long long G, int kblocks, long long ss_m, long long ss_k) {
   constexpr int kPairs = 2;
   const int lane = threadIdx.x & 31, half = lane >> 4;
   const long long g0 = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * (2 * kPairs);
+  pdl_begin<kPdl>();
   uint4 v[kPairs];
 #pragma unroll
   for (int j = 0; j < kPairs; ++j) {
@@ -427,6 +449,7 @@ traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, flo
     __stcs(reinterpret_cast<uint2*>(q + g * GROUP) + (lane & 15), c);
     if ((lane & 15) == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = 1.f;
   }
+  pdl_end<kPdl>();
 }
 
 // quant_act_subwarp: warp w owns groups [4 w, 4 w + 4); lanes 8 i .. 8 i + 7 hold group 4 w + i, lane
@@ -439,14 +462,14 @@ traffic_copy_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, flo
 template <typename T>
 __device__ __forceinline__ T load_hinted(const T* p, bool evict_first) { return evict_first ? __ldcs(p) : *p; }
 
-template <bool kScaleMulRecip, bool kPdl, int kForm>
+template <bool kScaleMulRecip, int kPdl, int kForm>
 __global__ void __launch_bounds__(kThreads)
 quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          long long G, int kblocks, long long ss_m, long long ss_k) {
   const int lane = threadIdx.x & 31, seg = lane & 7;
   const long long gw = (static_cast<long long>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32) * 4;
   if (gw >= G) return;  // warp-uniform
-  if constexpr (kPdl) pdl_wait();
+  pdl_begin<kPdl>();
   const long long g = gw + (lane >> 3);
   const bool live = g < G;
   uint4 a = make_uint4(0u, 0u, 0u, 0u), b = a;
@@ -472,7 +495,7 @@ quant_act_subwarp_kernel(const uint16_t* __restrict__ x, uint8_t* __restrict__ q
     if constexpr (kForm == 0) __stcs(dst, codes); else *dst = codes;
     if (seg == 0) s[scale_index(g, kblocks, ss_m, ss_k)] = scale;
   }
-  if constexpr (kPdl) pdl_release();
+  pdl_end<kPdl>();
 }
 
 // Launch with the programmatic-stream-serialization attribute (sm_90+; the wrapper checks).
@@ -485,15 +508,32 @@ cudaError_t launch_pdl(Kernel kernel, long long blocks, cudaStream_t stream, con
 
 template <bool kScaleMulRecip, int kForm>
 cudaError_t launch_subwarp(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
-                           long long ss_k, cudaStream_t stream, bool pdl) {
+                           long long ss_k, cudaStream_t stream, int pdl) {
   constexpr long long per_block = (kThreads / 32) * 4;
   const long long blocks = (G + per_block - 1) / per_block;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  if (pdl)
-    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, true, kForm>, blocks, stream, x, q, s, G, kblocks, ss_m,
-                      ss_k);
-  quant_act_subwarp_kernel<kScaleMulRecip, false, kForm><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  if (pdl == kPdlLate)
+    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, kPdlLate, kForm>, blocks, stream, x, q, s, G, kblocks,
+                      ss_m, ss_k);
+  if (pdl == kPdlEarly)
+    return launch_pdl(quant_act_subwarp_kernel<kScaleMulRecip, kPdlEarly, kForm>, blocks, stream, x, q, s, G, kblocks,
+                      ss_m, ss_k);
+  quant_act_subwarp_kernel<kScaleMulRecip, kPdlNone, kForm><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       x, q, s, G, kblocks, ss_m, ss_k);
+  return cudaSuccess;
+}
+
+cudaError_t launch_traffic_copy(const uint16_t* x, uint8_t* q, float* s, long long G, int kblocks, long long ss_m,
+                                long long ss_k, cudaStream_t stream, int pdl) {
+  const long long per_block = ilp_groups_per_block<2>();
+  const long long blocks = (G + per_block - 1) / per_block;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (pdl == kPdlLate)
+    return launch_pdl(traffic_copy_kernel<kPdlLate>, blocks, stream, x, q, s, G, kblocks, ss_m, ss_k);
+  if (pdl == kPdlEarly)
+    return launch_pdl(traffic_copy_kernel<kPdlEarly>, blocks, stream, x, q, s, G, kblocks, ss_m, ss_k);
+  traffic_copy_kernel<kPdlNone><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m,
+                                                                                        ss_k);
   return cudaSuccess;
 }
 
@@ -566,10 +606,13 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
   const int kblocks = K / GROUP;
   const long long G = M * kblocks;
   if (G <= 0) return cudaSuccess;
-  const bool pdl = (variant & kPdlFlag) != 0;
-  variant &= ~kPdlFlag;
-  if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 10 && variant <= 12)))
-    return cudaErrorInvalidValue;  // the ilp grid kernels and subwarp only
+  const bool pdl = (variant & kPdlFlag) != 0, early = (variant & kEarlyReleaseFlag) != 0;
+  variant &= ~(kPdlFlag | kEarlyReleaseFlag);
+  if (pdl && !(variant == 3 || variant == 4 || variant == 5 || (variant >= 9 && variant <= 12)))
+    return cudaErrorInvalidValue;  // the ilp grid kernels, traffic_copy and subwarp only
+  if (early && !(pdl && variant >= 9 && variant <= 12))
+    return cudaErrorInvalidValue;  // with PDL, traffic_copy and subwarp only (ilp always releases early)
+  const int mode = !pdl ? kPdlNone : early ? kPdlEarly : kPdlLate;
   if (variant == 0) {
     if (G > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     quant_act_naive_kernel<kScaleMulRecip><<<static_cast<unsigned>(G), dim3(32, 32), 0, stream>>>(
@@ -598,16 +641,14 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
                        : launch_ilp_persistent<kScaleMulRecip, 4>(x, q, s, G, kblocks, ss_m, ss_k, stream);
     if (e != cudaSuccess) return e;
   } else if (variant == 9) {
-    const long long per_block = ilp_groups_per_block<2>();
-    const long long blocks = (G + per_block - 1) / per_block;
-    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    traffic_copy_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, s, G, kblocks, ss_m, ss_k);
+    const cudaError_t e = launch_traffic_copy(x, q, s, G, kblocks, ss_m, ss_k, stream, mode);
+    if (e != cudaSuccess) return e;
   } else if (variant >= 10 && variant <= 12) {
     // quant_act_subwarp in its form 'ef' (10), 'plain' (11) or 'plain16' (12)
     const cudaError_t e =
-        variant == 10   ? launch_subwarp<kScaleMulRecip, 0>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
-        : variant == 11 ? launch_subwarp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl)
-                        : launch_subwarp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream, pdl);
+        variant == 10   ? launch_subwarp<kScaleMulRecip, 0>(x, q, s, G, kblocks, ss_m, ss_k, stream, mode)
+        : variant == 11 ? launch_subwarp<kScaleMulRecip, 1>(x, q, s, G, kblocks, ss_m, ss_k, stream, mode)
+                        : launch_subwarp<kScaleMulRecip, 2>(x, q, s, G, kblocks, ss_m, ss_k, stream, mode);
     if (e != cudaSuccess) return e;
   } else {
     return cudaErrorInvalidValue;
@@ -620,8 +661,9 @@ cudaError_t launch(int variant, const uint16_t* x, uint8_t* q, float* s, long lo
 
 // The binding's entry point. variant: 0 naive, 1 warp, 2 16t, 3 / 4 / 5 warp_ilp with 4 / 2 / 8 groups
 // per warp, 6 / 7 / 8 warp_ilp_persistent with 2 / 4 / 8 groups per chunk, 9 traffic_copy (diagnostic), 10 / 11 / 12
-// subwarp in its form 'ef' / 'plain' / 'plain16'; 3 / 4 / 5 / 10 / 11 / 12 plus kPdlFlag (0x100): the same kernels with
-// programmatic dependent launch. scale_mul_recip: 1 = torch on CUDA
+// subwarp in its form 'ef' / 'plain' / 'plain16'; 3 / 4 / 5 / 9 / 10 / 11 / 12 plus kPdlFlag (0x100): the same kernels with
+// programmatic dependent launch; 9 / 10 / 11 / 12 plus kPdlFlag and kEarlyReleaseFlag (0x200): releasing the next
+// kernel right after the wait instead of after the stores. scale_mul_recip: 1 = torch on CUDA
 // (amax * fp32(1/448)), 0 = true division. x (M, K) bf16; q (M, K) e4m3; s (M, K/128) fp32 with
 // element strides (ss_m, ss_k). x and q 16-byte aligned, K a multiple of 128 (the wrapper checks).
 cudaError_t fp8lab_quant_act_launch(int variant, int scale_mul_recip, const void* x, void* q, float* s,

@@ -41,7 +41,14 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   (2026-12-04).
 
 ``traffic_copy`` is a diagnostic, not a quantiser: ``quant_act_warp_ilp``'s loads and stores with
-no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape.
+no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this launch shape; with
+``pdl=True`` the same copy as a programmatic dependent launch (the ceiling of a PDL quantiser).
+
+``pdl_release`` (with ``pdl=True``): where a PDL kernel lets the next kernel in the stream launch,
+'after_stores' (``quant_act_subwarp``'s and ``traffic_copy``'s default, as SGLang's quantiser) or
+'after_wait' (before its loads; ``quant_act_warp_ilp`` always does this). Released early, the next
+kernel's blocks can be resident and waiting when this one ends; they also hold SM slots while it
+runs. Outputs do not depend on it (every PDL kernel waits before it reads).
 
 Their output is the output of ``fp8lab.kernels.baselines.quant_act_reference`` run by torch on a
 GPU, bit for bit: scale = amax * fp32(1/448) (torch's CUDA division by a Python scalar multiplies
@@ -76,6 +83,15 @@ _SUBWARP_IDS = {"ef": 10, "plain": 11, "plain16": 12}
 _PDL_FLAG = 0x100                       # quant_act.cu's kPdlFlag: the ilp grid kernels and subwarp with PDL
 PDL_VARIANTS = ("quant_act_warp_ilp", "quant_act_subwarp")   # pdl=True applies to these (ilp: grid kernel only)
 PDL_MIN_CAPABILITY = (9, 0)             # griddepcontrol and the launch attribute: sm_90 and newer
+_EARLY_RELEASE_FLAG = 0x200             # quant_act.cu's kEarlyReleaseFlag (with _PDL_FLAG; subwarp and traffic_copy)
+#: where a programmatic dependent launch lets the next kernel launch (``pdl_release``): right after
+#: its wait, before its loads, or after its stores
+PDL_RELEASES = ("after_wait", "after_stores")
+#: each PDL kernel's release when ``pdl_release`` is None, and the releases it can do
+PDL_DEFAULT_RELEASE = {"quant_act_warp_ilp": "after_wait", "quant_act_subwarp": "after_stores",
+                       "traffic_copy": "after_stores"}
+PDL_RELEASE_CHOICES = {"quant_act_warp_ilp": ("after_wait",), "quant_act_subwarp": PDL_RELEASES,
+                       "traffic_copy": PDL_RELEASES}
 SCALE_RULES = ("torch_cuda", "true_division")
 SCALE_LAYOUTS = ("row", "m_major")
 # Launch facts of the naive kernel (seed 001: "32 of 1024 threads do work", 128 atomics per group)
@@ -203,7 +219,7 @@ def quant_act_emulate(x, scale_rule: str = "torch_cuda") -> tuple[np.ndarray, np
 
 def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", scale_rule: str = "torch_cuda",
               q_out=None, s_out=None, groups_per_warp=None, persistent: Optional[bool] = None, pdl: bool = False,
-              subwarp_form: Optional[str] = None):
+              subwarp_form: Optional[str] = None, pdl_release: Optional[str] = None):
     """x (M, K) bf16 CUDA tensor -> (q (M, K) float8_e4m3fn, s (M, K/128) float32).
 
     scale_layout 'row' gives s row-major (as quant_act_reference); 'm_major' gives strides (1, M),
@@ -214,6 +230,9 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     persistent grid-stride kernel, False / None the one-chunk-per-warp grid. pdl: quant_act_warp_ilp's
     grid kernel and quant_act_subwarp, sm_90 and newer: a programmatic dependent launch (see the module's text).
     subwarp_form: quant_act_subwarp only, one of SUBWARP_FORMS (None: SUBWARP_DEFAULT_FORM, 'plain16'; see the module's text).
+    pdl_release: with pdl=True, where the kernel lets the next one launch: 'after_wait' (at once, before
+    its loads) or 'after_stores'; None: the kernel's own (PDL_DEFAULT_RELEASE: quant_act_warp_ilp
+    after the wait, the only one it has; quant_act_subwarp after its stores). Outputs are the same.
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     vid = _variant_id(variant, groups_per_warp, persistent, subwarp_form)
@@ -222,6 +241,7 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
         _need(variant in PDL_VARIANTS and not persistent,
               f"pdl applies to quant_act_warp_ilp's grid kernel and quant_act_subwarp only, not {variant}"
               + (" with persistent=True" if persistent else ""))
+    early = _early_release(variant, pdl, pdl_release)
     if vid is None:   # auto: needs the device's SM count
         _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")
         _need(x.dim() == 2, f"x must be 2-D (M, K), got shape {tuple(x.shape)}")
@@ -233,8 +253,21 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
         cap = _capability(x.device.index)
         _need(cap >= PDL_MIN_CAPABILITY, f"pdl needs sm_90 or newer (programmatic dependent launch); this GPU "
                                          f"is sm_{cap[0]}{cap[1]}")
-        vid |= _PDL_FLAG
+        vid |= _PDL_FLAG | (_EARLY_RELEASE_FLAG if early else 0)
     return _launch(x, vid, scale_layout, scale_rule, q_out, s_out)
+
+
+def _early_release(kernel: str, pdl: bool, pdl_release) -> bool:
+    """Whether ``kernel`` launched with ``pdl`` and ``pdl_release`` needs the early-release bit
+    (ValueError for a release it cannot do, or a release without pdl=True)."""
+    if pdl_release is None:
+        return False
+    _need(isinstance(pdl_release, str) and pdl_release in PDL_RELEASES,
+          f"pdl_release must be one of {PDL_RELEASES} or None, got {pdl_release!r}")
+    _need(pdl, "pdl_release applies with pdl=True only")
+    _need(pdl_release in PDL_RELEASE_CHOICES[kernel],
+          f"{kernel} releases the next kernel {' or '.join(PDL_RELEASE_CHOICES[kernel])} only, not {pdl_release}")
+    return kernel != "quant_act_warp_ilp" and pdl_release == "after_wait"
 
 
 def pdl_supported(device=None) -> bool:
@@ -276,10 +309,22 @@ def _sm_count(index) -> int:
     return _SMS[i]
 
 
-def traffic_copy(x, *, q_out=None, s_out=None):
+def traffic_copy(x, *, q_out=None, s_out=None, pdl: bool = False, pdl_release: Optional[str] = None):
     """Diagnostic: quant_act_warp_ilp's memory traffic with no arithmetic. Writes the high byte of
-    every bf16 of x as its 'code' and 1.0 as every scale (not a quantisation)."""
-    return _launch(x, _TRAFFIC_COPY_ID, "row", "torch_cuda", q_out, s_out)
+    every bf16 of x as its 'code' and 1.0 as every scale (not a quantisation). pdl (sm_90+) and
+    pdl_release as for quant_act: the same copy as a programmatic dependent launch, waiting before
+    its loads and releasing the next kernel after its stores (the default) or right after the
+    wait: the yardstick of a quantiser launched that way."""
+    _need(pdl in (True, False), f"pdl must be True or False, got {pdl!r}")
+    vid = _TRAFFIC_COPY_ID
+    if pdl or pdl_release is not None:
+        early = _early_release("traffic_copy", pdl, pdl_release)
+        _need(_is_cuda_tensor(x), "x must be a CUDA torch.Tensor")
+        cap = _capability(x.device.index)
+        _need(cap >= PDL_MIN_CAPABILITY, f"pdl needs sm_90 or newer (programmatic dependent launch); this GPU "
+                                         f"is sm_{cap[0]}{cap[1]}")
+        vid |= _PDL_FLAG | (_EARLY_RELEASE_FLAG if early else 0)
+    return _launch(x, vid, "row", "torch_cuda", q_out, s_out)
 
 
 def _variant_id(variant: str, groups_per_warp, persistent=None, subwarp_form=None) -> Optional[int]:

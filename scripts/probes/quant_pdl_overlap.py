@@ -5,6 +5,12 @@ programmatic dependent launch, as SGLang launches it on sm_90) is 1.2-1.5x faste
 plain launch. Here both run plain and with PDL, and the same-traffic copy plainly, in one process,
 with 06b's timing (quantisers._time: CUDA-graph replay, inputs rotated past 2x L2).
 
+Where the next kernel is released (pdl_release): subwarp, like SGLang's kernel, lets the next kernel
+launch after its stores; quant_act_warp_ilp releases right after its wait, and in 06b (H200, 722fafc)
+its PDL launch was faster than subwarp's at M = 1 and 16 (0.96 / 1.06 us against 1.22 / 1.32). So
+subwarp runs with both releases, and the same-traffic copy (traffic_copy) as a PDL launch with both,
+the yardstick for a PDL quantiser (a plain copy pays the launch gap a PDL launch hides).
+
     python scripts/probes/quant_pdl_overlap.py        (needs `python -m fp8lab.peers build sglang-quant`)
 
 Correctness first: each SGLang launch's codes and scales against the plain SGLang launch's (bitwise),
@@ -35,17 +41,31 @@ def subwarp(x, q, s, pdl):
     qa.quant_act(x, "quant_act_subwarp", q_out=q, s_out=s, pdl=pdl)
 
 
+def subwarp_early(x, q, s, pdl):
+    qa.quant_act(x, "quant_act_subwarp", q_out=q, s_out=s, pdl=pdl, pdl_release="after_wait")
+
+
+def ilp(x, q, s, pdl):
+    qa.quant_act(x, "quant_act_warp_ilp", q_out=q, s_out=s, pdl=pdl)
+
+
 def copy(x, q, s, pdl):
-    qa.traffic_copy(x, q_out=q, s_out=s)
+    qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl)
 
 
-ARMS = {"subwarp": (subwarp, False), "subwarp + PDL": (subwarp, True), "sglang": (sglang, False),
-        "sglang + PDL": (sglang, True), "copy": (copy, False)}
+def copy_early(x, q, s, pdl):
+    qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl, pdl_release="after_wait")
+
+
+COPIES = ("copy", "copy + PDL", "copy + PDL early")
+ARMS = {"subwarp": (subwarp, False), "subwarp + PDL": (subwarp, True), "subwarp + PDL early": (subwarp_early, True),
+        "ilp + PDL (early)": (ilp, True), "sglang": (sglang, False), "sglang + PDL": (sglang, True),
+        "copy": (copy, False), "copy + PDL": (copy, True), "copy + PDL early": (copy_early, True)}
 
 x = qx.make_input(83, K)
 ref_q, ref_s = baselines.quant_act_reference(x)
 for name, (f, pdl) in ARMS.items():
-    if name == "copy":
+    if name in COPIES:
         continue
     q = torch.full((83, K), float("nan"), device="cuda").to(torch.float8_e4m3fn)
     s = torch.full((83, K // 128), float("nan"), device="cuda")
@@ -86,7 +106,18 @@ print("\nratios")
 r = pd.DataFrame({"subwarp / sglang (both plain)": us.loc["subwarp"] / us.loc["sglang"],
                   "subwarp+PDL / sglang+PDL": us.loc["subwarp + PDL"] / us.loc["sglang + PDL"],
                   "sglang plain / sglang PDL": us.loc["sglang"] / us.loc["sglang + PDL"],
-                  "subwarp plain / subwarp PDL": us.loc["subwarp"] / us.loc["subwarp + PDL"]}).T
+                  "subwarp plain / subwarp PDL": us.loc["subwarp"] / us.loc["subwarp + PDL"],
+                  "subwarp+PDL early / subwarp+PDL": us.loc["subwarp + PDL early"] / us.loc["subwarp + PDL"],
+                  "subwarp+PDL early / sglang+PDL": us.loc["subwarp + PDL early"] / us.loc["sglang + PDL"],
+                  "copy+PDL early / copy+PDL": us.loc["copy + PDL early"] / us.loc["copy + PDL"]}).T
 print(r.round(3).to_string())
+print("\nfraction of the same-traffic copy launched the same way (time of copy / time of arm)")
+f = pd.DataFrame({"subwarp / copy": us.loc["copy"] / us.loc["subwarp"],
+                  "sglang / copy": us.loc["copy"] / us.loc["sglang"],
+                  "subwarp+PDL / copy+PDL": us.loc["copy + PDL"] / us.loc["subwarp + PDL"],
+                  "sglang+PDL / copy+PDL": us.loc["copy + PDL"] / us.loc["sglang + PDL"],
+                  "subwarp+PDL early / copy+PDL early": us.loc["copy + PDL early"] / us.loc["subwarp + PDL early"],
+                  "ilp+PDL / copy+PDL early": us.loc["copy + PDL early"] / us.loc["ilp + PDL (early)"]}).T
+print(f.round(3).to_string())
 print(f"total {time.time() - T0:.0f} s")
 sys.exit(0)
