@@ -1,11 +1,14 @@
-"""quant_act_warp_ilp as a programmatic dependent launch (pdl=True, issue 22's quantiser target) on
-a GPU: bit for bit against the torch reference at every groups_per_warp and 'auto', odd M, K in
-{128, 384, 7168}, poisoned outputs, both scale layouts; it waits for the kernel before it (an input
-written by the previous kernel in the stream is the one quantised), inside a CUDA graph too; off
-sm_90 it is refused with one line."""
+"""The quantisers as programmatic dependent launches (pdl=True, issue 22's quantiser target) on a
+GPU: quant_act_warp_ilp bit for bit against the torch reference at every groups_per_warp and
+'auto', odd M, K in {128, 384, 7168}, poisoned outputs, both scale layouts (quant_act_subwarp's:
+test_quant_act_subwarp_gpu); each waits for the kernel before it (an input written by the previous
+kernel in the stream is the one quantised), eagerly and inside a CUDA graph, also when that kernel
+is itself a PDL launch that released the quantiser early (traffic_copy); off sm_90 it is refused
+with one line."""
 
 import pytest
 
+from cuda_graph import run_eager_or_in_graph
 from test_quant_act_ilp_gpu import _special, _wide
 
 pytestmark = pytest.mark.gpu
@@ -67,17 +70,11 @@ def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant, release)
             torch.mul(srcs[i], 1, out=x)                   # a kernel (not a memcpy) writes the input
             qa.quant_act(x, variant, q_out=qs[i], s_out=ss[i], pdl=True, pdl_release=release)
 
-    torch.cuda.synchronize()
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
+    def poison():
         for q in qs:
             q.view(torch.uint8).fill_(0x55)
-        g.replay()
-    else:
-        body()
-    torch.cuda.synchronize()
+
+    run_eager_or_in_graph(body, graph, poison)
     for i in range(rounds):
         rq, rs = baselines.quant_act_reference(srcs[i])
         assert torch.equal(qs[i].view(torch.uint8), rq.view(torch.uint8)), i
@@ -112,17 +109,11 @@ def test_pdl_quantiser_waits_for_a_pdl_kernel_that_writes_its_input(graph, relea
                             pdl_release=release)
             qa.quant_act(y, "quant_act_subwarp", q_out=qs[i], s_out=ss[i], pdl=True, pdl_release=release)
 
-    torch.cuda.synchronize()
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
+    def poison():
         for q in qs:
             q.view(torch.uint8).fill_(0x55)
-        g.replay()
-    else:
-        body()
-    torch.cuda.synchronize()
+
+    run_eager_or_in_graph(body, graph, poison)
     for i in range(rounds):
         want_y = (srcs[i].view(torch.int16) >> 8).to(torch.uint8).view(torch.bfloat16)
         rq, rs = baselines.quant_act_reference(want_y)

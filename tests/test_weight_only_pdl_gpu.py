@@ -15,6 +15,8 @@ inside a CUDA graph. Bad input refused in one line."""
 import numpy as np
 import pytest
 
+from cuda_graph import run_eager_or_in_graph
+
 from fp8lab.emulate.compare import relerr
 from fp8lab.kernels import weight_only as wo
 from test_weight_only_streamk_gpu import _case, _clean
@@ -116,17 +118,11 @@ def test_pdl_waits_for_the_kernel_that_writes_its_activations(graph, fmt):
             wo.gemv_w16(x, pw1, out=y, pdl=True, **first)
             wo.gemv_w16(y, pw2, out=zs[i], pdl=True, **second)
 
-    torch.cuda.synchronize()
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
+    def poison():
         for z in zs:
             z.fill_(float("nan"))
-        g.replay()
-    else:
-        body()
-    torch.cuda.synchronize()
+
+    run_eager_or_in_graph(body, graph, poison)
     for i in range(rounds):
         assert torch.equal(zs[i].view(torch.int16), want[i].view(torch.int16)), i
     assert not torch.equal(zs[0], zs[1])
