@@ -289,6 +289,39 @@ def test_target_table_reports_on_subwarp_with_its_own_pdl_twin():
     assert qx.pdl_twin("quant_act_warp") is None and qx.pdl_twin(None) is None
 
 
+def test_target_table_holds_the_pdl_twin_to_the_pdl_copy():
+    rows = [{"arm": a, "M": M, "K": 7168, "status": "measured", "time_p50_s": 2e-6, "fraction_of_copy": f}
+            for M in (1, 256) for a, f in (("quant_act_subwarp", 0.72 if M == 1 else 0.91),
+                                            (qx.SUBWARP_PDL_ARM, 0.88 if M == 1 else 1.10),
+                                            (qx.PDL_COPY, 0.96 if M == 1 else 1.20))]
+    t = qx.target_table(pd.DataFrame(rows)).set_index("M")
+    # 0.88 / 0.96 = 0.917 >= 0.80 at M = 1; 1.10 / 1.20 = 0.917 >= 0.88 at M = 256
+    assert t.loc[1, "pdl_fraction_of_pdl_copy"] == pytest.approx(0.88 / 0.96)
+    assert t.loc[256, "pdl_fraction_of_pdl_copy"] == pytest.approx(1.10 / 1.20)
+    assert list(t["met"]) == [False, True] and list(t["pdl_met"]) == [True, True]
+    # the PDL arm under its copy at M = 256: missed there, and only there
+    rows[-1]["fraction_of_copy"] = 1.30
+    t = qx.target_table(pd.DataFrame(rows)).set_index("M")
+    assert list(t["pdl_met"]) == [True, False]
+    # tables from before the PDL copy existed: NaN, never met
+    old = pd.DataFrame([r for r in rows if r["arm"] != qx.PDL_COPY])
+    t = qx.target_table(old)
+    assert t["pdl_fraction_of_pdl_copy"].isna().all() and not t["pdl_met"].any()
+    assert qx.PDL_COPY in qx.DIAGNOSTIC_ARMS and qx.PDL_COPY not in qx.ARMS
+
+
+def test_pdl_release_defaults():
+    # quant_act_subwarp and traffic_copy release right after the wait unless told otherwise; the
+    # ilp kernel always does, without the flag bit
+    assert qa._early_release("quant_act_subwarp", True, None) and qa._early_release("traffic_copy", True, None)
+    assert not qa._early_release("quant_act_subwarp", True, "after_stores")
+    assert not qa._early_release("traffic_copy", True, "after_stores")
+    assert not qa._early_release("quant_act_warp_ilp", True, None)
+    assert not qa._early_release("quant_act_subwarp", False, None)
+    assert qa.PDL_DEFAULT_RELEASE == {"quant_act_warp_ilp": "after_wait", "quant_act_subwarp": "after_wait",
+                                      "traffic_copy": "after_wait"}
+
+
 def test_target_table_prices_a_peer_against_the_copy_timed_beside_fp8labs_kernel():
     # the peers table of a measured run has no copy of its own: its fraction is the peer's
     # bandwidth over the same-traffic copy of fp8lab's row at that M

@@ -48,7 +48,7 @@ def test_pdl_bitwise_equal_to_reference(M, K, kind):
 
 
 @pytest.mark.parametrize("variant,release", [("quant_act_warp_ilp", None), ("quant_act_subwarp", None),
-                                             ("quant_act_subwarp", "after_wait")])
+                                             ("quant_act_subwarp", "after_stores")])
 @pytest.mark.parametrize("graph", [False, True])
 def test_pdl_waits_for_the_kernel_that_writes_its_input(graph, variant, release):
     """A kernel writes x, the PDL launch quantises it at once, back to back, many times over with a

@@ -17,7 +17,7 @@ SUB = "quant_act_subwarp"
 @pytest.mark.parametrize("M,K", [(1, 128), (1, 384), (5, 128), (7, 384), (16, 7168), (83, 7168), (4097, 128),
                                  (4097, 7168)])
 @pytest.mark.parametrize("kind", ["special", "wide"])
-@pytest.mark.parametrize("pdl,release", [(False, None), (True, None), (True, "after_wait")])
+@pytest.mark.parametrize("pdl,release", [(False, None), (True, None), (True, "after_stores")])
 @pytest.mark.parametrize("form", ["ef", "plain", "plain16"])
 def test_subwarp_bitwise_equal_to_reference(M, K, kind, pdl, release, form):
     import torch

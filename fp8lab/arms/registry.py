@@ -115,10 +115,12 @@ _ROWS = (
     _arm("quant_act_warp_ilp", "quant_act_warp_ilp", "#AA4499", count=("quant_act",)),
     _arm("quant_act_warp_ilp_pdl", "quant_act_warp_ilp + PDL (launch overlaps the kernel before)", "#5D2E8C", short="ilp + PDL", count=("quant_act",)),
     _arm("quant_act_subwarp", "quant_act_subwarp (8 lanes x 32 B per group)", "#117777", short="subwarp", count=("quant_act",)),
-    _arm("quant_act_subwarp_pdl", "quant_act_subwarp + PDL (waits, then releases after its stores)", "#0B4F4F", short="subwarp + PDL", count=("quant_act",)),
+    _arm("quant_act_subwarp_pdl", "quant_act_subwarp + PDL (waits, then releases the next kernel)", "#0B4F4F", short="subwarp + PDL", count=("quant_act",)),
     _arm("torch_reference", "torch_reference", "#EE3377", count=("quant_act",)),
     _arm("traffic_copy", "traffic_copy (same bytes, no math)", "#DDCC77", short="traffic_copy",
          count=("quant_act",)),
+    _arm("traffic_copy_pdl", "traffic_copy + PDL (the yardstick of the PDL arms)", "#A89F3C",
+         short="traffic_copy + PDL", count=("quant_act",)),
     # --- the kernels behind the measured ceilings (notebook 00)
     _arm("copy_d2d", "device-to-device copy", "#009988", short="copy"),
     _arm("fma_peak", "fma_peak (FP32 FMA kernel)", "#999933", short="fma_peak"),

@@ -67,6 +67,7 @@ WHERE = {
     "quant_act_subwarp": Where(_QUANT, _QUANT_CALL, _QUANT_REF),
     "quant_act_subwarp_pdl": Where(_QUANT, _QUANT_CALL, _QUANT_REF),
     "traffic_copy": Where(_QUANT, "fp8lab.kernels.quant_act:traffic_copy"),
+    "traffic_copy_pdl": Where(_QUANT, "fp8lab.kernels.quant_act:traffic_copy"),
     "fma_peak": Where((_K + "fma_peak.py",), "fp8lab.kernels.fma_peak:launch", "fp8lab.kernels.fma_peak:reference"),
     "hmma_peak": Where((_K + "hmma_peak.cu", _K + "hmma_peak_ext.cpp"), "fp8lab.kernels.hmma_peak:launch",
                        "fp8lab.kernels.hmma_peak:reference"),

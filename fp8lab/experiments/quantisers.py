@@ -25,8 +25,9 @@ above). Which method a call gets is decided from its GPU time alone (a short gra
 from an event pair around one Python call: the Python wrapper's ~10-20 us of host time made every
 call look slow and sent every row to events, where an SM kernel pays a few us of launch gap that
 the copy (cudaMemcpyAsync) does not. ``diagnostic_arms`` adds ``traffic_copy`` (the ilp kernel's
-loads and stores with no arithmetic: the ceiling of that launch shape); where that would need more than ``MAX_SETS`` copies (M = 1, 16 at K = 7168: a few tens
-of KB) the input is L2-resident and the row says so: those are latency, not bandwidth, figures.
+loads and stores with no arithmetic: the ceiling of that launch shape) and ``traffic_copy_pdl`` (the
+same as a programmatic dependent launch: the ceiling the PDL arms are held to); where that would
+need more than ``MAX_SETS`` copies (M = 1, 16 at K = 7168: a few tens of KB) the input is L2-resident and the row says so: those are latency, not bandwidth, figures.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..measure.progress import progress as track
 
 __all__ = ["DEFAULT_MS", "DEFAULT_KS", "TARGET_M_RANGE", "TARGET_FRACTION", "TARGET_SMALL_M_RANGE",
            "TARGET_SMALL_FRACTION", "TARGET_BANDS", "ARMS", "PDL_ARM", "SUBWARP_PDL_ARM", "PDL_ARMS", "DIAGNOSTIC_ARMS", "TIMINGS",
-           "TARGET_ARMS", "LAUNCH_SHAPE_COPY", "pdl_twin", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS",
+           "TARGET_ARMS", "LAUNCH_SHAPE_COPY", "PDL_COPY", "pdl_twin", "FIX_ARM", "MIN_SPEEDUP", "make_input", "measure", "target_arm", "target_rows", "target_table", "b6_verdict", "COLUMNS",
            "NCU_ENV", "NCU_ARMS", "ncu_workload", "profile_quantisers"]
 
 DEFAULT_MS = (1, 16, 256, 1024, 4096, 8192)
@@ -63,12 +64,17 @@ MAX_SETS = 256
 #: quant_act_warp_ilp launched as a programmatic dependent launch (qa.quant_act(..., pdl=True)):
 #: the same kernel and launch shape, its launch latency overlapping the previous kernel's tail (sm_90+)
 PDL_ARM = "quant_act_warp_ilp_pdl"
-#: quant_act_subwarp as a programmatic dependent launch (waits before its loads, releases after its stores,
-#: as SGLang's quantiser does on sm_90+): the like-for-like pairing with that peer
+#: quant_act_subwarp as a programmatic dependent launch (waits before its loads and releases the next kernel
+#: right after that, quant_act.PDL_DEFAULT_RELEASE; SGLang's quantiser, also launched so on sm_90+,
+#: releases after its stores)
 SUBWARP_PDL_ARM = "quant_act_subwarp_pdl"
 PDL_ARMS = {PDL_ARM: "quant_act_warp_ilp", SUBWARP_PDL_ARM: "quant_act_subwarp"}
 ARMS = (*qa.VARIANTS, PDL_ARM, SUBWARP_PDL_ARM, "torch_reference")
-DIAGNOSTIC_ARMS = ("traffic_copy",)
+#: traffic_copy as a programmatic dependent launch with quant_act's default release (that of both PDL arms):
+#: the yardstick of a PDL quantiser, which a plain copy is not (a PDL launch hides the launch gap a plain
+#: launch pays; the target table's pdl_fraction_of_pdl_copy)
+PDL_COPY = "traffic_copy_pdl"
+DIAGNOSTIC_ARMS = ("traffic_copy", PDL_COPY)
 #: other people's per-token-group quantisers (issue 17): fp8lab.peers.sweeps.quantisers
 PEERS = peer_catalog.ids_for("06b")
 TIMINGS = ("auto", "events", "graph")
@@ -232,12 +238,16 @@ def measure(Ms: Sequence[int] = DEFAULT_MS, Ks: Sequence[int] = DEFAULT_KS, *, a
                         r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
                         rows.append(r)
                         continue
-                if arm == "traffic_copy":
+                if arm == PDL_COPY and not qa.pdl_supported(xs[0].device.index):
+                    r["status"] = "not-run: needs sm_90 or newer (programmatic dependent launch)"
+                    rows.append(r)
+                    continue
+                if arm in ("traffic_copy", PDL_COPY):
                     outs = [(torch.empty((M, K), dtype=torch.float8_e4m3fn, device="cuda"),
                              torch.empty((M, K // qa.GROUP), dtype=torch.float32, device="cuda")) for _ in xs]
 
-                    def make(i, outs=outs):
-                        return lambda: qa.traffic_copy(xs[i], q_out=outs[i][0], s_out=outs[i][1])
+                    def make(i, outs=outs, pdl=arm == PDL_COPY):
+                        return lambda: qa.traffic_copy(xs[i], q_out=outs[i][0], s_out=outs[i][1], pdl=pdl)
                 elif arm == "torch_reference":
                     def make(i):
                         return lambda: baselines.quant_act_reference(xs[i])
@@ -302,9 +312,13 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
     those rows: ``pdl_fraction_of_copy`` (the same kernel as a programmatic dependent launch: the
     arm's twin in PDL_ARMS, ``pdl_arm``) and ``launch_shape_fraction_of_copy`` (the copy with the
     arm's launch shape, loads and stores with no arithmetic: LAUNCH_SHAPE_COPY; NaN for an arm
-    that has none)."""
+    that has none). ``pdl_fraction_of_pdl_copy``: the PDL twin's bandwidth over PDL_COPY's (the
+    same-traffic copy launched the same way, when the table has it), and ``pdl_met`` whether that
+    reaches the goal: the like-for-like figure for a PDL launch, as fraction_of_copy is for the
+    plain one (NaN / False without those rows)."""
     cols = ["arm", "M", "K", "fraction_of_copy", "target", "met", "pdl_arm", "pdl_fraction_of_copy",
-            "launch_shape_fraction_of_copy", "best_peer", "peer_fraction_of_copy"]
+            "pdl_fraction_of_pdl_copy", "pdl_met", "launch_shape_fraction_of_copy", "best_peer",
+            "peer_fraction_of_copy"]
     d = df[(df["K"] == K) & (df["status"] == "measured")]
     arm = target_arm(d)
     twin = pdl_twin(arm)
@@ -323,9 +337,11 @@ def target_table(df: pd.DataFrame, K: int = 7168, peers: Optional[pd.DataFrame] 
         for _, r in w.iterrows():
             p = pm[pm["M"] == r["M"]] if len(pm) else pm
             best = p.loc[p["time_p50_s"].idxmin()] if len(p) else None
+            pdl_vs_pdl = at(twin, r["M"]) / at(PDL_COPY, r["M"]) if twin else math.nan
             rows.append(dict(arm=arm, M=int(r["M"]), K=K, fraction_of_copy=r["fraction_of_copy"], target=goal,
                              met=bool(r["fraction_of_copy"] >= goal), pdl_arm=twin or "",
                              pdl_fraction_of_copy=at(twin, r["M"]) if twin else math.nan,
+                             pdl_fraction_of_pdl_copy=pdl_vs_pdl, pdl_met=bool(pdl_vs_pdl >= goal),
                              launch_shape_fraction_of_copy=at(shape_copy, r["M"]) if shape_copy else math.nan,
                              best_peer=best["arm"] if best is not None else "",
                              peer_fraction_of_copy=_peer_fraction(best, r)))

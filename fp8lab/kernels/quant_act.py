@@ -29,8 +29,8 @@ Three CUDA kernels (``quant_act.cu``), one arithmetic:
   of one group per 8 lanes; ``quant_act_warp_ilp``'s per-element arithmetic (so its outputs, bit
   for bit). The work split of SGLang's per-token-group quantiser, which notebook 06b measured
   ahead of ``quant_act_warp_ilp`` at M >= 256 on the H200 (2026-12-04). ``pdl=True`` (sm_90+): a
-  programmatic dependent launch that waits before its loads and releases the next kernel after
-  its stores. ``subwarp_form`` (issue 22's probe of what still separates it from SGLang's kernel;
+  programmatic dependent launch that waits before its loads and by default releases the next
+  kernel right after that wait (``pdl_release``). ``subwarp_form`` (issue 22's probe of what still separates it from SGLang's kernel;
   outputs bit for bit the same in all three): 'ef' (evict-first loads and stores, as every other
   kernel here), 'plain' (no evict-first hint: loads through the read-only path, where SGLang's
   are plain ld.global; stores with the default cache policy, as SGLang's), 'plain16' (the
@@ -45,10 +45,15 @@ no arithmetic (codes = the high bytes of x, scales = 1), the ceiling of this lau
 ``pdl=True`` the same copy as a programmatic dependent launch (the ceiling of a PDL quantiser).
 
 ``pdl_release`` (with ``pdl=True``): where a PDL kernel lets the next kernel in the stream launch,
-'after_stores' (``quant_act_subwarp``'s and ``traffic_copy``'s default, as SGLang's quantiser) or
-'after_wait' (before its loads; ``quant_act_warp_ilp`` always does this). Released early, the next
-kernel's blocks can be resident and waiting when this one ends; they also hold SM slots while it
-runs. Outputs do not depend on it (every PDL kernel waits before it reads).
+'after_wait' (before its loads: the default of all three; ``quant_act_warp_ilp`` has no other) or
+'after_stores' (as SGLang's quantiser). The next kernel launches once every block of this one has
+released or exited: released after the wait, that is as soon as the last block has started, so
+the next kernel's blocks are resident and waiting when this one ends. Outputs do not depend on it
+(every PDL kernel waits before it reads). Why 'after_wait' is the default:
+scripts/probes/quant_pdl_overlap.py at 339820a (H200, K = 7168, CUDA-graph replay of back-to-back
+launches, inputs rotated) timed subwarp releasing after the wait at 0.88 / 0.84 / 1.00 / 0.99 /
+1.00 of its time releasing after the stores at M = 1 / 16 / 256 / 1024 / 4096 (1.03 against
+1.17 us at M = 1), and the copy at 0.85 / 0.90 / 1.03 / 1.01 / 1.00.
 
 Their output is the output of ``fp8lab.kernels.baselines.quant_act_reference`` run by torch on a
 GPU, bit for bit: scale = amax * fp32(1/448) (torch's CUDA division by a Python scalar multiplies
@@ -87,9 +92,9 @@ _EARLY_RELEASE_FLAG = 0x200             # quant_act.cu's kEarlyReleaseFlag (with
 #: where a programmatic dependent launch lets the next kernel launch (``pdl_release``): right after
 #: its wait, before its loads, or after its stores
 PDL_RELEASES = ("after_wait", "after_stores")
-#: each PDL kernel's release when ``pdl_release`` is None, and the releases it can do
-PDL_DEFAULT_RELEASE = {"quant_act_warp_ilp": "after_wait", "quant_act_subwarp": "after_stores",
-                       "traffic_copy": "after_stores"}
+#: each PDL kernel's release when ``pdl_release`` is None (see the module's text), and the releases it can do
+PDL_DEFAULT_RELEASE = {"quant_act_warp_ilp": "after_wait", "quant_act_subwarp": "after_wait",
+                       "traffic_copy": "after_wait"}
 PDL_RELEASE_CHOICES = {"quant_act_warp_ilp": ("after_wait",), "quant_act_subwarp": PDL_RELEASES,
                        "traffic_copy": PDL_RELEASES}
 SCALE_RULES = ("torch_cuda", "true_division")
@@ -231,8 +236,8 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
     grid kernel and quant_act_subwarp, sm_90 and newer: a programmatic dependent launch (see the module's text).
     subwarp_form: quant_act_subwarp only, one of SUBWARP_FORMS (None: SUBWARP_DEFAULT_FORM, 'plain16'; see the module's text).
     pdl_release: with pdl=True, where the kernel lets the next one launch: 'after_wait' (at once, before
-    its loads) or 'after_stores'; None: the kernel's own (PDL_DEFAULT_RELEASE: quant_act_warp_ilp
-    after the wait, the only one it has; quant_act_subwarp after its stores). Outputs are the same.
+    its loads) or 'after_stores' (quant_act_subwarp only); None: PDL_DEFAULT_RELEASE, 'after_wait'
+    for both. Outputs are the same.
     """
     _need(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     vid = _variant_id(variant, groups_per_warp, persistent, subwarp_form)
@@ -260,14 +265,16 @@ def quant_act(x, variant: str = "quant_act_warp", *, scale_layout: str = "row", 
 def _early_release(kernel: str, pdl: bool, pdl_release) -> bool:
     """Whether ``kernel`` launched with ``pdl`` and ``pdl_release`` needs the early-release bit
     (ValueError for a release it cannot do, or a release without pdl=True)."""
-    if pdl_release is None:
+    if pdl_release is not None:
+        _need(isinstance(pdl_release, str) and pdl_release in PDL_RELEASES,
+              f"pdl_release must be one of {PDL_RELEASES} or None, got {pdl_release!r}")
+        _need(pdl, "pdl_release applies with pdl=True only")
+        _need(pdl_release in PDL_RELEASE_CHOICES[kernel],
+              f"{kernel} releases the next kernel {' or '.join(PDL_RELEASE_CHOICES[kernel])} only, not {pdl_release}")
+    if not pdl:
         return False
-    _need(isinstance(pdl_release, str) and pdl_release in PDL_RELEASES,
-          f"pdl_release must be one of {PDL_RELEASES} or None, got {pdl_release!r}")
-    _need(pdl, "pdl_release applies with pdl=True only")
-    _need(pdl_release in PDL_RELEASE_CHOICES[kernel],
-          f"{kernel} releases the next kernel {' or '.join(PDL_RELEASE_CHOICES[kernel])} only, not {pdl_release}")
-    return kernel != "quant_act_warp_ilp" and pdl_release == "after_wait"
+    release = PDL_DEFAULT_RELEASE[kernel] if pdl_release is None else pdl_release
+    return kernel != "quant_act_warp_ilp" and release == "after_wait"
 
 
 def pdl_supported(device=None) -> bool:
@@ -313,8 +320,8 @@ def traffic_copy(x, *, q_out=None, s_out=None, pdl: bool = False, pdl_release: O
     """Diagnostic: quant_act_warp_ilp's memory traffic with no arithmetic. Writes the high byte of
     every bf16 of x as its 'code' and 1.0 as every scale (not a quantisation). pdl (sm_90+) and
     pdl_release as for quant_act: the same copy as a programmatic dependent launch, waiting before
-    its loads and releasing the next kernel after its stores (the default) or right after the
-    wait: the yardstick of a quantiser launched that way."""
+    its loads and releasing the next kernel right after the wait (the default) or after its
+    stores: the yardstick of a quantiser launched that way."""
     _need(pdl in (True, False), f"pdl must be True or False, got {pdl!r}")
     vid = _TRAFFIC_COPY_ID
     if pdl or pdl_release is not None:
