@@ -28,7 +28,10 @@ def test_swapab_rule_fills_the_sms_and_keeps_two_k_blocks(M, N, K):
 
 
 def test_swapab_config_checks():
-    assert tw._check_swapab({"SPLIT_K": 8}) == dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=8, num_warps=4, num_stages=4)
+    assert tw._check_swapab({"SPLIT_K": 8}) == dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=8, num_warps=4, num_stages=4,
+                                                    DEQ="trick")
+    with pytest.raises(ValueError, match="swapab DEQ must be one of"):
+        tw._check_swapab({"DEQ": "lut"})
     with pytest.raises(ValueError, match="swapab SPLIT_K must be one of"):
         tw._check_swapab({"SPLIT_K": 3})
     with pytest.raises(ValueError, match="swapab BLOCK_W must be one of"):
@@ -92,8 +95,10 @@ def test_interpreter_runs_the_swapab_kernel(tmp_path):
     assert proc.stdout.count("swapab ") == 4
 
 
-@pytest.mark.parametrize("BLOCK_W, BLOCK_T, SPLIT_K", [(128, 16, 4), (64, 64, 1)])
-def test_swapab_compiles_to_hgmma_without_fp8_for_sm90(BLOCK_W, BLOCK_T, SPLIT_K):
+@pytest.mark.parametrize("BLOCK_W, BLOCK_T, SPLIT_K, DEQ", [(128, 16, 4, "trick"), (64, 64, 1, "trick"),
+                                                          (128, 16, 4, "cvt")])
+def test_swapab_compiles_to_hgmma_for_sm90(BLOCK_W, BLOCK_T, SPLIT_K, DEQ):
+    """bf16 HGMMA, no FP8 MMA, no local memory; FP8 conversion instructions only with DEQ='cvt'."""
     import tempfile
     from pathlib import Path
 
@@ -101,11 +106,11 @@ def test_swapab_compiles_to_hgmma_without_fp8_for_sm90(BLOCK_W, BLOCK_T, SPLIT_K
     from fp8lab.toolchain.tools import have_tool
     if not have_tool("cuobjdump"):
         pytest.skip("needs cuobjdump")
-    r = tw.triton_w8a16_swapab_resource_usage("sm_90", BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K)
+    r = tw.triton_w8a16_swapab_resource_usage("sm_90", BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, DEQ=DEQ)
     p = Path(tempfile.mkdtemp()) / "k.cubin"
     p.write_bytes(r["cubin"])
     s = sass.mma_summary(sass.sass_census(p, demangle_names=False)).iloc[0]
-    assert s["mma_families"] == "HGMMA" and s["mma_fp8"] == 0 and s["fp8_converts"] == 0
-    assert s["local_mem"] == 0
+    assert s["mma_families"] == "HGMMA" and s["mma_fp8"] == 0 and s["local_mem"] == 0
+    assert (s["fp8_converts"] > 0) == (DEQ == "cvt"), s["fp8_converts"]
     with pytest.raises(ValueError, match="swapab SPLIT_K"):
         tw.triton_w8a16_swapab_resource_usage("sm_90", SPLIT_K=5)

@@ -30,13 +30,24 @@ def test_swapab_vs_float64(M, N, K):
     from fp8lab.kernels import triton_w8a16 as tw
     x, q, s, ref = _problem(M, N, K, seed=M + N)
     configs = [None] + [dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=sk) for bw in (64, 128) for bt in (16, 64)
-                        for sk in (1, 4, 16) if bt >= min(M, 16)]
+                        for sk in (1, 4, 16) if bt >= min(M, 16)] + [dict(SPLIT_K=4, DEQ="cvt")]
     for cfg in configs:
         for _ in range(2):                            # a second launch finds its counters re-armed
             out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
             tw.triton_w8a16(x, q, s, out=out, path="swapab", config=cfg)
             got = out.double().cpu().numpy()
             assert np.isfinite(got).all() and relerr(got, ref) < 8e-3, (cfg, relerr(got, ref))
+
+
+def test_swapab_both_dequantisations_give_the_same_bits():
+    """'trick' and 'cvt' form the same bf16 w x s (exact products rounded once) and run the same
+    MMAs in the same order: outputs equal bit for bit."""
+    import torch
+    from fp8lab.kernels import triton_w8a16 as tw
+    x, q, s, _ = _problem(16, 1000, 2048, seed=9)
+    a = tw.triton_w8a16(x, q, s, path="swapab", config=dict(SPLIT_K=2, DEQ="trick"))
+    b = tw.triton_w8a16(x, q, s, path="swapab", config=dict(SPLIT_K=2, DEQ="cvt"))
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
 def test_swapab_one_split_matches_the_tiles_path_closely():

@@ -51,6 +51,10 @@ def _w8a16_swapab_kernel(
     BLOCK_W: tl.constexpr,  # weight rows (output columns) per program: the MMA's M (64 or 128)
     BLOCK_T: tl.constexpr,  # tokens per program: the MMA's N (16, 32 or 64)
     SPLIT_K: tl.constexpr,  # programs sharing one output tile along K
+    # The dequantisation: "trick" (Marlin's and / shift / or into bf16's fields, as the tiles path) or "cvt"
+    # (Triton's e4m3 -> bf16 conversion, hardware cvt instructions; times the scale unfolded from s's 2^120:
+    # the same bf16 product, rounded once). Which streams faster is what scripts/probes/w8a16_swapab.py times.
+    DEQ: tl.constexpr = "trick",
     # For Triton's interpreter only, whose bf16 multiply and bf16 tl.dot give wrong values (triton 3.9):
     # w x s in fp32 rounded to bf16 (the bf16 multiply's value: a product of two bf16 is exact in fp32,
     # so both round it once) and the dot of those bf16 values in fp32. Compiled kernels keep the
@@ -78,14 +82,21 @@ def _w8a16_swapab_kernel(
     kb1 = tl.minimum(kb0 + kb_per, n_kb)
     acc = tl.zeros((BLOCK_W, BLOCK_T), dtype=tl.float32)
     for kb in range(kb0, kb1):
-        q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
         s = tl.load(s_ptrs + kb)
         x = tl.load(x_ptrs + kb * 128)
-        bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)           # e4m3 -> bf16 fields: w x 2^-120
         if INTERP_F32:
+            q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
+            bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)
             w = (bits.to(tl.bfloat16, bitcast=True).to(tl.float32) * s.to(tl.float32)[:, None]).to(tl.bfloat16)
             acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc)
+        elif DEQ == "cvt":
+            q8 = tl.load(q_ptrs + kb * 128)
+            s_true = (s.to(tl.float32) * 7.52316384526264e-37).to(tl.bfloat16)   # s x 2^-120, exact
+            w = q8.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * s_true[:, None]
+            acc = tl.dot(w, x, acc)
         else:
+            q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
+            bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)           # e4m3 -> bf16 fields: w x 2^-120
             w = bits.to(tl.bfloat16, bitcast=True) * s[:, None]    # x (s x 2^120): w x s in bf16
             acc = tl.dot(w, x, acc)
     # fp8lab:excerpt-end w8a16_swapab_main_loop
@@ -165,16 +176,16 @@ TILES = [(128, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 4), (256, 128, 8, 3),
 #: a few tens of tokens the grid of ``tiles`` fills the SMs by itself)
 SWAPAB_MAX_M = 64
 SWAPAB_SPACE = dict(BLOCK_W=(64, 128), BLOCK_T=(16, 32, 64), SPLIT_K=(1, 2, 4, 8, 16, 32), num_warps=(4,),
-                    num_stages=(3, 4))
+                    num_stages=(3, 4), DEQ=("trick", "cvt"))
 PATHS = ("tiles", "swapab")
 
 
 def swapab_configs() -> list[dict]:
     """Every swapab config (BLOCK_W, BLOCK_T, SPLIT_K, num_warps, num_stages)."""
     sp = SWAPAB_SPACE
-    return [dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=sk, num_warps=w, num_stages=st)
+    return [dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=sk, num_warps=w, num_stages=st, DEQ=dq)
             for bw in sp["BLOCK_W"] for bt in sp["BLOCK_T"] for sk in sp["SPLIT_K"]
-            for w in sp["num_warps"] for st in sp["num_stages"]]
+            for w in sp["num_warps"] for st in sp["num_stages"] for dq in sp["DEQ"]]
 
 
 def _check_swapab(c: dict) -> dict:
@@ -183,7 +194,7 @@ def _check_swapab(c: dict) -> dict:
     unknown = set(c) - set(SWAPAB_SPACE)
     if unknown:
         raise ValueError(f"swapab config keys are {tuple(SWAPAB_SPACE)}, got {sorted(unknown)}")
-    full = dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=1, num_warps=4, num_stages=4) | dict(c)
+    full = dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=1, num_warps=4, num_stages=4, DEQ="trick") | dict(c)
     for k, allowed in SWAPAB_SPACE.items():
         if full[k] not in allowed or isinstance(full[k], bool):
             raise ValueError(f"swapab {k} must be one of {allowed}, got {full[k]!r}")
@@ -205,17 +216,19 @@ def swapab_config(M: int, N: int, K: int, *, sms: int = 132) -> dict:
     allowed size >= M, 128 weight rows per program, and the split that gives two programs per
     SM (:func:`_split_for`). Untimed: scripts/probes/w8a16_swapab.py times :func:`swapab_candidates`."""
     bt = next(t for t in SWAPAB_SPACE["BLOCK_T"] if t >= min(M, 64))
-    return dict(BLOCK_W=128, BLOCK_T=bt, SPLIT_K=_split_for(M, N, K, 128, bt, 2, sms), num_warps=4, num_stages=4)
+    return dict(BLOCK_W=128, BLOCK_T=bt, SPLIT_K=_split_for(M, N, K, 128, bt, 2, sms), num_warps=4, num_stages=4,
+                DEQ="trick")
 
 
 def swapab_candidates(M: int, N: int, K: int, *, sms: int = 132) -> list[dict]:
     """A few swapab configs worth timing at (M, N, K): the rule's, 4 programs per SM, 64-row
-    tiles, half the rule's split, 3 stages (distinct, the rule's first)."""
+    tiles, half the rule's split, 3 stages, the rule's with the conversion dequantisation (DEQ
+    'cvt') (distinct, the rule's first)."""
     base = swapab_config(M, N, K, sms=sms)
     bt = base["BLOCK_T"]
     want = [base, base | dict(SPLIT_K=_split_for(M, N, K, 128, bt, 4, sms)),
             base | dict(BLOCK_W=64, SPLIT_K=_split_for(M, N, K, 64, bt, 2, sms)),
-            base | dict(SPLIT_K=max(1, base["SPLIT_K"] // 2)), base | dict(num_stages=3)]
+            base | dict(SPLIT_K=max(1, base["SPLIT_K"] // 2)), base | dict(num_stages=3), base | dict(DEQ="cvt")]
     out = []
     for c in want:
         if c not in out:
@@ -356,7 +369,7 @@ def _run_swapab(x, q, s, out, M, N, K, config, torch):
     ws, cnt = _swapab_buffers(x.device, split * M * N if split > 1 else 1, n_cnt)
     grid = (triton.cdiv(N, cfg["BLOCK_W"]), triton.cdiv(M, cfg["BLOCK_T"]), split)
     _w8a16_swapab_kernel[grid](x, q, s, out, ws, cnt, M, N, K, x.stride(0), q.stride(0), s.stride(0), out.stride(0),
-                               BLOCK_W=cfg["BLOCK_W"], BLOCK_T=cfg["BLOCK_T"], SPLIT_K=split,
+                               BLOCK_W=cfg["BLOCK_W"], BLOCK_T=cfg["BLOCK_T"], SPLIT_K=split, DEQ=cfg["DEQ"],
                                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
 
@@ -387,11 +400,13 @@ def triton_w8a16_resource_usage(arch: str = "sm_90", *, BLOCK_M: int = 128, BLOC
 
 
 def triton_w8a16_swapab_resource_usage(arch: str = "sm_90", *, BLOCK_W: int = 128, BLOCK_T: int = 16,
-                                       SPLIT_K: int = 4, num_warps: int = 4, num_stages: int = 4) -> dict:
+                                       SPLIT_K: int = 4, num_warps: int = 4, num_stages: int = 4,
+                                       DEQ: str = "trick") -> dict:
     """The swapab kernel compiled for ``arch`` with no GPU, as :func:`triton_w8a16_resource_usage`."""
-    _check_swapab(dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages))
-    return _compile(_w8a16_swapab_kernel, arch, dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K), num_warps,
-                    num_stages)
+    _check_swapab(dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages,
+                       DEQ=DEQ))
+    return _compile(_w8a16_swapab_kernel, arch, dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, DEQ=DEQ),
+                    num_warps, num_stages)
 
 
 def _compile(fn, arch: str, consts: dict, num_warps: int, num_stages: int) -> dict:

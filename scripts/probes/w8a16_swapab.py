@@ -47,7 +47,7 @@ def check_correctness(torch, tw, wo):
 
 
 def cfg_text(c: dict) -> str:
-    return f"W{c['BLOCK_W']} T{c['BLOCK_T']} split{c['SPLIT_K']} s{c['num_stages']}"
+    return f"W{c['BLOCK_W']} T{c['BLOCK_T']} split{c['SPLIT_K']} s{c['num_stages']} {c['DEQ']}"
 
 
 def main(argv=None):
