@@ -14,7 +14,10 @@
 # measuring step hides any .git the copy has, so provenance cannot come from elsewhere).
 # Steps: env, setup, marlin, deepgemm, deepgemm-bindings, vllm-marlin, vllm-cutlass, vllm-quant, sglang-quant, gemlite-atomics
 # (scripts/probes/gemlite_atomics.py), quant-probe (scripts/probes/quant.py), gemv-probe (scripts/probes/gemv.py:
-# the decode kernels' schedules, plain and PDL; its table goes to JOB/probe_gemv.csv), quant-ncu
+# the decode kernels' schedules, plain and PDL; its table goes to JOB/probe_gemv.csv), w8a16-swapab
+# (scripts/probes/w8a16_swapab.py: triton_w8a16's swapab path against the decode GEMV and cuBLAS BF16 at
+# 08's shapes, M = 1..64; JOB/probe_w8a16_swapab.csv), gemv-ncu (scripts/probes/gemv_ncu.py: the FP8 decode GEMV,
+# cuBLAS BF16, the stream and vLLM's FP8 Marlin under ncu at M = 1 and 16; JOB/gemv-ncu/), quant-ncu
 # (scripts/probes/quant_ncu.py: the quantisers and SGLang's under ncu, --clock-control none; JOB/quant-ncu/),
 # quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, subwarp and
 # the same-traffic copy with both PDL releases, one process),
@@ -37,7 +40,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe quant-ncu quant-pdl smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab quant-ncu quant-pdl smoke test-gpu run"
 
 keep() {        # copy what a step wrote under tracked folders out of the tree
     mkdir -p "$job/keep"
@@ -72,6 +75,11 @@ step() {
                      local rc=$?; tail -40 "$job/quant-probe.log"; return $rc ;;
         gemv-probe) timeout 500 python3 scripts/probes/gemv.py --out "$job" > "$job/gemv-probe.log" 2>&1
                     local rc=$?; tail -60 "$job/gemv-probe.log"; return $rc ;;
+        gemv-ncu) source_peers vllm-marlin
+                  timeout 500 python3 scripts/probes/gemv_ncu.py --out "$job/gemv-ncu" > "$job/gemv-ncu.log" 2>&1
+                  local rc=$?; tail -30 "$job/gemv-ncu.log"; return $rc ;;
+        w8a16-swapab) timeout 500 python3 scripts/probes/w8a16_swapab.py --out "$job" > "$job/w8a16-swapab.log" 2>&1
+                      local rc=$?; tail -40 "$job/w8a16-swapab.log"; return $rc ;;
         quant-pdl) source_peers sglang-quant
                    timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;

@@ -563,7 +563,8 @@ def test_ncu_tables_groups_kernels_by_arm():
                                                                       "SHF.R.U32.HI", "HGMMA"],
                           warp_inst=[100.0, 10.0, 50.0, 7.0], thread_inst=[3200.0, 320.0, 1600.0, float("nan")]))
     s, per = dx.ncu_tables(k, o, sn)
-    assert set(s["arm"]) == {wo.ARMS["fp8"], dx.CUBLAS}
+    assert set(s["arm"]) == {wo.ARMS["fp8"], dx.CUBLAS} and (s["M"] == 1).all()
+    assert (dx.ncu_tables(k, o, sn, M=16)[0]["M"] == 16).all()       # a profile at M = 16 says so
     cb = s[s["arm"] == dx.CUBLAS].iloc[0]
     assert cb["kernels"] == 2 and cb["duration_s"] == pytest.approx(10e-6)
     assert cb["dram_pct"] == pytest.approx((80 * 8 + 10 * 2) / 10)
@@ -891,6 +892,9 @@ def test_marlin_under_ncu_is_its_own_arm_with_its_format():
     assert r["stream_bytes"] == peer_catalog.weight_stream_bytes("peer_marlin_int4", 4096, 4096)
     with pytest.raises(ValueError, match="no kernel name known"):
         dx.profile_decode(sn, Path("/nonexistent"), peers=["peer_gemlite_w8a16_fp8"])
+    for bad in (0, 65, True, 1.0):
+        with pytest.raises(ValueError, match="M must be an integer in 1..64"):
+            dx.profile_decode(sn, Path("/nonexistent"), M=bad)
 
 
 def test_vllm_marlin_kernels_under_ncu_map_to_their_format_by_the_type_id():

@@ -311,25 +311,26 @@ NCU_ENV = "FP8LAB_DECODE_NCU"
 
 
 def ncu_workload() -> None:
-    """The profiled program: every arm once at M = 1 between cudaProfilerStart / Stop, after a
-    warm-up outside the profiled range; then the weight-only peers named in ``peers`` (the
-    original Marlin, the seed's subject: C3's and C5's seed rows), each on weights it packed
-    itself. Configuration from $FP8LAB_DECODE_NCU (JSON)."""
+    """The profiled program: every arm once at M tokens (cfg "M", default 1: the notebook's
+    profile) between cudaProfilerStart / Stop, after a warm-up outside the profiled range; then the
+    weight-only peers named in ``peers`` (the original Marlin, the seed's subject: C3's and C5's
+    seed rows), each on weights it packed itself. Configuration from $FP8LAB_DECODE_NCU (JSON)."""
     import torch
 
     cfg = json.loads(os.environ[NCU_ENV])
     N, K, act = cfg["N"], cfg["K"], cfg["act"]
+    M = int(cfg.get("M", 1))
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     calls = []
     for fmt in cfg["formats"]:
         pw_host, _ = wo.random_weight(fmt, N, K, act=act, seed=cfg.get("seed", 0), keep_codes=False)
         pw = pw_host.to("cuda")
-        x = torch.randn(1, K, device="cuda").to(tdt)
+        x = torch.randn(M, K, device="cuda").to(tdt)
         kw = cfg.get("launch", {}).get(fmt, {})
         calls.append(lambda x=x, pw=pw, kw=kw: wo.gemv_w16(x, pw, **kw))
     if cfg.get("cublas", True):
         w = (0.02 * torch.randn(N, K, device="cuda")).to(torch.bfloat16)
-        xb = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+        xb = torch.randn(M, K, device="cuda").to(torch.bfloat16)
         calls.append(lambda: torch.mm(xb, w.t()))
     if cfg.get("stream", True):
         # C3's reference: a streaming kernel moving the bf16 weight's bytes (half read, half
@@ -344,8 +345,8 @@ def ncu_workload() -> None:
 
         prep = adapters.WEIGHT_ONLY[p](adapters.dense_weight(N, K, cfg.get("seed", 0)))
         pdt = peer_harness.act_dtype(prep.act)
-        xp = torch.randn(1, K, device="cuda").to(pdt)
-        out = torch.empty(1, N, dtype=pdt, device="cuda") if prep.takes_out else None
+        xp = torch.randn(M, K, device="cuda").to(pdt)
+        out = torch.empty(M, N, dtype=pdt, device="cuda") if prep.takes_out else None
         calls.append(lambda prep=prep, xp=xp, out=out: prep.call(prep.state, xp, out))
     from ..toolchain import profile
 
@@ -364,19 +365,21 @@ def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:
 
 def profile_decode(shape_name: str, out: Path, *, formats: Sequence[str] = wo.FORMATS, act: str = "bf16",
                    cublas: bool = True, seed: int = 0, timeout: float = 900,
-                   launch: Optional[dict] = None, peers: Sequence[str] = ()) -> Path:
-    """Profile :func:`ncu_workload` for one shape; returns the .ncu-rep path. ``launch``:
-    {fmt: gemv_w16 keyword arguments} (e.g. :func:`launch_of_best`; default launches otherwise).
-    ``peers``: weight-only peers to profile too (ids in PEER_KERNELS: the original Marlin)."""
+                   launch: Optional[dict] = None, peers: Sequence[str] = (), M: int = 1) -> Path:
+    """Profile :func:`ncu_workload` for one shape at ``M`` tokens; returns the .ncu-rep path.
+    ``launch``: {fmt: gemv_w16 keyword arguments} (e.g. :func:`launch_of_best`; default launches
+    otherwise). ``peers``: weight-only peers to profile too (ids in PEER_KERNELS: the original Marlin)."""
     from ..toolchain import profile
 
     sh = _shape(shape_name)
     env = dict(os.environ)
+    if isinstance(M, bool) or not isinstance(M, int) or not 1 <= M <= 64:
+        raise ValueError(f"M must be an integer in 1..64 (decode), got {M!r}")
     bad = [p for p in peers if p not in PEER_KERNELS]
     if bad:
         raise ValueError(f"no kernel name known for peers {bad}; profilable: {sorted(PEER_KERNELS)}")
     env[NCU_ENV] = json.dumps(dict(N=sh.N, K=sh.K, act=act, formats=list(formats), cublas=cublas, seed=seed,
-                                   launch=launch or {}, peers=list(peers)))
+                                   launch=launch or {}, peers=list(peers), M=M))
     return profile.profile("fp8lab.experiments.decode:ncu_workload", out, timeout=timeout, env=env,
                            metrics=profile.DEFAULT_METRICS + profile.STALL_METRICS + C8_METRICS,
                            extra=["--profile-from-start", "off"])
@@ -442,8 +445,9 @@ def arm_of_kernel(name: str, mangled: Optional[str] = None) -> str:
     return CUBLAS
 
 
-def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per-arm summary and per-opcode table of one shape's M = 1 profile.
+def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str,
+               M: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-arm summary and per-opcode table of one shape's profile at M tokens (the M column).
 
     ``kernels`` / ``opcodes``: :func:`fp8lab.toolchain.profile.read_report` / ``read_opcodes`` of the
     report. A cuBLAS call that launched several kernels is summed (times, instructions) and
@@ -478,7 +482,7 @@ def ncu_tables(kernels: pd.DataFrame, opcodes: pd.DataFrame, shape_name: str) ->
         corr = {c: (float(g[c].sum()) if c in g and g[c].notna().all() else math.nan)
                 for c in ("inst_executed", *C8_METRIC_COLUMNS)}
         rows.append(dict(
-            shape=shape_name, N=sh.N, K=sh.K, M=1, arm=arm, fmt=fmt, kernels=len(g),
+            shape=shape_name, N=sh.N, K=sh.K, M=M, arm=arm, fmt=fmt, kernels=len(g),
             duration_s=dur, dram_pct=float((g["dram_pct"] * w).sum() / wsum),
             issue_active_pct=float((g["issue_active_pct"] * w).sum() / wsum),
             issue_slots_busy_pct=float((g["issue_slots_busy_pct"] * w).sum() / wsum),

@@ -15,6 +15,15 @@ the weight-only kernel of claim C1. The decode kernel (``gemv_w16``) is tuned fo
 this one is for prefill, where the GEMM is compute-bound and the tensor-core rate decides.
 
 :func:`triton_w8a16_resource_usage` compiles it for sm_90 with no GPU (for the SASS census).
+
+``path="swapab"`` (decode, M <= SWAPAB_MAX_M; issue 22's small-M weight-only route) computes
+out^T = W x^T instead: the weight rows fill the MMA's 64 / 128-row side and the few tokens are
+its N (16 / 32 / 64), so a 16-token step does not waste 3/4 of every wgmma on padding rows, and
+SPLIT_K programs share each output tile along K, so the weight stream is spread over every SM
+even when N / BLOCK_W tiles are fewer than the SMs. The last program of a tile to finish (an
+atomic counter, re-armed by that program) sums the fp32 partials and writes the tile: one
+launch, no memset (the split-K scheme of ``triton_blockwise``'s swapab path, whose workspace it
+shares). The dequantisation is this module's: Marlin's bit trick, w x s rounded to bf16.
 """
 
 from __future__ import annotations
@@ -27,6 +36,90 @@ import triton.language as tl
 
 GROUP = 128
 FOLD = 2.0 ** 120          # e4m3 -> bf16 by shifting leaves w x 2^-120
+
+
+@triton.jit
+def _w8a16_swapab_kernel(
+    x_ptr,   # (M, K) bfloat16, row-major: activations (the few tokens)
+    q_ptr,   # (N, K) uint8, row-major: e4m3 weight codes (the big stream)
+    s_ptr,   # (N, K/128) bfloat16, row-major: group scales x 2^120
+    c_ptr,   # (M, N) bfloat16, row stride stride_cm: output, written transposed from the (W, T) tile
+    ws_ptr,  # (SPLIT_K, M, N) float32 contiguous: split-K partials (unused when SPLIT_K == 1)
+    cnt_ptr,  # (>= grid(0) * grid(1),) int32, all zero between launches: finished splits per tile
+    M, N, K,  # int32
+    stride_xm, stride_qn, stride_sn, stride_cm,  # int32 row strides (elements)
+    BLOCK_W: tl.constexpr,  # weight rows (output columns) per program: the MMA's M (64 or 128)
+    BLOCK_T: tl.constexpr,  # tokens per program: the MMA's N (16, 32 or 64)
+    SPLIT_K: tl.constexpr,  # programs sharing one output tile along K
+    # The dequantisation: "trick" (Marlin's and / shift / or into bf16's fields, as the tiles path) or "cvt"
+    # (Triton's e4m3 -> bf16 conversion, hardware cvt instructions; times the scale unfolded from s's 2^120:
+    # the same bf16 product, rounded once). Which streams faster is what scripts/probes/w8a16_swapab.py times.
+    DEQ: tl.constexpr = "trick",
+    # For Triton's interpreter only, whose bf16 multiply and bf16 tl.dot give wrong values (triton 3.9):
+    # w x s in fp32 rounded to bf16 (the bf16 multiply's value: a product of two bf16 is exact in fp32,
+    # so both round it once) and the dot of those bf16 values in fp32. Compiled kernels keep the
+    # default: a bf16x2 multiply and a bf16 MMA.
+    INTERP_F32: tl.constexpr = False,
+):
+    pid_w = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_k = tl.arange(0, 128)
+    mask_w = offs_w < N
+    mask_t = offs_t < M
+    rows_w = tl.where(mask_w, offs_w, 0)       # clamped loads, masked stores
+    rows_t = tl.where(mask_t, offs_t, 0)
+    q_ptrs = q_ptr + rows_w[:, None] * stride_qn + offs_k[None, :]     # (BLOCK_W, 128)
+    x_ptrs = x_ptr + rows_t[None, :] * stride_xm + offs_k[:, None]     # (128, BLOCK_T): x^T
+    s_ptrs = s_ptr + rows_w * stride_sn                                 # (BLOCK_W,)
+
+    # fp8lab:excerpt w8a16_swapab_main_loop
+    n_kb = K // 128
+    kb_per = tl.cdiv(n_kb, SPLIT_K)
+    kb0 = pid_k * kb_per
+    kb1 = tl.minimum(kb0 + kb_per, n_kb)
+    acc = tl.zeros((BLOCK_W, BLOCK_T), dtype=tl.float32)
+    for kb in range(kb0, kb1):
+        s = tl.load(s_ptrs + kb)
+        x = tl.load(x_ptrs + kb * 128)
+        if INTERP_F32:
+            q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
+            bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)
+            w = (bits.to(tl.bfloat16, bitcast=True).to(tl.float32) * s.to(tl.float32)[:, None]).to(tl.bfloat16)
+            acc = tl.dot(w.to(tl.float32), x.to(tl.float32), acc)
+        elif DEQ == "cvt":
+            q8 = tl.load(q_ptrs + kb * 128)
+            s_true = (s.to(tl.float32) * 7.52316384526264e-37).to(tl.bfloat16)   # s x 2^-120, exact
+            w = q8.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * s_true[:, None]
+            acc = tl.dot(w, x, acc)
+        else:
+            q = tl.load(q_ptrs + kb * 128).to(tl.uint16)
+            bits = ((q & 0x80) << 8) | ((q & 0x7F) << 4)           # e4m3 -> bf16 fields: w x 2^-120
+            w = bits.to(tl.bfloat16, bitcast=True) * s[:, None]    # x (s x 2^120): w x s in bf16
+            acc = tl.dot(w, x, acc)
+    # fp8lab:excerpt-end w8a16_swapab_main_loop
+    c_ptrs = c_ptr + offs_t[None, :] * stride_cm + offs_w[:, None]     # (BLOCK_W, BLOCK_T) -> out^T
+    c_mask = mask_w[:, None] & mask_t[None, :]
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(tl.bfloat16), mask=c_mask)
+    else:
+        # int32 offsets: the wrapper keeps SPLIT_K * M * N < 2^31
+        MN = M * N
+        part = offs_t[None, :] * N + offs_w[:, None]
+        tl.store(ws_ptr + pid_k * MN + part, acc, mask=c_mask)
+        # every thread's partial written before the split is counted done (bar.sync, then a
+        # release at GPU scope); the last split's acquire makes the others' partials visible
+        tl.debug_barrier()
+        tile = pid_t * tl.num_programs(0) + pid_w
+        done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT_K - 1:
+            tot = tl.zeros((BLOCK_W, BLOCK_T), dtype=tl.float32)
+            for sk in range(SPLIT_K):
+                tot += tl.load(ws_ptr + sk * MN + part, mask=c_mask, other=0.0, cache_modifier=".cg")
+            tl.store(c_ptrs, tot.to(tl.bfloat16), mask=c_mask)
+            tl.atomic_xchg(cnt_ptr + tile, 0)   # re-arm the counter for the next launch
 
 
 @triton.jit
@@ -77,6 +170,70 @@ def _w8a16_kernel(
 # small ones so any M runs.
 TILES = [(128, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 4), (256, 128, 8, 3), (64, 128, 4, 4),
          (64, 256, 8, 3), (16, 128, 4, 4), (32, 64, 4, 4)]
+
+
+#: the swapab path: tokens at most this (the split-K workspace is SPLIT_K x M x N floats, and past
+#: a few tens of tokens the grid of ``tiles`` fills the SMs by itself)
+SWAPAB_MAX_M = 64
+SWAPAB_SPACE = dict(BLOCK_W=(64, 128), BLOCK_T=(16, 32, 64), SPLIT_K=(1, 2, 4, 8, 16, 32), num_warps=(4,),
+                    num_stages=(3, 4), DEQ=("trick", "cvt"))
+PATHS = ("tiles", "swapab")
+
+
+def swapab_configs() -> list[dict]:
+    """Every swapab config (BLOCK_W, BLOCK_T, SPLIT_K, num_warps, num_stages)."""
+    sp = SWAPAB_SPACE
+    return [dict(BLOCK_W=bw, BLOCK_T=bt, SPLIT_K=sk, num_warps=w, num_stages=st, DEQ=dq)
+            for bw in sp["BLOCK_W"] for bt in sp["BLOCK_T"] for sk in sp["SPLIT_K"]
+            for w in sp["num_warps"] for st in sp["num_stages"] for dq in sp["DEQ"]]
+
+
+def _check_swapab(c: dict) -> dict:
+    """A complete swapab config from ``c`` (missing keys from :func:`swapab_config`'s defaults),
+    ValueError for a key or value outside SWAPAB_SPACE."""
+    unknown = set(c) - set(SWAPAB_SPACE)
+    if unknown:
+        raise ValueError(f"swapab config keys are {tuple(SWAPAB_SPACE)}, got {sorted(unknown)}")
+    full = dict(BLOCK_W=128, BLOCK_T=16, SPLIT_K=1, num_warps=4, num_stages=4, DEQ="trick") | dict(c)
+    for k, allowed in SWAPAB_SPACE.items():
+        if full[k] not in allowed or isinstance(full[k], bool):
+            raise ValueError(f"swapab {k} must be one of {allowed}, got {full[k]!r}")
+    return full
+
+
+def _split_for(M: int, N: int, K: int, bw: int, bt: int, per_sm: int, sms: int) -> int:
+    """The smallest SPLIT_K giving >= per_sm programs per SM while every split keeps >= 2 K
+    blocks of 128 (the largest such split when none reaches per_sm)."""
+    n_kb = K // GROUP
+    splits = [sk for sk in SWAPAB_SPACE["SPLIT_K"] if -(-n_kb // sk) >= 2] or [1]
+    tiles = -(-N // bw) * -(-M // bt)
+    enough = [sk for sk in splits if tiles * sk >= per_sm * sms]
+    return enough[0] if enough else splits[-1]
+
+
+def swapab_config(M: int, N: int, K: int, *, sms: int = 132) -> dict:
+    """The swapab config the wrapper runs when none is given, by rule: BLOCK_T the smallest
+    allowed size >= M, 128 weight rows per program, and the split that gives two programs per
+    SM (:func:`_split_for`). Untimed: scripts/probes/w8a16_swapab.py times :func:`swapab_candidates`."""
+    bt = next(t for t in SWAPAB_SPACE["BLOCK_T"] if t >= min(M, 64))
+    return dict(BLOCK_W=128, BLOCK_T=bt, SPLIT_K=_split_for(M, N, K, 128, bt, 2, sms), num_warps=4, num_stages=4,
+                DEQ="trick")
+
+
+def swapab_candidates(M: int, N: int, K: int, *, sms: int = 132) -> list[dict]:
+    """A few swapab configs worth timing at (M, N, K): the rule's, 4 programs per SM, 64-row
+    tiles, half the rule's split, 3 stages, the rule's with the conversion dequantisation (DEQ
+    'cvt') (distinct, the rule's first)."""
+    base = swapab_config(M, N, K, sms=sms)
+    bt = base["BLOCK_T"]
+    want = [base, base | dict(SPLIT_K=_split_for(M, N, K, 128, bt, 4, sms)),
+            base | dict(BLOCK_W=64, SPLIT_K=_split_for(M, N, K, 64, bt, 2, sms)),
+            base | dict(SPLIT_K=max(1, base["SPLIT_K"] // 2)), base | dict(num_stages=3), base | dict(DEQ="cvt")]
+    out = []
+    for c in want:
+        if c not in out:
+            out.append(c)
+    return out
 
 
 def tile_configs() -> list[dict]:
@@ -169,14 +326,20 @@ def _validate(x, q, s, torch, out=None):
     return M, N, K
 
 
-def triton_w8a16(x, q, s, *, config: dict | None = None, out=None):
+def triton_w8a16(x, q, s, *, config: dict | None = None, out=None, path: str = "tiles"):
     """out (M, N) bf16 = x (M, K) bf16 @ (e4m3(q) x s)^T; ``s`` from :func:`fold_scales`.
-    ``config`` pins one tile (keys of :func:`tile_configs`), else autotuned on (M, N, K)."""
+    path 'tiles' (the default): ``config`` pins one tile (keys of :func:`tile_configs`), else
+    autotuned on (M, N, K). path 'swapab' (M <= SWAPAB_MAX_M): out^T = W x^T with split-K (see the
+    module's text); ``config`` keys of SWAPAB_SPACE, else :func:`swapab_config`'s rule."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     import torch
 
     M, N, K = _validate(x, q, s, torch, out=out)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
+    if path == "swapab":
+        return _run_swapab(x, q, s, out, M, N, K, config, torch)
     args = (x, q, s, out, M, N, K, x.stride(0), q.stride(0), s.stride(0), out.stride(0))
     if config is None:
         grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
@@ -186,6 +349,28 @@ def triton_w8a16(x, q, s, *, config: dict | None = None, out=None):
         grid = (triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]),)
         _w8a16_kernel[grid](*args, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], GROUP_M=c["GROUP_M"],
                             num_warps=c.get("num_warps", 8), num_stages=c.get("num_stages", 3))
+    return out
+
+
+def _run_swapab(x, q, s, out, M, N, K, config, torch):
+    from .triton_blockwise import _swapab_buffers
+
+    if M > SWAPAB_MAX_M:
+        raise ValueError(f"path='swapab' is for M <= {SWAPAB_MAX_M} tokens, got M={M}")
+    if config is None:
+        cfg = swapab_config(M, N, K, sms=torch.cuda.get_device_properties(x.device).multi_processor_count)
+    else:
+        cfg = _check_swapab(config)
+    split = cfg["SPLIT_K"]
+    if split * M * N >= 2**31:
+        raise ValueError(f"swapab: SPLIT_K * M * N = {split} * {M} * {N} must stay below 2^31 (int32 offsets into "
+                         "the split-K workspace)")
+    n_cnt = triton.cdiv(N, min(SWAPAB_SPACE["BLOCK_W"])) * triton.cdiv(M, min(SWAPAB_SPACE["BLOCK_T"]))
+    ws, cnt = _swapab_buffers(x.device, split * M * N if split > 1 else 1, n_cnt)
+    grid = (triton.cdiv(N, cfg["BLOCK_W"]), triton.cdiv(M, cfg["BLOCK_T"]), split)
+    _w8a16_swapab_kernel[grid](x, q, s, out, ws, cnt, M, N, K, x.stride(0), q.stride(0), s.stride(0), out.stride(0),
+                               BLOCK_W=cfg["BLOCK_W"], BLOCK_T=cfg["BLOCK_T"], SPLIT_K=split, DEQ=cfg["DEQ"],
+                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
 
 
@@ -211,6 +396,20 @@ def triton_w8a16_resource_usage(arch: str = "sm_90", *, BLOCK_M: int = 128, BLOC
                                 num_warps: int = 8, num_stages: int = 3) -> dict:
     """Compile one tile for ``arch`` on this machine (no GPU): dict(name, cubin (bytes), ptx,
     shared_mem, num_warps)."""
+    return _compile(_w8a16_kernel, arch, dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=8), num_warps, num_stages)
+
+
+def triton_w8a16_swapab_resource_usage(arch: str = "sm_90", *, BLOCK_W: int = 128, BLOCK_T: int = 16,
+                                       SPLIT_K: int = 4, num_warps: int = 4, num_stages: int = 4,
+                                       DEQ: str = "trick") -> dict:
+    """The swapab kernel compiled for ``arch`` with no GPU, as :func:`triton_w8a16_resource_usage`."""
+    _check_swapab(dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, num_warps=num_warps, num_stages=num_stages,
+                       DEQ=DEQ))
+    return _compile(_w8a16_swapab_kernel, arch, dict(BLOCK_W=BLOCK_W, BLOCK_T=BLOCK_T, SPLIT_K=SPLIT_K, DEQ=DEQ),
+                    num_warps, num_stages)
+
+
+def _compile(fn, arch: str, consts: dict, num_warps: int, num_stages: int) -> dict:
     import re
 
     from triton.backends.compiler import GPUTarget
@@ -220,10 +419,9 @@ def triton_w8a16_resource_usage(arch: str = "sm_90", *, BLOCK_M: int = 128, BLOC
     if not m:
         raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
     cc = int(m.group(1))
-    fn = _w8a16_kernel
-    sig = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*bf16", "c_ptr": "*bf16", "M": "i32", "N": "i32",
-           "K": "i32", "stride_xm": "i32", "stride_qn": "i32", "stride_sn": "i32", "stride_cm": "i32"}
-    consts = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, GROUP_M=8)
+    sig = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*bf16", "c_ptr": "*bf16", "ws_ptr": "*fp32",
+           "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_qn": "i32",
+           "stride_sn": "i32", "stride_cm": "i32"}
     signature = {n: sig.get(n, "constexpr") for n in fn.arg_names}
     idx = {n: i for i, n in enumerate(fn.arg_names)}
     divisible = ["x_ptr", "q_ptr", "s_ptr", "c_ptr", "N", "K", "stride_xm", "stride_qn", "stride_cm"]
