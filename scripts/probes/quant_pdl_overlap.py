@@ -5,11 +5,12 @@ programmatic dependent launch, as SGLang launches it on sm_90) is 1.2-1.5x faste
 plain launch. Here both run plain and with PDL, and the same-traffic copy plainly, in one process,
 with 06b's timing (quantisers._time: CUDA-graph replay, inputs rotated past 2x L2).
 
-Where the next kernel is released (pdl_release): subwarp, like SGLang's kernel, lets the next kernel
-launch after its stores; quant_act_warp_ilp releases right after its wait, and in 06b (H200, 722fafc)
-its PDL launch was faster than subwarp's at M = 1 and 16 (0.96 / 1.06 us against 1.22 / 1.32). So
-subwarp runs with both releases, and the same-traffic copy (traffic_copy) as a PDL launch with both,
-the yardstick for a PDL quantiser (a plain copy pays the launch gap a PDL launch hides).
+Where the next kernel is released (pdl_release): SGLang's kernel lets the next kernel launch after its
+stores; quant_act_warp_ilp right after its wait, and in 06b (H200, 722fafc) its PDL launch was faster
+than subwarp's releasing after its stores at M = 1 and 16 (0.96 / 1.06 us against 1.22 / 1.32). So
+subwarp runs with both releases ("subwarp + PDL": after its stores; "... early": after its wait, its
+default since 4874bcf), and the same-traffic copy (traffic_copy) as a PDL launch with both, the
+yardstick for a PDL quantiser (a plain copy pays the launch gap a PDL launch hides).
 
     python scripts/probes/quant_pdl_overlap.py        (needs `python -m fp8lab.peers build sglang-quant`)
 
@@ -41,6 +42,10 @@ def subwarp(x, q, s, pdl):
     qa.quant_act(x, "quant_act_subwarp", q_out=q, s_out=s, pdl=pdl)
 
 
+def subwarp_late(x, q, s, pdl):
+    qa.quant_act(x, "quant_act_subwarp", q_out=q, s_out=s, pdl=pdl, pdl_release="after_stores")
+
+
 def subwarp_early(x, q, s, pdl):
     qa.quant_act(x, "quant_act_subwarp", q_out=q, s_out=s, pdl=pdl, pdl_release="after_wait")
 
@@ -53,14 +58,20 @@ def copy(x, q, s, pdl):
     qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl)
 
 
+def copy_late(x, q, s, pdl):
+    qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl, pdl_release="after_stores")
+
+
 def copy_early(x, q, s, pdl):
     qa.traffic_copy(x, q_out=q, s_out=s, pdl=pdl, pdl_release="after_wait")
 
 
+# Every PDL row names its release: the defaults (qa.PDL_DEFAULT_RELEASE) moved once already, and a row
+# that followed them silently compared a release with itself.
 COPIES = ("copy", "copy + PDL", "copy + PDL early")
-ARMS = {"subwarp": (subwarp, False), "subwarp + PDL": (subwarp, True), "subwarp + PDL early": (subwarp_early, True),
+ARMS = {"subwarp": (subwarp, False), "subwarp + PDL": (subwarp_late, True), "subwarp + PDL early": (subwarp_early, True),
         "ilp + PDL (early)": (ilp, True), "sglang": (sglang, False), "sglang + PDL": (sglang, True),
-        "copy": (copy, False), "copy + PDL": (copy, True), "copy + PDL early": (copy_early, True)}
+        "copy": (copy, False), "copy + PDL": (copy_late, True), "copy + PDL early": (copy_early, True)}
 
 x = qx.make_input(83, K)
 ref_q, ref_s = baselines.quant_act_reference(x)
