@@ -1,7 +1,14 @@
-"""Probe (issue 22): which part of the decode kernel's per-step work costs the copy rate at M = 1?
+"""Probe (issue 22): which part of the decode kernel's per-step work costs the copy rate at M = 1,
+and at M = 16 (--m 16), where FP8 falls from 0.82-0.96 of a same-size copy to 0.54-0.77 (H200, afbd834)?
 
-    python scripts/probes/decode_ablate.py [--rep-ms 6] [--out DIR]      # on a GPU
-    python scripts/probes/decode_ablate.py --ptxas                      # CPU: build each variant, print registers
+    python scripts/probes/decode_ablate.py [--rep-ms 6] [--out DIR] [--m 16] [--splitk-only]   # on a GPU
+    python scripts/probes/decode_ablate.py --ptxas [--m 16]             # CPU: build each variant, print registers
+
+At M = 16 a CTA's K slice at 16 rows does not fit resident, so the activations come in 384-K
+chunks through two buffers with two barriers per chunk (ncu at afbd834: 11-13% of the warps'
+cycles at a barrier, none at M = 1), and every 8-warp CTA reads 16 x 2 bytes of activations per
+128 bytes of weights (a quarter of its weight bytes, from L2). The variants act3, w16, no_act and
+no_bar below separate those costs.
 
 decode_stream.py showed that a pure stream of gemv_w16's exact access pattern and grid reaches
 0.85-0.97 of copy where the FP8 kernel reaches 0.70-0.90. This probe takes the kernel header
@@ -9,7 +16,8 @@ decode_stream.py showed that a pure stream of gemv_w16's exact access pattern an
 replacement must match exactly once, or the probe stops), puts each copy in a namespace of its
 own, and builds them all into one extension, so every variant is timed in the same process,
 on the same packed weights, with weights rotated past 2x L2 and CUDA-graph replays as notebook
-08 does. Variants (FP8 weights, bf16 activations, the decode tile NT = 1):
+08 does. Variants (FP8 weights, bf16 activations, the n8-tile count gemv_w16 uses at --m:
+NT = 1 at M <= 8, 2 at M = 16):
 
   base         the header as it is (must time as the package's own gemv_w16)
   light_epi    split-K / stream-K handshake as cooperative groups' grid sync does it: one
@@ -27,6 +35,9 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
                register ring keeps 2); stream-K rows of these variants are the base kernel's
   l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
+  act3         three activation chunk buffers, one barrier per chunk (the chunked path's two)
+  w16          CTAs of 16 warps, one per SM (256 rows of N: one activation chunk serves twice the
+               weights), also timed at twice the splits (as many CTAs as the 8-warp grid)
   w4, w2       CTAs of 4 / 2 warps instead of 8 (64 / 32 rows of N per CTA, twice / four times the
                CTAs; launch bounds of 4 / 8 CTAs per SM keep the 8-warp kernel's registers, so an
                SM holds as many warps): gemlite's FP8 GEMV, which
@@ -34,6 +45,9 @@ on the same packed weights, with weights rotated past 2x L2 and CUDA-graph repla
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
+  no_act       chunked path: only the first activation chunk is loaded (the others read stale shared
+               memory): what the activations' L2 reads cost
+  no_bar       chunked path: no barrier per chunk (races by design): what the barriers cost
   no_mma       dequant and ldmatrix kept, the HMMA replaced by an XOR-and-add: the tensor-core chain's cost
 
 Each variant runs split-K at the package's chosen splits and at splits = 1, and stream-K with
@@ -145,6 +159,7 @@ def cp_async_ring(stages: int):
       }
     }
   }
+  pdl_wait_then_release();     // weights in flight; activations, out, ws and counters only after this
   if (resident) {
     for (int it = 0; it < iters; ++it) load_chunk(it);
   } else {
@@ -152,6 +167,7 @@ def cp_async_ring(stages: int):
   }
   ptx::cp_async_commit();
 """, f"""  }}
+  pdl_wait_then_release();
   if (resident) {{
     for (int it = 0; it < iters; ++it) load_chunk(it);
   }} else {{
@@ -198,8 +214,8 @@ def cp_async_ring(stages: int):
             for (int t = 0; t < T::kScaleWords; ++t) g.s[t] = ptx::lds_32(cpa_s + rd * kSStage + 4 * t);
             compute_step<F, BF16, NT, XA>(g, acc, rows, u, lane, salt);
           }}"""),
-        ("""  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem, stream>>>(p);""",
-         f"""  KernelFor<F, BF16, NT>::fn<<<grid, kThreads, kZeroBytes + p.act_smem + {ring_bytes}, stream>>>(p);"""),
+        ("""  return launch_wo(KernelFor<F, BF16, NT>::fn, grid, kZeroBytes + p.act_smem, stream, p);""",
+         f"""  return launch_wo(KernelFor<F, BF16, NT>::fn, grid, kZeroBytes + p.act_smem + {ring_bytes}, stream, p);"""),
         ("""  constexpr int smem = max_smem_bytes<NT>();""",
          f"""  constexpr int smem = max_smem_bytes<NT>() + {ring_bytes};"""),
     ]
@@ -207,8 +223,10 @@ def cp_async_ring(stages: int):
 
 def few_warps(warps: int):
     """CTAs of ``warps`` warps, with the launch bounds asking for 16 / warps CTAs per SM (8 / warps
-    at NT > 2), so ptxas keeps the 8-warp kernel's register budget and an SM holds as many warps."""
-    per_sm, wide = 16 // warps, 8 // warps
+    at NT > 2), so ptxas keeps the 8-warp kernel's register budget and an SM holds as many warps.
+    warps = 16 (w16): one CTA of 512 threads per SM holding 256 rows of N, so one activation chunk
+    serves twice the weights (at M = 16 a chunk is a quarter of the bytes of the 8-warp CTA's weights)."""
+    per_sm, wide = max(16 // warps, 1), max(8 // warps, 1)
     return [("constexpr int kWarps = 8;", f"constexpr int kWarps = {warps};"),
             ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p)",
              f"__launch_bounds__(kThreads, (NT <= 2 ? {per_sm} : {wide})) NAME(const WoParams p)"),
@@ -216,8 +234,63 @@ def few_warps(warps: int):
              f"__launch_bounds__(kThreads, (NT <= 2 ? {per_sm} : {wide})) NAME##_sk(const WoParams p)")]
 
 
+PROLOGUE = """  if (resident) {
+    for (int it = 0; it < iters; ++it) load_chunk(it);
+  } else {
+    load_chunk(0);
+  }
+  ptx::cp_async_commit();
+"""
+LOOP_HEAD = """    if (!resident) {
+      if (it + 1 < iters) load_chunk(it + 1);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else if (it == 0) {
+      ptx::cp_async_wait<0>();                             // every chunk, committed as one group
+    }
+"""
+BARRIER = "    if (!resident || it == 0) __syncthreads();             // resident: once, for all chunks\n"
+TAIL_BARRIER = "    if (!resident) __syncthreads();                        // the buffer is refilled next chunk\n"
+
+
+def act_ring3():
+    """Split-K, chunked activations (M = 16's path: the CTA's K slice at 16 rows does not fit
+    resident): three chunk buffers instead of two and one barrier per chunk instead of two. The
+    loads of chunk it + 2 are issued right after the barrier of chunk it, into the buffer chunk
+    it - 1 used (every warp has passed that barrier, so it is done with it); wait_group 1 before the
+    barrier leaves only the newest chunk in flight."""
+    return [
+        ("return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it & 1) * kBufBytes;",
+         "return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it % 3) * kBufBytes;"),
+        (PROLOGUE, """  if (resident) {
+    for (int it = 0; it < iters; ++it) load_chunk(it);
+  } else {
+    load_chunk(0);
+    ptx::cp_async_commit();
+    if (iters > 1) load_chunk(1);
+  }
+  ptx::cp_async_commit();
+"""),
+        (LOOP_HEAD + BARRIER, """    if (!resident) {
+      ptx::cp_async_wait<1>();
+    } else if (it == 0) {
+      ptx::cp_async_wait<0>();                             // every chunk, committed as one group
+    }
+    if (!resident || it == 0) __syncthreads();
+    if (!resident) {
+      if (it + 2 < iters) load_chunk(it + 2);
+      ptx::cp_async_commit();
+    }
+"""),
+        (TAIL_BARRIER, ""),
+        ("  return (p.act_resident && need > two && need <= kResidentCap) ? static_cast<int>(need) : two;",
+         "  return (p.act_resident && need > two && need <= kResidentCap) ? static_cast<int>(need) : 3 * act_buf_bytes<NT>();"),
+        ("  return 2 * act_buf_bytes<NT>() + kZeroBytes;", "  return 3 * act_buf_bytes<NT>() + kZeroBytes;"),
+    ]
+
+
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
-WARPS = {"w4": 4, "w2": 2}
+WARPS = {"w4": 4, "w2": 2, "w16": 16}
 
 VARIANTS = {
     "base": ([], False),
@@ -237,10 +310,14 @@ VARIANTS = {
     "cpa5": (cp_async_ring(5), False),
     "w4": (few_warps(4), False),
     "w2": (few_warps(2), False),
+    "w16": (few_warps(16), False),
+    "act3": (act_ring3(), False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
                        "    wnext += Strides<F>::kW;\n  }\n}")], True),
+    "no_act": ([("      if (it + 1 < iters) load_chunk(it + 1);\n", "")], True),
+    "no_bar": ([(BARRIER, "    if (resident && it == 0) __syncthreads();\n"), (TAIL_BARRIER, "")], True),
     "no_mma": ([("mma16816<BF16>(gacc[t][j], a, b[j][2 * sub], b[j][2 * sub + 1]);",
                  "gacc[t][j][0] += __uint_as_float((a[0] ^ a[1] ^ a[2] ^ a[3] ^ b[j][2 * sub] ^ b[j][2 * sub + 1]) "
                  "& 0x3c7fffffu);")], True),
@@ -273,16 +350,16 @@ def write_sources(dst: str, names) -> list[str]:
     return names
 
 
-def kernels_cu(names) -> str:
+def kernels_cu(names, nt: int = 1) -> str:
     inc = "".join(f'#include "v_{n}.cuh"\n' for n in names)
     cases_split = "".join(
-        f"    case {i}: return fp8lab::wo_{n}::launch_gemv<fp8lab::wo_{n}::kFp8, true, 1>(p, splits, s);\n"
+        f"    case {i}: return fp8lab::wo_{n}::launch_gemv<fp8lab::wo_{n}::kFp8, true, {nt}>(p, splits, s);\n"
         for i, n in enumerate(names))
     cases_sk = "".join(
-        f"    case {i}: return fp8lab::wo_{n}::launch_gemv_sk<fp8lab::wo_{n}::kFp8, true, 1>(p, ctas, s);\n"
+        f"    case {i}: return fp8lab::wo_{n}::launch_gemv_sk<fp8lab::wo_{n}::kFp8, true, {nt}>(p, ctas, s);\n"
         for i, n in enumerate(names))
     cases_occ = "".join(
-        f"    case {i}: return fp8lab::wo_{n}::occupancy_gemv<fp8lab::wo_{n}::kFp8, true, 1>();\n"
+        f"    case {i}: return fp8lab::wo_{n}::occupancy_gemv<fp8lab::wo_{n}::kFp8, true, {nt}>();\n"
         for i, n in enumerate(names))
     return f"""#include <cuda_runtime.h>
 {inc}
@@ -365,13 +442,20 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--ptxas", action="store_true", help="CPU only: build every variant and print registers")
     ap.add_argument("--variants", default="", help="comma-separated subset (default: all)")
+    ap.add_argument("--m", type=int, default=1, help="tokens (1..64; the kernels' n8-tile count follows, as "
+                                                      "gemv_w16 picks it)")
+    ap.add_argument("--splitk-only", action="store_true", help="time split-K at the chosen splits only (no "
+                                                                "splits = 1, no stream-K)")
     ap.add_argument("--shapes", default="llama3-70b:down_proj,qwen3-8b:gate_up,llama3-8b:gate_up,"
                                         "llama3-8b:down_proj,llama3-70b:qkv")
     args = ap.parse_args(argv)
+    if not 1 <= args.m <= 64:
+        ap.error(f"--m must be 1..64, got {args.m}")
+    nt = next(n for n, top in ((1, 8), (2, 16), (4, 32), (8, 64)) if args.m <= top)   # gemv_w16.cuh's nt_for_rows
     src = tempfile.mkdtemp(prefix="fp8lab_ablate_")
     names = write_sources(src, [v for v in args.variants.split(",") if v] or list(VARIANTS))
     with open(os.path.join(src, "kernels.cu"), "w") as fh:
-        fh.write(kernels_cu(names))
+        fh.write(kernels_cu(names, nt))
     if args.ptxas:
         return ptxas(names, src)
 
@@ -398,46 +482,51 @@ def main(argv=None):
         sh = shapes.get(name)
         N, K = sh.N, sh.K
         pw = wo.random_weight("fp8", N, K, keep_codes=False)[0].to("cuda")
-        cfg = wo.launch_config(pw, 1)
-        xb = torch.randn(1, K, device="cuda").to(torch.bfloat16)
+        M = args.m
+        cfg = wo.launch_config(pw, M)
+        xb = torch.randn(M, K, device="cuda").to(torch.bfloat16)
         # the reference: the package's kernel at splits = 1 (itself checked against float64 by the GPU tests)
         want = wo.gemv_w16(xb, pw, splits=1).double()
         gbytes = decode.stream_split(wo.ARMS["fp8"], N, K)["stream_bytes"]
         sets = harness.rotation_copies(pw, gbytes, l2, wo.PackedWeight.clone)
-        ws = torch.zeros(N, dtype=torch.float32, device="cuda")
+        ws = torch.zeros(M * N, dtype=torch.float32, device="cuda")
         # one counter per CTA tile along N: n_tiles16 covers every variant down to one warp per CTA
         cnt = torch.zeros(max(pw.n_tiles16, 1), dtype=torch.int32, device="cuda")
         sk = cfg["streamk_ctas"]
         scheds = [("split", s, s, True) for s in sorted({cfg["splits"], 1})] + [("streamk", sk, -sk, True),
                                                                                ("streamk-chunked", sk, -sk, False)]
+        if args.splitk_only:
+            scheds = [("split", cfg["splits"], cfg["splits"], True)]
         # the package's own kernel at the same points, as the yardstick for "base"
         for sched, arg, code, res in scheds:
-            oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+            oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
             kw = dict(splits=arg) if sched == "split" else dict(schedule="streamk", act_resident=res)
             fn = bench.rotating(lambda p_, o_, kw=kw: wo.gemv_w16(xb, p_, out=o_, **kw), list(zip(sets, oo)))
             t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
-            rows.append(dict(shape=name, variant="package", schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
+            rows.append(dict(shape=name, M=M, variant="package", schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
                              frac=gbytes / t.p50_s / big, check="-"))
         for vi, vname in enumerate(names):
             ablation = VARIANTS[vname][1]
             # stream-K with as many warps in flight as the package's persistent grid: w4 / w2 launch
             # 2x / 4x its CTAs (each of 4 / 2 warps)
-            grow = 8 // WARPS.get(vname, 8)
-            for sched, arg, code, res in [(s, a * grow, c * grow, r) if c < 0 else (s, a, c, r)
-                                          for s, a, c, r in scheds]:
-                o = torch.full((1, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+            grow = 8 / WARPS.get(vname, 8)
+            vscheds = [(s, int(a * grow), int(c * grow), r) if c < 0 else (s, a, c, r) for s, a, c, r in scheds]
+            if grow < 1:   # half the CTAs along N: also twice the splits (as many CTAs as the 8-warp grid)
+                vscheds += [(s, min(2 * a, K // 128), min(2 * a, K // 128), r) for s, a, c, r in scheds if c > 0]
+            for sched, arg, code, res in vscheds:
+                o = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
                 cnt.zero_()
                 ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res)
                 torch.cuda.synchronize()
                 err = float(torch.linalg.norm(o.double() - want) / torch.linalg.norm(want))
                 check = "ablation" if ablation else ("ok" if err < 1e-2 else f"FAIL {err:.2e}")
-                oo = [torch.empty(1, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
                 fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
                                                                                 p_.n_tiles16, c, r),
                                     list(zip(sets, oo)))
                 t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
-                rows.append(dict(shape=name, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
+                rows.append(dict(shape=name, M=M, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
                                  frac=gbytes / t.p50_s / big, check=check, relerr=err))
                 if ablation:
                     ws.zero_()
