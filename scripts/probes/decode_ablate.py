@@ -35,6 +35,8 @@ NT = 1 at M <= 8, 2 at M = 16):
                register ring keeps 2); stream-K rows of these variants are the base kernel's
   l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
+  fin_batch    the split-K finalise loads every workspace value before it stores any (see FIN_BATCH)
+  fin_light    fin_batch + light_epi
   act3         three activation chunk buffers, one barrier per chunk (the chunked path's two)
   w16          CTAs of 16 warps, one per SM (256 rows of N: one activation chunk serves twice the
                weights), also timed at twice the splits (as many CTAs as the 8-warp grid)
@@ -289,6 +291,25 @@ def act_ring3():
     ]
 
 
+FIN_OLD = """  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
+    const float v = __ldcg(p.ws + idx);
+    __stcg(p.ws + idx, 0.f);
+    store16<BF16>(p.out, idx, v);
+  });"""
+# finalize_tile as two passes: every workspace load first, then the zeroing and the output stores.
+# As written (one pass), each load's value is stored before the next load is issued (a later load
+# may not pass an earlier store that could alias it), so the last CTA of a tile waits one L2 round
+# trip per output element it owns: 8 in sequence at M = 16 (NT = 2), 1 at M = 1.
+FIN_BATCH = [(FIN_OLD, """  float v[TM][NT][4];
+  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
+    v[t][j][e] = __ldcg(p.ws + idx);
+  });
+  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
+    __stcg(p.ws + idx, 0.f);
+    store16<BF16>(p.out, idx, v[t][j][e]);
+  });""")]
+
+
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
 WARPS = {"w4": 4, "w2": 2, "w16": 16}
 
@@ -312,6 +333,8 @@ VARIANTS = {
     "w2": (few_warps(2), False),
     "w16": (few_warps(16), False),
     "act3": (act_ring3(), False),
+    "fin_batch": (FIN_BATCH, False),
+    "fin_light": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)] + FIN_BATCH, False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
@@ -513,6 +536,9 @@ def main(argv=None):
             vscheds = [(s, int(a * grow), int(c * grow), r) if c < 0 else (s, a, c, r) for s, a, c, r in scheds]
             if grow < 1:   # half the CTAs along N: also twice the splits (as many CTAs as the 8-warp grid)
                 vscheds += [(s, min(2 * a, K // 128), min(2 * a, K // 128), r) for s, a, c, r in scheds if c > 0]
+            if grow > 1:   # more CTAs along N: also fewer splits (as many CTAs as the 8-warp grid, fewer partial sums)
+                vscheds += [(s, max(1, round(a / grow)), max(1, round(a / grow)), r) for s, a, c, r in scheds
+                            if c > 1 and round(a / grow) < a]
             for sched, arg, code, res in vscheds:
                 o = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
