@@ -12,6 +12,14 @@ copy rate than the decode GEMV (gemv_w8a16_fp8) once there are several tokens?
    weights for cuBLAS), fraction of a same-size copy (decode.same_size_copy), and the
    M = 1 fraction the target compares against. Prints the table and, per (shape, M), the best
    swapab config over the GEMV; writes probe_w8a16_swapab.csv into --out (or $OUT).
+
+Measured (H200, afbd834, 2026-12-04; offline_box step w8a16-swapab): 50 correctness checks passed; the
+best swapab config streamed 0.39-0.45 of a same-size copy at M = 1 and 0.41-0.52 at M = 16 on the five
+shapes, against the GEMV's 0.82-0.96 and 0.54-0.77 (the GEMV 1.84-2.25x faster at M = 1, 1.33-1.70x
+at M = 16); at M = 64 swapab was 0.73-0.86x the GEMV's time on the two down_proj shapes and 1.01-1.03x
+on the other three (both 0.23-0.37 of copy) while cuBLAS BF16 streamed 0.84-0.98. The best 'cvt' and
+'trick' configs differ by up to 0.10 of copy, neither near the GEMV. So Triton's swapab is not the route
+to target 1 below M = 64, as the static SASS predicted (its dequant is ~7 integer instructions per weight).
 """
 
 from __future__ import annotations
