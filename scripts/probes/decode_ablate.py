@@ -47,6 +47,8 @@ NT = 1 at M <= 8, 2 at M = 16):
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
+  act_rep8     split-K CTA x reads copy x % 8 of the activations (8 identical copies back to back):
+               the same bytes and result, 8x fewer CTAs on each activation line at once (ACT_COPIES)
   no_act       chunked path: only the first activation chunk is loaded (the others read stale shared
                memory): what the activations' L2 reads cost
   no_bar       chunked path: no barrier per chunk (races by design): what the barriers cost
@@ -324,6 +326,15 @@ FIN_ALL = [("""#pragma unroll
     });""")]
 
 
+#: act_rep8: split-K CTA x reads copy x % ACT_COPIES of the activations (the probe passes that many
+#: identical copies, back to back): the same bytes and the same result, but at splits = 1, where
+#: every CTA walks K from 0 in step with the others, 8x fewer CTAs read each activation line at
+#: the same moment. If it gains what no_act gains (+0.08-0.09 of copy at M = 16 on the splits = 1
+#: shapes at 002caf6), the cost is those simultaneous reads of the same L2 lines, and staggering
+#: where each CTA starts in K is the fix; if not, it is the loads themselves.
+ACT_COPIES = 8
+REPLICATED = {"act_rep8"}
+
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
 WARPS = {"w4": 4, "w2": 2, "w16": 16}
 
@@ -348,6 +359,10 @@ VARIANTS = {
     "w16": (few_warps(16), False),
     "act3": (act_ring3(), False),
     "fin_onepass": (FIN_ONEPASS, False),
+    "act_rep8": ([("""  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  const int kend""", """  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2 +
+                             static_cast<size_t>(blockIdx.x % ACT_COPIES) * p.M * p.K * 2;
+  const int kend""".replace("ACT_COPIES", str(ACT_COPIES)))], False),
     "fin_all": (FIN_ALL, False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
@@ -426,13 +441,18 @@ cudaError_t probe_split(int v, const fp8lab::wo::WoParams& p, int splits, cudaSt
 cudaError_t probe_sk(int v, const fp8lab::wo::WoParams& p, int ctas, cudaStream_t s);
 int probe_occ(int v);
 // sched > 0: split-K with that many splits; sched < 0: stream-K with -sched CTAs.
+// act_src: where the kernel reads the activations (act itself, or copies of it back to back for the
+// replicated variants); act gives the shape.
 void run(int64_t v, torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched, bool resident) {
+         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched, bool resident, torch::Tensor act_src) {
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
   const int64_t steps = act.size(1) / 128;
   const int64_t splits = sched > 0 ? sched : 1;
   const int64_t sps = (steps + splits - 1) / splits;
   auto p = fp8lab::wo::params(act, w, scales, out, ws, counters, 1.0, N, n_tiles16, sps, resident);
+  TORCH_CHECK(act_src.is_contiguous() && act_src.scalar_type() == act.scalar_type() && act_src.size(1) == act.size(1) &&
+              act_src.size(0) % act.size(0) == 0, "act_src must be copies of act");
+  p.act = act_src.data_ptr();
   auto s = c10::cuda::getCurrentCUDAStream();
   const cudaError_t e = sched > 0 ? probe_split(static_cast<int>(v), p, static_cast<int>((steps + sps - 1) / sps), s)
                                   : probe_sk(static_cast<int>(v), p, static_cast<int>(-sched), s);
@@ -553,17 +573,18 @@ def main(argv=None):
             if grow > 1:   # more CTAs along N: also fewer splits (as many CTAs as the 8-warp grid, fewer partial sums)
                 vscheds += [(s, max(1, round(a / grow)), max(1, round(a / grow)), r) for s, a, c, r in scheds
                             if c > 1 and round(a / grow) < a]
+            src = xb.repeat(ACT_COPIES, 1).contiguous() if vname in REPLICATED else xb
             for sched, arg, code, res in vscheds:
                 o = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
                 cnt.zero_()
-                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res)
+                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res, src)
                 torch.cuda.synchronize()
                 err = float(torch.linalg.norm(o.double() - want) / torch.linalg.norm(want))
                 check = "ablation" if ablation else ("ok" if err < 1e-2 else f"FAIL {err:.2e}")
                 oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
-                                                                                p_.n_tiles16, c, r),
+                fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res, a=src: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt,
+                                                                                       N, p_.n_tiles16, c, r, a),
                                     list(zip(sets, oo)))
                 t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                 rows.append(dict(shape=name, M=M, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
