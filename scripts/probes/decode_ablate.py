@@ -47,6 +47,7 @@ NT = 1 at M <= 8, 2 at M = 16):
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
+  kstagger     split-K CTA x starts its K walk at one of 8 places and wraps (see k_stagger)
   act_rep8     split-K CTA x reads copy x % 8 of the activations (8 identical copies back to back):
                the same bytes and result, 8x fewer CTAs on each activation line at once (ACT_COPIES)
   no_act       chunked path: only the first activation chunk is loaded (the others read stale shared
@@ -335,6 +336,64 @@ FIN_ALL = [("""#pragma unroll
 ACT_COPIES = 8
 REPLICATED = {"act_rep8"}
 
+def k_stagger(groups: int = 8):
+    """Split-K: CTA x walks its K slice starting at step rot = (x % groups) * (nsteps / groups) and
+    wraps around (weights, scales and activation slots alike), so at splits = 1 the CTAs spread
+    over `groups` places in K instead of all reading the same activation chunk at the same moment:
+    act_rep8's effect without copies. The fp32 sums run in another order (checked within 1e-2)."""
+    adv = """        wnext += S::kW;
+        snext += S::kS;
+        if (++wst == nsteps) {
+          wst = 0;
+          wnext -= static_cast<size_t>(nsteps) * S::kW;
+          snext -= static_cast<size_t>(nsteps) * S::kS;
+        }"""
+    return [
+        ("  const int iters = (nsteps + kRing - 1) / kRing;\n",
+         f"  const int iters = (nsteps + kRing - 1) / kRing;\n"
+         f"  const int rot = (static_cast<int>(blockIdx.x) % {groups}) * (nsteps / {groups});   // first step walked\n"
+         f"  int wst = rot;                                           // the step wnext points at\n"),
+        ("""    const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
+    const uint32_t buf = buf_of(it);
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int k = kc + 8 * seg;
+      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    }""", """    const uint32_t buf = buf_of(it);
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int lst = kRing * it + seg / (kStepK / 8);     // the walked step this slot holds
+      if (lst < nsteps) {
+        const int pst = lst + rot < nsteps ? lst + rot : lst + rot - nsteps;
+        const int k = (st0 + pst) * kStepK + 8 * (seg % (kStepK / 8));
+        ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+      }
+    }"""),
+        ("p.steps, tile16, st0,\n                   lane, g, wnext, snext);",
+         "p.steps, tile16, st0 + rot,\n                   lane, g, wnext, snext);"),
+        ("""      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+        wnext += S::kW;
+        snext += S::kS;
+      }""", """      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+""" + adv + """
+      }"""),
+        ("          if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);",
+         """          if (st < nsteps) {
+            compute_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, salt);
+            if (st + kRing < nsteps) {
+              load_frag<F, NT>(f[u], wnext, snext);
+""" + adv.replace("\n        ", "\n            ").replace("        wnext += S::kW;", "            wnext += S::kW;", 1) + """
+            }
+          }"""),
+    ]
+
+
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
 WARPS = {"w4": 4, "w2": 2, "w16": 16}
 
@@ -359,6 +418,7 @@ VARIANTS = {
     "w16": (few_warps(16), False),
     "act3": (act_ring3(), False),
     "fin_onepass": (FIN_ONEPASS, False),
+    "kstagger": (k_stagger(8), False),
     "act_rep8": ([("""  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
   const int kend""", """  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2 +
                              static_cast<size_t>(blockIdx.x % ACT_COPIES) * p.M * p.K * 2;
