@@ -37,6 +37,8 @@ NT = 1 at M <= 8, 2 at M = 16):
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
   fin_onepass  the split-K finalise one value at a time (load, zero, store), as before 2026-12-04
   fin_all      the split-K finalise loads all its workspace values before it stores any (see FIN_NOW)
+  w16res       w16 with resident activations up to 200 KB (one CTA per SM): at M = 16 a K slice of up to
+               6144 (qwen3-8b / llama3-8b gate_up at splits = 1: 4096, 138 KB) loaded once, no barrier per chunk
   act3         three activation chunk buffers, one barrier per chunk (the chunked path's two)
   w16          CTAs of 16 warps, one per SM (256 rows of N: one activation chunk serves twice the
                weights), also timed at twice the splits (as many CTAs as the 8-warp grid)
@@ -395,7 +397,7 @@ def k_stagger(groups: int = 8):
 
 
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
-WARPS = {"w4": 4, "w2": 2, "w16": 16}
+WARPS = {"w4": 4, "w2": 2, "w16": 16, "w16res": 16}
 
 VARIANTS = {
     "base": ([], False),
@@ -416,6 +418,8 @@ VARIANTS = {
     "w4": (few_warps(4), False),
     "w2": (few_warps(2), False),
     "w16": (few_warps(16), False),
+    "w16res": (few_warps(16) + [("constexpr int kResidentCap = 96 * 1024;", "constexpr int kResidentCap = 200 * 1024;")],
+               False),
     "act3": (act_ring3(), False),
     "fin_onepass": (FIN_ONEPASS, False),
     "kstagger": (k_stagger(8), False),
