@@ -24,6 +24,9 @@ even when N / BLOCK_W tiles are fewer than the SMs. The last program of a tile t
 atomic counter, re-armed by that program) sums the fp32 partials and writes the tile: one
 launch, no memset (the split-K scheme of ``triton_blockwise``'s swapab path, whose workspace it
 shares). The dequantisation is this module's: Marlin's bit trick, w x s rounded to bf16.
+Measured on the H200 (afbd834, scripts/probes/w8a16_swapab.py), it is not issue 22's route: its best
+config streams 0.39-0.52 of a same-size copy at M <= 16, where gemv_w8a16_fp8 streams 0.54-0.96,
+because its dequant is ~7 integer instructions per weight; it stays opt-in.
 """
 
 from __future__ import annotations
