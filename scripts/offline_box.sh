@@ -17,7 +17,9 @@
 # the decode kernels' schedules, plain and PDL; its table goes to JOB/probe_gemv.csv), w8a16-swapab
 # (scripts/probes/w8a16_swapab.py: triton_w8a16's swapab path against the decode GEMV and cuBLAS BF16 at
 # 08's shapes, M = 1..64; JOB/probe_w8a16_swapab.csv), gemv-ncu (scripts/probes/gemv_ncu.py: the FP8 decode GEMV,
-# cuBLAS BF16, the stream and vLLM's FP8 Marlin under ncu at M = 1 and 16; JOB/gemv-ncu/), quant-ncu
+# cuBLAS BF16, the stream and vLLM's FP8 Marlin under ncu at M = 1 and 16; JOB/gemv-ncu/), decode-ablate
+# (scripts/probes/decode_ablate.py at M = 16 and M = 1, split-K at the chosen splits: the finalise orders,
+# act_rep8, kstagger, w16res and the activation ablations; JOB/ablate-m16/, JOB/ablate-m1/), quant-ncu
 # (scripts/probes/quant_ncu.py: the quantisers and SGLang's under ncu, --clock-control none; JOB/quant-ncu/),
 # quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, subwarp and
 # the same-traffic copy with both PDL releases, one process),
@@ -40,7 +42,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab quant-ncu quant-pdl smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl smoke test-gpu run"
 
 keep() {        # copy what a step wrote under tracked folders out of the tree
     mkdir -p "$job/keep"
@@ -80,6 +82,11 @@ step() {
                   local rc=$?; tail -30 "$job/gemv-ncu.log"; return $rc ;;
         w8a16-swapab) timeout 500 python3 scripts/probes/w8a16_swapab.py --out "$job" > "$job/w8a16-swapab.log" 2>&1
                       local rc=$?; tail -40 "$job/w8a16-swapab.log"; return $rc ;;
+        decode-ablate) { timeout 240 python3 scripts/probes/decode_ablate.py --m 16 --splitk-only --out "$job/ablate-m16" \
+                             --variants base,fin_onepass,fin_all,act_rep8,kstagger,w16res,no_act,no_bar \
+                         && timeout 150 python3 scripts/probes/decode_ablate.py --m 1 --splitk-only --out "$job/ablate-m1" \
+                             --variants base,fin_onepass,kstagger; } > "$job/decode-ablate.log" 2>&1
+                       local rc=$?; grep -A12 "^fraction of the 2 GiB" "$job/decode-ablate.log"; return $rc ;;
         quant-pdl) source_peers sglang-quant
                    timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;

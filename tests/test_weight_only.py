@@ -231,20 +231,8 @@ def test_gemv_waits_for_the_kernel_before_after_its_weights_and_before_its_activ
     """pdl=True (issue 22): in every split-K kernel, griddepcontrol.wait (ACQBULK) and .launch_dependents
     (PREEXIT) once each, after the weight prologue's loads and before any activation copy (LDGSTS),
     global store or reduction; on sm_80 neither (the PTX is guarded)."""
-    import subprocess
-
-    from fp8lab.toolchain import sass, tools
-
     def kernels(arch):
-        out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.gemv_cubin(arch, nt=1))],
-                             capture_output=True, text=True, check=True).stdout
-        ks, cur = {}, None
-        for line in out.splitlines():
-            if "Function :" in line:
-                cur = ks.setdefault(line.split("Function :")[1].strip(), [])
-            elif cur is not None and (op := sass.parse_instruction(line)):
-                cur.append(op)
-        return ks
+        return _split_k_kernels(arch, 1)
 
     ks = kernels("sm_90")
     assert len(ks) == 8, sorted(ks)
@@ -257,6 +245,45 @@ def test_gemv_waits_for_the_kernel_before_after_its_weights_and_before_its_activ
         assert not [o for o in before if o.startswith(("LDGSTS", "STG", "RED", "ATOM", "ST."))], name
         assert any(o.startswith("LDGSTS") for o in ops[w:]), name
     assert not any("ACQBULK" in ops or "PREEXIT" in ops for ops in kernels("sm_80").values())
+
+
+def _split_k_kernels(arch, nt):
+    """{kernel: [opcode, ...]} of gemv_w16.cu's split-K kernels at NT = nt for arch."""
+    import subprocess
+
+    from fp8lab.toolchain import sass, tools
+
+    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.gemv_cubin(arch, nt=nt))],
+                         capture_output=True, text=True, check=True).stdout
+    ks, cur = {}, None
+    for line in out.splitlines():
+        if "Function :" in line:
+            cur = ks.setdefault(line.split("Function :")[1].strip(), [])
+        elif cur is not None and (op := sass.parse_instruction(line)):
+            cur.append(op)
+    return ks
+
+
+@needs_nvcc
+@pytest.mark.parametrize("nt", [1, 2])
+def test_split_k_finalise_issues_its_workspace_loads_before_their_stores(nt):
+    """Issue 22 (M = 16): the CTA that completes a tile reads the fp32 workspace (LDG.STRONG.GPU),
+    then zeroes it (STG.STRONG.GPU) and writes the output. Issued one value at a time, each load
+    waits for the stores before it: TM x NT x 4 L2 round trips in sequence. finalize_tile issues
+    each (t, j)'s four loads together: TM x NT groups of 4 loads, no store inside a group."""
+    for name, ops in _split_k_kernels("sm_90", nt).items():
+        counter = max(i for i, o in enumerate(ops) if o.startswith("ATOMG.E.ADD.STRONG.GPU"))
+        fin = [o for o in ops[counter:] if o.startswith(("LDG.E.STRONG.GPU", "STG.E.STRONG.GPU"))]
+        groups, prev = [], None
+        for o in fin:
+            if o.startswith("LDG"):
+                if prev != "LDG":
+                    groups.append(0)
+                groups[-1] += 1
+            prev = o[:3]
+        tm = 2 if (nt == 1 and ("w4a16" in name)) else 1
+        assert groups == [4] * (tm * nt), (name, groups)
+        assert sum(o.startswith("STG") for o in fin) == 4 * tm * nt, name
 
 
 @pytest.mark.parametrize("bits", [8, 4])

@@ -620,21 +620,25 @@ __device__ __forceinline__ void ring_step(Frag<F, NT>& f, float (&acc)[Tiling<F,
 // emit_tile: the CTA's sums for its warp's rows, scaled by out_factor, either stored (direct: the
 // CTA did the tile's whole K) or added to the fp32 workspace with red.add (a partial sum).
 // for_each_output: f(acc element (t, j, e), its output index (m0 + m) N + n) for each of the
-// thread's elements inside the output (active warp, n < N, m < mb).
+// thread's elements inside the output (active warp, n < N, m < mb); for_each_output_of: the same
+// for one (t, j), its four elements e.
+template <class F>
+__device__ __forceinline__ void for_each_output_of(const WoParams& p, int t, int j, int tile16, int g, int q,
+                                                   bool active, int m0, int mb, F&& f) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
+    const int m = 8 * j + 2 * q + (e & 1);
+    if (active && n < p.N && m < mb) f(t, j, e, static_cast<size_t>(m0 + m) * p.N + n);
+  }
+}
 template <int NT, int TM, class F>
 __device__ __forceinline__ void for_each_output(const WoParams& p, int tile16, int g, int q, bool active, int m0,
                                                 int mb, F&& f) {
 #pragma unroll
   for (int t = 0; t < TM; ++t) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int n = (tile16 + t) * 16 + g + 8 * (e >> 1);
-        const int m = 8 * j + 2 * q + (e & 1);
-        if (active && n < p.N && m < mb) f(t, j, e, static_cast<size_t>(m0 + m) * p.N + n);
-      }
-    }
+    for (int j = 0; j < NT; ++j) for_each_output_of(p, t, j, tile16, g, q, active, m0, mb, f);
   }
 }
 
@@ -653,14 +657,37 @@ __device__ __forceinline__ void emit_tile(const WoParams& p, const float (&acc)[
 
 // finalize_tile: run by the CTA whose contribution completed the tile (after the fences):
 // convert the workspace sums, write them, and zero the workspace for the next call.
-template <bool BF16, int NT, int TM>
+// LOADS_FIRST (split-K): per (t, j), its four loads first, then their stores. In one pass a load
+// may not be issued before the stores ahead of it (they could alias), so each of a thread's
+// TM x NT x 4 values costs one L2 round trip in sequence (8 at M = 16); in this order TM x NT
+// (2 at M = 16), for 4 registers. On the H200 at M = 16, all eight loads first streamed 0.09-0.15
+// of copy more on the split-K shapes (scripts/probes/decode_ablate.py, variant fin_batch). The
+// stream-K kernels flush with their weight ring live and sit at the 128-register cap: there the
+// 4 registers spill (int8 and int4 at NT = 2), so they keep the one pass.
+template <bool BF16, int NT, int TM, bool LOADS_FIRST>
 __device__ __forceinline__ void finalize_tile(const WoParams& p, int tile16, int g, int q, bool active, int m0,
                                               int mb) {
-  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
-    const float v = __ldcg(p.ws + idx);
-    __stcg(p.ws + idx, 0.f);
-    store16<BF16>(p.out, idx, v);
-  });
+  if constexpr (LOADS_FIRST) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float v[4];
+        for_each_output_of(p, t, j, tile16, g, q, active, m0, mb,
+                           [&](int, int, int e, size_t idx) { v[e] = __ldcg(p.ws + idx); });
+        for_each_output_of(p, t, j, tile16, g, q, active, m0, mb, [&](int, int, int e, size_t idx) {
+          __stcg(p.ws + idx, 0.f);
+          store16<BF16>(p.out, idx, v[e]);
+        });
+      }
+    }
+  } else {
+    for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
+      const float v = __ldcg(p.ws + idx);
+      __stcg(p.ws + idx, 0.f);
+      store16<BF16>(p.out, idx, v);
+    });
+  }
 }
 
 // Shared memory of both bodies: first the zero region that rows m >= M read, then the activation
@@ -916,7 +943,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  finalize_tile<BF16, NT, TM>(p, tile16, g, q, active, m0, mb);
+  finalize_tile<BF16, NT, TM, true>(p, tile16, g, q, active, m0, mb);
   if (tid == 0) p.counters[blockIdx.z * gridDim.x + blockIdx.x] = 0;
 }
 
@@ -1081,7 +1108,7 @@ __device__ __forceinline__ void store_or_reduce_tile(const WoParams& p, float (&
   __syncthreads();
   if (!*s_last) return;
   __threadfence();
-  finalize_tile<BF16, NT, TM>(p, tile16, g, q, active, m0, mb);
+  finalize_tile<BF16, NT, TM, false>(p, tile16, g, q, active, m0, mb);
   if (threadIdx.x == 0) *counter = 0;
 }
 

@@ -348,6 +348,17 @@ def _blockwise_fp8_swapab_kernel(
                 acc += tl.dot(w, x) * (sx * sw)[None, :]
 
     # fp8lab:excerpt-end swapab_main_loop
+    swapab_epilogue(acc, c_ptr, ws_ptr, cnt_ptr, offs_w, offs_t, mask_w, mask_t, M, N, stride_cm, pid_w, pid_t,
+                    pid_k, BLOCK_W, BLOCK_T, SPLIT_K)
+
+
+@triton.jit
+def swapab_epilogue(acc, c_ptr, ws_ptr, cnt_ptr, offs_w, offs_t, mask_w, mask_t, M, N, stride_cm, pid_w, pid_t,
+                    pid_k, BLOCK_W: tl.constexpr, BLOCK_T: tl.constexpr, SPLIT_K: tl.constexpr):
+    """A swap-AB program's (BLOCK_W, BLOCK_T) fp32 tile of C^T into C (bf16, rows of stride_cm):
+    stored directly at SPLIT_K = 1; else written to split pid_k's (M, N) slice of the fp32
+    workspace, and the last of the tile's SPLIT_K programs to finish (the counter cnt_ptr[tile])
+    sums the slices in split order, stores C and re-arms the counter. Also triton_w8a16's."""
     c_ptrs = c_ptr + offs_t[None, :] * stride_cm + offs_w[:, None]  # (BLOCK_W, BLOCK_T) -> C^T
     c_mask = mask_w[:, None] & mask_t[None, :]
     if SPLIT_K == 1:

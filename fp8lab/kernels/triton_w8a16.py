@@ -24,6 +24,9 @@ even when N / BLOCK_W tiles are fewer than the SMs. The last program of a tile t
 atomic counter, re-armed by that program) sums the fp32 partials and writes the tile: one
 launch, no memset (the split-K scheme of ``triton_blockwise``'s swapab path, whose workspace it
 shares). The dequantisation is this module's: Marlin's bit trick, w x s rounded to bf16.
+Measured on the H200 (afbd834, scripts/probes/w8a16_swapab.py), it is not issue 22's route: its best
+config streams 0.39-0.52 of a same-size copy at M <= 16, where gemv_w8a16_fp8 streams 0.54-0.96,
+because its dequant is ~7 integer instructions per weight; it stays opt-in.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import functools
 import numpy as np
 import triton
 import triton.language as tl
+
+from .triton_blockwise import swapab_epilogue
 
 GROUP = 128
 FOLD = 2.0 ** 120          # e4m3 -> bf16 by shifting leaves w x 2^-120
@@ -100,26 +105,9 @@ def _w8a16_swapab_kernel(
             w = bits.to(tl.bfloat16, bitcast=True) * s[:, None]    # x (s x 2^120): w x s in bf16
             acc = tl.dot(w, x, acc)
     # fp8lab:excerpt-end w8a16_swapab_main_loop
-    c_ptrs = c_ptr + offs_t[None, :] * stride_cm + offs_w[:, None]     # (BLOCK_W, BLOCK_T) -> out^T
-    c_mask = mask_w[:, None] & mask_t[None, :]
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(tl.bfloat16), mask=c_mask)
-    else:
-        # int32 offsets: the wrapper keeps SPLIT_K * M * N < 2^31
-        MN = M * N
-        part = offs_t[None, :] * N + offs_w[:, None]
-        tl.store(ws_ptr + pid_k * MN + part, acc, mask=c_mask)
-        # every thread's partial written before the split is counted done (bar.sync, then a
-        # release at GPU scope); the last split's acquire makes the others' partials visible
-        tl.debug_barrier()
-        tile = pid_t * tl.num_programs(0) + pid_w
-        done = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if done == SPLIT_K - 1:
-            tot = tl.zeros((BLOCK_W, BLOCK_T), dtype=tl.float32)
-            for sk in range(SPLIT_K):
-                tot += tl.load(ws_ptr + sk * MN + part, mask=c_mask, other=0.0, cache_modifier=".cg")
-            tl.store(c_ptrs, tot.to(tl.bfloat16), mask=c_mask)
-            tl.atomic_xchg(cnt_ptr + tile, 0)   # re-arm the counter for the next launch
+    # out^T's tile stored, or summed over the splits by the last to finish (triton_blockwise's)
+    swapab_epilogue(acc, c_ptr, ws_ptr, cnt_ptr, offs_w, offs_t, mask_w, mask_t, M, N, stride_cm, pid_w, pid_t,
+                    pid_k, BLOCK_W, BLOCK_T, SPLIT_K)
 
 
 @triton.jit

@@ -35,8 +35,10 @@ NT = 1 at M <= 8, 2 at M = 16):
                register ring keeps 2); stream-K rows of these variants are the base kernel's
   l2pfD        before each step, lane 0 prefetches into L2 the warp's step D past its next refill
                (cp.async.bulk.prefetch.L2, 2 KB): bytes in flight from DRAM without registers
-  fin_batch    the split-K finalise loads every workspace value before it stores any (see FIN_BATCH)
-  fin_light    fin_batch + light_epi
+  fin_onepass  the split-K finalise one value at a time (load, zero, store), as before 2026-12-04
+  fin_all      the split-K finalise loads all its workspace values before it stores any (see FIN_NOW)
+  w16res       w16 with resident activations up to 200 KB (one CTA per SM): at M = 16 a K slice of up to
+               6144 (qwen3-8b / llama3-8b gate_up at splits = 1: 4096, 138 KB) loaded once, no barrier per chunk
   act3         three activation chunk buffers, one barrier per chunk (the chunked path's two)
   w16          CTAs of 16 warps, one per SM (256 rows of N: one activation chunk serves twice the
                weights), also timed at twice the splits (as many CTAs as the 8-warp grid)
@@ -47,6 +49,9 @@ NT = 1 at M <= 8, 2 at M = 16):
   -- ablations (outputs wrong by design; they bound what a part costs) --
   no_epi       split-K partial sums are red.add-ed and nothing else: no fence, counter or finalise
   fixed_scales every step re-reads one scale word (an L1 hit): the scale stream's cost
+  kstagger     split-K CTA x starts its K walk at one of 8 places and wraps (see k_stagger)
+  act_rep8     split-K CTA x reads copy x % 8 of the activations (8 identical copies back to back):
+               the same bytes and result, 8x fewer CTAs on each activation line at once (ACT_COPIES)
   no_act       chunked path: only the first activation chunk is loaded (the others read stale shared
                memory): what the activations' L2 reads cost
   no_bar       chunked path: no barrier per chunk (races by design): what the barriers cost
@@ -291,27 +296,108 @@ def act_ring3():
     ]
 
 
-FIN_OLD = """  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
-    const float v = __ldcg(p.ws + idx);
-    __stcg(p.ws + idx, 0.f);
-    store16<BF16>(p.out, idx, v);
-  });"""
-# finalize_tile as two passes: every workspace load first, then the zeroing and the output stores.
-# As written (one pass), each load's value is stored before the next load is issued (a later load
-# may not pass an earlier store that could alias it), so the last CTA of a tile waits one L2 round
-# trip per output element it owns: 8 in sequence at M = 16 (NT = 2), 1 at M = 1.
-FIN_BATCH = [(FIN_OLD, """  float v[TM][NT][4];
-  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
-    v[t][j][e] = __ldcg(p.ws + idx);
-  });
-  for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
-    __stcg(p.ws + idx, 0.f);
-    store16<BF16>(p.out, idx, v[t][j][e]);
-  });""")]
+FIN_NOW = """        float v[4];
+        for_each_output_of(p, t, j, tile16, g, q, active, m0, mb,
+                           [&](int, int, int e, size_t idx) { v[e] = __ldcg(p.ws + idx); });
+        for_each_output_of(p, t, j, tile16, g, q, active, m0, mb, [&](int, int, int e, size_t idx) {
+          __stcg(p.ws + idx, 0.f);
+          store16<BF16>(p.out, idx, v[e]);
+        });"""
+# finalize_tile's split-K order (LOADS_FIRST): each (t, j)'s four workspace loads, then their stores.
+# fin_onepass: one value at a time, as before (each load waits for the stores ahead of it, 8 L2
+# round trips in sequence per thread at M = 16); fin_all: all TM x NT x 4 loads first (the order
+# first measured here as fin_batch: +0.09..0.15 of copy at M = 16 on the split-K shapes), 4 more
+# registers than per (t, j).
+FIN_ONEPASS = [(FIN_NOW, """        for_each_output_of(p, t, j, tile16, g, q, active, m0, mb, [&](int, int, int, size_t idx) {
+          const float v = __ldcg(p.ws + idx);
+          __stcg(p.ws + idx, 0.f);
+          store16<BF16>(p.out, idx, v);
+        });""")]
+FIN_ALL = [("""#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+""" + FIN_NOW + """
+      }
+    }""", """    float v[TM][NT][4];
+    for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
+      v[t][j][e] = __ldcg(p.ws + idx);
+    });
+    for_each_output<NT, TM>(p, tile16, g, q, active, m0, mb, [&](int t, int j, int e, size_t idx) {
+      __stcg(p.ws + idx, 0.f);
+      store16<BF16>(p.out, idx, v[t][j][e]);
+    });""")]
+
+
+#: act_rep8: split-K CTA x reads copy x % ACT_COPIES of the activations (the probe passes that many
+#: identical copies, back to back): the same bytes and the same result, but at splits = 1, where
+#: every CTA walks K from 0 in step with the others, 8x fewer CTAs read each activation line at
+#: the same moment. If it gains what no_act gains (+0.08-0.09 of copy at M = 16 on the splits = 1
+#: shapes at 002caf6), the cost is those simultaneous reads of the same L2 lines, and staggering
+#: where each CTA starts in K is the fix; if not, it is the loads themselves.
+ACT_COPIES = 8
+REPLICATED = {"act_rep8"}
+
+def k_stagger(groups: int = 8):
+    """Split-K: CTA x walks its K slice starting at step rot = (x % groups) * (nsteps / groups) and
+    wraps around (weights, scales and activation slots alike), so at splits = 1 the CTAs spread
+    over `groups` places in K instead of all reading the same activation chunk at the same moment:
+    act_rep8's effect without copies. The fp32 sums run in another order (checked within 1e-2)."""
+    adv = """        wnext += S::kW;
+        snext += S::kS;
+        if (++wst == nsteps) {
+          wst = 0;
+          wnext -= static_cast<size_t>(nsteps) * S::kW;
+          snext -= static_cast<size_t>(nsteps) * S::kS;
+        }"""
+    return [
+        ("  const int iters = (nsteps + kRing - 1) / kRing;\n",
+         f"  const int iters = (nsteps + kRing - 1) / kRing;\n"
+         f"  const int rot = (static_cast<int>(blockIdx.x) % {groups}) * (nsteps / {groups});   // first step walked\n"
+         f"  int wst = rot;                                           // the step wnext points at\n"),
+        ("""    const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
+    const uint32_t buf = buf_of(it);
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int k = kc + 8 * seg;
+      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    }""", """    const uint32_t buf = buf_of(it);
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int lst = kRing * it + seg / (kStepK / 8);     // the walked step this slot holds
+      if (lst < nsteps) {
+        const int pst = lst + rot < nsteps ? lst + rot : lst + rot - nsteps;
+        const int k = (st0 + pst) * kStepK + 8 * (seg % (kStepK / 8));
+        ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+      }
+    }"""),
+        ("p.steps, tile16, st0,\n                   lane, g, wnext, snext);",
+         "p.steps, tile16, st0 + rot,\n                   lane, g, wnext, snext);"),
+        ("""      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+        wnext += S::kW;
+        snext += S::kS;
+      }""", """      if (u < nsteps) {
+        load_frag<F, NT>(f[u], wnext, snext);
+""" + adv + """
+      }"""),
+        ("          if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);",
+         """          if (st < nsteps) {
+            compute_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, salt);
+            if (st + kRing < nsteps) {
+              load_frag<F, NT>(f[u], wnext, snext);
+""" + adv.replace("\n        ", "\n            ").replace("        wnext += S::kW;", "            wnext += S::kW;", 1) + """
+            }
+          }"""),
+    ]
 
 
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
-WARPS = {"w4": 4, "w2": 2, "w16": 16}
+WARPS = {"w4": 4, "w2": 2, "w16": 16, "w16res": 16}
 
 VARIANTS = {
     "base": ([], False),
@@ -332,9 +418,16 @@ VARIANTS = {
     "w4": (few_warps(4), False),
     "w2": (few_warps(2), False),
     "w16": (few_warps(16), False),
+    "w16res": (few_warps(16) + [("constexpr int kResidentCap = 96 * 1024;", "constexpr int kResidentCap = 200 * 1024;")],
+               False),
     "act3": (act_ring3(), False),
-    "fin_batch": (FIN_BATCH, False),
-    "fin_light": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)] + FIN_BATCH, False),
+    "fin_onepass": (FIN_ONEPASS, False),
+    "kstagger": (k_stagger(8), False),
+    "act_rep8": ([("""  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  const int kend""", """  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2 +
+                             static_cast<size_t>(blockIdx.x % ACT_COPIES) * p.M * p.K * 2;
+  const int kend""".replace("ACT_COPIES", str(ACT_COPIES)))], False),
+    "fin_all": (FIN_ALL, False),
     "no_epi": ([("  if (!split) return;\n\n  // Split-K: the last CTA", "  return;\n\n  // Split-K: the last CTA")],
                True),
     "fixed_scales": ([("    wnext += Strides<F>::kW;\n    snext += Strides<F>::kS;\n  }\n}",
@@ -412,13 +505,18 @@ cudaError_t probe_split(int v, const fp8lab::wo::WoParams& p, int splits, cudaSt
 cudaError_t probe_sk(int v, const fp8lab::wo::WoParams& p, int ctas, cudaStream_t s);
 int probe_occ(int v);
 // sched > 0: split-K with that many splits; sched < 0: stream-K with -sched CTAs.
+// act_src: where the kernel reads the activations (act itself, or copies of it back to back for the
+// replicated variants); act gives the shape.
 void run(int64_t v, torch::Tensor act, torch::Tensor w, torch::Tensor scales, torch::Tensor out, torch::Tensor ws,
-         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched, bool resident) {
+         torch::Tensor counters, int64_t N, int64_t n_tiles16, int64_t sched, bool resident, torch::Tensor act_src) {
   fp8lab::wo::check_tensors(act, w, scales, out, ws, counters, N);
   const int64_t steps = act.size(1) / 128;
   const int64_t splits = sched > 0 ? sched : 1;
   const int64_t sps = (steps + splits - 1) / splits;
   auto p = fp8lab::wo::params(act, w, scales, out, ws, counters, 1.0, N, n_tiles16, sps, resident);
+  TORCH_CHECK(act_src.is_contiguous() && act_src.scalar_type() == act.scalar_type() && act_src.size(1) == act.size(1) &&
+              act_src.size(0) % act.size(0) == 0, "act_src must be copies of act");
+  p.act = act_src.data_ptr();
   auto s = c10::cuda::getCurrentCUDAStream();
   const cudaError_t e = sched > 0 ? probe_split(static_cast<int>(v), p, static_cast<int>((steps + sps - 1) / sps), s)
                                   : probe_sk(static_cast<int>(v), p, static_cast<int>(-sched), s);
@@ -539,17 +637,18 @@ def main(argv=None):
             if grow > 1:   # more CTAs along N: also fewer splits (as many CTAs as the 8-warp grid, fewer partial sums)
                 vscheds += [(s, max(1, round(a / grow)), max(1, round(a / grow)), r) for s, a, c, r in scheds
                             if c > 1 and round(a / grow) < a]
+            src = xb.repeat(ACT_COPIES, 1).contiguous() if vname in REPLICATED else xb
             for sched, arg, code, res in vscheds:
                 o = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ws.zero_()
                 cnt.zero_()
-                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res)
+                ext.run(vi, xb, pw.w, pw.s, o, ws, cnt, N, pw.n_tiles16, code, res, src)
                 torch.cuda.synchronize()
                 err = float(torch.linalg.norm(o.double() - want) / torch.linalg.norm(want))
                 check = "ablation" if ablation else ("ok" if err < 1e-2 else f"FAIL {err:.2e}")
                 oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
-                fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt, N,
-                                                                                p_.n_tiles16, c, r),
+                fn = bench.rotating(lambda p_, o_, c=code, v=vi, r=res, a=src: ext.run(v, xb, p_.w, p_.s, o_, ws, cnt,
+                                                                                       N, p_.n_tiles16, c, r, a),
                                     list(zip(sets, oo)))
                 t = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5)
                 rows.append(dict(shape=name, M=M, variant=vname, schedule=sched, arg=arg, time_us=t.p50_s * 1e6,
