@@ -225,14 +225,15 @@ def main(argv=None):
             piv["pdl_gain_streamk"] = piv["streamk_pdl"] / piv["streamk"]
     print("\nfraction of the 2 GiB copy per schedule:")
     print(piv.to_string(float_format=lambda v: f"{v:.3f}"))
-    par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
-    par["fp8/int8"] = par["fp8"] / par["int8"]
-    par["nvfp4/int4"] = par["nvfp4"] / par["int4"]
-    print("\nFP vs INT at M = 1 (TB/s):")
-    print(par.to_string(float_format=lambda v: f"{v:.3f}"))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         df.to_csv(os.path.join(args.out, "probe_gemv.csv"), index=False)
+    if (df.M == 1).any():
+        par = df[df.M == 1].pivot_table(index=["shape", "variant"], columns="fmt", values="TBps")
+        par["fp8/int8"] = par["fp8"] / par["int8"]
+        par["nvfp4/int4"] = par["nvfp4"] / par["int4"]
+        print("\nFP vs INT at M = 1 (TB/s):")
+        print(par.to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"\ntotal {time.time() - t0:.0f} s", flush=True)
     return 0
 
