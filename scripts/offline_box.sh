@@ -22,7 +22,11 @@
 # act_rep8, kstagger, w16res and the activation ablations; JOB/ablate-m16/, JOB/ablate-m1/), quant-ncu
 # (scripts/probes/quant_ncu.py: the quantisers and SGLang's under ncu, --clock-control none; JOB/quant-ncu/),
 # quant-pdl (scripts/probes/quant_pdl_overlap.py: quant_act_subwarp and SGLang's quantiser, plain and PDL, subwarp and
-# the same-traffic copy with both PDL releases, one process),
+# the same-traffic copy with both PDL releases, one process), copy-floor (scripts/probes/copy_floor.py: 06b's
+# small-M yardstick copy beside a kernel copy of the same bytes, a one-word fill, traffic_copy and the subwarp
+# quantiser; JOB/copy-floor/), gemv-splits (scripts/probes/gemv.py: split-K pinned to 1-32 splits at nine
+# shapes, M = 1-128, the sweep choose_splits is fitted to, JOB/gemv-splits/; then every schedule at M = 1 and
+# 16 on the four shapes below 0.85 of copy, JOB/gemv-sched/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -42,7 +46,10 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits smoke test-gpu run"
+
+# the nine shapes of choose_splits' fit (scripts/probes/data/gemv_splits_h200.json)
+SPLIT_SHAPES=llama3-70b:down_proj,llama3-70b:qkv,llama3-70b:o_proj,llama3-8b:down_proj,llama3-8b:gate_up,qwen3-8b:gate_up,qwen3-8b:down_proj,qwen3-8b:o_proj,deepseek-v3:dense_down
 
 keep() {        # copy what a step wrote under tracked folders out of the tree
     mkdir -p "$job/keep"
@@ -95,6 +102,13 @@ step() {
                    local rc=$?; tail -30 "$job/quant-ncu.log"; return $rc ;;
         gemlite-atomics) timeout 300 python3 scripts/probes/gemlite_atomics.py > "$job/gemlite-atomics.log" 2>&1
                          local rc=$?; tail -12 "$job/gemlite-atomics.log"; return $rc ;;
+        copy-floor) timeout 120 python3 scripts/probes/copy_floor.py --out "$job/copy-floor" > "$job/copy-floor.log" 2>&1
+                    local rc=$?; tail -25 "$job/copy-floor.log"; return $rc ;;
+        gemv-splits) { timeout 300 python3 scripts/probes/gemv.py --splitk-only --splits 1,2,3,4,5,6,7,8,9,10,12,16,24,32 \
+                           --ms 1,4,16,64,128 --rep-ms 10 --out "$job/gemv-splits" --shapes "$SPLIT_SHAPES" \
+                       && timeout 200 python3 scripts/probes/gemv.py --ms 1,16 --rep-ms 10 --out "$job/gemv-sched" \
+                           --shapes qwen3-8b:gate_up,llama3-8b:gate_up,llama3-8b:down_proj,llama3-70b:qkv; } > "$job/gemv-splits.log" 2>&1
+                     local rc=$?; grep -A34 "fraction of the 2 GiB copy per schedule" "$job/gemv-splits.log" | tail -34; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
         run) source_peers marlin vllm-marlin deepgemm vllm-cutlass vllm-quant sglang-quant
