@@ -266,7 +266,9 @@ def test_a_smoke_runs_two_gpu_notebooks_at_once_on_one_gpu(tmp_path, monkeypatch
     assert rc == 0, lines
     assert any("2 GPU notebooks at a time" in ln for ln in lines)
     spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
-    assert len(spans) == 3 and spans[1][0] < spans[0][1]         # the first two overlapped
+    # two lanes: some notebook started while another ran (which pair depends on how fast each
+    # kernel starts: under CPU load the first can finish before the second has started)
+    assert len(spans) == 3 and any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans
     with pytest.raises(notebooks.UsageError, match="only a smoke"):
         runner.run(manifest=manifest, run_dir=tmp_path / "r2", progress=False,
                    echo=lines.append, mode="measure", gpu_slots=2)
