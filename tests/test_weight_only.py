@@ -569,6 +569,13 @@ def test_c8_model_and_measured_correction():
     assert v.verdict == "holds-in-kind" and "corrected" in v.our_figure and "issued/executed x1.100" in v.reason
     # a correction that explains only part of the gap (corrected still 6% low): differs
     assert dx.c8_verdict(dx.c8_model(corrected(1.0, 1 / 1.2 * 1.06), 132)).verdict == "differs"
+    # just past the bar (the H200 at 8d03db9: INT4 corrected 5.01% low): the reason shows the
+    # figure that decided it, not a rounded "5.0%", and names the kernel
+    edge = dx.c8_verdict(dx.c8_model(corrected(1.0, 1 / 1.2 / (1 - 0.0501)), 132))
+    assert edge.verdict == "differs" and "off by up to 5.01% (" in edge.reason, edge.reason
+    assert "bar 5%" in edge.reason
+    inside = dx.c8_verdict(dx.c8_model(corrected(1.0, 1 / 1.2 / (1 - 0.0497)), 132))
+    assert inside.verdict == "holds-in-kind" and "off by up to 4.97% (" in inside.reason
     # two profiled shapes: the figure names each shape once, its formats after it
     import pandas as pd
     two = pd.concat([m, m.assign(shape="other:shape")], ignore_index=True)

@@ -906,10 +906,13 @@ def c8_verdict(model: Optional[pd.DataFrame]):
         return _v("C8", "differs", fig, f"model off by up to {worst:.0%}; "
                   + "; ".join(parts + ["issued/executed and active/elapsed cycles not in this profile"]),
                   subject="analogue", rule=rule)
-    cworst = float((m["issue_corrected_pct"] / m["issue_active_pct"] - 1).abs().max())
+    cerr = (m["issue_corrected_pct"] / m["issue_active_pct"] - 1).abs()
+    cworst, w = float(cerr.max()), m.loc[cerr.idxmax()]
+    where = " at ".join(str(w[c]) for c in ("arm", "shape") if c in m and pd.notna(w[c]))
     why = (f"model off by up to {worst:.0%}; measured factors: issued/executed x{m['issue_factor'].min():.3f}-"
            f"{m['issue_factor'].max():.3f}, active/elapsed cycles {m['active_fraction'].min():.3f}-"
-           f"{m['active_fraction'].max():.3f}; corrected model off by up to {cworst:.1%}; left over: partial warps "
+           f"{m['active_fraction'].max():.3f}; corrected model off by up to {cworst:.2%}"
+           f"{f' ({where})' if where else ''}, bar {C8_AGREE:.0%}; left over: partial warps "
            f"(warp/thread inst. x{m['warp_factor'].min():.3f}-{m['warp_factor'].max():.3f}, not in the model)")
     return _v("C8", "holds-in-kind" if cworst <= C8_AGREE else "differs", fig, why, subject="analogue", rule=rule)
 
