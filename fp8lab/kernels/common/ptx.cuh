@@ -117,6 +117,26 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// mbarrier.arrive: one arrival, no transactions (a consumer handing a stage back).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// cp.async.bulk.tensor.2d global -> shared through a tensor map (TMA): the box at coordinates
+// (c0 inner, c1 outer) of the tensor `map` describes (the generic address of a CUtensorMap, e.g. a
+// __grid_constant__ kernel parameter), completing its bytes as transactions on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// prefetch.tensormap: brings a tensor map (see tma_load_2d) into the cache before its first use.
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 // createpolicy ... L2::evict_first: an L2 cache policy for data read once (streamed weights).
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;

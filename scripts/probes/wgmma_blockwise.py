@@ -1,0 +1,153 @@
+"""Probe (issue 22, target 2): fp8lab's own TMA + wgmma blockwise FP8 GEMM (fp8lab.kernels.wgmma_blockwise)
+against cuBLASLt blockwise, cuBLAS FP8 per-tensor and the CUTLASS arm, at notebook 05's shapes and M >= 1024.
+
+    python scripts/probes/wgmma_blockwise.py [--ms 1024,4096,8192] [--shapes ...] [--rounds 3] [--out DIR]
+
+1. Correctness first (asserts): both variants ('wait': each K block's MMAs complete before its
+   promotion; 'overlap': the promotion of block kb - 1 under the MMAs of block kb) against float64 at
+   odd shapes (M 1, 83, 300, 4096 x N 136, 2112 x K 128, 1152), outputs poisoned with NaN, and the two
+   variants bit-identical; the tile walk at group_m 1, 8, 64.
+2. Timing: per (shape, M), the arms in ``--rounds`` alternating rounds (order reversed every other
+   round, so clock drift falls on every arm alike), each call timed by bench's "auto" (events with L2
+   flushed at these sizes) over operand sets rotated past 2x L2 (blockwise.make_operands: per-token and
+   per-block magnitudes as in notebook 05). Per arm: median TFLOP/s over the rounds and the median of
+   the per-round ratio to cuBLASLt blockwise (target 2: >= 1.10).
+Writes probe_wgmma_blockwise.csv into --out (or $OUT). Clocks are observed, never set.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def check(wg, torch):
+    """Asserts; returns the number of checks."""
+    from fp8lab.experiments import blockwise as bw
+
+    n = 0
+    for M in (1, 83, 300, 4096):
+        for N in (136, 2112):
+            for K in (128, 1152):
+                s = bw.make_operands(M, N, K, seed=M + N + K)
+                ref = wg.reference(s.a, s.a_scale, s.b, s.b_scale)
+                outs = {}
+                for v in wg.VARIANTS:
+                    ops = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)
+                    ops.out.fill_(float("nan"))
+                    out = ops()
+                    torch.cuda.synchronize()
+                    assert torch.isfinite(out).all(), (v, M, N, K, "unwritten (NaN) outputs")
+                    rel = float((out.double() - ref).norm() / ref.norm())
+                    assert rel < 4e-3, (v, M, N, K, rel)
+                    outs[v] = out.clone()
+                    n += 1
+                assert torch.equal(outs["wait"], outs["overlap"]), (M, N, K, "variants differ")
+    for g in (1, 8, 64):
+        s = bw.make_operands(1000, 1160, 384, seed=g)
+        ops = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=g)
+        ops.out.fill_(float("nan"))
+        out = ops()
+        ref = wg.reference(s.a, s.a_scale, s.b, s.b_scale)
+        assert torch.isfinite(out).all() and float((out.double() - ref).norm() / ref.norm()) < 4e-3, g
+        n += 1
+    return n
+
+
+def arms(torch):
+    """{name: make(opset) -> zero-argument call}: each arm's operands laid out once per set."""
+    from fp8lab.kernels import baselines as bl
+    from fp8lab.kernels import cutlass_blockwise_sm90 as cb
+    from fp8lab.kernels import wgmma_blockwise as wg
+
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+
+    def lt(s):
+        return bl.BlockwiseOperands(s.a, s.a_scale, s.b, s.b_scale)
+
+    def per_tensor(s):
+        return lambda: torch._scaled_mm(s.a, s.b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    out = {"cublaslt_blockwise": lt, "cublas_fp8_tensorwise": per_tensor}
+    if cb.available()[0]:
+        out["cutlass_blockwise_sm90"] = lambda s: cb.CutlassBlockwise(s.a, s.a_scale, s.b, s.b_scale)
+    for v in wg.VARIANTS:
+        out[f"wgmma_{v}"] = lambda s, v=v: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)
+    out["wgmma_overlap_g16"] = lambda s: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=16)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ms", default="1024,4096,8192")
+    ap.add_argument("--shapes", default="qwen3-8b:o_proj,qwen3-8b:down_proj,deepseek-v3:dense_down")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep-ms", type=float, default=30)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    args = ap.parse_args(argv)
+    try:
+        Ms = [int(m) for m in args.ms.split(",")]
+    except ValueError:
+        print(f"wgmma_blockwise probe: --ms must be comma-separated integers, got {args.ms!r}", file=sys.stderr)
+        return 2
+
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from fp8lab.experiments import blockwise as bw
+    from fp8lab.facts import shapes as shape_facts
+    from fp8lab.kernels import wgmma_blockwise as wg
+    from fp8lab.measure import bench, harness
+
+    ok, why = wg.available()
+    if not ok:
+        print(f"wgmma_blockwise probe: {why}", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    ext = wg.load_extension()
+    print(f"extension ready in {time.time() - t0:.0f} s ({ext.stages()} stages, {ext.shared_memory_bytes()} B "
+          f"shared memory per CTA)", flush=True)
+    t1 = time.time()
+    print(f"correctness: {check(wg, torch)} checks passed ({time.time() - t1:.1f} s)", flush=True)
+
+    l2 = bench.device_l2_bytes()
+    makers = arms(torch)
+    rows = []
+    for name in args.shapes.split(","):
+        sh = shape_facts.get(name)
+        for M in Ms:
+            s0 = bw.make_operands(M, sh.N, sh.K, seed=M)
+            per_set = M * sh.K + sh.N * sh.K + 2 * M * sh.N
+            sets = harness.copies(s0, min(16, bench.n_rotation_sets(per_set, l2, max_sets=10**6)), bw.OpSet.clone)
+            fns = {a: harness.made_rotation(lambda i, mk=mk: mk(sets[i]), len(sets)) for a, mk in makers.items()}
+            flop = 2.0 * M * sh.N * sh.K
+            order = list(fns)
+            for r in range(args.rounds):
+                for a in (order if r % 2 == 0 else order[::-1]):
+                    t = bench.bench(fns[a], method="auto", warmup_ms=5, rep_ms=args.rep_ms)
+                    rows.append(dict(shape=name, M=M, N=sh.N, K=sh.K, arm=a, round=r, time_us=t.p50_s * 1e6,
+                                     tflops=flop / t.p50_s / 1e12, method=t.method))
+            here = pd.DataFrame(rows[-len(order) * args.rounds:]).groupby("arm")["tflops"].median()
+            print(f"{name:22s} M={M:<5d} " + "  ".join(f"{a} {here[a]:.0f}" for a in order), flush=True)
+            sets = fns = s0 = None
+            torch.cuda.empty_cache()
+    df = pd.DataFrame(rows)
+    lt = df[df.arm == "cublaslt_blockwise"].set_index(["shape", "M", "round"])["time_us"]
+    df["over_cublaslt"] = [lt[(r.shape, r.M, r.round)] / r.time_us for r in df.itertuples()]
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        df.to_csv(os.path.join(args.out, "probe_wgmma_blockwise.csv"), index=False)
+    summary = df.groupby(["shape", "M", "arm"], sort=False).agg(tflops=("tflops", "median"),
+                                                                 over_cublaslt=("over_cublaslt", "median"),
+                                                                 spread=("over_cublaslt", np.ptp))
+    pd.set_option("display.width", 200)
+    print("\nmedian over rounds (over_cublaslt: cuBLASLt time / arm time, per round; spread: its range):")
+    print(summary.to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"\ntotal {time.time() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
