@@ -56,6 +56,8 @@ namespace wgbw {
 constexpr int BM = 128, BK = 128, kThreads = 384;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kConsumerWarps = 8;
+// try_waits before a stuck pipeline traps (ptx::mbar_wait_or_trap): seconds, far above any real wait
+constexpr uint32_t kSpinLimit = 1u << 24;
 
 template <int BN, int STAGES>
 struct alignas(1024) Smem {
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 1
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           const int st = it % STAGES;
-          ptx::mbar_wait(smem_u32(&s.empty[st]), ((it / STAGES) & 1) ^ 1);
+          ptx::mbar_wait_or_trap(smem_u32(&s.empty[st]), ((it / STAGES) & 1) ^ 1, kSpinLimit);
           const uint32_t full = smem_u32(&s.full[st]);
           ptx::mbar_arrive_expect_tx(full, kBytes);
           ptx::tma_load_2d(smem_u32(s.a[st]), &tma_a, full, kb * BK, tm * BM);
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue = [&](float (&tmp)[64], uint32_t i, int kb) -> float {
       const int st = i % STAGES;
       const float sbv = __ldg(sb_row + kb);
-      ptx::mbar_wait(smem_u32(&s.full[st]), (i / STAGES) & 1);
+      ptx::mbar_wait_or_trap(smem_u32(&s.full[st]), (i / STAGES) & 1, kSpinLimit);
       wgmma_fence();
       fence_acc(tmp);
       const uint8_t* a = s.a[st] + cw * 64 * BK;

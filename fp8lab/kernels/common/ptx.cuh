@@ -137,6 +137,26 @@ __device__ __forceinline__ void tma_prefetch_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
+// mbar_wait that gives up: after `limit` failed try_waits (each suspends the thread for a while;
+// seconds in all for limit ~2^24) the kernel traps, so a pipeline bug (a transaction count that
+// never arrives) fails the launch with an error instead of hanging the GPU.
+__device__ __forceinline__ void mbar_wait_or_trap(uint32_t bar, uint32_t parity, uint32_t limit) {
+  for (uint32_t n = 0;; ++n) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (n == limit) __trap();
+  }
+}
+
 // createpolicy ... L2::evict_first: an L2 cache policy for data read once (streamed weights).
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
