@@ -41,6 +41,8 @@ SOURCE = KERNEL_DIR / "wgmma_blockwise.cu"
 HEADER = KERNEL_DIR / "wgmma_blockwise.h"
 EXT_SOURCE = KERNEL_DIR / "wgmma_blockwise_ext.cpp"
 SOURCES = (SOURCE, HEADER, EXT_SOURCE)
+#: the extension's translation units
+EXT_SOURCES = (SOURCE, EXT_SOURCE)
 #: every file the extension's cache key hashes (the sources and every header they include)
 EXT_DIGEST_SOURCES = (*SOURCES, *COMMON_HEADERS)
 
@@ -146,7 +148,7 @@ def load_extension(verbose: bool = False):
     """Build (once per content hash: ~20 s of nvcc) and import the torch extension."""
     from ._build import extension
 
-    return extension("wgmma_blockwise", [SOURCE, EXT_SOURCE], EXT_DIGEST_SOURCES, verbose=verbose,
+    return extension("wgmma_blockwise", EXT_SOURCES, EXT_DIGEST_SOURCES, verbose=verbose,
                      include_paths=[KERNEL_DIR], cflags=["-O3", "-DNDEBUG"], cuda_cflags=[*NVCC_FLAGS, GENCODE],
                      env={"TORCH_CUDA_ARCH_LIST": "9.0a"})
 
