@@ -27,7 +27,7 @@
 # quantiser; JOB/copy-floor/), gemv-splits (scripts/probes/gemv.py: split-K pinned to 1-32 splits at nine
 # shapes, M = 1-128, the sweep choose_splits is fitted to, JOB/gemv-splits/; then every schedule at M = 1 and
 # 16 on the four shapes below 0.85 of copy, JOB/gemv-sched/), wgmma-bw (fp8lab's TMA + wgmma blockwise GEMM:
-# its GPU tests, then scripts/probes/wgmma_blockwise.py against cuBLASLt, per-tensor FP8 and CUTLASS at 05's shapes,
+# its GPU tests, then scripts/probes/wgmma_blockwise.py against cuBLASLt, per-tensor FP8, CUTLASS and DeepGEMM at 05's shapes,
 # M = 1024 / 4096 / 8192; JOB/wgmma-bw/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
@@ -111,8 +111,9 @@ step() {
                        && timeout 200 python3 scripts/probes/gemv.py --ms 1,16 --rep-ms 10 --out "$job/gemv-sched" \
                            --shapes qwen3-8b:gate_up,llama3-8b:gate_up,llama3-8b:down_proj,llama3-70b:qkv; } > "$job/gemv-splits.log" 2>&1
                      local rc=$?; grep -A34 "fraction of the 2 GiB copy per schedule" "$job/gemv-splits.log" | tail -34; return $rc ;;
-        wgmma-bw) { timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_wgmma_blockwise.py \
-                        && timeout 280 python3 scripts/probes/wgmma_blockwise.py --out "$job/wgmma-bw"; } > "$job/wgmma-bw.log" 2>&1
+        wgmma-bw) source_peers deepgemm
+                  { timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_wgmma_blockwise.py \
+                        && timeout 400 python3 scripts/probes/wgmma_blockwise.py --out "$job/wgmma-bw"; } > "$job/wgmma-bw.log" 2>&1
                   local rc=$?; tail -45 "$job/wgmma-bw.log"; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;

@@ -1,5 +1,6 @@
 """Probe (issue 22, target 2): fp8lab's own TMA + wgmma blockwise FP8 GEMM (fp8lab.kernels.wgmma_blockwise)
-against cuBLASLt blockwise, cuBLAS FP8 per-tensor and the CUTLASS arm, at notebook 05's shapes and M >= 1024.
+against cuBLASLt blockwise, cuBLAS FP8 per-tensor, the CUTLASS arm and DeepGEMM (when built), at notebook 05's
+shapes and M >= 1024.
 
     python scripts/probes/wgmma_blockwise.py [--ms 1024,4096,8192] [--shapes ...] [--rounds 3] [--out DIR]
 
@@ -7,7 +8,8 @@ against cuBLASLt blockwise, cuBLAS FP8 per-tensor and the CUTLASS arm, at notebo
    promotion; 'overlap': the promotion of block kb - 1 under the MMAs of block kb) against float64 at
    odd shapes (M 1, 83, 300, 4096 x N 136, 2112 x K 128, 1152), outputs poisoned with NaN, and the two
    variants bit-identical; the tile walk at group_m 1, 8, 64.
-2. Timing: per (shape, M), the arms in ``--rounds`` alternating rounds (order reversed every other
+2. Per (shape, M), every arm's first (untimed) call is checked on up to 128 rows against float64 (its
+   own operands' product for a peer that quantises them itself), relative error < 4e-3. Timing: the arms in ``--rounds`` alternating rounds (order reversed every other
    round, so clock drift falls on every arm alike), each call timed by bench's "auto" (events with L2
    flushed at these sizes) over operand sets rotated past 2x L2 (blockwise.make_operands: per-token and
    per-block magnitudes as in notebook 05). Per arm: median TFLOP/s over the rounds and the median of
@@ -56,7 +58,11 @@ def check(wg, torch):
 
 
 def arms(torch):
-    """{name: make(opset) -> zero-argument call}: each arm's operands laid out once per set."""
+    """{name: (make(opset) -> zero-argument call, what its output is checked against)}: each arm's
+    operands laid out once per set. The check: 'blockwise' (the float64 blockwise product of the
+    set's codes and scales), 'codes' (the unscaled codes' product: the per-tensor reference arm), or
+    a function of the made call returning its own float64 reference rows (a peer that quantises
+    the operands itself)."""
     from fp8lab.kernels import baselines as bl
     from fp8lab.kernels import cutlass_blockwise_sm90 as cb
     from fp8lab.kernels import wgmma_blockwise as wg
@@ -69,12 +75,28 @@ def arms(torch):
     def per_tensor(s):
         return lambda: torch._scaled_mm(s.a, s.b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-    out = {"cublaslt_blockwise": lt, "cublas_fp8_tensorwise": per_tensor}
+    out = {"cublaslt_blockwise": (lt, "blockwise"), "cublas_fp8_tensorwise": (per_tensor, "codes")}
     if cb.available()[0]:
-        out["cutlass_blockwise_sm90"] = lambda s: cb.CutlassBlockwise(s.a, s.a_scale, s.b, s.b_scale)
+        out["cutlass_blockwise_sm90"] = (lambda s: cb.CutlassBlockwise(s.a, s.a_scale, s.b, s.b_scale), "blockwise")
     for v in wg.VARIANTS:
-        out[f"wgmma_{v}"] = lambda s, v=v: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)
-    out["wgmma_overlap_g16"] = lambda s: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=16)
+        out[f"wgmma_{v}"] = (lambda s, v=v: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v), "blockwise")
+    out["wgmma_overlap_g16"] = (lambda s: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=16), "blockwise")
+    try:      # the best blockwise peer of notebook 05 (1.10-1.12x cuBLASLt at M = 4096 there), when built
+        from fp8lab.emulate import blockscale
+        from fp8lab.peers import adapters, discover
+
+        discover.import_deepgemm()
+
+        def deepgemm(s):
+            # the same weights (our codes x scales, exact in fp32), quantised by DeepGEMM's own casts
+            w = blockscale.dequant(s.b, s.b_scale, (128, 128)).float()
+            p = adapters.deepgemm_blockwise(s.x, w)
+            call = lambda: p.call(p.state, None, None)  # noqa: E731
+            call.reference = lambda rows: p.extra["ref_x"][rows] @ p.w_ref.T   # its own codes and scales
+            return call
+        out["peer_deepgemm"] = (deepgemm, "own")
+    except Exception as e:  # noqa: BLE001 - a missing peer is a line, not a stop
+        print(f"peer_deepgemm not timed: {type(e).__name__}: {str(e)[:200]}", flush=True)
     return out
 
 
@@ -114,26 +136,38 @@ def main(argv=None) -> int:
 
     l2 = bench.device_l2_bytes()
     makers = arms(torch)
-    rows = []
+    table = []
     for name in args.shapes.split(","):
         sh = shape_facts.get(name)
         for M in Ms:
             s0 = bw.make_operands(M, sh.N, sh.K, seed=M)
             per_set = M * sh.K + sh.N * sh.K + 2 * M * sh.N
             sets = harness.copies(s0, min(16, bench.n_rotation_sets(per_set, l2, max_sets=10**6)), bw.OpSet.clone)
-            fns = {a: harness.made_rotation(lambda i, mk=mk: mk(sets[i]), len(sets)) for a, mk in makers.items()}
+            rows_np = bw.check_rows(M, max_rows=128, seed=M)
+            rows = torch.as_tensor(rows_np, device="cuda")
+            refs = {"blockwise": bw.reference_rows(s0.a, s0.a_scale, s0.b, s0.b_scale, rows),
+                    "codes": s0.a[rows].double() @ s0.b.double().T}
+            fns, errs = {}, {}
+            for a, (mk, kind) in makers.items():
+                first = mk(sets[0])
+                out = first()                          # untimed: JIT compiles and plans happen here
+                torch.cuda.synchronize()
+                ref = first.reference(rows) if kind == "own" else refs[kind]
+                errs[a] = float((out[rows].double() - ref).norm() / ref.norm())
+                assert torch.isfinite(out).all() and errs[a] < 4e-3, (name, M, a, errs[a])
+                fns[a] = harness.made_rotation(lambda i, mk=mk: mk(sets[i]), len(sets), first=first)
             flop = 2.0 * M * sh.N * sh.K
             order = list(fns)
             for r in range(args.rounds):
                 for a in (order if r % 2 == 0 else order[::-1]):
                     t = bench.bench(fns[a], method="auto", warmup_ms=5, rep_ms=args.rep_ms)
-                    rows.append(dict(shape=name, M=M, N=sh.N, K=sh.K, arm=a, round=r, time_us=t.p50_s * 1e6,
-                                     tflops=flop / t.p50_s / 1e12, method=t.method))
-            here = pd.DataFrame(rows[-len(order) * args.rounds:]).groupby("arm")["tflops"].median()
+                    table.append(dict(shape=name, M=M, N=sh.N, K=sh.K, arm=a, round=r, time_us=t.p50_s * 1e6,
+                                      tflops=flop / t.p50_s / 1e12, method=t.method, relerr=errs[a]))
+            here = pd.DataFrame(table[-len(order) * args.rounds:]).groupby("arm")["tflops"].median()
             print(f"{name:22s} M={M:<5d} " + "  ".join(f"{a} {here[a]:.0f}" for a in order), flush=True)
-            sets = fns = s0 = None
+            sets = fns = s0 = refs = None
             torch.cuda.empty_cache()
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(table)
     lt = df[df.arm == "cublaslt_blockwise"].set_index(["shape", "M", "round"])["time_us"]
     df["over_cublaslt"] = [lt[(r.shape, r.M, r.round)] / r.time_us for r in df.itertuples()]
     if args.out:
