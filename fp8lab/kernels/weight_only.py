@@ -150,7 +150,7 @@ def grid_x(fmt: str, N: int, M: int) -> int:
 #: o_proj shapes one split is fastest and it picks 2 or 3 (0.78-0.89 of the fastest; down_proj
 #: 4-bit at M = 64: 3 for 4, 0.86); which odd split count divides the K steps best (7 at llama3-70b
 #: qkv, 4-bit: 0.95-0.98); NVFP4 vs INT4 at the same geometry (qwen3-8b gate_up, M = 1: INT4
-#: fastest at 2, NVFP4 at 4; 0.92-0.93).
+#: fastest at 2, NVFP4 at 4; 0.92-0.93). The grid search, re-runnable on new sweeps: scripts/fit_splits.py.
 #:
 #: CTAs per SM at the knee of the stream: a generation of c CTAs streams at
 #: copy x c / (c + knee x SMs) (each CTA's register ring keeps a fixed number of bytes in flight,
