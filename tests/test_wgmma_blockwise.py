@@ -85,12 +85,38 @@ def _errors(out, ref):
             "diff": wg.calc_diff(out.double().cpu().numpy(), ref.cpu().numpy())}
 
 
+_CANARY = """
+import torch
+from fp8lab.experiments import blockwise as bw
+from fp8lab.kernels import wgmma_blockwise as wg
+s = bw.make_operands(300, 2112, 1152, seed=1)
+for v in wg.VARIANTS:
+    out = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)()
+    torch.cuda.synchronize()
+    print(v, bool(torch.isfinite(out).all()))
+"""
+
+
 @pytest.fixture(scope="module")
 def ext():
+    """The extension, after one run of both variants in a child process: a kernel that traps or
+    faults there fails these tests with its message, and leaves this process's CUDA context (and
+    every GPU test after these in `make test-gpu`) intact."""
+    import subprocess
+    import sys
+
     ok, why = wg.available()
     if not ok:
         pytest.skip(why)
-    return wg.load_extension()
+    ext = wg.load_extension()          # built here first: the child imports the cached build
+    try:
+        r = subprocess.run([sys.executable, "-c", _CANARY], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("wgmma_blockwise: the child's first launches did not finish in 300 s")
+    if r.returncode != 0:
+        pytest.fail(f"wgmma_blockwise crashed in a child process (exit {r.returncode}): "
+                    f"{(r.stderr or r.stdout)[-800:]}")
+    return ext
 
 
 @pytest.mark.gpu
