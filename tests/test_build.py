@@ -82,14 +82,15 @@ def test_common_headers_are_found():
 
 
 def test_every_cache_key_hashes_every_header_its_sources_include():
-    from fp8lab.kernels import mma_blockwise, seed001, weight_only, wgmma_blockwise
+    from fp8lab.kernels import gemv_w8a8, mma_blockwise, seed001, weight_only, wgmma_blockwise
     keys = {"mma_blockwise cubins (compile_grid)": mma_blockwise.SOURCES,
             "mma_blockwise extension": mma_blockwise.EXT_DIGEST_SOURCES,
             "weight_only cubins (_compile)": weight_only.SOURCES,
             "gemv_w16 extension": weight_only.EXT_DIGEST_SOURCES,
             "gemv_w16_xalu extension": weight_only.XALU_EXT_DIGEST_SOURCES,
             "seed001 extension": seed001.EXT_DIGEST_SOURCES,
-            "wgmma_blockwise extension": wgmma_blockwise.EXT_DIGEST_SOURCES}
+            "wgmma_blockwise extension": wgmma_blockwise.EXT_DIGEST_SOURCES,
+            "gemv_w8a8 extension": gemv_w8a8.EXT_DIGEST_SOURCES}
     for name, key in keys.items():
         hashed = {Path(p).resolve() for p in key}
         missing = sorted(str(p.relative_to(_build.KERNEL_DIR)) for p in _include_closure(key) - hashed)

@@ -60,7 +60,10 @@
 namespace fp8lab {
 namespace wo {
 
-enum Format : int { kFp8 = 0, kInt8 = 1, kNvfp4 = 2, kInt4 = 3 };
+// kFp8A8: the W8A8 blockwise kernel (gemv_w8a8_blockwise below): e4m3 weights with one fp32 scale
+// per 128 x 128 block, e4m3 activations with one fp32 scale per (token, 128 K). Not in by_format:
+// its own extension launches it (gemv_w8a8_ext.cu).
+enum Format : int { kFp8 = 0, kInt8 = 1, kNvfp4 = 2, kInt4 = 3, kFp8A8 = 4 };
 
 constexpr int kStepK = 128;                   // K per pipeline step == one group-scale block
 constexpr int kWarps = 8;                     // warps per CTA; each owns 16 * TM rows of N
@@ -133,6 +136,12 @@ template <>
 struct FormatTraits<kNvfp4> { static constexpr int kBits = 4; static constexpr bool kGroupScale = false; };
 template <>
 struct FormatTraits<kInt4> { static constexpr int kBits = 4; static constexpr bool kGroupScale = true; };
+template <>
+struct FormatTraits<kFp8A8> { static constexpr int kBits = 8; static constexpr bool kGroupScale = true; };
+
+// Bytes per activation element in global and shared memory: e4m3 for the W8A8 kernel, else 16-bit.
+template <int F>
+constexpr int kActBytes = F == kFp8A8 ? 1 : 2;
 
 // ------------------------------------------------------------------------------------------------
 // One PTX instruction each: the emulator's LOP3.LUT / SHF / PRMT / HADD2 / HFMA2 / FADD.
@@ -468,7 +477,8 @@ struct Frag {
 template <int F>
 struct Strides {
   static constexpr int kW = 4 * 32;
-  static constexpr int kS = F == kNvfp4 ? 64 : (FormatTraits<F>::kBits == 8 ? 8 : 16);
+  // kFp8A8: one fp32 word per (16-row tile, step), the scale of the 128 x 128 block it lies in.
+  static constexpr int kS = F == kFp8A8 ? 1 : (F == kNvfp4 ? 64 : (FormatTraits<F>::kBits == 8 ? 8 : 16));
 };
 
 // wp: this lane's first uint4 and sp: this thread's first scale word at step `step` of the warp
@@ -488,7 +498,9 @@ __device__ __forceinline__ void seek_frag(const uint4* w, const uint32_t* scales
   const size_t sstep = static_cast<size_t>(super) * steps + step;
   wp = w + sstep * S::kW + ((T::kBits == 4 && TM == 1) ? 2 * sub : 0) * 32 + lane;
   sp = scales + sstep * S::kS;
-  if constexpr (T::kBits == 8) {
+  if constexpr (F == kFp8A8) {
+    // one word per step, the same for every lane
+  } else if constexpr (T::kBits == 8) {
     sp += g;                                                 // [g]
   } else if constexpr (T::kGroup) {
     sp += 2 * g + (TM == 1 ? sub : 0);                       // [g][tile]
@@ -598,6 +610,68 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
     }
   }
 }
+
+// ------------------------------------------------------------------------------------------------
+// W8A8 blockwise (kFp8A8; issue 22 target 3: blockwise W8A8 at M <= 16 at the copy rate). Hopper has
+// no e4m3 mma.sync (ptxas lowers mma.m16n8k32.e4m3 to conversions and two HMMAs), so the kernel
+// does the same in the open: cvt.rn.f16x2.e4m3x2 (F2FP, two codes per instruction, exact: every
+// e4m3 value is an fp16) on both operands, then mma.m16n8k16 on fp16 into fp32. Per 128-K step a
+// thread converts its 64 weight codes in 32 instructions (the A16 fp8 path's bit trick: 112).
+//
+// K is permuted inside each k16 sub-step, identically for both operands (a dot product does not
+// care): the activations stay e4m3 in shared memory ([token][K], one byte each), and ldmatrix
+// hands thread (g, tq) the four codes at physical K 4tq .. 4tq + 3 of token g; their low pair is
+// b0 (the mma's K 2tq, 2tq + 1), their high pair b1 (the mma's K 2tq + 8, 2tq + 9). The weight
+// packing (gemv_w8a8.py) puts the same physical K under the same mma K: word (kk, h) of thread
+// (g, tq) holds row g's codes at 16 kk + 4 tq + 2 h + {0, 1}, then row g + 8's (a0 / a1 for h = 0,
+// a2 / a3 for h = 1).
+//
+// Promotion once per 128 K in fp32: acc += step_sum x (a_scale[token, kb] x b_scale[block, kb]).
+// ------------------------------------------------------------------------------------------------
+// Four e4m3 codes (bytes 0..3) -> two f16x2: lo = (byte 0, byte 1), hi = (byte 2, byte 3).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+// One 128-K step of one warp: 8 k16 sub-steps x NT n8 tiles. sab[j][c]: a_scale x b_scale of
+// this thread's token 8 j + 2 tq + c at this step (0 for tokens past M).
+template <int NT>  // fp8lab:excerpt w8a8_step
+__device__ __forceinline__ void compute_step_a8(const Frag<kFp8A8, NT>& f, float (&acc)[1][NT][4],
+                                                const uint32_t (&rows)[NT], int u, const float (&sab)[NT][2]) {
+  float gacc[1][NT][4];
+  zero_fill(gacc);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // matrix mi of the x4 (rows[j] holds + 16 mi): this step's bytes 64 h + 16 mi .. + 15, i.e.
+    // k16 sub-step kk = 4 h + mi
+    uint32_t b[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) ptx::ldmatrix_x4(b[j], rows[j] + u * kStepK + 64 * h);
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      const int kk = 4 * h + mi;
+      uint32_t a[4];
+      e4m3x4_to_f16x2(f.w[2 * kk], a[0], a[1]);
+      e4m3x4_to_f16x2(f.w[2 * kk + 1], a[2], a[3]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t b0, b1;
+        e4m3x4_to_f16x2(b[j][mi], b0, b1);
+        mma16816<false>(gacc[0][j], a, b0, b1);
+      }
+    }
+  }
+  // c0 (row g, token 2tq), c1 (g, 2tq + 1), c2 (g + 8, 2tq), c3 (g + 8, 2tq + 1)
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    acc[0][j][0] = fmaf(gacc[0][j][0], sab[j][0], acc[0][j][0]);
+    acc[0][j][1] = fmaf(gacc[0][j][1], sab[j][1], acc[0][j][1]);
+    acc[0][j][2] = fmaf(gacc[0][j][2], sab[j][0], acc[0][j][2]);
+    acc[0][j][3] = fmaf(gacc[0][j][3], sab[j][1], acc[0][j][3]);
+  }
+}  // fp8lab:excerpt-end w8a8_step
 
 // One step of the register ring, shared by the split-K and stream-K main loops: compute the
 // step (number `cur`) held in f, then, if cur + kRing < limit, load the step kRing ahead into
@@ -817,7 +891,9 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   const uint32_t zero_smem = zero_act_pad<NT>(smem);
   const uint32_t smem_base = zero_smem + kZeroBytes;      // the activation chunks
 
-  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
+  static_assert(F != kFp8A8 || (!BULK && XA == 0), "the W8A8 kernel is built with the register ring only");
+  constexpr int kEB = kActBytes<F>;                       // bytes per activation element
+  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * kEB;
   const int kend = (st0 + nsteps) * kStepK;
   const int iters = (nsteps + kRing - 1) / kRing;
   // Resident activations (CTA-uniform): when every chunk of this CTA's K slice, packed at mb rows
@@ -831,12 +907,22 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
   auto load_chunk = [&](int it) {
     const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
     const uint32_t buf = buf_of(it);
-    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
-    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
-      const int m = idx / kSegs;
-      const int seg = idx - m * kSegs;
-      const int k = kc + 8 * seg;
-      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+    if constexpr (kEB == 2) {
+      constexpr int kSegs = kChunkK / 8;                   // 16-byte segments per row
+      for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+        const int m = idx / kSegs;
+        const int seg = idx - m * kSegs;
+        const int k = kc + 8 * seg;
+        if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
+      }
+    } else {                                               // e4m3: 16 elements per segment, same row stride
+      constexpr int kSegs = kChunkK / 16;
+      for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+        const int m = idx / kSegs;
+        const int seg = idx - m * kSegs;
+        const int k = kc + 16 * seg;
+        if (k < kend) ptx::cp_async_16(buf + m * kActStride * 2 + 16 * seg, act + static_cast<size_t>(m) * p.K + k);
+      }
     }
   };
 
@@ -917,6 +1003,29 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
               br.issue(st + kBulkStages);
             }
           }
+        } else if constexpr (F == kFp8A8) {
+          if (st < nsteps) {
+            // a_scale x b_scale of this thread's tokens 8 j + 2 q + c at K block st0 + st
+            const float sb = __uint_as_float(f[u].s[0]);
+            const int kb = st0 + st;
+            float sab[NT][2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int m = 8 * j + 2 * (lane & 3) + c;
+                sab[j][c] = m < mb ? __ldg(p.act_scales + static_cast<size_t>(m0 + m) * p.sa_sm +
+                                           static_cast<size_t>(kb) * p.sa_sk) * sb
+                                   : 0.f;
+              }
+            }
+            compute_step_a8<NT>(f[u], acc, rows, u, sab);
+            if (st + kRing < nsteps) {   // ring_step's refill
+              load_frag<F, NT>(f[u], wnext, snext);
+              wnext += S::kW;
+              snext += S::kS;
+            }
+          }
         } else {
           if (st < nsteps) ring_step<F, BF16, NT, XA>(f[u], acc, rows, u, lane, st, nsteps, wnext, snext, salt);
         }
@@ -985,6 +1094,12 @@ FP8LAB_WO_KERNEL(gemv_w4a16_nvfp4, kNvfp4)
 FP8LAB_WO_KERNEL(gemv_w4a16_int4, kInt4)
 #undef FP8LAB_WO_KERNEL
 
+// The W8A8 blockwise kernel: e4m3 activations (p.act) and weights, bf16 out (see compute_step_a8).
+template <int NT>
+__global__ void __launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) gemv_w8a8_blockwise(const WoParams p) {
+  gemv_body<kFp8A8, true, NT>(p);
+}
+
 // The fp8 kernel with EXTRA_ALU = XA (see alu_chain), decode tile only (NT = 1). salt: must be 0
 // (the wrapper passes 0); XA = 0 compiles to the same SASS as gemv_w8a16_fp8<BF16, 1>.
 template <bool BF16, int NT, int XA>
@@ -1029,6 +1144,10 @@ FP8LAB_WO_KFOR(gemv_w8a16_int8, kInt8)
 FP8LAB_WO_KFOR(gemv_w4a16_nvfp4, kNvfp4)
 FP8LAB_WO_KFOR(gemv_w4a16_int4, kInt4)
 #undef FP8LAB_WO_KFOR
+template <int NT>
+struct KernelFor<kFp8A8, true, NT> {
+  static constexpr void (*fn)(const WoParams) = &gemv_w8a8_blockwise<NT>;
+};
 
 // Opt in to more than 48 KB of dynamic shared memory (resident activations, NT = 4, 8) once per
 // instantiation; the occupancy query needs it too, or it reports that no CTA fits.

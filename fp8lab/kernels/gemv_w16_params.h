@@ -36,6 +36,11 @@ struct WoParams {
   // activations and touch out, ws and counters. So with pdl the weights and scales must not be
   // written by the kernel the GEMV follows.
   int pdl;
+  // The W8A8 blockwise kernel only (gemv_w8a8_blockwise; the A16 kernels ignore them): act holds
+  // e4m3 codes [M, K] and these their 1 x 128 scales, act_scales[m * sa_sm + kb * sa_sk] for token
+  // m and K block kb (fp32, any strides: M-major or row-major).
+  const float* act_scales;
+  int sa_sm, sa_sk;
 };
 
 }  // namespace wo

@@ -101,6 +101,9 @@ TARGETS: tuple[Target, ...] = (
     Target("wgmma_blockwise", "extension", "fp8lab.kernels.wgmma_blockwise:load_extension",
            units="EXT_SOURCES", slow_s=20, what="fp8lab's TMA + wgmma blockwise FP8 GEMM (sm_90a), two variants",
            needs="fp8lab.kernels.wgmma_blockwise:available"),
+    Target("gemv_w8a8", "extension", "fp8lab.kernels.gemv_w8a8:load_extension",
+           units="EXT_SOURCES", slow_s=30, what="W8A8 blockwise decode GEMV (gemv_w16.cuh's kFp8A8): 4 tiles"),
+    # (slow_s not yet timed on the H200: its torch binding's g++ dominates, as gemv_w16_xalu's 37 s)
     Target("wo_sass_gemv", "cubin", "fp8lab.kernels.weight_only:gemv_cubin", ("sm_90", 1),
            slow_s=5, what="gemv_w16.cu, NT = 1, sm_90 (notebook 08's static SASS)", needs=f"{__name__}:sass_tools"),
     Target("wo_sass_xalu", "cubin", "fp8lab.kernels.weight_only:xalu_cubin", ("sm_90",),
