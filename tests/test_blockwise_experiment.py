@@ -625,10 +625,20 @@ def test_every_arm_has_one_reference():
     kinds = {a: bw.reference_kind(a) for a in bw.ARMS}
     assert kinds == {"mma_blockwise": "blockwise", "triton_blockwise": "blockwise",
                      "cutlass_blockwise_sm90": "blockwise", "cublaslt_blockwise": "blockwise",
-                     "cublas_bf16": "bf16", bw.PER_TENSOR: "codes"}
+                     "cublas_bf16": "bf16", bw.PER_TENSOR: "codes", "gemv_w8a8_blockwise": "blockwise"}
     assert set(kinds.values()) == set(bw.REFERENCES)
     with pytest.raises(ValueError, match="unknown arm"):
         bw.reference_kind("cublas_fp8_rowwise")
+
+
+def test_the_w8a8_decode_gemv_is_a_candidate_up_to_m_64_only():
+    for M in (1, 16, bw.GEMV_W8A8_MAX_M):
+        cands, skipped = bw.build_candidates(M, ["gemv_w8a8_blockwise"])
+        assert [c.arm for c in cands] == ["gemv_w8a8_blockwise"] and not skipped
+        assert cands[0].takes_out
+    cands, skipped = bw.build_candidates(bw.GEMV_W8A8_MAX_M + 1, ["gemv_w8a8_blockwise"])
+    assert not cands and skipped[0][0] == "gemv_w8a8_blockwise" and "decode kernel" in skipped[0][1]
+    assert "gemv_w8a8_blockwise" in bw.OURS and "gemv_w8a8_blockwise" in bw.W8A8
 
 
 def test_reference_for_each_arm():
@@ -640,7 +650,8 @@ def test_reference_for_each_arm():
         for j in range(s.b.shape[0]):
             want[i, j] = sum(s.a[r, k] * s.a_scale[r, k // 128] * s.b[j, k] * s.b_scale[j // 128, k // 128]
                              for k in range(s.a.shape[1]))
-    for arm in ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise"):
+    for arm in ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise",
+                "gemv_w8a8_blockwise"):
         np.testing.assert_array_equal(bw.reference_for(arm, s, rows), want)
     # per-tensor: the codes with unit scales (what torch._scaled_mm with scale 1 computes); the
     # scaled product is a different matrix, so checking this arm against it fails (issue 14)

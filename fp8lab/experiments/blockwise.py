@@ -47,9 +47,12 @@ from ..measure.progress import progress as track
 from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
-ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR)
-OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90")   # fp8lab's arms (targets)
-W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise")
+ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR,
+        "gemv_w8a8_blockwise")
+OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "gemv_w8a8_blockwise")   # fp8lab's arms (targets)
+W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "gemv_w8a8_blockwise")
+#: gemv_w8a8_blockwise is a decode kernel (64 tokens per CTA, the weights re-read per 64): timed up to this M
+GEMV_W8A8_MAX_M = 64
 #: other people's blockwise FP8 GEMMs (issue 17): fp8lab.peers.sweeps.blockwise, a table of their own
 PEERS = peer_catalog.ids_for("05")
 #: What the ``quant`` column can name besides 'none': the CUDA quantiser, or the torch one
@@ -186,6 +189,7 @@ class OpSet:
     lt: object = None       # baselines.BlockwiseOperands, built on first use
     cutlass: object = None  # {config name: cutlass_blockwise_sm90.CutlassBlockwise plan}, built on first use
     cutlass_q: object = None  # {config name: (q, scales, plan)}: the quantiser's fixed buffers and the plan on them
+    gemv_w8a8: object = None  # gemv_w8a8.PackedW8A8 of b (the decode kernel's layout), built on first use
 
     def clone(self):
         c = lambda t: None if t is None else t.clone()  # noqa: E731
@@ -479,6 +483,19 @@ def cutlass_quant_call(config: str | None, M: int):
         qa.quant_act(s.x_pad, "quant_act_warp", scale_layout="m_major", q_out=q, s_out=sq)
         return plan()[:M]
     return call
+
+
+def _gemv_w8a8_candidate() -> Candidate:
+    """fp8lab's W8A8 decode GEMV (gemv_w16.cuh's kFp8A8): split-K at the split model's pick. Its
+    weight layout is packed once per operand set, outside the timing (as Marlin's repack)."""
+    from ..kernels import gemv_w8a8 as g8
+
+    def gemm(s, a, sa, out):
+        if s.gemv_w8a8 is None:
+            s.gemv_w8a8 = g8.pack(s.b, s.b_scale)
+        return g8.gemv_w8a8(a, sa, s.gemv_w8a8, out=out)
+    return Candidate("gemv_w8a8_blockwise", gemm, path="mma.sync f16 (e4m3 cvt)", config="split-K auto",
+                     takes_out=True)
 
 
 def _lt(s):
@@ -785,6 +802,12 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: in
                 cands += [_cutlass_candidate(c) for c in cutlass_candidates(M, cutlass)]
         elif arm == "cublaslt_blockwise":
             cands.append(_cublaslt_candidate())
+        elif arm == "gemv_w8a8_blockwise":
+            if M <= GEMV_W8A8_MAX_M:
+                cands.append(_gemv_w8a8_candidate())
+            else:
+                skipped.append((arm, f"a decode kernel: timed at M <= {GEMV_W8A8_MAX_M} (above, each 64 tokens "
+                                     f"re-read the weights)"))
         elif arm == PER_TENSOR:
             cands.append(_per_tensor_candidate())
         else:
