@@ -893,7 +893,7 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
 
   static_assert(F != kFp8A8 || (!BULK && XA == 0), "the W8A8 kernel is built with the register ring only");
   constexpr int kEB = kActBytes<F>;                       // bytes per activation element
-  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * kEB;
+  const unsigned char* act = reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0) * p.K * 2;
   const int kend = (st0 + nsteps) * kStepK;
   const int iters = (nsteps + kRing - 1) / kRing;
   // Resident activations (CTA-uniform): when every chunk of this CTA's K slice, packed at mb rows
@@ -905,24 +905,28 @@ __device__ __forceinline__ void gemv_body(const WoParams& p, uint32_t salt = 0u)
     return resident ? smem_base + static_cast<uint32_t>(it * mb * kActStride * 2) : smem_base + (it & 1) * kBufBytes;
   };
   auto load_chunk = [&](int it) {
-    const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
-    const uint32_t buf = buf_of(it);
-    if constexpr (kEB == 2) {
-      constexpr int kSegs = kChunkK / 8;                   // 16-byte segments per row
-      for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
-        const int m = idx / kSegs;
-        const int seg = idx - m * kSegs;
-        const int k = kc + 8 * seg;
-        if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
-      }
-    } else {                                               // e4m3: 16 elements per segment, same row stride
+    if constexpr (kEB == 1) {                              // e4m3: 16 elements per segment, same row stride
+      const int kc = (st0 + kRing * it) * kStepK;
+      const uint32_t buf = buf_of(it);
       constexpr int kSegs = kChunkK / 16;
       for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
         const int m = idx / kSegs;
         const int seg = idx - m * kSegs;
         const int k = kc + 16 * seg;
-        if (k < kend) ptx::cp_async_16(buf + m * kActStride * 2 + 16 * seg, act + static_cast<size_t>(m) * p.K + k);
+        if (k < kend)
+          ptx::cp_async_16(buf + m * kActStride * 2 + 16 * seg,
+                           reinterpret_cast<const unsigned char*>(p.act) + static_cast<size_t>(m0 + m) * p.K + k);
       }
+      return;
+    }
+    const int kc = (st0 + kRing * it) * kStepK;            // first K of the chunk
+    const uint32_t buf = buf_of(it);
+    constexpr int kSegs = kChunkK / 8;                     // 16-byte segments per row
+    for (int idx = tid; idx < mb * kSegs; idx += kThreads) {
+      const int m = idx / kSegs;
+      const int seg = idx - m * kSegs;
+      const int k = kc + 8 * seg;
+      if (k < kend) ptx::cp_async_16(buf + (m * kActStride + 8 * seg) * 2, act + (static_cast<size_t>(m) * p.K + k) * 2);
     }
   };
 
