@@ -625,7 +625,8 @@ def test_every_arm_has_one_reference():
     kinds = {a: bw.reference_kind(a) for a in bw.ARMS}
     assert kinds == {"mma_blockwise": "blockwise", "triton_blockwise": "blockwise",
                      "cutlass_blockwise_sm90": "blockwise", "cublaslt_blockwise": "blockwise",
-                     "cublas_bf16": "bf16", bw.PER_TENSOR: "codes", "gemv_w8a8_blockwise": "blockwise"}
+                     "cublas_bf16": "bf16", bw.PER_TENSOR: "codes", "gemv_w8a8_blockwise": "blockwise",
+                     "wgmma_blockwise_sm90": "blockwise"}
     assert set(kinds.values()) == set(bw.REFERENCES)
     with pytest.raises(ValueError, match="unknown arm"):
         bw.reference_kind("cublas_fp8_rowwise")
@@ -641,6 +642,20 @@ def test_the_w8a8_decode_gemv_is_a_candidate_up_to_m_64_only():
     assert "gemv_w8a8_blockwise" in bw.OURS and "gemv_w8a8_blockwise" in bw.W8A8
 
 
+def test_the_wgmma_arm_is_a_not_run_row_where_it_cannot_run(monkeypatch):
+    from fp8lab.kernels import wgmma_blockwise as wg
+
+    monkeypatch.setattr(wg, "available", lambda device=None: (False, "needs an sm_90 GPU"))
+    cands, skipped = bw.build_candidates(4096, ["wgmma_blockwise_sm90"])
+    assert not cands and skipped == [("wgmma_blockwise_sm90",
+                                      "fp8lab.kernels.wgmma_blockwise cannot run here: needs an sm_90 GPU")]
+    monkeypatch.setattr(wg, "available", lambda device=None: (True, ""))
+    cands, skipped = bw.build_candidates(4096, ["wgmma_blockwise_sm90"])
+    assert [c.variant for c in cands] == list(wg.VARIANTS) and not skipped
+    assert all(c.arm == "wgmma_blockwise_sm90" and c.takes_out for c in cands)
+    assert set(bw.MAY_NOT_RUN) == {"cutlass_blockwise_sm90", "wgmma_blockwise_sm90"} < set(bw.OURS)
+
+
 def test_reference_for_each_arm():
     s = _np_opset()
     rows = np.array([0, 2, 4])
@@ -651,7 +666,7 @@ def test_reference_for_each_arm():
             want[i, j] = sum(s.a[r, k] * s.a_scale[r, k // 128] * s.b[j, k] * s.b_scale[j // 128, k // 128]
                              for k in range(s.a.shape[1]))
     for arm in ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise",
-                "gemv_w8a8_blockwise"):
+                "gemv_w8a8_blockwise", "wgmma_blockwise_sm90"):
         np.testing.assert_array_equal(bw.reference_for(arm, s, rows), want)
     # per-tensor: the codes with unit scales (what torch._scaled_mm with scale 1 computes); the
     # scaled product is a different matrix, so checking this arm against it fails (issue 14)

@@ -88,6 +88,8 @@ _ROWS = (
     _arm("triton_blockwise", "triton_blockwise", "#E69F00", "W8A8", count=("w8a8_blockwise",)),
     _arm("cutlass_blockwise_sm90", "cutlass_blockwise_sm90", "#009E73", "W8A8", count=("w8a8_blockwise",)),
     _arm("cublaslt_blockwise", "cuBLASLt blockwise", "#D55E00", "W8A8", count=("w8a8_blockwise",)),
+    _arm("wgmma_blockwise_sm90", "wgmma_blockwise_sm90 (fp8lab's TMA + wgmma)", "#882E72", "W8A8",
+         short="wgmma_blockwise", count=("w8a8_blockwise",)),
     _arm("gemv_w8a8_blockwise", "gemv_w8a8_blockwise (decode GEMV, M <= 64)", "#1965B0", "W8A8", short="W8A8 GEMV",
          count=("w8a8_blockwise",)),
     _arm("cublas_bf16", "cuBLAS BF16", "#000000", "W16A16", count=("w16a16",)),

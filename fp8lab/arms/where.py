@@ -47,6 +47,8 @@ WHERE = {
                                      _K + "cutlass_blockwise_sm90_config.h", _K + "cutlass_blockwise_sm90_ext.cpp"),
                                     "fp8lab.kernels.cutlass_blockwise_sm90:cutlass_blockwise_sm90",
                                     "fp8lab.kernels.cutlass_blockwise_sm90:reference"),
+    "wgmma_blockwise_sm90": Where((_K + "wgmma_blockwise.cu", _K + "wgmma_blockwise.h", _K + "wgmma_blockwise_ext.cpp"),
+                                  "fp8lab.kernels.wgmma_blockwise:wgmma_blockwise", "fp8lab.kernels.wgmma_blockwise:reference"),
     "gemv_w8a8_blockwise": Where((_K + "gemv_w16.cuh", _K + "gemv_w8a8_ext.cu", _K + "gemv_w8a8_ext.cpp"),
                                  "fp8lab.kernels.gemv_w8a8:gemv_w8a8", "fp8lab.kernels.gemv_w8a8:reference"),
     "scalar_tiled": Where((_K + "scalar_tiled.cu", _SEED), "fp8lab.kernels.seed001:scalar_tiled", _SEED_REF),

@@ -48,9 +48,13 @@ from .three_arms import B7_MARGIN   # one rule for B7 in notebooks 05 and 06
 
 PER_TENSOR = "cublas_fp8_tensorwise"   # reference only: the same e4m3 codes with one scale per tensor
 ARMS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_bf16", PER_TENSOR,
-        "gemv_w8a8_blockwise")
-OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "gemv_w8a8_blockwise")   # fp8lab's arms (targets)
-W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "gemv_w8a8_blockwise")
+        "gemv_w8a8_blockwise", "wgmma_blockwise_sm90")
+OURS = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "gemv_w8a8_blockwise",
+        "wgmma_blockwise_sm90")   # fp8lab's arms (targets)
+W8A8 = ("mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "gemv_w8a8_blockwise",
+        "wgmma_blockwise_sm90")
+#: the arms that may be not-run where their hardware is absent (CUTLASS's module, sm_90a code)
+MAY_NOT_RUN = ("cutlass_blockwise_sm90", "wgmma_blockwise_sm90")
 #: gemv_w8a8_blockwise is a decode kernel (64 tokens per CTA, the weights re-read per 64): timed up to this M
 GEMV_W8A8_MAX_M = 64
 #: other people's blockwise FP8 GEMMs (issue 17): fp8lab.peers.sweeps.blockwise, a table of their own
@@ -190,6 +194,8 @@ class OpSet:
     cutlass: object = None  # {config name: cutlass_blockwise_sm90.CutlassBlockwise plan}, built on first use
     cutlass_q: object = None  # {config name: (q, scales, plan)}: the quantiser's fixed buffers and the plan on them
     gemv_w8a8: object = None  # gemv_w8a8.PackedW8A8 of b (the decode kernel's layout), built on first use
+    wgmma: object = None      # {variant: wgmma_blockwise.WgmmaBlockwise plan}, built on first use
+    wgmma_q: object = None    # {variant: (q, scales, plan)}: the quantiser's fixed buffers and the plan on them
 
     def clone(self):
         c = lambda t: None if t is None else t.clone()  # noqa: E731
@@ -459,9 +465,7 @@ def cutlass_quant_call(config: str | None, M: int):
     call (host work and a copy that a real integration does not pay). Rows are padded to a
     multiple of 4 (``x_pad``, as for cuBLASLt: the SFA stride granularity); the result is the
     first M rows. Returns call(s, out=None) -> (M, N) bf16, or None when the plan class is absent."""
-    import torch
-
-    from ..kernels import cutlass_blockwise_sm90 as cb, quant_act as qa
+    from ..kernels import cutlass_blockwise_sm90 as cb
 
     plan_cls = getattr(cb, "CutlassBlockwise", None)
     if plan_cls is None:
@@ -469,19 +473,70 @@ def cutlass_quant_call(config: str | None, M: int):
     kw = {} if config is None else {"config": config}
 
     def call(s, out=None):
-        if s.cutlass_q is None:
-            s.cutlass_q = {}
-        st = s.cutlass_q.get(config)
-        if st is None:
-            Mp, K = s.x_pad.shape
-            q = torch.empty((Mp, K), dtype=torch.float8_e4m3fn, device=s.x_pad.device)
-            sq = torch.empty((K // 128, Mp), dtype=torch.float32, device=s.x_pad.device).t()   # M-major
-            o = torch.full((Mp, s.b.shape[0]), float("nan"), dtype=torch.bfloat16, device=s.x_pad.device)
-            qa.quant_act(s.x_pad, "quant_act_warp", scale_layout="m_major", q_out=q, s_out=sq)
-            st = s.cutlass_q[config] = (q, sq, plan_cls(q, sq, s.b, s.b_scale, out=o, **kw))
-        q, sq, plan = st
+        return _planned_quant(s, "cutlass_q", config, M,
+                              lambda q, sq, o: plan_cls(q, sq, s.b, s.b_scale, out=o, **kw))
+    return call
+
+
+def _planned_quant(s, cache: str, key, M: int, make_plan):
+    """One timed call of quantiser + planned GEMM (cutlass_quant_call, wgmma_quant_call): on the
+    first call per (operand set, key) the fixed buffers (q (Mp, K) e4m3, M-major scales, a
+    NaN-filled (Mp, N) out) and ``make_plan(q, scales, out)`` are built and kept in ``s.<cache>``;
+    every call quantises ``s.x_pad`` into them (quant_act_warp) and runs the plan. First M rows."""
+    import torch
+
+    from ..kernels import quant_act as qa
+
+    if getattr(s, cache) is None:
+        setattr(s, cache, {})
+    st = getattr(s, cache).get(key)
+    if st is None:
+        Mp, K = s.x_pad.shape
+        q = torch.empty((Mp, K), dtype=torch.float8_e4m3fn, device=s.x_pad.device)
+        sq = torch.empty((K // 128, Mp), dtype=torch.float32, device=s.x_pad.device).t()   # M-major
+        o = torch.full((Mp, s.b.shape[0]), float("nan"), dtype=torch.bfloat16, device=s.x_pad.device)
         qa.quant_act(s.x_pad, "quant_act_warp", scale_layout="m_major", q_out=q, s_out=sq)
-        return plan()[:M]
+        st = getattr(s, cache)[key] = (q, sq, make_plan(q, sq, o))
+    q, sq, plan = st
+    qa.quant_act(s.x_pad, "quant_act_warp", scale_layout="m_major", q_out=q, s_out=sq)
+    return plan()[:M]
+
+
+def wgmma_status() -> str | None:
+    """None when fp8lab.kernels.wgmma_blockwise can run here, else why not (sm_90a code)."""
+    from ..kernels import wgmma_blockwise as wg
+
+    try:
+        ok, why = wg.available()
+    except Exception as e:  # noqa: BLE001
+        ok, why = False, f"{type(e).__name__}: {e}"
+    return None if ok else f"fp8lab.kernels.wgmma_blockwise cannot run here: {str(why)[:200]}"
+
+
+def _wgmma_candidate(variant: str) -> Candidate:
+    """fp8lab's TMA + wgmma kernel, one variant. On pre-quantised activations the plan (per-token
+    scales laid out M-major) is built once per operand set, as for CUTLASS."""
+    from ..kernels import wgmma_blockwise as wg
+
+    def gemm(s, a, sa, out):
+        if a is s.a:
+            if s.wgmma is None:
+                s.wgmma = {}
+            if variant not in s.wgmma:
+                s.wgmma[variant] = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, out=out, variant=variant)
+            return s.wgmma[variant]()
+        return wg.wgmma_blockwise(a, sa, s.b, s.b_scale, out=out, variant=variant)
+    return Candidate("wgmma_blockwise_sm90", gemm, path="TMA + wgmma", variant=variant, takes_out=True)
+
+
+def wgmma_quant_call(variant: str, M: int):
+    """The wgmma kernel with its activation quantiser in the call, planned as cutlass_quant_call
+    plans CUTLASS (fixed buffers, M-major scales: the plan takes them without a copy)."""
+    from ..kernels import wgmma_blockwise as wg
+
+    def call(s, out=None):
+        return _planned_quant(s, "wgmma_q", variant, M,
+                              lambda q, sq, o: wg.WgmmaBlockwise(q, sq, s.b, s.b_scale, out=o, variant=variant))
     return call
 
 
@@ -697,8 +752,11 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
             def call(s, out=None, c=cand, lt=lt):
                 q, sq = qfn(s.x_pad if lt else s.x)
                 return c.gemm(s, q, sq, out)
-            planned = (cutlass_quant_call(cand.config or None, M)
-                       if cand.arm == "cutlass_blockwise_sm90" and qname == QUANTISERS[0] else None)
+            planned = None
+            if qname == QUANTISERS[0] and cand.arm == "cutlass_blockwise_sm90":
+                planned = cutlass_quant_call(cand.config or None, M)
+            elif qname == QUANTISERS[0] and cand.arm == "wgmma_blockwise_sm90":
+                planned = wgmma_quant_call(cand.variant, M)
             if planned is not None:
                 call = planned          # noqa: F811 - quantiser into fixed buffers, plan built once
 
@@ -802,6 +860,14 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: in
                 cands += [_cutlass_candidate(c) for c in cutlass_candidates(M, cutlass)]
         elif arm == "cublaslt_blockwise":
             cands.append(_cublaslt_candidate())
+        elif arm == "wgmma_blockwise_sm90":
+            why = wgmma_status()
+            if why:
+                skipped.append((arm, why))
+            else:
+                from ..kernels import wgmma_blockwise as wg
+
+                cands += [_wgmma_candidate(v) for v in wg.VARIANTS]
         elif arm == "gemv_w8a8_blockwise":
             if M <= GEMV_W8A8_MAX_M:
                 cands.append(_gemv_w8a8_candidate())

@@ -86,7 +86,7 @@ def tool_scope(jobs: int | None = None):
 ARM_ACTIVATION = {arm: registry.activation(arm) for arm in (
     "mma_blockwise", "triton_blockwise", "cutlass_blockwise_sm90", "cublaslt_blockwise", "cublas_fp8_tensorwise",
     "scalar_tiled", "wmma_w8a16", "gemv_w8a16_fp8", "gemv_w8a16_int8", "gemv_w4a16_nvfp4", "gemv_w4a16_int4",
-    "cublas_bf16", "gemv_w8a8_blockwise")}
+    "cublas_bf16", "gemv_w8a8_blockwise", "wgmma_blockwise_sm90")}
 # Files in fp8lab/kernels that are not standalone kernel translation units: a torch
 # binding (instantiates every config: slow, and duplicates the kernels), host self-checks.
 _NOT_CENSUS_SOURCES = re.compile(r"_(ext|check|test|bench|binding)$")
