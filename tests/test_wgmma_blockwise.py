@@ -40,19 +40,33 @@ def test_variants():
         wg.get_variant("fast")
 
 
+def test_pick_tile_n_fills_the_last_wave():
+    assert wg.pick_tile_n(1024, 7168, 132) == 112     # 448 tiles of 128 (4 waves, 85%) vs 512 of 112 (97%)
+    assert wg.pick_tile_n(1024, 4096, 132) == 128     # 256 tiles of 128: 2 waves, 97%
+    assert wg.pick_tile_n(4096, 7168, 132) == 128     # a tie (14 waves x 128 = 16 x 112): the wider
+    assert wg.pick_tile_n(128, 112, 132) == 112       # one tile either way: the narrower is less work
+    assert wg.pick_tile_n(128, 128, 132) == 112       # two SMs on 112 + 16 columns finish before one on 128
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            wg.pick_tile_n(bad, 4096, 132)
+
+
 @needs_nvcc
 def test_both_variants_compile_to_qgmma_without_spills_or_added_waits():
     r = wg.compile_standalone()
     # per variant: (wgmma issue sites x 4 k32 steps, fences, waits) as written in the .cu's K loop
     want = {"wait": (4, 1, 1), "overlap": (16, 4, 5)}
-    for v, (qgmma, fences, waits) in want.items():
-        k = r[v]
-        assert k["tile_n"] == 128 and k["stages"] == 6
+    assert set(r) == {"wait", "overlap", "wait/112", "overlap/112"}
+    for name, k in r.items():
+        v, _, bn = name.partition("/")
+        qgmma, fences, waits = want[v]
+        bn = int(bn or 128)
+        assert k["tile_n"] == bn and k["stages"] == (6 if bn == 128 else 7)
         assert k["registers"] <= 168                      # 384 threads, one CTA per SM
         assert (k["setmaxnreg_alloc"], k["setmaxnreg_dealloc"]) == (232, 40)
         assert k["spill_store_bytes"] == k["spill_load_bytes"] == k["stack_bytes"] == 0
         assert k["sass_stl"] == k["sass_ldl"] == 0
-        assert k["sass_qgmma_shapes"] == "64x128x32.F32.E4M3.E4M3"
+        assert k["sass_qgmma_shapes"] == f"64x{bn}x32.F32.E4M3.E4M3"
         assert k["sass_hmma"] == k["sass_hgmma"] == 0
         assert k["sass_utmaldg"] == 3                     # A, B, the per-token scales
         assert (k["sass_qgmma"], k["wgmma_fences"], k["wgmma_waits"]) == (qgmma, fences, waits), k
@@ -91,9 +105,10 @@ from fp8lab.experiments import blockwise as bw
 from fp8lab.kernels import wgmma_blockwise as wg
 s = bw.make_operands(300, 2112, 1152, seed=1)
 for v in wg.VARIANTS:
-    out = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)()
-    torch.cuda.synchronize()
-    print(v, bool(torch.isfinite(out).all()))
+    for bn in wg.TILE_WIDTHS:
+        out = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v, tile_n=bn)()
+        torch.cuda.synchronize()
+        print(v, bn, bool(torch.isfinite(out).all()))
 """
 
 
@@ -140,6 +155,31 @@ def test_matches_float64_and_the_variants_agree_bit_for_bit(ext, M, N, K):
         assert e["rel"] < 4e-3 and e["max"] < 8e-3 and e["diff"] < 2e-5, (v, e)
         outs[v] = out.clone()
     assert torch.equal(outs["wait"], outs["overlap"])     # same operations in the same order
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K", [128, 1152])
+@pytest.mark.parametrize("N", [8, 136, 240, 576, 2112])
+@pytest.mark.parametrize("M", [1, 83, 300])
+def test_the_112_wide_tile_takes_each_columns_own_weight_scale(ext, M, N, K):
+    """Tiles of 112 columns straddle the 128-wide weight scale blocks (at N = 240: columns 112-127 in
+    block 0, 128-223 in block 1): against float64, and bit-identical in both variants."""
+    import torch
+
+    d = _inputs(M, N, K, seed=M * 5 + N + K)
+    ref = wg.reference(**d)
+    outs = {}
+    for v in wg.VARIANTS:
+        ops = wg.WgmmaBlockwise(**d, variant=v, tile_n=112)
+        assert ops.tile_n == 112
+        ops.out.fill_(float("nan"))
+        out = ops()
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all(), v
+        e = _errors(out, ref)
+        assert e["rel"] < 4e-3 and e["max"] < 8e-3 and e["diff"] < 2e-5, (v, e)
+        outs[v] = out.clone()
+    assert torch.equal(outs["wait"], outs["overlap"])
 
 
 @pytest.mark.gpu
@@ -205,6 +245,9 @@ def test_bad_arguments_are_one_clear_error(ext):
         wg.WgmmaBlockwise(**d, variant="fast")
     with pytest.raises(ValueError, match="group_m must be a positive integer"):
         wg.WgmmaBlockwise(**d, group_m=0)
+    for bad in (64, 256, True, "112"):
+        with pytest.raises(ValueError, match="tile_n must be one of"):
+            wg.WgmmaBlockwise(**d, tile_n=bad)
     with pytest.raises(ValueError, match="b_scale must be"):
         wg.WgmmaBlockwise(**dict(d, b_scale=d["b_scale"][:, :-1]))
     with pytest.raises(ValueError, match="out must be"):

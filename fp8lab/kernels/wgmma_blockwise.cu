@@ -30,7 +30,9 @@
 //
 // Tiles: BM = 128 rows of M, BN columns of N (BN = 128: one weight scale per tile and K block),
 // ordered in groups of `group_m` tile rows (the CTAs running at once share B tiles in L2). Stages:
-// as many 32.5 KB stages as fit the shared memory (kStages).
+// as many stages as fit the shared memory (stages_for<BN>: 6 x 32.5 KB at BN = 128, 7 x 30.5 KB at
+// BN = 112). BN = 112 tiles may straddle two weight scale blocks: the columns from n8 group jb on
+// take the second block's scale (one select per n8 group and promotion).
 //
 // No CUTLASS / CuTe: the mbarrier and TMA PTX (mbarrier init / arrive / arrive.expect_tx /
 // try_wait.parity, cp.async.bulk.tensor.2d) is common/ptx.cuh's; the wgmma PTX (fence / mma_async /
@@ -89,9 +91,10 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // Tells the compiler the accumulators change here: no read of them moves above an earlier wait, no
 // write below a later MMA (the wgmma writes them asynchronously, behind the compiler's back).
-__device__ __forceinline__ void fence_acc(float (&d)[64]) {
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d (+)= A (64 x 32, e4m3, smem) x B (128 x 32, e4m3, smem)^T; accumulate = false overwrites d.
@@ -113,6 +116,37 @@ __device__ __forceinline__ void wgmma_m64n128k32(float (&d)[64], uint64_t da, ui
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
+}
+
+// d (+)= A (64 x 32, e4m3, smem) x B (112 x 32, e4m3, smem)^T; accumulate = false overwrites d.
+__device__ __forceinline__ void wgmma_m64n112k32(float (&d)[56], uint64_t da, uint64_t db, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %58, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55"
+      "}, %56, %57, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+      : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
+}
+
+// The tile's four k32 MMAs of one K block go through this: BN = 128 or 112 (m64nBNk32).
+template <int BN>
+__device__ __forceinline__ void wgmma_k32(float (&d)[BN / 2], uint64_t da, uint64_t db, bool accumulate) {
+  if constexpr (BN == 128) {
+    wgmma_m64n128k32(d, da, db, accumulate);
+  } else {
+    static_assert(BN == 112, "tile widths: 128, 112");
+    wgmma_m64n112k32(d, da, db, accumulate);
+  }
 }
 
 template <int R>
@@ -141,7 +175,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_blockwise_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                            const __grid_constant__ CUtensorMap tma_sa, const float* __restrict__ sfb,
                            __nv_bfloat16* __restrict__ out, int M, int N, int K, int group_m) {
-  static_assert(BN == 128, "one weight scale per tile and K block: BN = 128");
+  static_assert(BN == 128 || BN == 112, "tile widths: 128 (one weight scale per tile and K block), 112");
+  constexpr int R = BN / 2;   // accumulators per thread (m64nBN over a warpgroup)
+  constexpr int NJ = BN / 8;  // n8 column groups per thread
   extern __shared__ uint8_t smem_raw[];
   using S = Smem<BN, STAGES>;
   S& s = *reinterpret_cast<S*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
@@ -195,35 +231,47 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     tile_coords(t, tiles_m, tiles_n, group_m, tm, tn);
-    const float* sb_row = sfb + static_cast<size_t>(tn) * kblocks;   // BN = 128: weight block row tn
-    float acc[64], t0[64], t1[64];
+    // The weight scale blocks the tile's columns lie in: block nb0 from column 0, nb0 + 1 from n8
+    // group jb on (BN = 128: jb = NJ, one block; BN = 112 crosses a 128-column boundary at a
+    // multiple of 16 columns, or not at all).
+    const int n0 = tn * BN, nb0 = n0 / 128;
+    const int jb = BN == 128 ? NJ : min(NJ, (128 - n0 % 128) / 8);
+    const int nblocks = (N + 127) / 128;
+    const float* sb_row = sfb + static_cast<size_t>(nb0) * kblocks;
+    const float* sb_row1 = sfb + static_cast<size_t>(jb < NJ && nb0 + 1 < nblocks ? nb0 + 1 : nb0) * kblocks;
+    float acc[R], t0[R], t1[R];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
 
-    // the MMAs of K block kb (stage of walk index i) into tmp; returns the block's weight scale
-    auto issue = [&](float (&tmp)[64], uint32_t i, int kb) -> float {
+    // the MMAs of K block kb (stage of walk index i) into tmp; returns the block's weight scales
+    // (for columns before jb, from jb on)
+    auto issue = [&](float (&tmp)[R], uint32_t i, int kb) -> float2 {
       const int st = i % STAGES;
-      const float sbv = __ldg(sb_row + kb);
+      const float2 sbv = make_float2(__ldg(sb_row + kb), BN == 128 ? 0.f : __ldg(sb_row1 + kb));
       ptx::mbar_wait_or_trap(smem_u32(&s.full[st]), (i / STAGES) & 1, kSpinLimit);
       wgmma_fence();
       fence_acc(tmp);
       const uint8_t* a = s.a[st] + cw * 64 * BK;
 #pragma unroll
-      for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32(tmp, smem_desc(a + 32 * k), smem_desc(s.b[st] + 32 * k), k > 0);
+      for (int k = 0; k < BK / 32; ++k) wgmma_k32<BN>(tmp, smem_desc(a + 32 * k), smem_desc(s.b[st] + 32 * k), k > 0);
       wgmma_commit();
       fence_acc(tmp);
       return sbv;
     };
     // main += tmp x a_scale x b_scale for the block at walk index i (its MMAs complete), then free its stage
-    auto promote = [&](float (&tmp)[64], uint32_t i, float sbv) {
+    auto promote = [&](float (&tmp)[R], uint32_t i, float2 sbv) {
       const int st = i % STAGES;
       fence_acc(tmp);
-      const float lo = s.sa[st][row_in_tile] * sbv, hi = s.sa[st][row_in_tile + 8] * sbv;
+      const float sa_lo = s.sa[st][row_in_tile], sa_hi = s.sa[st][row_in_tile + 8];
+      const float lo0 = sa_lo * sbv.x, hi0 = sa_hi * sbv.x;
+      const float lo1 = BN == 128 ? lo0 : sa_lo * sbv.y, hi1 = BN == 128 ? hi0 : sa_hi * sbv.y;
       ptx::fence_proxy_async_smem();   // these generic reads of the stage before the next TMA write to it
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(smem_u32(&s.empty[st]));
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < NJ; ++j) {
+        const bool first = BN == 128 || j < jb;
+        const float lo = first ? lo0 : lo1, hi = first ? hi0 : hi1;
         acc[4 * j + 0] = fmaf(tmp[4 * j + 0], lo, acc[4 * j + 0]);
         acc[4 * j + 1] = fmaf(tmp[4 * j + 1], lo, acc[4 * j + 1]);
         acc[4 * j + 2] = fmaf(tmp[4 * j + 2], hi, acc[4 * j + 2]);
@@ -232,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
 
     if constexpr (kOverlap) {
-      float s0 = issue(t0, it, 0), s1 = 0.f;
+      float2 s0 = issue(t0, it, 0), s1 = make_float2(0.f, 0.f);
       int kb = 1;
       for (; kb + 1 < kblocks; kb += 2) {
         s1 = issue(t1, it + kb, kb);
@@ -254,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else {
       for (int kb = 0; kb < kblocks; ++kb) {
-        const float s0 = issue(t0, it + kb, kb);
+        const float2 s0 = issue(t0, it + kb, kb);
         wgmma_wait<0>();
         promote(t0, it + kb, s0);
       }
@@ -264,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // epilogue: bf16 pairs straight to global memory
     const int row = tm * BM + row_in_tile;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < NJ; ++j) {
       const int col = tn * BN + 8 * j + col_in_tile;
       if (col < N) {
         if (row < M)
@@ -360,14 +408,20 @@ Status check(const Problem& p) {
 Status launch(const Problem& p, Variant v, int sms, cudaStream_t stream) {
   const Status st = check(p);
   if (st != Status::kOk) return st;
-  switch (v) {
-    case Variant::kWait: return launch_one<128, kStages, false>(p, sms, stream);
-    case Variant::kOverlap: return launch_one<128, kStages, true>(p, sms, stream);
+  if (v != Variant::kWait && v != Variant::kOverlap) return Status::kBadVariant;
+  const bool overlap = v == Variant::kOverlap;
+  switch (p.tile_n) {
+    case 128: return overlap ? launch_one<128, stages_for<128>(), true>(p, sms, stream)
+                             : launch_one<128, stages_for<128>(), false>(p, sms, stream);
+    case 112: return overlap ? launch_one<112, stages_for<112>(), true>(p, sms, stream)
+                             : launch_one<112, stages_for<112>(), false>(p, sms, stream);
   }
-  return Status::kBadVariant;
+  return Status::kBadTileN;
 }
 
-int shared_memory_bytes() { return smem_bytes<128, kStages>(); }
+int shared_memory_bytes(int tile_n) {
+  return tile_n == 128 ? smem_bytes<128, stages_for<128>()>() : tile_n == 112 ? smem_bytes<112, stages_for<112>()>() : -1;
+}
 
 cudaError_t last_launch_error() { return g_last_error; }
 

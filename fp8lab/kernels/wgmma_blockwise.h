@@ -7,8 +7,16 @@
 namespace fp8lab {
 namespace wgbw {
 
-// Shared-memory stages of (A tile, B tile, per-token scales): 6 x 32.5 KB.
-constexpr int kStages = 6;
+// Shared-memory stages of (A tile, B tile, per-token scales): as many as fit 227 KB, 6 x 32.5 KB at
+// tile width 128, 7 x 30.5 KB at 112.
+template <int BN>
+constexpr int stages_for() {
+  return BN == 128 ? 6 : 7;
+}
+constexpr int kStages = stages_for<128>();
+// Tile widths (columns of N per tile): 128 (one weight scale block per tile), or 112 (a tile may
+// straddle two: fewer idle SMs in the last wave where N / 128 tiles leave one, e.g. N = 7168 at M = 1024).
+constexpr int kTileWidths[2] = {128, 112};
 
 enum class Status : int {
   kOk = 0,
@@ -22,6 +30,7 @@ enum class Status : int {
   kTensorMapRefused,    // the driver refused a tensor map
   kLaunchFailed,
   kBadVariant,
+  kBadTileN,            // tile_n: 128 or 112
 };
 
 // kWait: each K block's MMAs complete before its promotion (CUTLASS's and DeepGEMM's order);
@@ -36,11 +45,12 @@ struct Problem {
   void* out;         // (M, N) bf16, row-major
   int M, N, K, sfa_ld;
   int group_m;       // tile rows per group of the tile walk
+  int tile_n = 128;  // columns of N per tile: 128 or 112
 };
 
 Status check(const Problem& p);
 Status launch(const Problem& p, Variant v, int sms, cudaStream_t stream);
-int shared_memory_bytes();
+int shared_memory_bytes(int tile_n = 128);   // -1 for a tile width not built
 // The CUDA error behind the last kLaunchFailed of this thread (cudaSuccess otherwise).
 cudaError_t last_launch_error();
 

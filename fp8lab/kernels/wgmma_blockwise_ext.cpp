@@ -21,6 +21,7 @@ const char* status_text(wg::Status s) {
     case wg::Status::kTensorMapRefused: return "the driver refused a tensor map";
     case wg::Status::kLaunchFailed: return "the launch failed";
     case wg::Status::kBadVariant: return "variant must be 0 (wait) or 1 (overlap)";
+    case wg::Status::kBadTileN: return "tile_n must be 128 or 112";
   }
   return "unknown status";
 }
@@ -28,7 +29,7 @@ const char* status_text(wg::Status s) {
 // a: (M, K) float8_e4m3fn; sfa: (K/128, sfa_ld) float32 (M-major per-token scales); b: (N, K)
 // float8_e4m3fn; sfb: (ceil(N/128), K/128) float32; out: (M, N) bfloat16; all contiguous. Returns out.
 torch::Tensor run(torch::Tensor a, torch::Tensor sfa, torch::Tensor b, torch::Tensor sfb, torch::Tensor out,
-                  int64_t variant, int64_t group_m, int64_t sms) {
+                  int64_t variant, int64_t group_m, int64_t sms, int64_t tile_n) {
   const c10::cuda::CUDAGuard guard(a.device());
   for (const torch::Tensor* t : {&a, &sfa, &b, &sfb, &out}) {
     TORCH_CHECK(t->is_cuda() && t->device() == a.device(), "all tensors must be on a's CUDA device");
@@ -57,6 +58,7 @@ torch::Tensor run(torch::Tensor a, torch::Tensor sfa, torch::Tensor b, torch::Te
   p.K = static_cast<int>(K);
   p.sfa_ld = static_cast<int>(sfa.size(1));
   p.group_m = static_cast<int>(group_m);
+  p.tile_n = static_cast<int>(tile_n);
   const wg::Status s = wg::launch(p, static_cast<wg::Variant>(variant), static_cast<int>(sms), fp8lab::ext::stream());
   TORCH_CHECK(s == wg::Status::kOk, "wgmma_blockwise: ", status_text(s),
               s == wg::Status::kLaunchFailed ? ": " : "",
@@ -67,7 +69,8 @@ torch::Tensor run(torch::Tensor a, torch::Tensor sfa, torch::Tensor b, torch::Te
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("run", &run, "fp8lab's Hopper blockwise-scaled FP8 GEMM: run(a, sfa, b, sfb, out, variant, group_m, sms)");
-  m.def("shared_memory_bytes", &wg::shared_memory_bytes, "dynamic shared memory per CTA");
-  m.def("stages", []() { return wg::kStages; }, "shared-memory pipeline stages");
+  m.def("run", &run, "fp8lab's Hopper blockwise-scaled FP8 GEMM: run(a, sfa, b, sfb, out, variant, group_m, sms, tile_n)");
+  m.def("shared_memory_bytes", &wg::shared_memory_bytes, "dynamic shared memory per CTA at a tile width");
+  m.def("stages", [](int64_t tile_n) { return tile_n == 112 ? wg::stages_for<112>() : wg::stages_for<128>(); },
+        "shared-memory pipeline stages at a tile width");
 }

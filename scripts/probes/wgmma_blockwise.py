@@ -5,9 +5,10 @@ shapes and M >= 1024.
     python scripts/probes/wgmma_blockwise.py [--ms 1024,4096,8192] [--shapes ...] [--rounds 3] [--out DIR]
 
 1. Correctness first (asserts): both variants ('wait': each K block's MMAs complete before its
-   promotion; 'overlap': the promotion of block kb - 1 under the MMAs of block kb) against float64 at
-   odd shapes (M 1, 83, 300, 4096 x N 136, 2112 x K 128, 1152), outputs poisoned with NaN, and the two
-   variants bit-identical; the tile walk at group_m 1, 8, 64.
+   promotion; 'overlap': the promotion of block kb - 1 under the MMAs of block kb) and the 112-wide
+   tile (overlap) against float64 at odd shapes (M 1, 83, 300, 4096 x N 136, 2112 x K 128, 1152),
+   outputs poisoned with NaN, and the two variants bit-identical; the tile walk at group_m 1, 8, 64.
+   Timed: both variants at both tile widths (128, 112) pinned, and overlap with group_m 16.
 2. Per (shape, M), every arm's first (untimed) call is checked on up to 128 rows against float64 (its
    own operands' product for a peer that quantises them itself), relative error < 4e-3. Timing: the arms in ``--rounds`` alternating rounds (order reversed every other
    round, so clock drift falls on every arm alike), each call timed by bench's "auto" (events with L2
@@ -35,8 +36,9 @@ def check(wg, torch):
                 s = bw.make_operands(M, N, K, seed=M + N + K)
                 ref = wg.reference(s.a, s.a_scale, s.b, s.b_scale)
                 outs = {}
-                for v in wg.VARIANTS:
-                    ops = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v)
+                for v in (*wg.VARIANTS, "overlap/112"):
+                    ops = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v.split("/")[0],
+                                            tile_n=112 if "/" in v else 128)
                     ops.out.fill_(float("nan"))
                     out = ops()
                     torch.cuda.synchronize()
@@ -79,8 +81,11 @@ def arms(torch):
     if cb.available()[0]:
         out["cutlass_blockwise_sm90"] = (lambda s: cb.CutlassBlockwise(s.a, s.a_scale, s.b, s.b_scale), "blockwise")
     for v in wg.VARIANTS:
-        out[f"wgmma_{v}"] = (lambda s, v=v: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v), "blockwise")
-    out["wgmma_overlap_g16"] = (lambda s: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=16), "blockwise")
+        for bn in wg.TILE_WIDTHS:   # both tile widths pinned (the arm picks one per shape: pick_tile_n)
+            out[f"wgmma_{v}_n{bn}"] = (lambda s, v=v, bn=bn: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, variant=v,
+                                                                             tile_n=bn), "blockwise")
+    out["wgmma_overlap_g16"] = (lambda s: wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, group_m=16, tile_n=128),
+                                "blockwise")
     try:      # the best blockwise peer of notebook 05 (1.10-1.12x cuBLASLt at M = 4096 there), when built
         from fp8lab.emulate import blockscale
         from fp8lab.peers import adapters, discover
@@ -129,8 +134,9 @@ def main(argv=None) -> int:
         return 2
     t0 = time.time()
     ext = wg.load_extension()
-    print(f"extension ready in {time.time() - t0:.0f} s ({ext.stages()} stages, {ext.shared_memory_bytes()} B "
-          f"shared memory per CTA)", flush=True)
+    print(f"extension ready in {time.time() - t0:.0f} s; per tile width: " + ", ".join(
+          f"{bn}: {ext.stages(bn)} stages, {ext.shared_memory_bytes(bn)} B shared memory per CTA" for bn in wg.TILE_WIDTHS),
+          flush=True)
     t1 = time.time()
     print(f"correctness: {check(wg, torch)} checks passed ({time.time() - t1:.1f} s)", flush=True)
 
