@@ -652,7 +652,9 @@ def test_the_wgmma_arm_is_a_not_run_row_where_it_cannot_run(monkeypatch):
     monkeypatch.setattr(wg, "available", lambda device=None: (True, ""))
     cands, skipped = bw.build_candidates(4096, ["wgmma_blockwise_sm90"])
     assert [c.variant for c in cands] == list(wg.VARIANTS) and not skipped
-    assert all(c.arm == "wgmma_blockwise_sm90" and c.takes_out for c in cands)
+    assert all(c.arm == "wgmma_blockwise_sm90" and c.takes_out and c.config == "128x128" for c in cands)
+    cands, _ = bw.build_candidates(1024, ["wgmma_blockwise_sm90"], N=7168, sms=132)
+    assert {c.config for c in cands} == {"128x112"}       # pick_tile_n's width for the last wave
     assert set(bw.MAY_NOT_RUN) == {"cutlass_blockwise_sm90", "wgmma_blockwise_sm90"} < set(bw.OURS)
 
 

@@ -44,8 +44,8 @@ def test_pick_tile_n_fills_the_last_wave():
     assert wg.pick_tile_n(1024, 7168, 132) == 112     # 448 tiles of 128 (4 waves, 85%) vs 512 of 112 (97%)
     assert wg.pick_tile_n(1024, 4096, 132) == 128     # 256 tiles of 128: 2 waves, 97%
     assert wg.pick_tile_n(4096, 7168, 132) == 128     # a tie (14 waves x 128 = 16 x 112): the wider
+    assert wg.pick_tile_n(4096, 4096, 132) == 128     # 8 x 128 against 9 x 112: 1.6% less, under the margin
     assert wg.pick_tile_n(128, 112, 132) == 112       # one tile either way: the narrower is less work
-    assert wg.pick_tile_n(128, 128, 132) == 112       # two SMs on 112 + 16 columns finish before one on 128
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="must be a positive integer"):
             wg.pick_tile_n(bad, 4096, 132)

@@ -513,9 +513,10 @@ def wgmma_status() -> str | None:
     return None if ok else f"fp8lab.kernels.wgmma_blockwise cannot run here: {str(why)[:200]}"
 
 
-def _wgmma_candidate(variant: str) -> Candidate:
-    """fp8lab's TMA + wgmma kernel, one variant. On pre-quantised activations the plan (per-token
-    scales laid out M-major) is built once per operand set, as for CUTLASS."""
+def _wgmma_candidate(variant: str, tile_n: int) -> Candidate:
+    """fp8lab's TMA + wgmma kernel, one variant, tiles of 128 x ``tile_n``. On pre-quantised
+    activations the plan (per-token scales laid out M-major) is built once per operand set, as for
+    CUTLASS."""
     from ..kernels import wgmma_blockwise as wg
 
     def gemm(s, a, sa, out):
@@ -523,20 +524,23 @@ def _wgmma_candidate(variant: str) -> Candidate:
             if s.wgmma is None:
                 s.wgmma = {}
             if variant not in s.wgmma:
-                s.wgmma[variant] = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, out=out, variant=variant)
+                s.wgmma[variant] = wg.WgmmaBlockwise(s.a, s.a_scale, s.b, s.b_scale, out=out, variant=variant,
+                                                     tile_n=tile_n)
             return s.wgmma[variant]()
-        return wg.wgmma_blockwise(a, sa, s.b, s.b_scale, out=out, variant=variant)
-    return Candidate("wgmma_blockwise_sm90", gemm, path="TMA + wgmma", variant=variant, takes_out=True)
+        return wg.wgmma_blockwise(a, sa, s.b, s.b_scale, out=out, variant=variant, tile_n=tile_n)
+    return Candidate("wgmma_blockwise_sm90", gemm, path="TMA + wgmma", variant=variant, config=f"128x{tile_n}",
+                     takes_out=True)
 
 
-def wgmma_quant_call(variant: str, M: int):
+def wgmma_quant_call(variant: str, tile_n: int, M: int):
     """The wgmma kernel with its activation quantiser in the call, planned as cutlass_quant_call
     plans CUTLASS (fixed buffers, M-major scales: the plan takes them without a copy)."""
     from ..kernels import wgmma_blockwise as wg
 
     def call(s, out=None):
-        return _planned_quant(s, "wgmma_q", variant, M,
-                              lambda q, sq, o: wg.WgmmaBlockwise(q, sq, s.b, s.b_scale, out=o, variant=variant))
+        return _planned_quant(s, "wgmma_q", (variant, tile_n), M,
+                              lambda q, sq, o: wg.WgmmaBlockwise(q, sq, s.b, s.b_scale, out=o, variant=variant,
+                                                                 tile_n=tile_n))
     return call
 
 
@@ -756,7 +760,7 @@ def run_point(shape, M: int, candidates: Sequence[Candidate], *, quantiser=None,
             if qname == QUANTISERS[0] and cand.arm == "cutlass_blockwise_sm90":
                 planned = cutlass_quant_call(cand.config or None, M)
             elif qname == QUANTISERS[0] and cand.arm == "wgmma_blockwise_sm90":
-                planned = wgmma_quant_call(cand.variant, M)
+                planned = wgmma_quant_call(cand.variant, int(cand.config.split("x")[1]), M)
             if planned is not None:
                 call = planned          # noqa: F811 - quantiser into fixed buffers, plan built once
 
@@ -867,7 +871,9 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: in
             else:
                 from ..kernels import wgmma_blockwise as wg
 
-                cands += [_wgmma_candidate(v) for v in wg.VARIANTS]
+                # the tile width pick_tile_n gives this (M, N) on ``sms`` SMs (N: 4096 when not given)
+                bn = wg.pick_tile_n(M, N or 4096, sms)
+                cands += [_wgmma_candidate(v, bn) for v in wg.VARIANTS]
         elif arm == "gemv_w8a8_blockwise":
             if M <= GEMV_W8A8_MAX_M:
                 cands.append(_gemv_w8a8_candidate())

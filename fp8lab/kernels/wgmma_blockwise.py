@@ -73,10 +73,15 @@ reference = _cb.reference
 calc_diff = _cb.calc_diff
 
 
+#: a narrower tile reads each A tile for fewer columns (more shared-memory traffic per MMA): it is
+#: picked only when its modelled work per SM is at least this much smaller
+NARROW_TILE_MARGIN = 0.95
+
+
 def pick_tile_n(M: int, N: int, sms: int) -> int:
-    """The tile width of :data:`TILE_WIDTHS` with the least work per SM in the persistent walk:
-    ceil(tiles / sms) waves x the width (a wave of narrower tiles is shorter); the first among equals
-    (128). CPU."""
+    """The tile width of :data:`TILE_WIDTHS` with the least work per SM in the persistent walk,
+    ceil(tiles / sms) waves x the width (a wave of narrower tiles is shorter): 112 only where that
+    is below :data:`NARROW_TILE_MARGIN` x 128's. CPU."""
     for name, v in (("M", M), ("N", N), ("sms", sms)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -84,7 +89,7 @@ def pick_tile_n(M: int, N: int, sms: int) -> int:
     def cost(bn):
         tiles = math.ceil(M / TILE_M) * math.ceil(N / bn)
         return math.ceil(tiles / sms) * bn
-    return min(TILE_WIDTHS, key=lambda bn: (cost(bn), TILE_WIDTHS.index(bn)))
+    return 112 if cost(112) < NARROW_TILE_MARGIN * cost(128) else 128
 
 
 def check_shapes(M: int, N: int, K: int) -> None:
