@@ -25,7 +25,7 @@
 # | `triton_blockwise` | our Triton kernel: swap-AB split-K kernel for decode, TMA + wgmma kernels (one fp32 tile kept in the scale domain, two programs per SM) for prefill, the common pointer kernel; every tile its autotune policy would try is timed here, the fastest is the arm's |
 # | `cutlass_blockwise_sm90` | CUTLASS 3.x Hopper blockwise collective, when `fp8lab.kernels.cutlass_blockwise_sm90` imports |
 # | `wgmma_blockwise_sm90` | our Hopper kernel in CUDA + PTX, no CUTLASS: persistent, a TMA producer warpgroup and two wgmma consumer warpgroups, the per-128-K promotion either after each block's MMAs (`wait`) or under the next block's (`overlap`); both variants timed, the faster is the arm's; tiles of 128 x 128 or 128 x 112 (the width whose last wave leaves fewer SMs idle); a not-run row off sm_90 |
-# | `gemv_w8a8_blockwise` | our decode kernel, M <= 64 only (a not-run row above): the weight-only GEMV's register ring, split-K and batched finalise with e4m3 activations; both operands converted to fp16 (exact) for `mma.sync`, promoted per 128 K in fp32 |
+# | `gemv_w8a8_blockwise` | our decode kernel, M <= 64 only (a not-run row above): the weight-only GEMV's register ring, split-K and batched finalise with e4m3 activations; both operands converted to fp16 (exact) for `mma.sync`, promoted per 128 K in fp32; timed plain and as a programmatic dependent launch (variant `pdl`: each call's first weight loads overlap the previous kernel's tail, as in a decode step launched so) |
 # | `cublaslt_blockwise` | `torch.nn.functional.scaled_mm`, 1x128 activation / 128x128 weight scales |
 # | `cublas_bf16` | `torch.mm` on bf16 activations and the dequantised weights |
 #

@@ -635,8 +635,8 @@ def test_every_arm_has_one_reference():
 def test_the_w8a8_decode_gemv_is_a_candidate_up_to_m_64_only():
     for M in (1, 16, bw.GEMV_W8A8_MAX_M):
         cands, skipped = bw.build_candidates(M, ["gemv_w8a8_blockwise"])
-        assert [c.arm for c in cands] == ["gemv_w8a8_blockwise"] and not skipped
-        assert cands[0].takes_out
+        assert [(c.arm, c.variant) for c in cands] == [("gemv_w8a8_blockwise", ""), ("gemv_w8a8_blockwise", "pdl")]
+        assert not skipped and all(c.takes_out for c in cands)
     cands, skipped = bw.build_candidates(bw.GEMV_W8A8_MAX_M + 1, ["gemv_w8a8_blockwise"])
     assert not cands and skipped[0][0] == "gemv_w8a8_blockwise" and "decode kernel" in skipped[0][1]
     assert "gemv_w8a8_blockwise" in bw.OURS and "gemv_w8a8_blockwise" in bw.W8A8

@@ -544,17 +544,21 @@ def wgmma_quant_call(variant: str, tile_n: int, M: int):
     return call
 
 
-def _gemv_w8a8_candidate() -> Candidate:
+def _gemv_w8a8_candidate(pdl: bool = False) -> Candidate:
     """fp8lab's W8A8 decode GEMV (gemv_w16.cuh's kFp8A8): split-K at the split model's pick. Its
-    weight layout is packed once per operand set, outside the timing (as Marlin's repack)."""
+    weight layout is packed once per operand set, outside the timing (as Marlin's repack).
+    ``pdl``: launched as a programmatic dependent launch (variant 'pdl', sm_90+; elsewhere a
+    not-run row): each call's first weight loads overlap the tail of the kernel before it, as in a
+    decode step whose kernels all launch so; a call touches its activations, output and workspace
+    only after that kernel has finished."""
     from ..kernels import gemv_w8a8 as g8
 
     def gemm(s, a, sa, out):
         if s.gemv_w8a8 is None:
             s.gemv_w8a8 = g8.pack(s.b, s.b_scale)
-        return g8.gemv_w8a8(a, sa, s.gemv_w8a8, out=out)
-    return Candidate("gemv_w8a8_blockwise", gemm, path="mma.sync f16 (e4m3 cvt)", config="split-K auto",
-                     takes_out=True)
+        return g8.gemv_w8a8(a, sa, s.gemv_w8a8, out=out, pdl=pdl)
+    return Candidate("gemv_w8a8_blockwise", gemm, variant="pdl" if pdl else "", path="mma.sync f16 (e4m3 cvt)",
+                     config="split-K auto", takes_out=True)
 
 
 def _lt(s):
@@ -876,7 +880,7 @@ def build_candidates(M: int, arms: Sequence[str], *, N: int | None = None, K: in
                 cands += [_wgmma_candidate(v, bn) for v in wg.VARIANTS]
         elif arm == "gemv_w8a8_blockwise":
             if M <= GEMV_W8A8_MAX_M:
-                cands.append(_gemv_w8a8_candidate())
+                cands += [_gemv_w8a8_candidate(), _gemv_w8a8_candidate(pdl=True)]
             else:
                 skipped.append((arm, f"a decode kernel: timed at M <= {GEMV_W8A8_MAX_M} (above, each 64 tokens "
                                      f"re-read the weights)"))

@@ -7,8 +7,9 @@ against notebook 05's small-M arms at its shapes, M = 1 .. 64.
 Every point goes through notebook 05's own path (fp8lab.experiments.blockwise.run_point): operands
 from make_operands (per-token and per-block magnitudes), every candidate's first call checked
 against float64 rows into a NaN-poisoned output, then timed by CUDA-graph replay over operand sets
-rotated past 2x L2. Candidates: gemv_w8a8_blockwise at the split model's pick ('split-K auto') and
-pinned to each of --splits, every tile of triton_blockwise's small-M policy (05's best arm there),
+rotated past 2x L2. Candidates: gemv_w8a8_blockwise at the split model's pick ('split-K auto'; plain
+and as a programmatic dependent launch, variant 'pdl': in the replayed graph each call's first weight
+loads overlap the previous call's tail) and pinned to each of --splits, every tile of triton_blockwise's small-M policy (05's best arm there),
 cuBLASLt blockwise. Then the 2 GiB device copy, measured in the same process.
 
 Prints, per (shape, M): weight bytes / time / copy for the auto pick, the best pinned split, the
@@ -95,10 +96,11 @@ def main(argv=None) -> int:
     print(f"\ncopy {copy['copy_Bps_p50'] / 1e12:.3f} TB/s; weight bytes / time / copy (target 3: >= 0.88 at M <= 16 "
           f"on >= 32 MB); {time.time() - t0:.0f} s")
     print(f"{'shape':<24} {'M':>3} {'w8a8 auto':>10} {'(splits)':>8} {'best pin':>9} {'(s)':>4} {'auto/pin':>8} "
-          f"{'triton':>7} {'cuBLASLt':>8}")
+          f"{'auto+PDL':>8} {'triton':>7} {'cuBLASLt':>8}")
     for (shape, M), g in m.groupby(["shape", "M"], sort=False):
         w = g[g["arm"] == "gemv_w8a8_blockwise"]
-        auto = w[w["config"] == "split-K auto"]
+        auto = w[(w["config"] == "split-K auto") & (w["variant"].fillna("") == "")]
+        auto_pdl = w[(w["config"] == "split-K auto") & (w["variant"] == "pdl")]
         pins = w[w["config"] != "split-K auto"]
         tri = g[g["arm"] == "triton_blockwise"]
         lt = g[g["arm"] == "cublaslt_blockwise"]
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
               f"{f(best_pin['frac'] if best_pin is not None else float('nan')):>9} "
               f"{best_pin['config'].split()[-1] if best_pin is not None else '-':>4} "
               f"{f(a_t / best_pin['time_p50_s'] if best_pin is not None else float('nan')):>8} "
+              f"{f(float(auto_pdl['frac'].iloc[0]) if len(auto_pdl) else float('nan')):>8} "
               f"{f(tri['frac'].max() if len(tri) else float('nan')):>7} {f(lt['frac'].max() if len(lt) else float('nan')):>8}")
     print(f"wrote {path}; {len(bad)} rows not measured")
     return 1 if len(bad) else 0
