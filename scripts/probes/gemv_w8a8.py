@@ -10,7 +10,9 @@ against float64 rows into a NaN-poisoned output, then timed by CUDA-graph replay
 rotated past 2x L2. Candidates: gemv_w8a8_blockwise at the split model's pick ('split-K auto'; plain
 and as a programmatic dependent launch, variant 'pdl': in the replayed graph each call's first weight
 loads overlap the previous call's tail) and pinned to each of --splits, every tile of triton_blockwise's small-M policy (05's best arm there),
-cuBLASLt blockwise. Then the 2 GiB device copy, measured in the same process.
+cuBLASLt blockwise. Beside them, the weight-only FP8 decode kernel (gemv_w8a16_fp8, bf16 activations,
+plain and PDL) on the same shapes, graph-timed as scripts/probes/gemv.py times it: the same machinery
+with 16-bit activations and the bit-trick dequant. Then the 2 GiB device copy, in the same process.
 
 Prints, per (shape, M): weight bytes / time / copy for the auto pick, the best pinned split, the
 best triton tile and cuBLASLt (target 3: >= 0.88 at M <= 16 on >= 32 MB of weights), and the
@@ -68,9 +70,34 @@ def main(argv=None) -> int:
         return bw.Candidate("gemv_w8a8_blockwise", gemm, path="mma.sync f16 (e4m3 cvt)", config=f"splits {s_pin}",
                             takes_out=True)
 
+    from fp8lab.arms import registry
+    from fp8lab.kernels import weight_only as wo
+    from fp8lab.measure import bench, harness
+
+    l2 = bench.device_l2_bytes()
+
+    def w8a16_fp8(shape, Ms):
+        """The weight-only FP8 decode kernel (bf16 activations) on the same shape: {(M, pdl): p50 s},
+        graph-timed over weight copies rotated past 2x L2, as scripts/probes/gemv.py times it."""
+        pw_host, _ = wo.random_weight("fp8", shape.N, shape.K, keep_codes=False)
+        pw = pw_host.to("cuda")
+        stream = registry.count(wo.ARMS["fp8"], N=shape.N, K=shape.K).weight_bytes
+        sets = harness.rotation_copies(pw, stream, l2, wo.PackedWeight.clone)
+        wo.workspace(torch.device("cuda"), max(Ms) * shape.N, wo.grid_x("fp8", shape.N, 1) * 2)
+        out = {}
+        for M in Ms:
+            x = torch.randn(M, shape.K, device="cuda").to(torch.bfloat16)
+            for pdl in (False, True):
+                oo = [torch.empty(M, shape.N, dtype=torch.bfloat16, device="cuda") for _ in sets]
+                fn = bench.rotating(lambda p_, o_, pdl=pdl: wo.gemv_w16(x, p_, out=o_, pdl=pdl), list(zip(sets, oo)))
+                out[(M, pdl)] = bench.bench(fn, method="graph", rep_ms=args.rep_ms, warmup_ms=5).p50_s
+        return out, stream
+
     t0 = time.time()
     rows = []
+    w16 = {}
     for shape in shapes:
+        w16[shape.name] = w8a16_fp8(shape, Ms)
         for M in Ms:
             cands, _ = bw.build_candidates(M, ["gemv_w8a8_blockwise", "triton_blockwise", "cublaslt_blockwise"],
                                            N=shape.N, K=shape.K)
@@ -93,10 +120,17 @@ def main(argv=None) -> int:
     m = df[df["status"] == "measured"].copy()
     wb = {s.name: bw.weight_bytes("triton_blockwise", s.N, s.K) for s in shapes}
     m["frac"] = [wb[s] / t / copy["copy_Bps_p50"] for s, t in zip(m["shape"], m["time_p50_s"])]
+
+    def w16_frac(shape, M, pdl):
+        times, stream = w16[shape]
+        return stream / times[(M, pdl)] / copy["copy_Bps_p50"]
+    w16_rows = pd.DataFrame([dict(shape=sh, M=M, arm=wo.ARMS["fp8"], variant="pdl" if pdl else "", time_p50_s=t,
+                                  weight_bytes=st) for sh, (times, st) in w16.items() for (M, pdl), t in times.items()])
+    w16_rows.to_csv(os.path.join(args.out, "probe_gemv_w8a16_fp8.csv"), index=False)
     print(f"\ncopy {copy['copy_Bps_p50'] / 1e12:.3f} TB/s; weight bytes / time / copy (target 3: >= 0.88 at M <= 16 "
           f"on >= 32 MB); {time.time() - t0:.0f} s")
     print(f"{'shape':<24} {'M':>3} {'w8a8 auto':>10} {'(splits)':>8} {'best pin':>9} {'(s)':>4} {'auto/pin':>8} "
-          f"{'auto+PDL':>8} {'triton':>7} {'cuBLASLt':>8}")
+          f"{'auto+PDL':>8} {'triton':>7} {'cuBLASLt':>8} {'W8A16 fp8':>9} {'+PDL':>6}")
     for (shape, M), g in m.groupby(["shape", "M"], sort=False):
         w = g[g["arm"] == "gemv_w8a8_blockwise"]
         auto = w[(w["config"] == "split-K auto") & (w["variant"].fillna("") == "")]
@@ -115,7 +149,8 @@ def main(argv=None) -> int:
               f"{best_pin['config'].split()[-1] if best_pin is not None else '-':>4} "
               f"{f(a_t / best_pin['time_p50_s'] if best_pin is not None else float('nan')):>8} "
               f"{f(float(auto_pdl['frac'].iloc[0]) if len(auto_pdl) else float('nan')):>8} "
-              f"{f(tri['frac'].max() if len(tri) else float('nan')):>7} {f(lt['frac'].max() if len(lt) else float('nan')):>8}")
+              f"{f(tri['frac'].max() if len(tri) else float('nan')):>7} {f(lt['frac'].max() if len(lt) else float('nan')):>8} "
+              f"{f(w16_frac(shape, M, False)):>9} {f(w16_frac(shape, M, True)):>6}")
     print(f"wrote {path}; {len(bad)} rows not measured")
     return 1 if len(bad) else 0
 
