@@ -88,6 +88,7 @@ def test_every_cache_key_hashes_every_header_its_sources_include():
             "weight_only cubins (_compile)": weight_only.SOURCES,
             "gemv_w16 extension": weight_only.EXT_DIGEST_SOURCES,
             "gemv_w16_xalu extension": weight_only.XALU_EXT_DIGEST_SOURCES,
+            "gemv_pattern extension": weight_only.PATTERN_EXT_DIGEST_SOURCES,
             "seed001 extension": seed001.EXT_DIGEST_SOURCES,
             "wgmma_blockwise extension": wgmma_blockwise.EXT_DIGEST_SOURCES,
             "gemv_w8a8 extension": gemv_w8a8.EXT_DIGEST_SOURCES}

@@ -78,6 +78,7 @@ def test_every_binding_source_is_built():
     forgotten TU, e.g. one of mma_blockwise's kernel tables, would only show as a link error on
     a GPU box)."""
     listed = {*mma_blockwise.EXT_SOURCES, *weight_only.EXT_SOURCES, *weight_only.XALU_EXT_SOURCES,
+              *weight_only.PATTERN_EXT_SOURCES,
               *seed001.EXT_SOURCES, *hmma_peak.EXT_SOURCES, cutlass_blockwise_sm90.EXT_SOURCE,
               *wgmma_blockwise.EXT_SOURCES, *gemv_w8a8.EXT_SOURCES}
     on_disk = {p for p in KERNELS.iterdir() if re.search(r"_ext\.(cu|cpp)$", p.name)}

@@ -286,6 +286,82 @@ def test_split_k_finalise_issues_its_workspace_loads_before_their_stores(nt):
         assert sum(o.startswith("STG") for o in fin) == 4 * tm * nt, name
 
 
+def _pattern_kernels(arch):
+    """{kernel: [opcode, ...]} of gemv_pattern_ext.cu (every pattern kernel) for arch."""
+    import subprocess
+
+    from fp8lab.toolchain import sass, tools
+
+    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.pattern_cubin(arch))],
+                         capture_output=True, text=True, check=True).stdout
+    ks, cur = {}, None
+    for line in out.splitlines():
+        if "Function :" in line:
+            cur = ks.setdefault(line.split("Function :")[1].strip(), [])
+        elif cur is not None and (op := sass.parse_instruction(line)):
+            cur.append(op)
+    return ks
+
+
+@needs_nvcc
+@pytest.mark.parametrize("nt", [1, 2])
+def test_pattern_kernels_issue_their_gemvs_weight_and_scale_loads_and_nothing_else(nt):
+    """The access pattern's ceiling is only that if its kernel loads what the GEMV loads: per format,
+    the pattern kernels at NT = nt issue the GEMV's (bf16, split-K) kinds of global load, weights
+    (LDG.E.NA.128: no L1 allocation) and scales, in the GEMV's proportion (per 128-K step: 4 / 2
+    weight loads and one scale load; ptxas may unroll the two loops differently, so the static counts
+    themselves may differ; which words each thread loads is the GPU test's), and no shared memory,
+    barrier, tensor-core, atomic or cp.async instruction."""
+    from collections import Counter
+    from fp8lab.kernels.weight_only import FORMAT_ID
+
+    gemv = _split_k_kernels("sm_90", nt)
+    pat = _pattern_kernels("sm_90")
+    assert len(pat) == 2 * 5 * 4, sorted(pat)                      # split-K / stream-K x 5 layouts x 4 NT
+    def loads(ops):   # global loads of weights and scales (not the split-K workspace), per scale load
+        c = Counter(o for o in ops if o.startswith("LDG.") and ".STRONG.GPU" not in o)
+        per = sum(v for k, v in c.items() if not k.startswith("LDG.E.NA.128"))
+        return {k: v / per for k, v in c.items()}
+    for fmt in wo.FORMATS:
+        (g,) = [ops for name, ops in gemv.items() if wo.ARMS[fmt] in name and "ILb1E" in name]
+        for kind in ("gemv_pattern", "gemv_pattern_sk"):
+            (p,) = [ops for name, ops in pat.items() if f"{len(kind)}{kind}ILi{FORMAT_ID[fmt]}ELi{nt}E" in name]
+            assert any(o.startswith("LDG.E.NA.128") for o in p), (fmt, kind)
+            assert loads(p) == loads(g), (fmt, kind, loads(p), loads(g))
+            bad = [o for o in p if o.startswith(("LDS", "STS", "BAR", "HMMA", "LDSM", "ATOM", "RED", "LDGSTS"))]
+            assert not bad, (fmt, kind, bad)
+            assert sum(o.startswith("STG") for o in p) == 1, (fmt, kind)   # the one keyed store
+
+
+def test_pattern_geometry_mirrors_the_gemv_launch():
+    g = wo.pattern_geometry("fp8", 1, 24576, 4096, schedule="splitk", splits=5)
+    # 32 steps in 5 splits of 7: 5 launched; 192 CTAs of 128 rows along N
+    assert g["grid"] == (192, 5, 1) and g["splits"] == 5 and g["steps_per_split"] == 7
+    assert g["threads"] == 192 * 5 * wo.THREADS and g["nt"] == 1 and g["gz"] == 1
+    g = wo.pattern_geometry("fp8", 1, 24576, 4096, schedule="splitk", splits=12)
+    assert g["splits"] == 11 and g["steps_per_split"] == 3                  # ceil(32 / ceil(32 / 12))
+    g = wo.pattern_geometry("int4", 83, 328, 1664, schedule="streamk", ctas=5)
+    plan = wo.streamk_plan("int4", 83, 328, 1664, 5)
+    assert g["grid"] == plan["grid"] and g["splits"] == -5 and g["gz"] == 2 and g["nt"] == 8
+    assert g["threads"] == wo.THREADS * plan["grid"][0] * 2
+    assert wo.pattern_geometry("nvfp4", 1, 4096, 1024, schedule="splitk", splits=1)["grid"][0] == \
+        wo.grid_x("nvfp4", 4096, 1)                                          # 4-bit, two tiles per warp
+    for kw, msg in ((dict(schedule="bulk", splits=1), "copy engine"), (dict(schedule="splitk", splits=0), "splits"),
+                    (dict(schedule="splitk", splits=True), "splits"), (dict(schedule="streamk", ctas=0), "ctas")):
+        with pytest.raises(ValueError, match=msg) as e:
+            wo.pattern_geometry("fp8", 1, 256, 1024, **kw)
+        assert "\n" not in str(e.value)
+
+
+def test_pattern_stream_refuses_a_host_weight_in_one_line():
+    pw = wo.random_weight("fp8", 64, 256, act="bf16", seed=0, keep_codes=False)[0]
+    with pytest.raises(ValueError, match="contiguous int32 CUDA tensor") as e:
+        wo.pattern_stream(pw, 1)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="PackedWeight"):
+        wo.pattern_stream(object(), 1)
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 def test_fast_layout_and_word_packing_agree_with_the_reference_ones(bits):
     rng = np.random.default_rng(bits)

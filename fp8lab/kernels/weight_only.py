@@ -53,6 +53,12 @@ EXT_SOURCES = (KERNEL_DIR / "gemv_w16_ext.cpp", KERNEL_DIR / "gemv_w16_ext.cu", 
 SOURCES = (HEADER, PARAMS_HEADER, STANDALONE_SOURCE, CHECK_SOURCE, *COMMON_HEADERS)
 # What each extension's cache key hashes: its sources and every header they include.
 EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, BIND_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
+# The pattern kernels (gemv_pattern.cuh: a GEMV's weight and scale loads alone): an extension of their own.
+PATTERN_HEADER = KERNEL_DIR / "gemv_pattern.cuh"
+PATTERN_PARAMS_HEADER = KERNEL_DIR / "gemv_pattern_params.h"
+PATTERN_EXT_SOURCES = (KERNEL_DIR / "gemv_pattern_ext.cpp", KERNEL_DIR / "gemv_pattern_ext.cu")
+PATTERN_EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, PATTERN_HEADER, PATTERN_PARAMS_HEADER, *COMMON_HEADERS,
+                              *PATTERN_EXT_SOURCES)
 
 FORMATS = ("fp8", "int8", "nvfp4", "int4")
 FORMAT_ID = {f: i for i, f in enumerate(FORMATS)}   # the C++ enum Format
@@ -939,6 +945,127 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
         bool(act_resident), bool(pdl))
 
 
+# ---------------------------------------------------------------------------------------------
+# The access pattern's ceiling (issue 22): a GEMV's weight and scale loads with nothing else
+# ---------------------------------------------------------------------------------------------
+#: the schedules :func:`pattern_stream` mirrors (the bulk schedule's loads are the copy engine's)
+PATTERN_SCHEDULES = ("splitk", "streamk")
+#: the word the pattern kernel's XOR is compared with before its one store (any constant does: the
+#: store only keeps the loads live)
+PATTERN_KEY = 0x2F5A17C3
+#: kernel format ids the pattern extension takes beyond FORMAT_ID: the W8A8 kernel's e4m3 weights
+#: with one fp32 scale word per (16-row tile, step) (gemv_w16.cuh kFp8A8)
+PATTERN_FP8A8 = 4
+
+
+def load_pattern_extension(verbose: bool = False):
+    """Build (once per content hash) and import the pattern extension (5 weight layouts x 4 tiles x
+    split-K / stream-K: small kernels, a few seconds of nvcc)."""
+    return extension("gemv_pattern", PATTERN_EXT_SOURCES, PATTERN_EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR],
+                     verbose=verbose)
+
+
+_SINKS: dict = {}
+
+
+def pattern_sink(device, n_words: int):
+    """The pattern kernels' int32 sink on ``device`` (one word per launched thread), reused and grown
+    like :func:`workspace`: before capturing CUDA graphs of several sizes, call it once with the
+    largest."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    t = _SINKS.get(str(dev))
+    if t is None or t.numel() < n_words:
+        t = torch.zeros(max(int(n_words), 1 << 16), dtype=torch.int32, device=dev)
+        _SINKS[str(dev)] = t
+    return t
+
+
+def pattern_geometry(fmt: str, M: int, N: int, K: int, *, schedule: str, splits: int | None = None,
+                     ctas: int | None = None) -> dict:
+    """The launch :func:`pattern_stream` makes (host arithmetic only): ``nt``, ``gz`` (M blocks),
+    ``splits`` (split-K: the count launched; stream-K: -ctas, the binding's convention),
+    ``steps_per_split``, ``grid`` and ``threads`` (the sink words it needs). ``splits`` / ``ctas``
+    as :func:`gemv_w16` takes them (required here: the caller resolves the defaults)."""
+    check_fmt(fmt)
+    if schedule not in PATTERN_SCHEDULES:
+        raise ValueError(f"schedule must be one of {PATTERN_SCHEDULES} (the bulk schedule's loads are the copy "
+                         f"engine's), got {schedule!r}")
+    steps = K // STEP_K
+    nt = n_tiles(M)
+    gz = -(-M // M_BLOCK)
+    if schedule == "splitk":
+        if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or not 1 <= splits <= steps:
+            raise ValueError(f"splits must be an integer in [1, K/128 = {steps}], got {splits!r}")
+        sps = -(-steps // int(splits))
+        s_eff = -(-steps // sps)
+        grid = (grid_x(fmt, N, M), s_eff, gz)
+        launch_splits = s_eff
+    else:
+        if isinstance(ctas, bool) or not isinstance(ctas, (int, np.integer)) or not 1 <= ctas < 2**31:
+            raise ValueError(f"ctas must be a positive integer (persistent CTAs per M block), got {ctas!r}")
+        plan = streamk_plan(fmt, M, N, K, int(ctas))
+        grid, sps, launch_splits = plan["grid"], steps, -int(ctas)
+    return {"nt": nt, "gz": gz, "splits": launch_splits, "steps_per_split": sps, "grid": tuple(grid),
+            "threads": THREADS * grid[0] * grid[1] * grid[2]}
+
+
+def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, splits: int | None = None,
+                   ctas: int | None = None, ctas_per_sm: int | None = None, sink=None, key: int = PATTERN_KEY) -> int:
+    """The weight and scale loads of ``gemv_w16(act (M, K), pw, schedule=..., splits=..., ctas=...)``
+    alone: the same grid, every warp the same 16-byte words with the same load instruction through
+    the same three-step register ring, each word XORed into one register (gemv_pattern.cuh). No
+    activations, no dequant, no mma, no barrier, no reduction: what the GEMV's access pattern
+    allows. Defaults as :func:`gemv_w16` picks them on this device. ``ctas_per_sm``: the CTAs per
+    SM the pattern runs at (its shared memory is padded so; None: the GEMV's own occupancy).
+    ``sink``: an int32 tensor of at least one word per launched thread (None: :func:`pattern_sink`);
+    a thread stores its XOR there only where it equals ``key`` (a 32-bit value; the GPU tests set it
+    to one thread's expected XOR). Returns the CTAs per SM it ran at (the caller compares it with
+    what it asked for)."""
+    import torch
+
+    if not isinstance(pw, PackedWeight):
+        raise ValueError(f"pw must be a PackedWeight (pack_weights(...).to('cuda')), got {type(pw).__name__}")
+    for name, t in (("pw.w", pw.w), ("pw.s", pw.s)):
+        if not (isinstance(t, torch.Tensor) and t.is_cuda and t.dtype == torch.int32 and t.is_contiguous()):
+            raise ValueError(f"{name} must be a contiguous int32 CUDA tensor (call pw.to('cuda'))")
+    if pw.w.data_ptr() % 16 or pw.s.data_ptr() % 8:
+        raise ValueError("packed weights must be 16-byte and scales 8-byte aligned")
+    if pw.w.numel() != pw.n_rows * pw.K * BITS[pw.fmt] // 32 or pw.s.numel() != scale_words(pw.fmt, pw.N, pw.K):
+        raise ValueError(f"pw's arrays do not have the packed layout of an {pw.fmt} (N, K) = {(pw.N, pw.K)} weight")
+    M = _pos_int("M", M)
+    schedule = DEFAULT_SCHEDULE if schedule is None else schedule
+    if schedule not in PATTERN_SCHEDULES:
+        raise ValueError(f"schedule must be one of {PATTERN_SCHEDULES} (the bulk schedule's loads are the copy "
+                         f"engine's), got {schedule!r}")
+    if schedule == "splitk" and ctas is not None:
+        raise ValueError("ctas applies to schedule='streamk' only")
+    if schedule == "streamk" and splits is not None:
+        raise ValueError("schedule='streamk' takes no splits")
+    need_cfg = ctas_per_sm is None or (schedule == "splitk" and splits is None) or (schedule == "streamk" and ctas is None)
+    cfg = launch_config(pw, M, pw.w.device) if need_cfg else {}
+    if ctas_per_sm is None:
+        ctas_per_sm = cfg["ctas_per_sm"]
+    ctas_per_sm = _pos_int("ctas_per_sm", ctas_per_sm)
+    if schedule == "splitk" and splits is None:
+        splits = cfg["splits"]
+    if schedule == "streamk" and ctas is None:
+        ctas = cfg["streamk_ctas"]
+    g = pattern_geometry(pw.fmt, M, pw.N, pw.K, schedule=schedule, splits=splits, ctas=ctas)
+    if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < 2**32:
+        raise ValueError(f"key must be a 32-bit unsigned integer, got {key!r}")
+    if sink is None:
+        sink = pattern_sink(pw.w.device, g["threads"])
+    if not (isinstance(sink, torch.Tensor) and sink.is_cuda and sink.dtype == torch.int32 and sink.is_contiguous()
+            and sink.numel() >= g["threads"] and sink.device == pw.w.device):
+        raise ValueError(f"sink must be a contiguous int32 tensor of >= {g['threads']} words on {pw.w.device}")
+    return int(load_pattern_extension().pattern(pw.w, pw.s, sink, FORMAT_ID[pw.fmt], g["nt"], pw.n_tiles16, pw.steps,
+                                                g["splits"], g["steps_per_split"], g["gz"], ctas_per_sm, int(key)))
+
+
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
     """Run the kernel's dequant alone on the GPU: uint32 words -> uint16 patterns in logical
     element order (the emulators' ``bits``)."""
@@ -984,6 +1111,18 @@ def xalu_cubin(arch: str = "sm_90") -> Path:
     """gemv_w16.cu's EXTRA_ALU kernels (fp8, bf16, NT = 1) for ``arch``: what ``gemv_sass.xalu_sass_counts`` reads."""
     return _compile(STANDALONE_SOURCE, arch, ("FP8LAB_WO_XALU", "FP8LAB_WO_FORMAT=0", "FP8LAB_WO_BF16=1",
                                               "FP8LAB_WO_NT=1"))
+
+
+def pattern_cubin(arch: str = "sm_90") -> Path:
+    """gemv_pattern_ext.cu (every pattern kernel, no torch) for ``arch``: what the SASS test compares
+    with the GEMV's loads."""
+    from ..toolchain.cubin import compile_cubin
+
+    b = compile_cubin(PATTERN_EXT_SOURCES[1], arch, include=[KERNEL_DIR],
+                      key_files=(*SOURCES, PATTERN_HEADER, PATTERN_PARAMS_HEADER, PATTERN_EXT_SOURCES[1]))
+    if not b.ok:
+        raise RuntimeError(f"nvcc failed ({' '.join(b.cmd)}):\n{b.log[-3000:]}")
+    return b.cubin
 
 
 def unit_scales(fmt: str, act: str, N: int, K: int) -> tuple[np.ndarray, float, float]:
