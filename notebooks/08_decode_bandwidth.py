@@ -60,6 +60,7 @@ ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up", "llama3-70b:down_proj"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
 schedules = ["splitk", "streamk"]  # launch schedules timed for the weight-only kernels (also "bulk"); plots use the fastest
+pattern = True  # also time each weight-only launch's access pattern alone (its loads on its grid; not for "bulk")
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
 peers = "all"  # other people's kernels (fp8lab.peers: Marlin, gemlite, vLLM): "all" of this notebook's, a list of ids, or []
@@ -86,7 +87,8 @@ from fp8lab.toolchain.tools import have_tool
 NB = "08_decode_bandwidth"
 run = notebook.start(NB, params=dict(shape_names=shape_names, Ms=Ms, formats=formats, act=act,
                                      rep_ms=rep_ms, ncu=ncu, ncu_shapes=ncu_shapes, splits=splits,
-                                     schedules=list(schedules), seed=seed, peers=peers), mode=mode, devices=devices)
+                                     schedules=list(schedules), seed=seed, peers=peers, pattern=pattern), mode=mode,
+                     devices=devices)
 peer_ids = peer_sweeps.resolve(peers, "08")  # a typo fails here, before any measuring
 display(dx.shape_table(shape_names).round(1))
 
@@ -144,7 +146,10 @@ else:
 # cp.async.bulk, twice the register ring's bytes in flight) and cuBLAS BF16, each checked
 # against float64 (4 rows) before it is timed, inputs rotated over more than 2x the L2, timed as
 # back-to-back CUDA-graph replays, with an NVML sampler beside; beside each, a copy of the same
-# bytes (the ceiling at this size). Then Nsight Compute on M = 1 (the fastest schedule per format).
+# bytes (the ceiling at this size) and, with `pattern`, the kernel's access pattern alone: the same
+# grid, the same CTAs per SM and every warp's same weight and scale loads through the same register
+# ring, with nothing else done (`wo.pattern_stream`; the ceiling of that launch). Then Nsight
+# Compute on M = 1 (the fastest schedule per format).
 
 # %%
 if run.mode == "measure":
@@ -155,7 +160,7 @@ if run.mode == "measure":
         copy = dx.measure_copy(sampler=sampler)
         sweep = pd.concat([dx.measure_decode(shape_names, Ms, formats, act=act, rep_ms=rep_ms, seed=seed,
                                              copy=copy, sampler=sampler, splits=splits, schedule=sch,
-                                             cublas=(i == 0))
+                                             cublas=(i == 0), pattern=pattern)
                            for i, sch in enumerate(schedules)], ignore_index=True)
         # the peers after fp8lab's arms, under the same sampler and copy ceiling; a missing
         # peer is a not-run row with its install line
@@ -168,6 +173,10 @@ if run.mode == "measure":
     # more than ~1.2x the copy rate (which counts read + write) would be a counting bug
     assert (sweep["fraction_of_copy"] < 1.25).all(), sweep[["arm", "M", "fraction_of_copy"]]
     assert (sweep["fraction_of_spec"] < 1.0).all()
+    if pattern:   # every split-K / stream-K row has its pattern, run at the kernel's own occupancy
+        pr = sweep[sweep["arm"].isin(list(wo.FORMAT_OF_ARM)) & sweep["schedule"].isin(wo.PATTERN_SCHEDULES)]
+        assert pr["pattern_Bps"].notna().all() and (pr["pattern_ctas_per_sm"] == pr["ctas_per_sm"]).all(), pr
+        assert (pr["pattern_fraction_of_copy"] < 1.25).all(), pr[["arm", "M", "pattern_fraction_of_copy"]]
     pm = peer_report.measured(peer_sweep)
     assert (pm["check_relerr"] < 1e-2).all() and (pm["fraction_of_copy"] < 1.25).all(), pm
     if ncu and have_tool("ncu"):
@@ -216,7 +225,7 @@ if run.mode == "measure":
         run.write_table("ncu_summary", ncu_summary, meta={"clock_control": "none"})
         run.write_table("ncu_opcodes", pd.concat(opcodes, ignore_index=True))
     display(sweep[["shape", "arm", "schedule", "M", "time_p50_s", "bw_p50", "fraction_of_copy",
-                   "fraction_of_same_copy", "splits", "sm_mhz_median"]].round(3))
+                   "fraction_of_same_copy", "pattern_fraction_of_copy", "splits", "sm_mhz_median"]].round(3))
 
 # %% [markdown]
 # ## Effective bandwidth against the copy ceiling
@@ -225,6 +234,15 @@ if run.mode == "measure":
 # shape; the dashed line is the device-to-device copy bandwidth measured in the same run
 # (read + write bytes), the dotted one 92% of it (issue 22's 8-bit target on shapes of >= 100 MB). cuBLAS BF16 reads 2 bytes per weight, so at
 # the same bandwidth it takes 2-4x longer: the bandwidth is what compares.
+#
+# Why a kernel falls short of the copy, measured: beside every weight-only launch the run times its
+# access pattern alone (`wo.pattern_stream`, gemv_pattern.cuh): the same grid, the same CTAs per SM,
+# every warp's same weight and scale loads in the same order through the same three-step register
+# ring, each word XORed into one register and nothing else. Where that pattern stays below the copy,
+# the grid and the access pattern cost the difference; where the kernel stays below its pattern, its
+# per-step work does (activations, dequant, mma, barriers, split-K sums). The figure
+# `decode_pattern` draws both at M = 1 and 16; the targets table names, for each miss, which of the
+# two the goal lies beyond.
 
 # %%
 # legends name each arm by registry.label (its id and format), ticks by registry.short_label
@@ -298,6 +316,48 @@ def draw_m1(df, info):
     plt.show()
 
 
+def draw_pattern(df, info, Ms=(1, 16)):
+    """Where each weight-only kernel's bandwidth goes, per shape and format at M = 1 and 16: the
+    copy (1.0), the kernel's access pattern alone on its grid (outline; what its loads allow) and
+    the kernel (filled). The outline's gap to 1 is the cost of the grid and access pattern, the
+    fill's gap to the outline the cost of the kernel's per-step work (activations, dequant, mma,
+    barriers, split-K sums)."""
+    d = df[df["arm"].isin(list(wo.FORMAT_OF_ARM)) & df["M"].isin(Ms) & df["pattern_fraction_of_copy"].notna()]
+    Ms = [m for m in Ms if m in set(d["M"])]
+    if d.empty or not Ms:
+        return
+    shp = list(dict.fromkeys(d["shape"]))
+    arms = [a for a in dx.ARMS if a in set(d["arm"])]
+    fig, axes = plt.subplots(len(Ms), 1, figsize=(max(10, 2.3 * len(shp)), 3.6 * len(Ms)), squeeze=False,
+                             gridspec_kw=dict(hspace=0.55))
+    w = 0.8 / len(arms)
+    for ax, M in zip(axes[:, 0], Ms):
+        dm = d[d["M"] == M]
+        for i, arm in enumerate(arms):
+            a = dm[dm["arm"] == arm].set_index("shape").reindex(shp)
+            x = np.arange(len(shp)) + (i - len(arms) / 2 + 0.5) * w
+            c = plotting.color(arm)
+            ax.bar(x, a["pattern_fraction_of_copy"], w * 0.92, facecolor="white", edgecolor=c, lw=1.2)
+            ax.bar(x, a["fraction_of_copy"], w * 0.92, color=c, label=registry.label(arm))
+            for xi, v, pv in zip(x, a["fraction_of_copy"], a["pattern_fraction_of_copy"]):
+                if np.isfinite(v) and np.isfinite(pv):
+                    ax.text(xi, max(v, pv) + 0.01, f"{v:.2f}\n{pv:.2f}", ha="center", va="bottom", fontsize=6.5)
+        ax.axhline(1.0, ls="--", color="#555555", lw=1)
+        ax.set_xticks(np.arange(len(shp)), [s.replace(":", "\n") for s in shp], fontsize=8)
+        ax.set_ylim(0, 1.3)
+        ax.set_ylabel("fraction of copy")
+        ax.set_title(f"M = {M}: kernel (filled, upper number) and its access pattern alone (outline, lower number)",
+                     fontsize=9)
+    h, lab = axes[0, 0].get_legend_handles_labels()
+    h.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#444444"))
+    lab.append("access pattern alone: same grid, CTAs per SM and loads, nothing else")
+    fig.legend(h, lab, fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, -0.06), frameon=False)
+    fig.suptitle("Decode: what the loads allow (outline) and what the kernel streams (filled), "
+                 "the fastest schedule per point", fontsize=10)
+    plotting.save(fig, info, "decode_pattern")
+    plt.show()
+
+
 def draw_targets(tg, info):
     """Issue 22's decode targets: one panel per target, the measured value per (shape, arm) as a
     bar in the arm's colour (hatched where it misses), its goal as a black tick over the bar."""
@@ -329,6 +389,8 @@ def draw_targets(tg, info):
                     ax.bar(xi, r["value"], w, color=plotting.color(arm) if r["met"] else "white",
                            edgecolor=plotting.color(arm), hatch=None if r["met"] else "///")
                     ax.plot([xi - w / 2, xi + w / 2], [r["goal"]] * 2, color="black", lw=1.5)
+                    if np.isfinite(r.get("pattern_value", np.nan)):
+                        ax.plot(xi, r["pattern_value"], marker="D", ms=3.5, color="#555555", ls="none")
                     ax.text(xi, max(r["value"], r["goal"]) + 0.015, f"{r['value']:.2f}", ha="center",
                             va="bottom", fontsize=5.5 if dense else 6, rotation=90 if dense else 0)
                 if arm not in arms_seen:
@@ -342,6 +404,9 @@ def draw_targets(tg, info):
     handles = [Patch(color=plotting.color(a), label=registry.label(a)) for a in arms_seen]
     handles += [Patch(facecolor="white", edgecolor="#444444", hatch="///", label="missed (hatched)"),
                 plt.Line2D([], [], color="black", lw=1.5, label="goal of that bar")]
+    if "pattern_value" in tg and tg["pattern_value"].notna().any():
+        handles.append(plt.Line2D([], [], marker="D", ms=3.5, color="#555555", ls="none",
+                                  label="the same, from the kernel's access pattern alone"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.suptitle("Issue 22's decode targets, measured in one run (value per bar; black tick: its goal)", fontsize=10)
@@ -366,6 +431,15 @@ for dev in devs:
     info = run.info_for(dev, df)
     draw_bandwidth(df, info, peer_tables.get(dev))
     draw_m1(df, info)
+    if "pattern_fraction_of_copy" in df and df["pattern_fraction_of_copy"].notna().any():
+        draw_pattern(df, info)
+        pt = df[df["arm"].isin(list(wo.FORMAT_OF_ARM)) & df["pattern_fraction_of_copy"].notna()]
+        display(Markdown("The kernels' access patterns alone (fraction of copy), and each kernel's rate over its "
+                         "own pattern's (`fraction_of_pattern`: below 1, its per-step work costs the rest):"))
+        display(pt.pivot_table(index=["shape", "M"], columns="fmt",
+                               values=["pattern_fraction_of_copy", "fraction_of_pattern"]).round(3))
+    else:
+        display(Markdown("*This device's data predates the access-pattern timing: re-measure to see it.*"))
     peer_report.show_status(dev, peer_tables, peer_ids)
     rec = recorded[dev] = {n: results.load_table(dev, NB, n) for n in ("targets", "versus_best_peer")
                            if dev in results.devices_with(NB, n)}
@@ -374,7 +448,10 @@ for dev in devs:
                          "(time; `own_over_peer` > 1: fp8lab faster; the peer's scales may differ):"))
         display(rec["versus_best_peer"].round(3))
     if "targets" in rec and len(rec["targets"]):
-        display(Markdown("Issue 22's decode targets, recorded by the run that measured them:"))
+        display(Markdown("Issue 22's decode targets, recorded by the run that measured them. `pattern_value`: the "
+                         "same target computed from the kernels' access patterns alone; `limited_by`, for a miss: "
+                         f"`{dx.LIMIT_PATTERN}` where the pattern misses the goal too, `{dx.LIMIT_WORK}` where "
+                         "it meets it (tables measured before the pattern leave both empty):"))
         display(rec["targets"].round(3))
         draw_targets(rec["targets"], run.info_for(dev, rec["targets"]))
     else:

@@ -483,6 +483,44 @@ def test_parity_and_targets():
     assert g.min()[sn1] == g.max()[sn1] == pytest.approx(3.7 / 4.2)
 
 
+def test_targets_name_what_limits_a_miss_from_the_access_pattern():
+    """With the access pattern's rates in the table, each target row carries the same target computed
+    from them, and a miss is put down to the access pattern (the pattern misses too) or to the
+    kernel's per-step work (the pattern meets it); met rows and tables without the pattern name none."""
+    import math
+    from fp8lab.experiments import decode as dx
+    sn0, sn1 = dx.DEFAULT_SHAPES
+    df = synthetic_decode({"fp8": 4.0e12, "int8": 3.96e12, "nvfp4": 3.0e12, "int4": 3.9e12, "bf16": 4.1e12},
+                          Ms=(1, 16))
+    old = dx.targets(df.drop(columns=dx.PATTERN_COLUMNS))          # a table measured before the pattern
+    assert old["pattern_value"].isna().all() and (old["limited_by"] == "").all()
+    pat = {wo.ARMS["fp8"]: 4.15e12, wo.ARMS["int8"]: 3.9e12, wo.ARMS["nvfp4"]: 3.95e12, wo.ARMS["int4"]: 4.0e12}
+    df["pattern_Bps"] = df["arm"].map(pat)
+    df.loc[(df["arm"] == wo.ARMS["int4"]) & (df["M"] == 16), "pattern_Bps"] = 3.0e12
+    df["pattern_fraction_of_copy"] = df["pattern_Bps"] / df["copy_Bps"]
+    t = dx.targets(df).set_index(["target", "shape", "arm"])
+    e8 = "8-bit M=1 fraction of copy"
+    goal = max(4.1 / 4.2, 0.92)
+    r = t.loc[(e8, sn0, wo.ARMS["fp8"])]
+    assert r["pattern_value"] == pytest.approx(4.15 / 4.2) and not r["met"]
+    assert 4.15 / 4.2 >= goal and r["limited_by"] == dx.LIMIT_WORK        # the loads alone would meet it
+    r = t.loc[(e8, sn0, wo.ARMS["int8"])]
+    assert r["pattern_value"] < goal and r["limited_by"] == dx.LIMIT_PATTERN
+    i4 = t.loc[("INT4 M=1 fraction of copy", sn0, wo.ARMS["int4"])]
+    assert i4["met"] and i4["limited_by"] == "" and i4["pattern_value"] == pytest.approx(4.0 / 4.2)
+    fi = t.loc[("NVFP4 / INT4 bandwidth at M=1", sn1, wo.ARMS["nvfp4"])]
+    assert fi["pattern_value"] == pytest.approx(3.95 / 4.0) and fi["limited_by"] == dx.LIMIT_WORK
+    m16 = t.loc[("M=16 rate / M=1 rate", sn0, wo.ARMS["int4"])]
+    assert m16["met"] and m16["pattern_value"] == pytest.approx(3.0 / 4.0)   # met: nothing to explain
+    slow = df.copy()
+    slow.loc[(slow["arm"] == wo.ARMS["int4"]) & (slow["M"] == 16), "bw_p50"] = 3.0e12
+    m16 = dx.targets(slow).set_index(["target", "shape", "arm"]).loc[("M=16 rate / M=1 rate", sn0, wo.ARMS["int4"])]
+    assert not m16["met"] and m16["limited_by"] == dx.LIMIT_PATTERN
+    # a missing pattern rate (the bulk schedule, a peer) explains nothing
+    nan = df.assign(pattern_Bps=math.nan, pattern_fraction_of_copy=math.nan)
+    assert (dx.targets(nan)["limited_by"] == "").all()
+
+
 def test_decode_targets_against_peers_of_the_same_format():
     from fp8lab.experiments import decode as dx
     sn0, sn1 = dx.DEFAULT_SHAPES

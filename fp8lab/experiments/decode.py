@@ -62,14 +62,26 @@ TARGET_FP_INT = 0.05
 TARGET_M16_OF_M1 = 0.85
 TARGET_PEER_MAX_M = 16
 TARGET_MIN_WEIGHT_BYTES = 32 * 2**20
-TARGET_COLUMNS = ["target", "shape", "M", "arm", "value", "goal", "met", "shortfall", "reference"]
+#: pattern_value: the same target computed from the access pattern's rates (wo.pattern_stream: the
+#: row's own grid, occupancy and loads with nothing else; NaN where none was timed); limited_by, for
+#: a miss: LIMIT_PATTERN when the pattern alone misses the goal too (the grid and access pattern
+#: cost that much), LIMIT_WORK when the pattern meets it (the kernel's per-step work costs the rest)
+TARGET_COLUMNS = ["target", "shape", "M", "arm", "value", "goal", "met", "shortfall", "reference",
+                  "pattern_value", "limited_by"]
+LIMIT_PATTERN = "access pattern"
+LIMIT_WORK = "per-step work"
 
 COLUMNS = ["shape", "N", "K", "M", "arm", "fmt", "act", "weight_bytes", "scale_bytes",
            "stream_bytes", "flop", "time_p20_s", "time_p50_s", "time_p80_s", "bw_p20", "bw_p50",
            "bw_p80", "tflops_p50", "copy_Bps", "fraction_of_copy", "spec_Bps", "fraction_of_spec",
            "splits", "grid", "ctas_per_sm", "check_relerr", "rotation_sets", "timing_method",
            "n_samples", "sm_mhz_median", "sm_mhz_min", "mem_mhz_median", "power_w_max",
-           "schedule", "same_copy_Bps", "fraction_of_same_copy", "clock_source", "clock_note"]
+           "schedule", "same_copy_Bps", "fraction_of_same_copy", "clock_source", "clock_note",
+           "pattern_Bps", "pattern_fraction_of_copy", "fraction_of_pattern", "pattern_ctas_per_sm"]
+#: the access pattern's columns (weight-only rows with pattern=True; NaN elsewhere and in tables
+#: measured before them): its stream bytes over its p50 time, that over the copy rate, the
+#: kernel's rate over it, and the CTAs per SM it ran at (the kernel's own)
+PATTERN_COLUMNS = COLUMNS[-4:]
 
 
 def _shape(name: str) -> shapes.Shape:
@@ -155,14 +167,16 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                    formats: Sequence[str] = wo.FORMATS, *, act: str = "bf16", cublas: bool = True,
                    rep_ms: float = 40, seed: int = 0, check_m: int = 4, copy: Optional[dict] = None,
                    sampler=None, splits: Optional[int] = None, schedule: Optional[str] = None,
-                   same_copy: bool = True) -> pd.DataFrame:
+                   same_copy: bool = True, pattern: bool = True) -> pd.DataFrame:
     """Time every arm at every (shape, M); one row per (shape, arm, M) (see COLUMNS).
 
     ``copy``: a :func:`measure_copy` result (measured here when None). ``splits`` pins the
     split-K factor of the weight-only kernels (None: chosen per shape and M). ``schedule``:
     the weight-only kernels' launch schedule (None: ``wo.DEFAULT_SCHEDULE``; ``"streamk"``
     ignores ``splits``). ``same_copy``: also time :func:`same_size_copy` per stream size
-    (``same_copy_Bps``, ``fraction_of_same_copy``)."""
+    (``same_copy_Bps``, ``fraction_of_same_copy``). ``pattern``: also time each weight-only row's
+    access pattern alone (:func:`fp8lab.kernels.weight_only.pattern_stream`: its grid, occupancy and
+    loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule)."""
     import torch
 
     for f in formats:
@@ -198,6 +212,29 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     def timed(fn, sets):
         return harness.timed(fn, sets, sampler=sampler, method="graph", rep_ms=rep_ms)
 
+    pat: dict = {}
+
+    def pattern_of(fmt, N, K, M, sets, cfg, s, stream_bytes):
+        """(pattern Bps, its CTAs per SM) of this row's launch; one timing per distinct launch."""
+        if not pattern or schedule not in wo.PATTERN_SCHEDULES:
+            return math.nan, math.nan
+        kw = dict(splits=int(s)) if schedule == "splitk" else dict(ctas=int(cfg["streamk_ctas"]))
+        g = wo.pattern_geometry(fmt, M, N, K, schedule=schedule, **kw)
+        key = (fmt, N, K, schedule, g["nt"], g["gz"], g["splits"], cfg["ctas_per_sm"])
+        if key not in pat:
+            sink = wo.pattern_sink(sets[0].w.device, g["threads"])
+            occ = {}
+
+            def run_pattern(pw):
+                occ[0] = wo.pattern_stream(pw, M, schedule=schedule, ctas_per_sm=cfg["ctas_per_sm"], sink=sink, **kw)
+
+            t, _ = timed(run_pattern, [(pw,) for pw in sets])
+            if occ.get(0) != cfg["ctas_per_sm"]:
+                raise RuntimeError(f"the access pattern of {fmt} at M = {M} ran at {occ.get(0)} CTAs per SM, "
+                                   f"its kernel at {cfg['ctas_per_sm']}")
+            pat[key] = (stream_bytes / t.p50_s, occ[0])
+        return pat[key]
+
     for name in track(shape_names, desc="decode sweep", unit="shapes"):
         sh = _shape(name)
         N, K = sh.N, sh.K
@@ -222,9 +259,11 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                     timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o, schedule=schedule),
                                         list(zip(sets, outs)))
                 occ = cfg["bulk_ctas_per_sm"] if schedule == "bulk" else cfg["ctas_per_sm"]
+                p_Bps, p_occ = pattern_of(fmt, N, K, M, sets, cfg, s, b["stream_bytes"])
                 rows.append(_row(name, N, K, M, wo.ARMS[fmt], fmt, act, b, timing, clk, copy_Bps, spec,
                                  splits=s, grid=grid, ctas=occ, err=err,
-                                 schedule=schedule, same_Bps=same_Bps(b["stream_bytes"])))
+                                 schedule=schedule, same_Bps=same_Bps(b["stream_bytes"]),
+                                 pattern_Bps=p_Bps, pattern_ctas=p_occ))
                 del outs
             del sets
             torch.cuda.empty_cache()
@@ -291,7 +330,7 @@ def stream_split(arm: str, N: int, K: int) -> dict:
 
 
 def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits, grid, ctas, err,
-         schedule="", same_Bps=math.nan):
+         schedule="", same_Bps=math.nan, pattern_Bps=math.nan, pattern_ctas=math.nan):
     r = timing.rate(b["stream_bytes"])
     flop = float(registry.count(arm, M=M, N=N, K=K).flops)
     spec_bw = spec.bandwidth_Bps if spec is not None else math.nan
@@ -301,7 +340,9 @@ def _row(name, N, K, M, arm, fmt, act, b, timing, clk, copy_Bps, spec, *, splits
                 copy_Bps=copy_Bps, fraction_of_copy=r["p50"] / copy_Bps, spec_Bps=spec_bw,
                 fraction_of_spec=r["p50"] / spec_bw, splits=splits, grid=grid, ctas_per_sm=ctas,
                 check_relerr=err, schedule=schedule, same_copy_Bps=same_Bps,
-                fraction_of_same_copy=r["p50"] / same_Bps, **harness.timing_columns(timing, clk))
+                fraction_of_same_copy=r["p50"] / same_Bps, **harness.timing_columns(timing, clk),
+                pattern_Bps=pattern_Bps, pattern_fraction_of_copy=pattern_Bps / copy_Bps,
+                fraction_of_pattern=r["p50"] / pattern_Bps, pattern_ctas_per_sm=pattern_ctas)
 
 
 # --------------------------------------------------------------------------------------
@@ -605,18 +646,27 @@ def targets(df: pd.DataFrame, peers: Optional[pd.DataFrame] = None) -> pd.DataFr
     """Issue 22's decode targets (see TARGET_*), one row per check: the measured ``value``, its
     ``goal``, whether it is ``met``, the ``shortfall`` (how much faster it would have to be) and
     what the goal came from (``reference``). ``df``: one row per (shape, arm, M) (best_schedule);
-    ``peers``: the peers table of the same run (their rows: see versus_peers)."""
+    ``peers``: the peers table of the same run (their rows: see versus_peers). Where ``df`` has the
+    access pattern's columns (:data:`PATTERN_COLUMNS`), ``pattern_value`` is the same target
+    computed from the pattern's rates, and a miss is ``limited_by`` :data:`LIMIT_PATTERN` (the
+    pattern misses the goal too) or :data:`LIMIT_WORK` (the pattern meets it)."""
     rows = []
+    if "pattern_Bps" not in df:
+        df = df.assign(pattern_Bps=math.nan, pattern_fraction_of_copy=math.nan)
 
-    def add(target, sh, M, arm, value, goal, reference, strict=False):
+    def add(target, sh, M, arm, value, goal, reference, strict=False, pattern=math.nan):
         met = bool(value > goal) if strict else bool(value >= goal)
+        pattern = float(pattern)
+        why = "" if met or not math.isfinite(pattern) else (LIMIT_PATTERN if pattern < goal else LIMIT_WORK)
         rows.append(dict(target=target, shape=sh, M=int(M), arm=arm, value=value, goal=goal, met=met,
-                         shortfall=max(0.0, goal / value - 1) if value > 0 else math.inf, reference=reference))
+                         shortfall=max(0.0, goal / value - 1) if value > 0 else math.inf, reference=reference,
+                         pattern_value=pattern, limited_by=why))
 
     big = df[df["N"] * df["K"] >= TARGET_MIN_WEIGHT_BYTES]
     m1 = big[big["M"] == 1]
     for sh, g in m1.groupby("shape", sort=False):
         frac = g.set_index("arm")["fraction_of_copy"]
+        pfrac = g.set_index("arm")["pattern_fraction_of_copy"]
         if CUBLAS not in frac:
             continue
         cb = float(frac[CUBLAS])
@@ -626,20 +676,25 @@ def targets(df: pd.DataFrame, peers: Optional[pd.DataFrame] = None) -> pd.DataFr
             f"; >= {TARGET_BIG_FRACTION:.2f} on >= {TARGET_BIG_BYTES / 1e6:.0f} MB" if nk >= TARGET_BIG_BYTES else "")
         for f in ("fp8", "int8"):
             if wo.ARMS[f] in frac:
-                add("8-bit M=1 fraction of copy", sh, 1, wo.ARMS[f], float(frac[wo.ARMS[f]]), goal8, ref8)
+                add("8-bit M=1 fraction of copy", sh, 1, wo.ARMS[f], float(frac[wo.ARMS[f]]), goal8, ref8,
+                    pattern=pfrac[wo.ARMS[f]])
         if wo.ARMS["int4"] in frac:
             add("INT4 M=1 fraction of copy", sh, 1, wo.ARMS["int4"], float(frac[wo.ARMS["int4"]]),
-                TARGET_INT4_OF_BF16 * cb, f"{TARGET_INT4_OF_BF16:.2f} x cuBLAS BF16's {cb:.3f}")
+                TARGET_INT4_OF_BF16 * cb, f"{TARGET_INT4_OF_BF16:.2f} x cuBLAS BF16's {cb:.3f}",
+                pattern=pfrac[wo.ARMS["int4"]])
         bw1 = g.set_index("arm")["bw_p50"]
+        pbw1 = g.set_index("arm")["pattern_Bps"]
         if wo.ARMS["nvfp4"] in bw1 and wo.ARMS["int4"] in bw1:
             add("NVFP4 / INT4 bandwidth at M=1", sh, 1, wo.ARMS["nvfp4"],
                 float(bw1[wo.ARMS["nvfp4"]] / bw1[wo.ARMS["int4"]]), 1 - TARGET_FP_INT,
-                f"within {TARGET_FP_INT:.0%} of {wo.ARMS['int4']} (FP = INT)")
+                f"within {TARGET_FP_INT:.0%} of {wo.ARMS['int4']} (FP = INT)",
+                pattern=pbw1[wo.ARMS["nvfp4"]] / pbw1[wo.ARMS["int4"]])
     for (sh, arm), g in big[big["arm"].isin(list(wo.FORMAT_OF_ARM))].groupby(["shape", "arm"], sort=False):
         bwm = g.set_index("M")["bw_p50"]
+        pbwm = g.set_index("M")["pattern_Bps"]
         if 1 in bwm and 16 in bwm:
             add("M=16 rate / M=1 rate", sh, 16, arm, float(bwm[16] / bwm[1]), TARGET_M16_OF_M1,
-                f"{TARGET_M16_OF_M1:.2f} x its own M=1 rate")
+                f"{TARGET_M16_OF_M1:.2f} x its own M=1 rate", pattern=pbwm[16] / pbwm[1])
     vp = versus_peers(big, peers)
     for r in vp[vp["M"] <= TARGET_PEER_MAX_M].itertuples():
         add("faster than the best peer of its format", r.shape, r.M, r.own_arm, float(r.own_over_peer), 1.0,

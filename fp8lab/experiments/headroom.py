@@ -499,7 +499,7 @@ def locked_sweep(lock_clocks: Sequence[float], *, decode_shape: str = DEFAULT_SH
 
     def point(lock_mhz, status):
         dec = decode.measure_decode([decode_shape], [1], formats, cublas=True, rep_ms=rep_ms, seed=seed,
-                                    copy=copy, sampler=sampler)
+                                    copy=copy, sampler=sampler, pattern=False)   # 08 times the patterns
         pre = prefill.measure_prefill(prefill_shape, [prefill_m], pre_arms, rep_ms=rep_ms, seed=seed,
                                       sampler=sampler)
         rows = _locked_rows(dec, pre, lock_mhz, status)
