@@ -202,6 +202,42 @@ def test_target_table():
     assert bw.weight_bytes(bw.PER_TENSOR, 4096, 4096) == 4096 * 4096 + 4      # codes + one fp32 scale
 
 
+def test_target_table_says_whether_the_decode_gemvs_loads_or_its_work_miss_the_bandwidth_target():
+    """pattern_points' rows (the decode GEMV's access pattern alone) give the bandwidth rows a
+    pattern_value; where that GEMV is the best arm and misses 0.88, limited_by names the access
+    pattern (its loads alone miss too) or the per-step work (they meet it); speedup rows, other best
+    arms and met rows name nothing."""
+    sh, N, K = "qwen3-8b:down_proj", 4096, 12288
+    wb = bw.weight_bytes("triton_blockwise", N, K)
+    copy = 4.27e12
+    rows = []
+    for M, t_gemv in ((1, wb / (0.80 * copy)), (4, wb / (0.80 * copy)), (16, wb / (0.90 * copy)), (1024, 150e-6)):
+        rows.append(_row(sh, M, bw.PATTERN_ARM, t_gemv, N=N, K=K))
+        rows.append(_row(sh, M, "triton_blockwise", t_gemv * (0.9 if M == 4 else 1.5), N=N, K=K))
+        rows.append(_row(sh, M, "cublaslt_blockwise", 160e-6 if M == 1024 else 30e-6, N=N, K=K))
+    pat = pd.DataFrame([dict(shape=sh, M=M, N=N, K=K, arm=bw.PATTERN_ARM, status="measured", pattern_value=v)
+                        for M, v in ((1, 0.95), (4, 0.95), (16, 0.85))], columns=bw.PATTERN_COLUMNS)
+    assert set(bw.TARGET_COLUMNS) >= {"pattern_value", "limited_by"}
+    tt = bw.target_table(_df(rows), copy_Bps=copy, pattern=pat)
+    b = tt[tt["target"] == "weight bandwidth / copy"].set_index("M")
+    assert b.loc[1, "best_arm"] == bw.PATTERN_ARM and b.loc[1, "value"] == pytest.approx(0.80)
+    assert b.loc[1, "pattern_value"] == 0.95 and b.loc[1, "limited_by"] == bw.LIMIT_WORK
+    assert b.loc[4, "best_arm"] == "triton_blockwise" and b.loc[4, "limited_by"] == ""   # another arm's miss
+    assert b.loc[4, "pattern_value"] == 0.95                                             # still shown
+    assert b.loc[16, "met"] and b.loc[16, "limited_by"] == ""
+    sp = tt[tt["target"] == "speedup vs cuBLASLt"]
+    assert sp["pattern_value"].isna().all() and (sp["limited_by"] == "").all()
+    # the loads alone below the target too: the access pattern
+    low = pat.assign(pattern_value=[0.84, 0.84, 0.84])
+    r = bw.target_table(_df(rows), copy_Bps=copy, pattern=low).query("target == 'weight bandwidth / copy' and M == 1")
+    assert r["limited_by"].iloc[0] == bw.LIMIT_PATTERN
+    # no pattern table, or a not-run row: nothing to say
+    none = bw.target_table(_df(rows), copy_Bps=copy)
+    assert none["pattern_value"].isna().all() and (none["limited_by"] == "").all()
+    nr = bw.target_table(_df(rows), copy_Bps=copy, pattern=pat.assign(status="not-run: x"))
+    assert (nr["limited_by"] == "").all()
+
+
 def test_target_table_names_the_best_peer_of_the_same_run():
     rows = [_row("qwen3-8b:down_proj", M, a, t, N=4096, K=12288)
             for M, t_ours, t_lt in ((1, 14e-6, 30e-6), (4096, 500e-6, 600e-6))

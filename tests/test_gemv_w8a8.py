@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from fp8lab.kernels import gemv_w8a8 as g
+from fp8lab.kernels import gemv_w8a8 as g, weight_only as wo
 from fp8lab.toolchain import tools
 
 needs_nvcc = pytest.mark.skipif(not tools.have_tool("nvcc") or not tools.have_tool("cuobjdump"),
@@ -241,8 +241,6 @@ def test_agrees_with_cublaslt(ext):
 def test_pdl_and_cuda_graph_replay_are_bit_identical(ext):
     import torch
 
-    from fp8lab.kernels import weight_only as wo
-
     d = _inputs(7, 2112, 1152, seed=13)
     pw = g.to_device(g.pack(d["b"], d["b_scale"]))
     out = torch.empty((7, 2112), dtype=torch.bfloat16, device="cuda")
@@ -283,3 +281,41 @@ def test_bad_arguments_are_one_clear_error(ext):
         a, sa, p = kw.pop("a"), kw.pop("a_scale"), kw.pop("pw")
         with pytest.raises(ValueError, match=match):
             g.gemv_w8a8(a, sa, p, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K, splits", [(1, 300, 1152, 4), (16, 2112, 640, 1), (83, 136, 1664, 5)])
+def test_access_pattern_threads_read_their_kernel_threads_words(ext, M, N, K, splits):
+    """pattern_stream (the kernel's weight and scale loads alone, notebook 05's ceiling for target 3):
+    with the key set to one thread's XOR of the words its kernel thread loads (derived here from the
+    packed layout: weights [tile][step][4][32] uint4, one scale word per (tile, step)), exactly that
+    thread's sink word holds it; at the kernel's occupancy by default."""
+    import torch
+
+    d = _inputs(min(M, 4), N, K, seed=N)
+    pw = g.to_device(g.pack(d["b"], d["b_scale"]))
+    w4 = pw.w.cpu().numpy().view(np.uint32).reshape(-1, 4)
+    s = pw.s.cpu().numpy().view(np.uint32)
+    geo = wo.pattern_geometry("fp8", M, N, K, schedule="splitk", splits=splits)
+    gx, gy, gz = geo["grid"]
+    sps = geo["steps_per_split"]
+    for cx, y, z, warp, lane in ((gx - 1, gy - 1, gz - 1, 0, 31), (0, 0, 0, 3, 9), (gx // 2, gy // 2, 0, 5, 17)):
+        tile = cx * 8 + warp
+        if tile >= pw.n_tiles16:
+            continue
+        x = np.uint32(0)
+        for st in range(y * sps, min(pw.steps, (y + 1) * sps)):
+            sstep = tile * pw.steps + st
+            for i in range(4):
+                for v in w4[sstep * 128 + 32 * i + lane]:
+                    x ^= v
+            x ^= s[sstep]
+        sink = torch.full((geo["threads"],), -1, dtype=torch.int32, device="cuda")
+        occ = g.pattern_stream(pw, M, splits=splits, sink=sink, key=int(x))
+        torch.cuda.synchronize()
+        got = sink.cpu().numpy().view(np.uint32)
+        idx = ((z * gy + y) * gx + cx) * 256 + 32 * warp + lane
+        assert got[idx] == x and set(np.unique(got).tolist()) <= {int(x), 0xFFFFFFFF}, (cx, y, z, warp, lane)
+        assert occ == g.launch_config(pw, M)["ctas_per_sm"]
+    with pytest.raises(ValueError, match="PackedW8A8"):
+        g.pattern_stream(d["b"], M)

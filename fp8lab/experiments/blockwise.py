@@ -1254,7 +1254,70 @@ def crossovers(df: pd.DataFrame, arms=W8A8, quant: str = "none") -> pd.DataFrame
 
 TARGET_COLUMNS = ["shape", "M", "N", "K", "target", "best_arm", "best_detail", "best_time_p50_s", "value", "goal",
                   "met", "shortfall", "cublaslt_value", "cublaslt_time_p50_s", "per_tensor_value", "best_peer",
-                  "peer_value", "peer_time_p50_s", "own_over_peer"]
+                  "peer_value", "peer_time_p50_s", "own_over_peer", "pattern_value", "limited_by"]
+#: the bandwidth target's "why" (issue 22): the decode GEMV's access pattern alone at each point
+#: (pattern_points); where the best arm is that GEMV and misses, limited_by says whether its loads
+#: alone miss the goal too (LIMIT_PATTERN) or meet it (LIMIT_WORK)
+PATTERN_ARM = "gemv_w8a8_blockwise"
+PATTERN_COLUMNS = ["shape", "M", "N", "K", "arm", "status", "splits", "ctas_per_sm", "rotation_sets",
+                   "pattern_time_p50_s", "weight_bytes", "copy_Bps", "pattern_value"]
+LIMIT_PATTERN = "access pattern"
+LIMIT_WORK = "per-step work"
+
+
+def pattern_points(shapes, Ms, copy_Bps: float, *, seed: int = 0, warmup_ms: float = 10.0, rep_ms: float = 50.0,
+                   max_sets: int = 16, sampler=None) -> pd.DataFrame:
+    """At every (shape, M) the bandwidth target applies to (M <= TARGET_SMALL_M, >= TARGET_MIN_WEIGHT_BYTES
+    of weights), :data:`PATTERN_ARM`'s access pattern alone (``gemv_w8a8.pattern_stream``: its grid,
+    its CTAs per SM, its threads' weight and scale loads, nothing else) at the launch the arm makes,
+    over weight copies rotated past L2, timed by graph replay as the arms are. ``pattern_value``:
+    the target's weight bytes per second over ``copy_Bps``. One row per point (:data:`PATTERN_COLUMNS`);
+    status 'not-run: ...' where the kernel's module refuses."""
+    import torch
+
+    from ..kernels import gemv_w8a8 as g8, weight_only as wo
+
+    rows = []
+    for shape in track(resolve_shapes(shapes), desc="access patterns", unit="shapes"):
+        N, K = shape.N, shape.K
+        if N * K < TARGET_MIN_WEIGHT_BYTES:
+            continue
+        wb = weight_bytes("triton_blockwise", N, K)
+        pts = [M for M in Ms if M <= TARGET_SMALL_M]
+        if not pts:
+            continue
+        base = dict(shape=shape.name, N=N, K=K, arm=PATTERN_ARM, weight_bytes=wb, copy_Bps=copy_Bps)
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            b = (0.02 * torch.randn(N, K, generator=gen, device="cuda")).to(torch.float8_e4m3fn)
+            sb = torch.ones(-(-N // 128), K // 128, device="cuda")
+            first = g8.pack(b, sb)
+            del b
+            n_sets = min(max_sets, bench.n_rotation_sets(wb, bench.device_l2_bytes(), max_sets=10**6))
+            sets = [first] + [g8.PackedW8A8(N, K, first.w.clone(), first.s.clone()) for _ in range(n_sets - 1)]
+        except Exception as e:  # noqa: BLE001 - the kernel's module: record why it did not run
+            rows += [dict(base, M=M, status="not-run: " + harness.error_text(e)) for M in pts]
+            continue
+        for M in pts:
+            cfg = g8.launch_config(first, M)
+            geo = wo.pattern_geometry("fp8", M, N, K, schedule="splitk", splits=cfg["splits"])
+            sink = wo.pattern_sink(first.w.device, geo["threads"])
+            occ = {}
+
+            def call(pw, M=M, cfg=cfg, sink=sink, occ=occ):
+                occ[0] = g8.pattern_stream(pw, M, splits=cfg["splits"], ctas_per_sm=cfg["ctas_per_sm"], sink=sink)
+
+            tm, _ = harness.timed(bench.rotating(call, [(pw,) for pw in sets]), sampler=sampler, method="graph",
+                                  warmup_ms=warmup_ms, rep_ms=rep_ms)
+            if occ.get(0) != cfg["ctas_per_sm"]:
+                raise RuntimeError(f"{PATTERN_ARM}'s access pattern ran at {occ.get(0)} CTAs per SM, the kernel at "
+                                   f"{cfg['ctas_per_sm']}")
+            rows.append(dict(base, M=M, status="measured", splits=cfg["splits"], ctas_per_sm=occ[0],
+                             rotation_sets=len(sets), pattern_time_p50_s=tm.p50_s,
+                             pattern_value=wb / tm.p50_s / copy_Bps))
+        del sets, first
+        torch.cuda.empty_cache()
+    return pd.DataFrame(rows, columns=PATTERN_COLUMNS)
 
 
 def _best_peers(peers: Optional[pd.DataFrame], quant: str) -> pd.DataFrame:
@@ -1270,7 +1333,7 @@ def _best_peers(peers: Optional[pd.DataFrame], quant: str) -> pd.DataFrame:
 
 
 def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none",
-                 peers: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+                 peers: Optional[pd.DataFrame] = None, pattern: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Issue 22's blockwise targets, one row per (shape, M) they apply to, from the same run's rows.
 
     speedup: cuBLASLt blockwise time / the best fp8lab arm's time, every M >= 1024 (target
@@ -1279,7 +1342,13 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none",
     measured copy bandwidth, M <= 16 on shapes with >= 32 MB of FP8 weights (target 0.88);
     cuBLASLt's own fraction beside it. ``peers``: the peers table of the same run; the fastest
     measured peer at each point (``best_peer``) gets the same metric (``peer_value``) and
-    ``own_over_peer`` = its time / the best fp8lab arm's time (> 1: fp8lab ahead)."""
+    ``own_over_peer`` = its time / the best fp8lab arm's time (> 1: fp8lab ahead). ``pattern``:
+    :func:`pattern_points` of the same run; the bandwidth rows get its ``pattern_value`` and, where
+    the best arm is :data:`PATTERN_ARM` and misses, ``limited_by``."""
+    pv = {}
+    if pattern is not None and len(pattern):
+        pm = pattern[pattern["status"] == "measured"]
+        pv = {(r.shape, int(r.M)): float(r.pattern_value) for r in pm.itertuples()}
     b = best_rows(df)
     b = b[b["quant"] == quant]
     bp = _best_peers(peers, quant).set_index(["shape", "M"])
@@ -1299,6 +1368,7 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none",
                     best_time_p50_s=t_own, best_peer=peer["arm"] if peer is not None else "",
                     peer_time_p50_s=t_peer, own_over_peer=t_peer / t_own)
         lt = float(g.loc["cublaslt_blockwise", "time_p50_s"]) if "cublaslt_blockwise" in g.index else math.nan
+        base.update(pattern_value=math.nan, limited_by="")
         if M >= TARGET_LARGE_M and math.isfinite(lt):
             val = lt / t_own
             pt = (lt / float(g.loc[PER_TENSOR, "time_p50_s"])) if PER_TENSOR in g.index else math.nan
@@ -1309,6 +1379,11 @@ def target_table(df: pd.DataFrame, copy_Bps: float | None, quant: str = "none",
         wb = weight_bytes("triton_blockwise", int(r0["N"]), int(r0["K"]))
         if M <= TARGET_SMALL_M and r0["N"] * r0["K"] >= TARGET_MIN_WEIGHT_BYTES and copy_Bps:
             val = wb / t_own / copy_Bps
+            p = pv.get((shape, int(M)), math.nan)
+            why = ""
+            if best == PATTERN_ARM and val < TARGET_BW_FRACTION and math.isfinite(p):
+                why = LIMIT_PATTERN if p < TARGET_BW_FRACTION else LIMIT_WORK
+            base.update(pattern_value=p, limited_by=why)
             out.append(dict(base, target="weight bandwidth / copy", value=val, goal=TARGET_BW_FRACTION,
                             met=bool(val >= TARGET_BW_FRACTION), shortfall=max(0.0, TARGET_BW_FRACTION / val - 1),
                             cublaslt_value=wb / lt / copy_Bps, cublaslt_time_p50_s=lt,

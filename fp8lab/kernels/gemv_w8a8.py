@@ -324,6 +324,30 @@ def gemv_w8a8(a, a_scale, pw: PackedW8A8, *, splits: int | None = None, out=None
                                  bool(act_resident), bool(pdl))
 
 
+def pattern_stream(pw: PackedW8A8, M: int, *, splits: int | None = None, ctas_per_sm: int | None = None,
+                   sink=None, key: int = wo.PATTERN_KEY) -> int:
+    """The weight and scale loads of ``gemv_w8a8(a (M, K), ..., pw, splits=...)`` alone, on its grid
+    at its CTAs per SM (:func:`fp8lab.kernels.weight_only.pattern_stream`'s kernels with this
+    kernel's layout: e4m3 codes as for the weight-only FP8 kernel, one fp32 scale word per (16-row
+    tile, step)): what its access pattern allows, with no activations, conversions, mma or
+    reduction. Defaults as :func:`gemv_w8a8` picks them. Returns the CTAs per SM it ran at."""
+    import torch
+
+    _need(isinstance(pw, PackedW8A8), f"pw must be a PackedW8A8 (to_device(pack(b, b_scale))), got {type(pw).__name__}")
+    for name, t in (("pw.w", pw.w), ("pw.s", pw.s)):
+        _need(isinstance(t, torch.Tensor) and t.is_cuda and t.dtype == torch.int32 and t.is_contiguous(),
+              f"{name} must be a contiguous int32 CUDA tensor (to_device(pack(...)))")
+    _need(pw.w.numel() == pw.n_rows * pw.K // 4 and pw.s.numel() == pw.n_tiles16 * pw.steps,
+          f"pw's arrays do not have the packed layout of an (N, K) = {(pw.N, pw.K)} weight")
+    _need(pw.w.data_ptr() % 16 == 0, "packed weights must be 16-byte aligned")
+    M = wo._pos_int("M", M)
+    cfg = launch_config(pw, M, pw.w.device) if (splits is None or ctas_per_sm is None) else {}
+    splits = cfg["splits"] if splits is None else splits
+    ctas_per_sm = wo._pos_int("ctas_per_sm", cfg["ctas_per_sm"] if ctas_per_sm is None else ctas_per_sm)
+    g = wo.pattern_geometry("fp8", M, pw.N, pw.K, schedule="splitk", splits=splits)
+    return wo.launch_pattern(wo.PATTERN_FP8A8, g, pw.w, pw.s, pw.n_tiles16, pw.steps, ctas_per_sm, sink, key)
+
+
 def cubin(arch: str = "sm_90"):
     """The four kernels compiled here (no GPU) for the SASS checks: content-hashed cache."""
     from ..toolchain.cubin import compile_cubin

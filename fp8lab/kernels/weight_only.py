@@ -1055,15 +1055,24 @@ def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, spl
     if schedule == "streamk" and ctas is None:
         ctas = cfg["streamk_ctas"]
     g = pattern_geometry(pw.fmt, M, pw.N, pw.K, schedule=schedule, splits=splits, ctas=ctas)
+    return launch_pattern(FORMAT_ID[pw.fmt], g, pw.w, pw.s, pw.n_tiles16, pw.steps, ctas_per_sm, sink, key)
+
+
+def launch_pattern(fmt_id: int, g: dict, w, s, n_tiles16: int, steps: int, ctas_per_sm: int, sink, key: int) -> int:
+    """The pattern extension's launch of :func:`pattern_geometry`'s ``g`` over the packed arrays
+    ``w`` / ``s`` (layout ``fmt_id``: FORMAT_ID or :data:`PATTERN_FP8A8`), after the checks every
+    caller shares (sink, key). Returns the CTAs per SM it ran at."""
+    import torch
+
     if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < 2**32:
         raise ValueError(f"key must be a 32-bit unsigned integer, got {key!r}")
     if sink is None:
-        sink = pattern_sink(pw.w.device, g["threads"])
+        sink = pattern_sink(w.device, g["threads"])
     if not (isinstance(sink, torch.Tensor) and sink.is_cuda and sink.dtype == torch.int32 and sink.is_contiguous()
-            and sink.numel() >= g["threads"] and sink.device == pw.w.device):
-        raise ValueError(f"sink must be a contiguous int32 tensor of >= {g['threads']} words on {pw.w.device}")
-    return int(load_pattern_extension().pattern(pw.w, pw.s, sink, FORMAT_ID[pw.fmt], g["nt"], pw.n_tiles16, pw.steps,
-                                                g["splits"], g["steps_per_split"], g["gz"], ctas_per_sm, int(key)))
+            and sink.numel() >= g["threads"] and sink.device == w.device):
+        raise ValueError(f"sink must be a contiguous int32 tensor of >= {g['threads']} words on {w.device}")
+    return int(load_pattern_extension().pattern(w, s, sink, int(fmt_id), g["nt"], n_tiles16, steps, g["splits"],
+                                                g["steps_per_split"], g["gz"], int(ctas_per_sm), int(key)))
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:
