@@ -12,7 +12,9 @@ and as a programmatic dependent launch, variant 'pdl': in the replayed graph eac
 loads overlap the previous call's tail) and pinned to each of --splits, every tile of triton_blockwise's small-M policy (05's best arm there),
 cuBLASLt blockwise. Beside them, the weight-only FP8 decode kernel (gemv_w8a16_fp8, bf16 activations,
 plain and PDL) on the same shapes, graph-timed as scripts/probes/gemv.py times it: the same machinery
-with 16-bit activations and the bit-trick dequant. Then the 2 GiB device copy, in the same process.
+with 16-bit activations and the bit-trick dequant. At the points of target 3 (M <= 16, >= 32 MB), the
+W8A8 kernel's access pattern alone (notebook 05's bw.pattern_points: its grid, CTAs per SM and weight
+and scale loads, nothing else). Then the 2 GiB device copy, in the same process.
 
 Prints, per (shape, M): weight bytes / time / copy for the auto pick, the best pinned split, the
 best triton tile and cuBLASLt (target 3: >= 0.88 at M <= 16 on >= 32 MB of weights), and the
@@ -107,7 +109,12 @@ def main(argv=None) -> int:
             for r in bw.run_point(shape, M, cands, rep_ms=args.rep_ms, warmup_ms=5):
                 r["auto_splits"] = plan["splits"]
                 rows.append(r)
+    pat = bw.pattern_points(shapes, Ms, 1.0, rep_ms=args.rep_ms, warmup_ms=5)   # pattern_value: bytes / s here
     copy = bw.measure_copy_bandwidth()
+    pat["copy_Bps"] = copy["copy_Bps_p50"]
+    pat["pattern_value"] = pat["pattern_value"] / copy["copy_Bps_p50"]
+    pat.to_csv(os.path.join(args.out, "probe_gemv_w8a8_pattern.csv"), index=False)
+    pv = {(r.shape, int(r.M)): float(r.pattern_value) for r in pat.itertuples() if r.status == "measured"}
     df = pd.DataFrame(rows)
     df["copy_Bps_p50"] = copy["copy_Bps_p50"]
     os.makedirs(args.out, exist_ok=True)
@@ -130,7 +137,7 @@ def main(argv=None) -> int:
     print(f"\ncopy {copy['copy_Bps_p50'] / 1e12:.3f} TB/s; weight bytes / time / copy (target 3: >= 0.88 at M <= 16 "
           f"on >= 32 MB); {time.time() - t0:.0f} s")
     print(f"{'shape':<24} {'M':>3} {'w8a8 auto':>10} {'(splits)':>8} {'best pin':>9} {'(s)':>4} {'auto/pin':>8} "
-          f"{'auto+PDL':>8} {'triton':>7} {'cuBLASLt':>8} {'W8A16 fp8':>9} {'+PDL':>6}")
+          f"{'auto+PDL':>8} {'triton':>7} {'cuBLASLt':>8} {'W8A16 fp8':>9} {'+PDL':>6} {'pattern':>7}")
     for (shape, M), g in m.groupby(["shape", "M"], sort=False):
         w = g[g["arm"] == "gemv_w8a8_blockwise"]
         auto = w[(w["config"] == "split-K auto") & (w["variant"].fillna("") == "")]
@@ -150,7 +157,9 @@ def main(argv=None) -> int:
               f"{f(a_t / best_pin['time_p50_s'] if best_pin is not None else float('nan')):>8} "
               f"{f(float(auto_pdl['frac'].iloc[0]) if len(auto_pdl) else float('nan')):>8} "
               f"{f(tri['frac'].max() if len(tri) else float('nan')):>7} {f(lt['frac'].max() if len(lt) else float('nan')):>8} "
-              f"{f(w16_frac(shape, M, False)):>9} {f(w16_frac(shape, M, True)):>6}")
+              f"{f(w16_frac(shape, M, False)):>9} {f(w16_frac(shape, M, True)):>6} "
+              f"{f(pv.get((shape, int(M)), float('nan'))):>7}")
+    print("pattern: the W8A8 kernel's access pattern alone at its auto splits (M <= 16, >= 32 MB only)")
     print(f"wrote {path}; {len(bad)} rows not measured")
     return 1 if len(bad) else 0
 
