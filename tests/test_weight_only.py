@@ -249,11 +249,16 @@ def test_gemv_waits_for_the_kernel_before_after_its_weights_and_before_its_activ
 
 def _split_k_kernels(arch, nt):
     """{kernel: [opcode, ...]} of gemv_w16.cu's split-K kernels at NT = nt for arch."""
+    return _kernel_opcodes(wo.gemv_cubin(arch, nt=nt))
+
+
+def _kernel_opcodes(cubin):
+    """{kernel: [opcode, ...]} of every function in a cubin (cuobjdump -sass)."""
     import subprocess
 
     from fp8lab.toolchain import sass, tools
 
-    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.gemv_cubin(arch, nt=nt))],
+    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     ks, cur = {}, None
     for line in out.splitlines():
@@ -286,23 +291,6 @@ def test_split_k_finalise_issues_its_workspace_loads_before_their_stores(nt):
         assert sum(o.startswith("STG") for o in fin) == 4 * tm * nt, name
 
 
-def _pattern_kernels(arch):
-    """{kernel: [opcode, ...]} of gemv_pattern_ext.cu (every pattern kernel) for arch."""
-    import subprocess
-
-    from fp8lab.toolchain import sass, tools
-
-    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(wo.pattern_cubin(arch))],
-                         capture_output=True, text=True, check=True).stdout
-    ks, cur = {}, None
-    for line in out.splitlines():
-        if "Function :" in line:
-            cur = ks.setdefault(line.split("Function :")[1].strip(), [])
-        elif cur is not None and (op := sass.parse_instruction(line)):
-            cur.append(op)
-    return ks
-
-
 @needs_nvcc
 @pytest.mark.parametrize("nt", [1, 2])
 def test_pattern_kernels_issue_their_gemvs_weight_and_scale_loads_and_nothing_else(nt):
@@ -316,7 +304,7 @@ def test_pattern_kernels_issue_their_gemvs_weight_and_scale_loads_and_nothing_el
     from fp8lab.kernels.weight_only import FORMAT_ID
 
     gemv = _split_k_kernels("sm_90", nt)
-    pat = _pattern_kernels("sm_90")
+    pat = _kernel_opcodes(wo.pattern_cubin("sm_90"))
     assert len(pat) == 2 * 5 * 4, sorted(pat)                      # split-K / stream-K x 5 layouts x 4 NT
     def loads(ops):   # global loads of weights and scales (not the split-K workspace), per scale load
         c = Counter(o for o in ops if o.startswith("LDG.") and ".STRONG.GPU" not in o)
