@@ -30,7 +30,8 @@
 # its GPU tests, then scripts/probes/wgmma_blockwise.py against cuBLASLt, per-tensor FP8, CUTLASS and DeepGEMM at 05's shapes,
 # M = 1024 / 4096 / 8192; JOB/wgmma-bw/), w8a8-gemv (fp8lab's W8A8 blockwise decode GEMV: its GPU tests, then
 # scripts/probes/gemv_w8a8.py against triton_blockwise's small-M tiles and cuBLASLt at 05's shapes, M = 1-64;
-# JOB/w8a8-gemv/),
+# JOB/w8a8-gemv/), decode-pattern (scripts/probes/decode_pattern.py: the decode GEMVs' access patterns alone over
+# split counts and CTAs per SM at notebook 08's shapes, beside the GEMVs; JOB/decode-pattern/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -50,7 +51,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern smoke test-gpu run"
 
 # the nine shapes of choose_splits' fit (scripts/probes/data/gemv_splits_h200.json)
 SPLIT_SHAPES=llama3-70b:down_proj,llama3-70b:qkv,llama3-70b:o_proj,llama3-8b:down_proj,llama3-8b:gate_up,qwen3-8b:gate_up,qwen3-8b:down_proj,qwen3-8b:o_proj,deepseek-v3:dense_down
@@ -117,6 +118,8 @@ step() {
                   { timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_wgmma_blockwise.py \
                         && timeout 400 python3 scripts/probes/wgmma_blockwise.py --out "$job/wgmma-bw"; } > "$job/wgmma-bw.log" 2>&1
                   local rc=$?; tail -45 "$job/wgmma-bw.log"; return $rc ;;
+        decode-pattern) timeout 500 python3 scripts/probes/decode_pattern.py --out "$job/decode-pattern" > "$job/decode-pattern.log" 2>&1
+                        local rc=$?; tail -25 "$job/decode-pattern.log"; return $rc ;;
         w8a8-gemv) { timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gemv_w8a8.py \
                          && timeout 400 python3 scripts/probes/gemv_w8a8.py --out "$job/w8a8-gemv"; } > "$job/w8a8-gemv.log" 2>&1
                    local rc=$?; tail -30 "$job/w8a8-gemv.log"; return $rc ;;
