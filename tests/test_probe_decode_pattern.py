@@ -20,16 +20,16 @@ def _load():
 
 
 def test_summary_names_the_gemv_its_pattern_and_the_best_pattern_grid():
-    rows = [dict(shape="qwen3-8b:gate_up", fmt="fp8", M=1, kind=k, splits=s, ctas_per_sm=o, gemv_splits=1,
+    rows = [dict(shape="qwen3-8b:gate_up", fmt="fp8", M=1, kind=k, order=od, splits=s, ctas_per_sm=o, gemv_splits=1,
                  gemv_ctas_per_sm=2, fraction_of_copy=f)
-            for k, s, o, f in (("gemv splitk", 1, 2, 0.77), ("pattern@gemv splitk", 1, 2, 0.90),
-                               ("gemv streamk", -1, 2, 0.75), ("pattern@gemv streamk", -1, 2, 0.88),
-                               ("pattern splitk", 1, 1, 0.70), ("pattern splitk", 2, 3, 0.95),
-                               ("pattern splitk", 4, 2, 0.93))]
+            for k, od, s, o, f in (("gemv splitk", "", 1, 2, 0.77), ("pattern@gemv splitk", "", 1, 2, 0.90),
+                                   ("gemv streamk", "", -1, 2, 0.75), ("pattern@gemv streamk", "", -1, 2, 0.88),
+                                   ("pattern splitk", "tile", 1, 1, 0.70), ("pattern splitk", "step", 2, 3, 0.95),
+                                   ("pattern splitk", "tile", 4, 2, 0.93))]
     lines = _load().summary(pd.DataFrame(rows)).splitlines()
     assert len(lines) == 2
     assert lines[1].split() == ["qwen3-8b:gate_up", "fp8", "1", "0.770", "s1/2", "0.900", "0.750", "0.880",
-                                "0.950", "s2/3"]
+                                "0.950", "s2/3", "step", "0.930", "s4/2"]
 
 
 def test_bad_arguments_are_one_line():

@@ -305,15 +305,16 @@ def test_pattern_kernels_issue_their_gemvs_weight_and_scale_loads_and_nothing_el
 
     gemv = _split_k_kernels("sm_90", nt)
     pat = _kernel_opcodes(wo.pattern_cubin("sm_90"))
-    assert len(pat) == 2 * 5 * 4, sorted(pat)                      # split-K / stream-K x 5 layouts x 4 NT
+    assert len(pat) == 3 * 5 * 4, sorted(pat)     # split-K (packed and step-major order) / stream-K x 5 layouts x 4 NT
     def loads(ops):   # global loads of weights and scales (not the split-K workspace), per scale load
         c = Counter(o for o in ops if o.startswith("LDG.") and ".STRONG.GPU" not in o)
         per = sum(v for k, v in c.items() if not k.startswith("LDG.E.NA.128"))
         return {k: v / per for k, v in c.items()}
     for fmt in wo.FORMATS:
         (g,) = [ops for name, ops in gemv.items() if wo.ARMS[fmt] in name and "ILb1E" in name]
-        for kind in ("gemv_pattern", "gemv_pattern_sk"):
-            (p,) = [ops for name, ops in pat.items() if f"{len(kind)}{kind}ILi{FORMAT_ID[fmt]}ELi{nt}E" in name]
+        for kind in ("gemv_patternILi{f}ELi{nt}ELb0E", "gemv_patternILi{f}ELi{nt}ELb1E", "gemv_pattern_skILi{f}ELi{nt}E"):
+            kind = kind.format(f=FORMAT_ID[fmt], nt=nt)
+            (p,) = [ops for name, ops in pat.items() if f"{kind.index('I')}{kind}" in name]
             assert any(o.startswith("LDG.E.NA.128") for o in p), (fmt, kind)
             assert loads(p) == loads(g), (fmt, kind, loads(p), loads(g))
             bad = [o for o in p if o.startswith(("LDS", "STS", "BAR", "HMMA", "LDSM", "ATOM", "RED", "LDGSTS"))]

@@ -24,11 +24,12 @@ def _packed(fmt, N, K, seed=0):
     return wo.pack_weights(fmt, d["codes"], d["scales"], act="bf16", global_scale=d["global_scale"]).to("cuda")
 
 
-def _thread_words_xor(w, s, fmt, nt, steps, units, lane):
+def _thread_words_xor(w, s, fmt, nt, steps, units, lane, order="tile", n_tiles16=None):
     """XOR of the words one GEMV thread loads: weight uint4 words and scale words of the (tile16, step)
     pairs in ``units`` (its warp's 16-row tile per unit), per the packed layout (weight_only.pack_*):
     weights [super-tile][step][4][32] uint4, a TM = 1 4-bit warp taking loads 2 sub, 2 sub + 1 of
-    its super-tile; scales per (super-tile, step): 8-bit [g], int4 [g][tile], nvfp4 [g][q][tile]."""
+    its super-tile; scales per (super-tile, step): 8-bit [g], int4 [g][tile], nvfp4 [g][q][tile].
+    order 'step': the chunk of (super-tile, step) where a step-major packing would hold it."""
     bits = wo.BITS[fmt]
     tm = wo.tiles_per_warp(fmt, nt)
     per_super = 1 if bits == 8 else 2
@@ -39,7 +40,7 @@ def _thread_words_xor(w, s, fmt, nt, steps, units, lane):
     x = np.uint32(0)
     for t16, st in units:
         sup, sub = divmod(t16, per_super)
-        sstep = sup * steps + st
+        sstep = sup * steps + st if order == "tile" else st * (n_tiles16 // per_super) + sup
         wp = sstep * 128 + (2 * sub if (bits == 4 and tm == 1) else 0) * 32 + lane
         for i in range(loads):
             for v in w4[wp + 32 * i]:
@@ -81,7 +82,8 @@ def _streamk_units(pw, M, nt, ctas, c, warp):
 def _one_thread(pw, M, schedule, launch_kw, cta, warp, lane, expected):
     """Run the pattern with the key = expected; the sink words that hold it."""
     import torch
-    g = wo.pattern_geometry(pw.fmt, M, pw.N, pw.K, schedule=schedule, **launch_kw)
+    g = wo.pattern_geometry(pw.fmt, M, pw.N, pw.K, schedule=schedule,
+                            **{k: v for k, v in launch_kw.items() if k != "order"})
     sink = torch.full((g["threads"],), -1, dtype=torch.int32, device="cuda")     # every word SENTINEL
     occ = wo.pattern_stream(pw, M, schedule=schedule, sink=sink, key=expected, **launch_kw)
     torch.cuda.synchronize()
@@ -94,7 +96,10 @@ def _one_thread(pw, M, schedule, launch_kw, cta, warp, lane, expected):
 @pytest.mark.parametrize("M", [1, 16, 83])
 # N = 200 / 328: a partial last CTA tile; 7 and 13 steps; 3 splits of 7 (uneven), 5 of 13
 @pytest.mark.parametrize("N,K,splits", [(200, 896, 3), (328, 1664, 5)])
-def test_splitk_pattern_threads_read_their_gemv_threads_words(fmt, M, N, K, splits):
+@pytest.mark.parametrize("order", wo.PATTERN_ORDERS)
+def test_splitk_pattern_threads_read_their_gemv_threads_words(fmt, M, N, K, splits, order):
+    """order 'tile': the GEMV's own words; 'step' (the probes' what-if): the same chunks where a
+    step-major packing would hold them."""
     pw = _packed(fmt, N, K, seed=M + N)
     w = pw.w.cpu().numpy().view(np.uint32)
     s = pw.s.cpu().numpy().view(np.uint32)
@@ -110,9 +115,9 @@ def test_splitk_pattern_threads_read_their_gemv_threads_words(fmt, M, N, K, spli
         units = _splitk_units(pw, nt, g["splits"], cx, y, warp)
         if units is None:
             continue                                                 # a warp past N loads nothing
-        exp = _thread_words_xor(w, s, fmt, nt, pw.steps, units, lane)
+        exp = _thread_words_xor(w, s, fmt, nt, pw.steps, units, lane, order, pw.n_tiles16)
         cta = (z * gy + y) * gx + cx
-        got, idx, occ = _one_thread(pw, M, "splitk", dict(splits=splits), cta, warp, lane, exp)
+        got, idx, occ = _one_thread(pw, M, "splitk", dict(splits=splits, order=order), cta, warp, lane, exp)
         assert got[idx] == exp, (cx, y, z, warp, lane)
         assert set(np.unique(got).tolist()) <= {exp, SENTINEL}
         assert occ == wo.launch_config(pw, M)["ctas_per_sm"]
@@ -174,7 +179,8 @@ def test_pattern_rejects_bad_input():
     pw = _packed("fp8", 64, 256)
     for kw, msg in ((dict(schedule="bulk"), "copy engine"), (dict(ctas=4), "ctas applies"),
                     (dict(schedule="streamk", splits=2), "takes no splits"), (dict(splits=3), "splits must be"),
-                    (dict(ctas_per_sm=0), "ctas_per_sm must be"), (dict(key=2**32), "key must be")):
+                    (dict(ctas_per_sm=0), "ctas_per_sm must be"), (dict(key=2**32), "key must be"),
+                    (dict(order="row"), "order must be"), (dict(schedule="streamk", order="step"), "split-K what-if")):
         with pytest.raises(ValueError, match=msg) as e:
             wo.pattern_stream(pw, 1, **kw)
         assert "\n" not in str(e.value)

@@ -46,7 +46,11 @@ __device__ __forceinline__ void pattern_sink(const PatternParams& p, uint32_t x)
 // gemv_body's loads (split-K grid, BULK = false): warp w of CTA (x, y) reads the steps
 // [y * steps_per_split, ...) of its 16 TM rows, kRing steps ahead, refilling a buffer right after
 // the step in it was consumed. Warps past the last tile load nothing, as in gemv_body.
-template <int F, int NT>
+// STEP_MAJOR (a what-if for the probes, not the GEMV's layout): the same grid and warps, each
+// (super-tile, step) chunk read where a step-major packing ([step][super-tile][...] instead of
+// [super-tile][step][...]) would put it, so at a given step a CTA's warps read adjacent chunks. The
+// buffer is read once all the same; only the order of the addresses differs (and so the XOR).
+template <int F, int NT, bool STEP_MAJOR = false>
 __device__ __forceinline__ void pattern_body(const PatternParams& p) {
   using T = Tiling<F, NT>;
   using S = Strides<F>;
@@ -58,14 +62,26 @@ __device__ __forceinline__ void pattern_body(const PatternParams& p) {
   if (tile16 >= p.n_tiles16 || nsteps <= 0) return;   // warp-uniform
   const uint4* wnext;
   const uint32_t* snext;
-  seek_frag<F, NT>(static_cast<const uint4*>(p.w), p.scales, p.steps, tile16, st0, lane, lane >> 2, wnext, snext);
+  int wstep = S::kW, sstep = S::kS;   // per step; step-major: a whole step of every super-tile
+  if constexpr (STEP_MAJOR) {
+    // seek_frag with one step per super-tile from the first step's slab: chunk (super, st0) sits at
+    // (st0 * n_super + super); then each step is n_super chunks further
+    const int n_super = (p.n_tiles16 + T::kTilesPerSuper - 1) / T::kTilesPerSuper;
+    const size_t slab = static_cast<size_t>(st0) * n_super;
+    seek_frag<F, NT>(static_cast<const uint4*>(p.w) + slab * S::kW, p.scales + slab * S::kS, 1, tile16, 0, lane,
+                     lane >> 2, wnext, snext);
+    wstep = n_super * S::kW;
+    sstep = n_super * S::kS;
+  } else {
+    seek_frag<F, NT>(static_cast<const uint4*>(p.w), p.scales, p.steps, tile16, st0, lane, lane >> 2, wnext, snext);
+  }
   Frag<F, NT> f[kRing];
 #pragma unroll
   for (int u = 0; u < kRing; ++u) {
     if (u < nsteps) {
       load_frag<F, NT>(f[u], wnext, snext);
-      wnext += S::kW;
-      snext += S::kS;
+      wnext += STEP_MAJOR ? wstep : S::kW;
+      snext += STEP_MAJOR ? sstep : S::kS;
     }
   }
   uint32_t x = 0u;
@@ -78,8 +94,8 @@ __device__ __forceinline__ void pattern_body(const PatternParams& p) {
         x = fold_frag<F, NT>(f[u], x);
         if (st + kRing < nsteps) {
           load_frag<F, NT>(f[u], wnext, snext);
-          wnext += S::kW;
-          snext += S::kS;
+          wnext += STEP_MAJOR ? wstep : S::kW;
+          snext += STEP_MAJOR ? sstep : S::kS;
         }
       }
     }
@@ -143,9 +159,9 @@ __device__ __forceinline__ void pattern_body_sk(const PatternParams& p) {
   pattern_sink(p, x);
 }
 
-template <int F, int NT>
+template <int F, int NT, bool STEP_MAJOR = false>
 __global__ void __launch_bounds__(kThreads) gemv_pattern(const PatternParams p) {
-  pattern_body<F, NT>(p);
+  pattern_body<F, NT, STEP_MAJOR>(p);
 }
 template <int F, int NT>
 __global__ void __launch_bounds__(kThreads) gemv_pattern_sk(const PatternParams p) {
@@ -171,16 +187,19 @@ inline int pattern_pad_bytes(int ctas) {
 // blocks; p.steps_per_split set by the caller), splits < 0 the stream-K grid of -splits persistent
 // CTAs per M block (p.tiles_x / p.units_per_cta set here, as launch_gemv_sk). ctas_per_sm: the
 // occupancy to pad for; *occ gets the occupancy the padded kernel has (the caller checks it).
+// step_major: the split-K what-if of pattern_body (splits > 0 only).
 template <int F, int NT>
-cudaError_t launch_pattern(PatternParams p, int splits, int gz, int ctas_per_sm, int* occ, cudaStream_t stream) {
+cudaError_t launch_pattern(PatternParams p, int splits, int gz, int ctas_per_sm, bool step_major, int* occ,
+                           cudaStream_t stream) {
   using T = Tiling<F, NT>;
-  if (splits == 0 || gz < 1 || ctas_per_sm < 1) return cudaErrorInvalidValue;
-  void (*kernel)(const PatternParams) = splits > 0 ? &gemv_pattern<F, NT> : &gemv_pattern_sk<F, NT>;
+  if (splits == 0 || gz < 1 || ctas_per_sm < 1 || (step_major && splits < 0)) return cudaErrorInvalidValue;
+  void (*kernel)(const PatternParams) = splits < 0 ? &gemv_pattern_sk<F, NT>
+                                        : step_major ? &gemv_pattern<F, NT, true> : &gemv_pattern<F, NT>;
   const int pad = pattern_pad_bytes(ctas_per_sm);
   // the attribute and the occupancy query once per (kernel, pad): the first call at a new
   // occupancy is a warm-up outside any CUDA-graph capture, the captured ones only launch
-  static int last_pad[2] = {-1, -1}, last_occ[2] = {0, 0};
-  const int which = splits > 0 ? 0 : 1;
+  static int last_pad[3] = {-1, -1, -1}, last_occ[3] = {0, 0, 0};
+  const int which = splits < 0 ? 1 : (step_major ? 2 : 0);
   if (pad != last_pad[which]) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
     if (e != cudaSuccess) return e;

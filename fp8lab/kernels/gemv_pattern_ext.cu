@@ -5,13 +5,14 @@
 
 // fmt: 0 fp8, 1 int8, 2 nvfp4, 3 int4, 4 the W8A8 kernel's e4m3 weights; nt: the GEMV's n8-tile
 // count (it sets the tiles per warp of the 4-bit formats). splits, gz, ctas_per_sm, occ: as
-// launch_pattern. cudaErrorInvalidValue for an unknown format or nt.
+// launch_pattern (step_major: the split-K what-if). cudaErrorInvalidValue for an unknown format or nt.
 cudaError_t fp8lab_gemv_pattern_launch(int fmt, int nt, const fp8lab::wo::PatternParams& p, int splits, int gz,
-                                       int ctas_per_sm, int* occ, cudaStream_t stream) {
+                                       int ctas_per_sm, bool step_major, int* occ, cudaStream_t stream) {
   using namespace fp8lab::wo;
   auto go = [&](auto f) {
     return by_nt(nt, cudaErrorInvalidValue, [&](auto t) {
-      return launch_pattern<decltype(f)::value, decltype(t)::value>(p, splits, gz, ctas_per_sm, occ, stream);
+      return launch_pattern<decltype(f)::value, decltype(t)::value>(p, splits, gz, ctas_per_sm, step_major, occ,
+                                                                    stream);
     });
   };
   switch (fmt) {

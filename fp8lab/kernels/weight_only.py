@@ -950,6 +950,10 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
 # ---------------------------------------------------------------------------------------------
 #: the schedules :func:`pattern_stream` mirrors (the bulk schedule's loads are the copy engine's)
 PATTERN_SCHEDULES = ("splitk", "streamk")
+#: the order :func:`pattern_stream` reads the packed chunks in: "tile" the GEMV's own (the packed
+#: layout, [super-tile][step]); "step" a what-if for the probes (split-K only): where a step-major
+#: packing ([step][super-tile]) would put them, so a CTA's warps read adjacent chunks at each step
+PATTERN_ORDERS = ("tile", "step")
 #: the word the pattern kernel's XOR is compared with before its one store (any constant does: the
 #: store only keeps the loads live)
 PATTERN_KEY = 0x2F5A17C3
@@ -960,7 +964,7 @@ PATTERN_FP8A8 = 4
 
 def load_pattern_extension(verbose: bool = False):
     """Build (once per content hash) and import the pattern extension (5 weight layouts x 4 tiles x
-    split-K / stream-K: small kernels, a few seconds of nvcc)."""
+    split-K, its step-major what-if and stream-K: 60 small kernels, a few seconds of nvcc)."""
     return extension("gemv_pattern", PATTERN_EXT_SOURCES, PATTERN_EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR],
                      verbose=verbose)
 
@@ -1014,7 +1018,8 @@ def pattern_geometry(fmt: str, M: int, N: int, K: int, *, schedule: str, splits:
 
 
 def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, splits: int | None = None,
-                   ctas: int | None = None, ctas_per_sm: int | None = None, sink=None, key: int = PATTERN_KEY) -> int:
+                   ctas: int | None = None, ctas_per_sm: int | None = None, sink=None, key: int = PATTERN_KEY,
+                   order: str = "tile") -> int:
     """The weight and scale loads of ``gemv_w16(act (M, K), pw, schedule=..., splits=..., ctas=...)``
     alone: the same grid, every warp the same 16-byte words with the same load instruction through
     the same three-step register ring, each word XORed into one register (gemv_pattern.cuh). No
@@ -1023,8 +1028,9 @@ def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, spl
     SM the pattern runs at (its shared memory is padded so; None: the GEMV's own occupancy).
     ``sink``: an int32 tensor of at least one word per launched thread (None: :func:`pattern_sink`);
     a thread stores its XOR there only where it equals ``key`` (a 32-bit value; the GPU tests set it
-    to one thread's expected XOR). Returns the CTAs per SM it ran at (the caller compares it with
-    what it asked for)."""
+    to one thread's expected XOR). ``order``: one of :data:`PATTERN_ORDERS` ("step": split-K only; the
+    same bytes in another address order, a what-if: not what the GEMV reads). Returns the CTAs per SM
+    it ran at (the caller compares it with what it asked for)."""
     import torch
 
     if not isinstance(pw, PackedWeight):
@@ -1045,6 +1051,10 @@ def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, spl
         raise ValueError("ctas applies to schedule='streamk' only")
     if schedule == "streamk" and splits is not None:
         raise ValueError("schedule='streamk' takes no splits")
+    if order not in PATTERN_ORDERS:
+        raise ValueError(f"order must be one of {PATTERN_ORDERS}, got {order!r}")
+    if order == "step" and schedule != "splitk":
+        raise ValueError("order='step' is a split-K what-if (schedule='splitk')")
     need_cfg = ctas_per_sm is None or (schedule == "splitk" and splits is None) or (schedule == "streamk" and ctas is None)
     cfg = launch_config(pw, M, pw.w.device) if need_cfg else {}
     if ctas_per_sm is None:
@@ -1055,10 +1065,12 @@ def pattern_stream(pw: PackedWeight, M: int, *, schedule: str | None = None, spl
     if schedule == "streamk" and ctas is None:
         ctas = cfg["streamk_ctas"]
     g = pattern_geometry(pw.fmt, M, pw.N, pw.K, schedule=schedule, splits=splits, ctas=ctas)
-    return launch_pattern(FORMAT_ID[pw.fmt], g, pw.w, pw.s, pw.n_tiles16, pw.steps, ctas_per_sm, sink, key)
+    return launch_pattern(FORMAT_ID[pw.fmt], g, pw.w, pw.s, pw.n_tiles16, pw.steps, ctas_per_sm, sink, key,
+                          step_major=order == "step")
 
 
-def launch_pattern(fmt_id: int, g: dict, w, s, n_tiles16: int, steps: int, ctas_per_sm: int, sink, key: int) -> int:
+def launch_pattern(fmt_id: int, g: dict, w, s, n_tiles16: int, steps: int, ctas_per_sm: int, sink, key: int,
+                   step_major: bool = False) -> int:
     """The pattern extension's launch of :func:`pattern_geometry`'s ``g`` over the packed arrays
     ``w`` / ``s`` (layout ``fmt_id``: FORMAT_ID or :data:`PATTERN_FP8A8`), after the checks every
     caller shares (sink, key). Returns the CTAs per SM it ran at."""
@@ -1072,7 +1084,8 @@ def launch_pattern(fmt_id: int, g: dict, w, s, n_tiles16: int, steps: int, ctas_
             and sink.numel() >= g["threads"] and sink.device == w.device):
         raise ValueError(f"sink must be a contiguous int32 tensor of >= {g['threads']} words on {w.device}")
     return int(load_pattern_extension().pattern(w, s, sink, int(fmt_id), g["nt"], n_tiles16, steps, g["splits"],
-                                                g["steps_per_split"], g["gz"], int(ctas_per_sm), int(key)))
+                                                g["steps_per_split"], g["gz"], int(ctas_per_sm), int(key),
+                                                bool(step_major)))
 
 
 def dequant_probe(fmt: str, act: str, words) -> np.ndarray:

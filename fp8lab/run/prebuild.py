@@ -103,7 +103,7 @@ TARGETS: tuple[Target, ...] = (
            needs="fp8lab.kernels.wgmma_blockwise:available"),
     Target("gemv_pattern", "extension", "fp8lab.kernels.weight_only:load_pattern_extension",
            units="PATTERN_EXT_SOURCES", slow_s=20,
-           what="the weight-only GEMVs' access patterns alone (notebook 08's ceiling): 40 small kernels"),
+           what="the weight-only GEMVs' access patterns alone (notebook 08's ceiling): 60 small kernels"),
     # (slow_s an estimate until the H200 times it: its torch binding's g++ dominates)
     Target("gemv_w8a8", "extension", "fp8lab.kernels.gemv_w8a8:load_extension",
            units="EXT_SOURCES", slow_s=30, what="W8A8 blockwise decode GEMV (gemv_w16.cuh's kFp8A8): 4 tiles"),

@@ -5,14 +5,17 @@ SM at notebook 08's shapes, beside the GEMV at its own pick. (CTAs per SM above 
 that limit: the column ctas_per_sm is what ran, asked_ctas_per_sm what was asked.)
 
     python scripts/probes/decode_pattern.py [--shapes ...] [--fmts fp8,int4] [--ms 1,16]
-                                            [--splits 1,2,3,4,6,8,12,16] [--occ 1,2,3] [--rep-ms 10] [--out DIR]
+                                            [--splits 1,2,3,4,6,8,12,16] [--occ 1,2,3] [--orders tile,step]
+                                            [--rep-ms 10] [--out DIR]
 
 Notebook 08 times each GEMV beside its pattern at the GEMV's own grid: where the pattern itself
 misses a target, the grid and access pattern are the limit. This probe asks what another grid would
 give the same loads: more splits (more, shorter CTAs), more CTAs per SM (more warps, so more bytes,
-in flight per SM: what a GEMV with fewer registers could run), fewer. For each (shape, format, M):
+in flight per SM: what a GEMV with fewer registers could run), fewer, and (--orders step) the same
+chunks in a step-major packing's order (at each step a CTA's warps read adjacent chunks: a layout
+the GEMV does not have, a what-if). For each (shape, format, M):
 the GEMV (split-K at choose_splits' pick and stream-K, as notebook 08 launches them), the pattern at
-the GEMV's own grid and occupancy, and the pattern at every (splits, CTAs per SM) asked for; weights
+the GEMV's own grid and occupancy, and the pattern at every (order, splits, CTAs per SM) asked for; weights
 rotated past 2x L2, CUDA-graph replays, the 2 GiB copy in the same process. Prints per point the
 GEMV, its pattern, and the best pattern grid found; writes probe_decode_pattern.csv into --out (or
 $OUT). Clocks are observed, never set.
@@ -40,19 +43,26 @@ def _ints(text, name):
 
 def summary(df) -> str:
     """The probe's table: per (shape, fmt, M) the GEMV (split-K and stream-K) and its pattern at its own
-    grid, then the best pattern grid of the sweep (fraction of copy, s<splits>/<CTAs per SM>)."""
+    grid, then the best pattern grid of the sweep (fraction of copy, s<splits>/<CTAs per SM>, its
+    order) and the best in the GEMV's own (tile) order."""
     lines = [f"{'shape':<22} {'fmt':<5} {'M':>3} {'gemv sK':>8} {'(s/occ)':>8} {'its pat':>8} {'gemv stK':>8} "
-             f"{'its pat':>8} {'best pattern grid':>18}"]
+             f"{'its pat':>8} {'best pattern grid':>24} {'best, tile order':>18}"]
     for (sh, fmt, M), g in df.groupby(["shape", "fmt", "M"], sort=False):
         k = g.set_index("kind")["fraction_of_copy"]
         sweep = g[g["kind"] == "pattern splitk"]
-        b = sweep.loc[sweep["fraction_of_copy"].idxmax()] if len(sweep) else None
-        best = f"{b['fraction_of_copy']:.3f} s{int(b['splits'])}/{int(b['ctas_per_sm'])}" if b is not None else "-"
+        def best_of(d, with_order):
+            if not len(d):
+                return "-"
+            b = d.loc[d["fraction_of_copy"].idxmax()]
+            return (f"{b['fraction_of_copy']:.3f} s{int(b['splits'])}/{int(b['ctas_per_sm'])}"
+                    + (f" {b['order']}" if with_order else ""))
+        best = best_of(sweep, True)
+        best_tile = best_of(sweep[sweep["order"] == "tile"] if "order" in sweep else sweep, False)
         r0 = g.iloc[0]
         lines.append(f"{sh:<22} {fmt:<5} {M:>3} {k.get('gemv splitk', float('nan')):>8.3f} "
                      f"{f's{int(r0.gemv_splits)}/{int(r0.gemv_ctas_per_sm)}':>8} "
                      f"{k.get('pattern@gemv splitk', float('nan')):>8.3f} {k.get('gemv streamk', float('nan')):>8.3f} "
-                     f"{k.get('pattern@gemv streamk', float('nan')):>8.3f} {best:>18}")
+                     f"{k.get('pattern@gemv streamk', float('nan')):>8.3f} {best:>24} {best_tile:>18}")
     return "\n".join(lines)
 
 
@@ -63,6 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--splits", default="1,2,3,4,6,8,12,16")
     ap.add_argument("--occ", default="1,2,3")
+    ap.add_argument("--orders", default="tile,step")
     ap.add_argument("--rep-ms", type=float, default=10.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
@@ -82,6 +93,10 @@ def main(argv=None) -> int:
     from fp8lab.kernels import weight_only as wo
     from fp8lab.measure import bench, harness
 
+    orders = args.orders.split(",")
+    if not set(orders) <= set(wo.PATTERN_ORDERS) or not orders:
+        print(f"--orders takes {','.join(wo.PATTERN_ORDERS)}, got {args.orders!r}", file=sys.stderr)
+        return 2
     fmts = args.fmts.split(",")
     for f in fmts:
         if f not in wo.FORMATS:
@@ -123,18 +138,19 @@ def main(argv=None) -> int:
                         p_, M, schedule=s, ctas_per_sm=cfg["ctas_per_sm"], sink=sink, **kw), [(p,) for p in sets])
                     rows.append(dict(base, kind=f"pattern@gemv {sched}",
                                      splits=g["splits"], ctas_per_sm=cfg["ctas_per_sm"], time_p50_s=t))
-                for occ in occs:
-                    for s in sorted({min(s, sh.K // 128) for s in splits}):
-                        g = wo.pattern_geometry(fmt, M, sh.N, sh.K, schedule="splitk", splits=s)
-                        sink = wo.pattern_sink(first.w.device, g["threads"])
-                        got = {}
+                for order in orders:
+                    for occ in occs:
+                        for s in sorted({min(s, sh.K // 128) for s in splits}):
+                            g = wo.pattern_geometry(fmt, M, sh.N, sh.K, schedule="splitk", splits=s)
+                            sink = wo.pattern_sink(first.w.device, g["threads"])
+                            got = {}
 
-                        def call(p_, s=s, occ=occ, sink=sink, got=got):
-                            got[0] = wo.pattern_stream(p_, M, splits=s, ctas_per_sm=occ, sink=sink)
+                            def call(p_, s=s, occ=occ, sink=sink, got=got, order=order):
+                                got[0] = wo.pattern_stream(p_, M, splits=s, ctas_per_sm=occ, sink=sink, order=order)
 
-                        t = timed(call, [(p,) for p in sets])
-                        rows.append(dict(base, kind="pattern splitk", splits=g["splits"], ctas_per_sm=got.get(0),
-                                         asked_ctas_per_sm=occ, time_p50_s=t))
+                            t = timed(call, [(p,) for p in sets])
+                            rows.append(dict(base, kind="pattern splitk", order=order, splits=g["splits"],
+                                             ctas_per_sm=got.get(0), asked_ctas_per_sm=occ, time_p50_s=t))
                 del outs
                 print(f"{sh.name} {fmt} M={M}: {sum(r['shape'] == sh.name and r['fmt'] == fmt and r['M'] == M for r in rows)} "
                       f"rows, {time.time() - t0:.0f} s", flush=True)
