@@ -295,7 +295,7 @@ def test_access_pattern_threads_read_their_kernel_threads_words(ext, M, N, K, sp
     d = _inputs(min(M, 4), N, K, seed=N)
     pw = g.to_device(g.pack(d["b"], d["b_scale"]))
     w4 = pw.w.cpu().numpy().view(np.uint32).reshape(-1, 4)
-    s = pw.s.cpu().numpy().view(np.uint32)
+    s = pw.s.cpu().numpy().view(np.uint32).reshape(-1)
     geo = wo.pattern_geometry("fp8", M, N, K, schedule="splitk", splits=splits)
     gx, gy, gz = geo["grid"]
     sps = geo["steps_per_split"]
