@@ -27,6 +27,9 @@ NT = 1 at M <= 8, 2 at M = 16):
                of one, halving the dependent HMMA chain; summed at the promotion
   both         light_epi + dual_acc
   lb3          __launch_bounds__(256, 3): three CTAs per SM (ptxas must fit 80 registers)
+  cpaSx3       cpaS (below) with the split-K kernel's launch bounds asking for three CTAs per SM (the
+               ring keeps the weights out of registers: 68-70 without spills); with --splits 12,16
+               it tests the grid notebook 08's access patterns stream best at
   hint         the weight loads with the .L2::256B prefetch hint gemv_w16 had until it was dropped
                (without it the kernel streamed 0.9-2.6 points of copy more at M = 1): the A/B
   cpaS         split-K, M = 1 (resident activations) only: the weights and scales of a step go to a
@@ -396,6 +399,10 @@ def k_stagger(groups: int = 8):
     ]
 
 
+#: the split-K kernel's launch bounds asking for three CTAs per SM (lb3's first patch)
+LB3_SPLIT = ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p)",
+             "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME(const WoParams p)")
+
 #: warps per CTA of the variants that change it (the others keep gemv_w16's 8)
 WARPS = {"w4": 4, "w2": 2, "w16": 16, "w16res": 16}
 
@@ -404,8 +411,7 @@ VARIANTS = {
     "light_epi": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)], False),
     "dual_acc": (DUAL, False),
     "both": ([(FENCE_SPLIT_OLD, FENCE_SPLIT_NEW), (FENCE_SK_OLD, FENCE_SK_NEW)] + DUAL, False),
-    "lb3": ([("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME(const WoParams p)",
-              "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME(const WoParams p)"),
+    "lb3": ([LB3_SPLIT,
              ("__launch_bounds__(kThreads, (NT <= 2 ? 2 : 1)) NAME##_sk(const WoParams p)",
               "__launch_bounds__(kThreads, (NT <= 2 ? 3 : 1)) NAME##_sk(const WoParams p)")], False),
     "l2pf2": (l2_prefetch(2), False),
@@ -415,6 +421,11 @@ VARIANTS = {
                'asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"')], False),
     "cpa4": (cp_async_ring(4), False),
     "cpa5": (cp_async_ring(5), False),
+    # the cp.async ring (68-70 registers, no spills) with the split-K kernel's launch bounds asking for
+    # three CTAs per SM: notebook 08's access patterns stream best at 3 CTAs per SM and 11-16 splits
+    # (decode_pattern probe, H200, 2026-12-05), which the register ring's 127 registers cannot hold
+    "cpa3x3": (cp_async_ring(3) + [LB3_SPLIT], False),
+    "cpa4x3": (cp_async_ring(4) + [LB3_SPLIT], False),
     "w4": (few_warps(4), False),
     "w2": (few_warps(2), False),
     "w16": (few_warps(16), False),
@@ -567,11 +578,19 @@ def main(argv=None):
                                                       "gemv_w16 picks it)")
     ap.add_argument("--splitk-only", action="store_true", help="time split-K at the chosen splits only (no "
                                                                 "splits = 1, no stream-K)")
+    ap.add_argument("--splits", default="", help="comma-separated split counts timed too (split-K, every "
+                                                 "variant and the package's kernel), e.g. 12,16")
     ap.add_argument("--shapes", default="llama3-70b:down_proj,qwen3-8b:gate_up,llama3-8b:gate_up,"
                                         "llama3-8b:down_proj,llama3-70b:qkv")
     args = ap.parse_args(argv)
     if not 1 <= args.m <= 64:
         ap.error(f"--m must be 1..64, got {args.m}")
+    try:
+        extra_splits = sorted({int(x) for x in args.splits.split(",") if x})
+    except ValueError:
+        ap.error(f"--splits takes comma-separated integers, got {args.splits!r}")
+    if any(x < 1 for x in extra_splits):
+        ap.error(f"--splits must be positive, got {args.splits!r}")
     nt = next(n for n, top in ((1, 8), (2, 16), (4, 32), (8, 64)) if args.m <= top)   # gemv_w16.cuh's nt_for_rows
     src = tempfile.mkdtemp(prefix="fp8lab_ablate_")
     names = write_sources(src, [v for v in args.variants.split(",") if v] or list(VARIANTS))
@@ -618,6 +637,8 @@ def main(argv=None):
                                                                                ("streamk-chunked", sk, -sk, False)]
         if args.splitk_only:
             scheds = [("split", cfg["splits"], cfg["splits"], True)]
+        have = {a for s_, a, c, r in scheds if s_ == "split"}
+        scheds += [("split", x, x, True) for x in extra_splits if x <= K // 128 and x not in have]
         # the package's own kernel at the same points, as the yardstick for "base"
         for sched, arg, code, res in scheds:
             oo = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in sets]
