@@ -33,7 +33,9 @@
 # JOB/w8a8-gemv/), decode-pattern (scripts/probes/decode_pattern.py: the decode GEMVs' access patterns alone over
 # split counts and CTAs per SM at notebook 08's shapes, beside the GEMVs; JOB/decode-pattern/), decode-3cta
 # (scripts/probes/decode_ablate.py: the FP8 GEMV at three CTAs per SM, lb3 and the cp.async rings cpa3x3 /
-# cpa4x3, at the chosen splits and 8 / 11 / 12 / 16, M = 1 and 16; JOB/decode-3cta-m1, -m16/),
+# cpa4x3, at the chosen splits and 8 / 11 / 12 / 16, M = 1 and 16; JOB/decode-3cta-m1, -m16/), decode-rows
+# (scripts/probes/decode_rows.py: a row-major CUDA-core FP8 GEMV of gemlite's shape over CTA configs at M = 1,
+# then four configs at M = 2 and 4, beside gemv_w16 and cuBLAS BF16; JOB/decode-rows-m1, -m24/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -53,7 +55,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows smoke test-gpu run"
 
 # the nine shapes of choose_splits' fit (scripts/probes/data/gemv_splits_h200.json)
 SPLIT_SHAPES=llama3-70b:down_proj,llama3-70b:qkv,llama3-70b:o_proj,llama3-8b:down_proj,llama3-8b:gate_up,qwen3-8b:gate_up,qwen3-8b:down_proj,qwen3-8b:o_proj,deepseek-v3:dense_down
@@ -106,6 +108,10 @@ step() {
                        && timeout 240 python3 scripts/probes/decode_ablate.py --m 16 --splitk-only --splits 8,11,12,16 \
                            --variants base,lb3,cpa3x3,cpa4x3 --out "$job/decode-3cta-m16"; } > "$job/decode-3cta.log" 2>&1
                      local rc=$?; grep -A30 "^fraction of the 2 GiB" "$job/decode-3cta.log"; return $rc ;;
+        decode-rows) { timeout 300 python3 scripts/probes/decode_rows.py --ms 1 --out "$job/decode-rows-m1" \
+                           && timeout 200 python3 scripts/probes/decode_rows.py --ms 2,4 --configs 4x1x2,4x2x2,4x4x1,8x2x2 \
+                               --out "$job/decode-rows-m24"; } > "$job/decode-rows.log" 2>&1
+                     local rc=$?; grep -B2 -A12 "^fraction of the 2 GiB" "$job/decode-rows.log" | tail -40; return $rc ;;
         quant-pdl) source_peers sglang-quant
                    timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;
