@@ -35,7 +35,8 @@
 # (scripts/probes/decode_ablate.py: the FP8 GEMV at three CTAs per SM, lb3 and the cp.async rings cpa3x3 /
 # cpa4x3, at the chosen splits and 8 / 11 / 12 / 16, M = 1 and 16; JOB/decode-3cta-m1, -m16/), decode-rows
 # (scripts/probes/decode_rows.py: a row-major CUDA-core FP8 GEMV of gemlite's shape over CTA configs at M = 1,
-# then four configs at M = 2 and 4, beside gemv_w16 and cuBLAS BF16; JOB/decode-rows-m1, -m24/),
+# then four configs at M = 2 and 4, beside gemv_w16 and cuBLAS BF16; JOB/decode-rows-m1, -m24/), decode-rows-int4
+# (the same probe with --fmt int4: two CUDA-core dequants, magic and unit, at M = 1; JOB/decode-rows-int4/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -55,7 +56,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows decode-rows-int4 smoke test-gpu run"
 
 # the nine shapes of choose_splits' fit (scripts/probes/data/gemv_splits_h200.json)
 SPLIT_SHAPES=llama3-70b:down_proj,llama3-70b:qkv,llama3-70b:o_proj,llama3-8b:down_proj,llama3-8b:gate_up,qwen3-8b:gate_up,qwen3-8b:down_proj,qwen3-8b:o_proj,deepseek-v3:dense_down
@@ -112,6 +113,9 @@ step() {
                            && timeout 200 python3 scripts/probes/decode_rows.py --ms 2,4 --configs 4x1x2,4x2x2,4x4x1,8x2x2 \
                                --out "$job/decode-rows-m24"; } > "$job/decode-rows.log" 2>&1
                      local rc=$?; grep -B2 -A12 "^fraction of the 2 GiB" "$job/decode-rows.log" | tail -40; return $rc ;;
+        decode-rows-int4) timeout 300 python3 scripts/probes/decode_rows.py --fmt int4 --ms 1 \
+                              --configs 4x2x2,4x4x1,4x8x1,4x4x2,8x4x1 --out "$job/decode-rows-int4" > "$job/decode-rows-int4.log" 2>&1
+                          local rc=$?; grep -A12 "^fraction of the 2 GiB" "$job/decode-rows-int4.log"; return $rc ;;
         quant-pdl) source_peers sglang-quant
                    timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;

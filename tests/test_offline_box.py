@@ -19,7 +19,7 @@ def test_a_typo_in_a_step_is_one_line_before_anything_runs(tmp_path):
     r = _run("run", str(job), "abc1234", "setup", "smok")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["unknown step 'smok' (steps: env setup marlin deepgemm deepgemm-bindings "
-                                             "vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows "
+                                             "vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows decode-rows-int4 "
                                              "smoke test-gpu run, or a notebook id "
                                              "such as 05)"]
     assert not job.exists()

@@ -7,6 +7,7 @@ ring, two CTAs per SM)?
     python scripts/probes/decode_rows.py [--shapes ...] [--configs 4x4x2,...] [--ms 1,2,4]
                                          [--rep-ms 8] [--out DIR]        # on a GPU
     python scripts/probes/decode_rows.py --ptxas                         # CPU: registers, spills
+    python scripts/probes/decode_rows.py --fmt int4 [...]                # INT4, two dequants (below)
 
 Why: at a7a362c gemlite's FP8 GEMV (4 warps, 1-8 rows per CTA, BLOCK_K 1024-4096, no split-K)
 streamed 0.94 / 0.96 of copy at qwen3-8b / llama3-8b gate_up where gemv_w16 reached 0.73 / 0.85.
@@ -22,6 +23,12 @@ cvt.rn.f16x2.e4m3x2 and accumulates in fp32 (each 16-element partial sum times i
 warp-shuffle tree and shared memory sum the CTA's threads; thread (m, r) stores out[m, n0 + r].
 MODE 1 is the same loads with an XOR instead of the arithmetic (the launch's own access-pattern
 ceiling). Checked against float64 (relative Frobenius error < 1e-2) before it is timed.
+
+--fmt int4: two codes per byte (value = code - 8, the even k in the low nibble), 32 per 16-byte word,
+dequantised on the CUDA cores two ways (MODE 2 `magic`: the nibble in 2^23's low mantissa, minus
+2^23 + 8; MODE 3 `unit`: the nibble in 1.0's top mantissa bits, the offset applied once per word
+from the activations' sum), beside the package's INT4 gemv_w16. Expected ALU-bound: ~5 SASS
+instructions per element at 4x4x1 (sm_90, --ptxas build), where the copy rate allows ~3.9.
 
 Timed in one process, weights rotated past 2x L2, CUDA-graph replays (fp8lab.measure.bench), beside
 the package's FP8 gemv_w16 (split-K at its pick, and stream-K), cuBLAS BF16 on the same shape, and
@@ -86,8 +93,44 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float* f) {
   }
 }
 
-// MODE 0: the GEMV; MODE 1: the same weight, scale and activation loads, XORed, stored only where
-// the XOR equals `key` (never, for random data), so nothing is optimised away.
+// 32 int4 codes (4 words; nibble j of word i = k 8 i + j, low nibble first), value = code - 8, dotted
+// with 32 fp32 activations. MAGIC (MODE 2): each nibble into the low mantissa of 2^23 (exact), minus
+// 2^23 + 8, one FMA: shift, and/or, add, FMA per element. UNIT (MODE 3): each nibble into the top
+// mantissa bits of 1.0, so f = 1 + code / 16 (exact), one FMA, and the offset applied once per word:
+// sum (f - 1.5) x = sum f x - 1.5 sum x, times 16 (sx = sum x, shared by the CTA's rows): shift,
+// and/or, FMA per element.
+template <int MODE>
+__device__ __forceinline__ float dot32(const uint4& w, const float (&x)[32], float sx) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float v;
+      if constexpr (MODE == 2) {
+        v = __uint_as_float(0x4B000000u | ((ws[i] >> (4 * j)) & 0xFu)) - 8388616.0f;
+      } else {
+        const uint32_t b = 4 * j <= 19 ? (ws[i] << (19 - 4 * j)) : (ws[i] >> (4 * j - 19));
+        v = __uint_as_float(0x3F800000u | (b & 0x00780000u));
+      }
+      if (j & 1) {
+        s1 = fmaf(v, x[8 * i + j], s1);
+      } else {
+        s0 = fmaf(v, x[8 * i + j], s0);
+      }
+    }
+  }
+  if constexpr (MODE == 2) {
+    return s0 + s1;
+  } else {
+    return 16.f * ((s0 + s1) - 1.5f * sx);
+  }
+}
+
+// MODE 0: the FP8 GEMV; MODE 1: the same weight, scale and activation loads, XORed, stored only where
+// the XOR equals `key` (never, for random data), so nothing is optimised away. MODE 2 / 3: the INT4
+// GEMV (two codes per byte, dot32 above); MODE 4: its loads alone.
 template <int WARPS, int ROWS, int V, int M, int MODE>
 __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restrict__ w,
                                                         const __nv_bfloat16* __restrict__ s,
@@ -95,7 +138,11 @@ __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restric
                                                         __nv_bfloat16* __restrict__ out, uint32_t* __restrict__ sink,
                                                         int N, int K, uint32_t key) {
   constexpr int T = WARPS * 32;
-  constexpr int KB = T * V * 16;
+  constexpr bool I4 = MODE >= 2;
+  constexpr bool LOADS = MODE == 1 || MODE == 4;
+  constexpr int E = I4 ? 32 : 16;             // K elements per 16-byte word
+  constexpr int KB = T * V * E;
+  const int kbytes = I4 ? K / 2 : K;
   const int tid = threadIdx.x;
   const int n0 = blockIdx.x * ROWS;
   const int groups = K >> 7;
@@ -111,16 +158,17 @@ __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restric
     float sc[ROWS][V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int k0 = kb + (v * T + tid) * 16;
+      const int k0 = kb + (v * T + tid) * E;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const bool ok = k0 < K && n0 + r < N;
-        wv[r][v] = ok ? ldg_stream(w + static_cast<size_t>(n0 + r) * K + k0) : make_uint4(0u, 0u, 0u, 0u);
+        wv[r][v] = ok ? ldg_stream(w + static_cast<size_t>(n0 + r) * kbytes + (I4 ? k0 / 2 : k0))
+                      : make_uint4(0u, 0u, 0u, 0u);
       }
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int k0 = kb + (v * T + tid) * 16;
+      const int k0 = kb + (v * T + tid) * E;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const bool ok = k0 < K && n0 + r < N;
@@ -129,16 +177,34 @@ __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restric
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const int k0 = kb + (v * T + tid) * 16;
+      const int k0 = kb + (v * T + tid) * E;
       if (k0 >= K) continue;
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const uint4* xp = reinterpret_cast<const uint4*>(x + static_cast<size_t>(m) * K + k0);
         const uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
-        if constexpr (MODE == 1) {
-          hx ^= xa.x ^ xb.w;
+        uint4 xc = make_uint4(0u, 0u, 0u, 0u), xd = xc;
+        if constexpr (I4) {
+          xc = __ldg(xp + 2);
+          xd = __ldg(xp + 3);
+        }
+        if constexpr (LOADS) {
+          hx ^= xa.x ^ xb.w ^ xc.x ^ xd.w;
 #pragma unroll
           for (int r = 0; r < ROWS; ++r) hx ^= wv[r][v].x ^ wv[r][v].y ^ wv[r][v].z ^ wv[r][v].w ^ __float_as_uint(sc[r][v]);
+        } else if constexpr (I4) {
+          float xf[32];
+          bf16x8_to_f32(xa, xf);
+          bf16x8_to_f32(xb, xf + 8);
+          bf16x8_to_f32(xc, xf + 16);
+          bf16x8_to_f32(xd, xf + 24);
+          float sx = 0.f;
+          if constexpr (MODE == 3) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) sx += xf[i];
+          }
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) acc[m][r] = fmaf(dot32<MODE>(wv[r][v], xf, sx), sc[r][v], acc[m][r]);
         } else {
           float xf[16];
           bf16x8_to_f32(xa, xf);
@@ -150,7 +216,7 @@ __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restric
     }
   }
 
-  if constexpr (MODE == 1) {
+  if constexpr (LOADS) {
     if (hx == key) sink[blockIdx.x * T + tid] = hx;
     return;
   } else {
@@ -198,8 +264,9 @@ static const Entry& find(int warps, int rows, int v, int m, int mode) {
 
 void run(torch::Tensor w, torch::Tensor s, torch::Tensor x, torch::Tensor out, torch::Tensor sink,
          int64_t warps, int64_t rows, int64_t v, int64_t mode) {
-  const int N = w.size(0), K = w.size(1), M = x.size(0);
-  TORCH_CHECK(K % 128 == 0 && x.size(1) == K && out.size(0) == M && out.size(1) == N, "rows_gemv: shapes");
+  const int N = w.size(0), K = x.size(1), M = x.size(0);
+  TORCH_CHECK(K % 128 == 0 && w.size(1) == (mode >= 2 ? K / 2 : K) && out.size(0) == M && out.size(1) == N,
+              "rows_gemv: shapes");
   const Entry& e = find(warps, rows, v, M, mode);
   auto fn = reinterpret_cast<Fn>(e.fn);
   dim3 grid((N + rows - 1) / rows), block(warps * 32);
@@ -244,11 +311,17 @@ def parse_configs(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def instances(configs, ms) -> list[tuple[int, int, int, int, int]]:
-    """(warps, rows, V, M, mode) for every config at every M, and MODE 1 (loads alone) at M = 1
-    for the STREAM_CONFIGS among them."""
-    inst = [(w, r, v, m, 0) for (w, r, v) in configs for m in ms]
-    inst += [(w, r, v, 1, 1) for (w, r, v) in configs if f"{w}x{r}x{v}" in STREAM_CONFIGS]
+#: kernel modes per --fmt: the GEMVs, then the loads-only mode (rows_gemv's MODE)
+FMT_MODES = {"fp8": ((0,), 1), "int4": ((2, 3), 4)}
+MODE_NAMES = {0: "", 2: "magic", 3: "unit"}
+
+
+def instances(configs, ms, fmt: str = "fp8") -> list[tuple[int, int, int, int, int]]:
+    """(warps, rows, V, M, mode) for every config at every M and each of the format's GEMV modes,
+    and its loads-only mode at M = 1 for the STREAM_CONFIGS among them."""
+    gemvs, loads = FMT_MODES[fmt]
+    inst = [(w, r, v, m, mo) for (w, r, v) in configs for m in ms for mo in gemvs]
+    inst += [(w, r, v, 1, loads) for (w, r, v) in configs if f"{w}x{r}x{v}" in STREAM_CONFIGS]
     return inst
 
 
@@ -298,6 +371,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--configs", default=CONFIGS)
     ap.add_argument("--ms", default="1")
+    ap.add_argument("--fmt", default="fp8", choices=sorted(FMT_MODES),
+                    help="fp8 (e4m3, one per byte) or int4 (two per byte, value = code - 8; modes magic / unit)")
     ap.add_argument("--rep-ms", type=float, default=8.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ptxas", action="store_true", help="CPU only: build every instance, print registers")
@@ -309,7 +384,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"--ms takes comma-separated integers 1..8, got {args.ms!r}") from None
     if not ms or min(ms) < 1 or max(ms) > 8:
         raise SystemExit(f"--ms takes comma-separated integers 1..8, got {args.ms!r}")
-    inst = instances(configs, ms)
+    inst = instances(configs, ms, args.fmt)
+    i4 = args.fmt == "int4"
+    loads_mode = FMT_MODES[args.fmt][1]
     src = tempfile.mkdtemp(prefix="fp8lab_rows_")
     _, bind = write_sources(src, inst)
     if args.ptxas:
@@ -356,18 +433,27 @@ def main(argv=None) -> int:
     for sh in shape_list:
         N, K = sh.N, sh.K
         g.manual_seed(0)
-        codes = torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev, generator=g)
-        codes[(codes & 0x7F) == 0x7F] = 0x7E                       # no e4m3 NaN codes
         sc = torch.exp2(torch.empty(N, K // 128, device=dev).uniform_(-10, -6, generator=g)).to(torch.bfloat16)
-        stream = N * K + N * (K // 128) * 2
+        if i4:
+            nib = torch.randint(0, 16, (N, K), dtype=torch.uint8, device=dev, generator=g)
+            codes = nib[:, 0::2] | (nib[:, 1::2] << 4)          # two per byte, the even k in the low nibble
+            wvals = nib.double() - 8
+            del nib
+        else:
+            codes = torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev, generator=g)
+            codes[(codes & 0x7F) == 0x7F] = 0x7E                   # no e4m3 NaN codes
+            wvals = codes.view(torch.float8_e4m3fn).double()
+        stream = codes.numel() + N * (K // 128) * 2
         sets = harness.rotation_copies((codes, sc), stream, l2, lambda t: tuple(a.clone() for a in t))
         sink = torch.zeros(N * 512, dtype=torch.int32, device=dev)
-        wref = (codes.view(torch.float8_e4m3fn).double() * sc.double().repeat_interleave(128, dim=1))
-        # the package's FP8 GEMV on its own packed weight of the same size (random words)
-        pw = wo.random_weight("fp8", N, K, keep_codes=False)[0].to("cuda")
-        psets = harness.rotation_copies(pw, wo.weight_stream_bytes("fp8", N, K), l2, wo.PackedWeight.clone)
-        wo.workspace(dev, max(ms) * N, wo.grid_x("fp8", N, 1) * 64)
-        wb = (codes[: min(N, 4096)].view(torch.float8_e4m3fn).to(torch.bfloat16))
+        wref = wvals * sc.double().repeat_interleave(128, dim=1)
+        wb = wref[: min(N, 4096)].to(torch.bfloat16)
+        del wvals
+        # the package's GEMV of the same format on its own packed weight of the same size (random words)
+        pfmt = args.fmt
+        pw = wo.random_weight(pfmt, N, K, keep_codes=False)[0].to("cuda")
+        psets = harness.rotation_copies(pw, wo.weight_stream_bytes(pfmt, N, K), l2, wo.PackedWeight.clone)
+        wo.workspace(dev, max(ms) * N, wo.grid_x(pfmt, N, 1) * 64)
         for M in ms:
             x = torch.randn(M, K, device=dev, generator=g).to(torch.bfloat16)
             ref = x.double() @ wref.T
@@ -376,12 +462,12 @@ def main(argv=None) -> int:
             for (w_, r_, v_, m_, mo) in inst:
                 if m_ != M:
                     continue
-                name = f"{w_}x{r_}x{v_}"
+                name = f"{w_}x{r_}x{v_}" + (f" {MODE_NAMES[mo]}" if MODE_NAMES.get(mo) else "")
                 regs, local, occ = info[(w_, r_, v_, m_, mo)]
                 err = float("nan")
-                if mo == 0:
+                if mo != loads_mode:
                     o = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=dev)
-                    ext.run(codes, sc, x, o, sink, w_, r_, v_, 0)
+                    ext.run(codes, sc, x, o, sink, w_, r_, v_, mo)
                     torch.cuda.synchronize()
                     err = float(torch.linalg.norm(o.double() - ref) / torch.linalg.norm(ref))
                     if not err < 1e-2:
@@ -391,13 +477,13 @@ def main(argv=None) -> int:
                         continue
                 t = timed(lambda c_, s_, o_, a=(w_, r_, v_, mo): ext.run(c_, s_, x, o_, sink, *a),
                           [(c, s, o) for (c, s), o in zip(sets, outs)])
-                rows.append(dict(base, kind="rows" if mo == 0 else "rows loads only", config=name, mode=mo,
+                rows.append(dict(base, kind="rows" if mo != loads_mode else "rows loads only", config=name, mode=mo,
                                  regs=regs, local_bytes=local, ctas_per_sm=occ, relerr=err, time_p50_s=t))
             cfg = wo.launch_config(pw, M)
             pouts = [torch.empty(M, N, dtype=torch.bfloat16, device=dev) for _ in psets]
             for sched in ("splitk", "streamk"):
                 t = timed(lambda p_, o_, s=sched: wo.gemv_w16(x, p_, out=o_, schedule=s), list(zip(psets, pouts)))
-                rows.append(dict(base, stream_bytes=wo.weight_stream_bytes("fp8", N, K), kind=f"gemv_w16 {sched}",
+                rows.append(dict(base, stream_bytes=wo.weight_stream_bytes(pfmt, N, K), kind=f"gemv_w16 {sched}",
                                  config=f"s{cfg['splits']}" if sched == "splitk" else f"{cfg['streamk_ctas']} CTAs",
                                  ctas_per_sm=cfg["ctas_per_sm"], time_p50_s=t))
             # cuBLAS BF16: the same N x K in bf16 (target 1's per-shape goal), rotated too
