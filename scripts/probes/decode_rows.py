@@ -27,8 +27,11 @@ ceiling). Checked against float64 (relative Frobenius error < 1e-2) before it is
 --fmt int4: two codes per byte (value = code - 8, the even k in the low nibble), 32 per 16-byte word,
 dequantised on the CUDA cores two ways (MODE 2 `magic`: the nibble in 2^23's low mantissa, minus
 2^23 + 8; MODE 3 `unit`: the nibble in 1.0's top mantissa bits, the offset applied once per word
-from the activations' sum), beside the package's INT4 gemv_w16. Expected ALU-bound: ~5 SASS
-instructions per element at 4x4x1 (sm_90, --ptxas build), where the copy rate allows ~3.9.
+from the activations' sum; MODE 5 `h2`: Marlin's trick on packed halves, two nibbles per LOP3 into
+fp16 1024 + code, HSUB2 / HFMA2 to code - 8, HFMA2 with fp16 activations into an fp16 sum per 32
+elements), beside the package's INT4 gemv_w16. Expected: magic and unit ALU-bound (~5 SASS
+instructions per element at 4x4x1, sm_90 --ptxas build, where the copy rate allows ~3.9), h2 not
+(~1.8 per element).
 
 Timed in one process, weights rotated past 2x L2, CUDA-graph replays (fp8lab.measure.bench), beside
 the package's FP8 gemv_w16 (split-K at its pick, and stream-K), cuBLAS BF16 on the same shape, and
@@ -128,6 +131,36 @@ __device__ __forceinline__ float dot32(const uint4& w, const float (&x)[32], flo
   }
 }
 
+// H2 (MODE 5, Marlin's bit trick on packed halves): one LOP3 puts two nibbles (k and k + 4 of a word)
+// into the low mantissas of two fp16 1024s, one more the next two (bits 4-7, as 1024 + 16 code); HSUB2
+// / HFMA2 make them code - 8 (exact), HFMA2 dots them with fp16 activations (permuted to match) into an
+// fp16 accumulator per 32 elements, then fp32: ~1.8 instructions per element. Activations beyond fp16's
+// range would overflow (a probe, not a kernel for any input).
+__device__ __forceinline__ float dot32_h2(const uint4& w, const __half2 (&xh)[16]) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const __half2 off = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));     // 1032
+  const __half2 s16 = __halves2half2(__ushort_as_half(0x2C00u), __ushort_as_half(0x2C00u));     // 1/16
+  const __half2 m72 = __halves2half2(__ushort_as_half(0xD480u), __ushort_as_half(0xD480u));     // -72
+  __half2 a0 = __float2half2_rn(0.f), a1 = a0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t q = ws[i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t lo, hi;  // (q & mask) | 1024s in one LOP3 each (C++ gives two: one immediate per LOP3)
+      asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(lo) : "r"(q), "n"(0x000F000F), "n"(0x64006400));
+      asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(hi) : "r"(q), "n"(0x00F000F0), "n"(0x64006400));
+      const __half2 vl = __hsub2(*reinterpret_cast<const __half2*>(&lo), off);
+      const __half2 vh = __hfma2(*reinterpret_cast<const __half2*>(&hi), s16, m72);
+      a0 = __hfma2(vl, xh[4 * i + 2 * h], a0);
+      a1 = __hfma2(vh, xh[4 * i + 2 * h + 1], a1);
+      q >>= 8;
+    }
+  }
+  const float2 f = __half22float2(__hadd2(a0, a1));
+  return f.x + f.y;
+}
+
 // MODE 0: the FP8 GEMV; MODE 1: the same weight, scale and activation loads, XORed, stored only where
 // the XOR equals `key` (never, for random data), so nothing is optimised away. MODE 2 / 3: the INT4
 // GEMV (two codes per byte, dot32 above); MODE 4: its loads alone.
@@ -199,6 +232,17 @@ __global__ void __launch_bounds__(WARPS * 32) rows_gemv(const uint8_t* __restric
           bf16x8_to_f32(xc, xf + 16);
           bf16x8_to_f32(xd, xf + 24);
           float sx = 0.f;
+          if constexpr (MODE == 5) {
+            // xh[4 i + j] = (x[8 i + j], x[8 i + j + 4]) for the nibble pairs dot32_h2 forms
+            __half2 xh[16];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+              for (int j = 0; j < 4; ++j) xh[4 * i + j] = __floats2half2_rn(xf[8 * i + j], xf[8 * i + j + 4]);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) acc[m][r] = fmaf(dot32_h2(wv[r][v], xh), sc[r][v], acc[m][r]);
+            continue;
+          }
           if constexpr (MODE == 3) {
 #pragma unroll
             for (int i = 0; i < 32; ++i) sx += xf[i];
@@ -312,8 +356,8 @@ def parse_configs(text: str) -> list[tuple[int, int, int]]:
 
 
 #: kernel modes per --fmt: the GEMVs, then the loads-only mode (rows_gemv's MODE)
-FMT_MODES = {"fp8": ((0,), 1), "int4": ((2, 3), 4)}
-MODE_NAMES = {0: "", 2: "magic", 3: "unit"}
+FMT_MODES = {"fp8": ((0,), 1), "int4": ((2, 3, 5), 4)}
+MODE_NAMES = {0: "", 2: "magic", 3: "unit", 5: "h2"}
 
 
 def instances(configs, ms, fmt: str = "fp8") -> list[tuple[int, int, int, int, int]]:
@@ -372,7 +416,7 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=CONFIGS)
     ap.add_argument("--ms", default="1")
     ap.add_argument("--fmt", default="fp8", choices=sorted(FMT_MODES),
-                    help="fp8 (e4m3, one per byte) or int4 (two per byte, value = code - 8; modes magic / unit)")
+                    help="fp8 (e4m3, one per byte) or int4 (two per byte, value = code - 8; modes magic / unit / h2)")
     ap.add_argument("--rep-ms", type=float, default=8.0)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ptxas", action="store_true", help="CPU only: build every instance, print registers")
