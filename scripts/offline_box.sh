@@ -36,7 +36,7 @@
 # cpa4x3, at the chosen splits and 8 / 11 / 12 / 16, M = 1 and 16; JOB/decode-3cta-m1, -m16/), decode-rows
 # (scripts/probes/decode_rows.py: a row-major CUDA-core FP8 GEMV of gemlite's shape over CTA configs at M = 1,
 # then four configs at M = 2 and 4, beside gemv_w16 and cuBLAS BF16; JOB/decode-rows-m1, -m24/), decode-rows-int4
-# (the same probe with --fmt int4: two CUDA-core dequants, magic and unit, at M = 1; JOB/decode-rows-int4/),
+# (the same probe with --fmt int4: four CUDA-core dequants (magic, unit, h2, h2s) at M = 1 and h2 / h2s past fp16 range; JOB/decode-rows-int4/),
 # smoke, test-gpu, run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
@@ -114,8 +114,9 @@ step() {
                                --out "$job/decode-rows-m24"; } > "$job/decode-rows.log" 2>&1
                      local rc=$?; grep -B2 -A12 "^fraction of the 2 GiB" "$job/decode-rows.log" | tail -40; return $rc ;;
         decode-rows-int4) timeout 300 python3 scripts/probes/decode_rows.py --fmt int4 --ms 1 \
-                              --configs 4x2x2,4x4x1,4x8x1,4x4x2,8x4x1 --out "$job/decode-rows-int4" > "$job/decode-rows-int4.log" 2>&1
-                          local rc=$?; grep -A12 "^fraction of the 2 GiB" "$job/decode-rows-int4.log"; return $rc ;;
+                              --configs 4x4x1,4x8x1,4x4x2,8x4x1 --out "$job/decode-rows-int4" > "$job/decode-rows-int4.log" 2>&1
+                          local rc=$?; grep -E "2\^18|FAILED" "$job/decode-rows-int4.log" | head -8
+                          grep -A12 "^fraction of the 2 GiB" "$job/decode-rows-int4.log"; return $rc ;;
         quant-pdl) source_peers sglang-quant
                    timeout 300 python3 scripts/probes/quant_pdl_overlap.py > "$job/quant-pdl.log" 2>&1
                    local rc=$?; tail -30 "$job/quant-pdl.log"; return $rc ;;
