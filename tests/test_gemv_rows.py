@@ -13,6 +13,8 @@ from fp8lab.kernels import gemv_rows as gr
 from fp8lab.kernels import weight_only as wo
 from fp8lab.toolchain.tools import have_tool
 
+from test_weight_only import _kernel_opcodes   # cuobjdump -sass per kernel, as the tile kernels' SASS tests read it
+
 needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump")),
                                 reason="needs nvcc and cuobjdump")
 
@@ -92,22 +94,6 @@ def test_rows_is_a_schedule_of_gemv_w16():
     assert wo.PackedWeight("fp8", "bf16", 1, 128, None, None, 1.0).layout == "tiles"
 
 
-def _opcodes(cubin):
-    import subprocess
-
-    from fp8lab.toolchain import sass, tools
-
-    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(cubin)],
-                         capture_output=True, text=True, check=True).stdout
-    ks, cur = {}, None
-    for line in out.splitlines():
-        if "Function :" in line:
-            cur = ks.setdefault(line.split("Function :")[1].strip(), [])
-        elif cur is not None and (op := sass.parse_instruction(line)):
-            cur.append(op)
-    return ks
-
-
 @needs_nvcc
 def test_rows_sass():
     """Every rows kernel: no local memory (no spills), no tensor-core op, weights by LDG.E.NA.128
@@ -118,7 +104,7 @@ def test_rows_sass():
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
-    ks = _opcodes(cubin)
+    ks = _kernel_opcodes(cubin)
     assert len(ks) == 24, sorted(ks)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
