@@ -89,8 +89,11 @@ def test_geometry():
     assert [gr.tokens_per_cta(m) for m in (1, 2, 3, 4, 9)] == [1, 2, 4, 4, 4]
 
 
-def test_rows_is_a_schedule_of_gemv_w16():
-    assert "rows" in wo.SCHEDULES and wo.DEFAULT_SCHEDULE == "splitk"
+def test_rows_is_a_schedule_of_the_decode_sweep_not_of_gemv_w16():
+    from fp8lab.experiments import decode
+
+    assert "rows" in decode.SCHEDULES and "rows" not in wo.SCHEDULES and wo.DEFAULT_SCHEDULE == "splitk"
+    assert set(wo.SCHEDULES) < set(decode.SCHEDULES)
     assert wo.PackedWeight("fp8", "bf16", 1, 128, None, None, 1.0).layout == "tiles"
 
 

@@ -38,6 +38,9 @@ from ..measure.progress import progress as track
 DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
+#: the weight-only arms' launch schedules measure_decode takes: gemv_w16's (wo.SCHEDULES) and "rows",
+#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 only)
+SCHEDULES = (*wo.SCHEDULES, "rows")
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
 #: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
 #: their rows in a table of their own (the verdicts above read fp8lab's arms only)
@@ -106,7 +109,7 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     x = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
     out = harness.poisoned((check_m, N), tdt)
-    wo.gemv_w16(x, pw, out=out)
+    (gemv_rows.gemv if rows else wo.gemv_w16)(x, pw, out=out)
     if rows:
         W = gemv_rows.dequantize_torch(fmt, info["codes"], info["scales"])
     else:
@@ -194,8 +197,8 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         raise RuntimeError("measure_decode needs a CUDA device")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     schedule = wo.DEFAULT_SCHEDULE if schedule is None else schedule
-    if schedule not in wo.SCHEDULES:
-        raise ValueError(f"schedule must be one of {wo.SCHEDULES}, got {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if schedule == "bulk" and not wo._bulk_capable(torch.cuda.current_device()):
         # one clear line before any timing (launch_config has no bulk keys on such a GPU)
         raise ValueError(f"schedule='bulk' needs sm_{wo.BULK_MIN_SM} or newer (cp.async.bulk); this GPU is "
@@ -276,7 +279,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                 if schedule == "rows":
                     s = np.nan
                     grid = str(gemv_rows.geometry(N, M)["grid"])
-                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o), list(zip(sets, outs)))
+                    timing, clk = timed(lambda pw, o: gemv_rows.gemv(x, pw, out=o), list(zip(sets, outs)))
                 elif schedule == "streamk":
                     s = np.nan
                     grid = str(tuple(cfg["streamk_grid"]))
@@ -335,12 +338,12 @@ def schedule_table(df: pd.DataFrame, M: int = 1) -> pd.DataFrame:
     (empty if only one schedule was timed)."""
     if "schedule" not in df:
         return pd.DataFrame()
-    d = df[(df["M"] == M) & (df["arm"] != CUBLAS) & df["schedule"].isin(wo.SCHEDULES)]
+    d = df[(df["M"] == M) & (df["arm"] != CUBLAS) & df["schedule"].isin(SCHEDULES)]
     if d["schedule"].nunique() < 2:
         return pd.DataFrame()
     t = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="fraction_of_copy")
     tm = d.pivot_table(index=["shape", "fmt"], columns="schedule", values="time_p50_s")
-    order = [c for c in wo.SCHEDULES if c in t.columns]
+    order = [c for c in SCHEDULES if c in t.columns]
     t = t[order]
     if "splitk" in tm:
         for c in order:
@@ -393,14 +396,17 @@ def ncu_workload() -> None:
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     calls = []
     for fmt in cfg["formats"]:
-        kw = cfg.get("launch", {}).get(fmt, {})
+        kw = dict(cfg.get("launch", {}).get(fmt, {}))
         if kw.get("schedule") == "rows":
             pw_host, _ = gemv_rows.random_rows(fmt, N, K, act=act, seed=cfg.get("seed", 0))
         else:
             pw_host, _ = wo.random_weight(fmt, N, K, act=act, seed=cfg.get("seed", 0), keep_codes=False)
         pw = pw_host.to("cuda")
         x = torch.randn(M, K, device="cuda").to(tdt)
-        calls.append(lambda x=x, pw=pw, kw=kw: wo.gemv_w16(x, pw, **kw))
+        if kw.get("schedule") == "rows":
+            calls.append(lambda x=x, pw=pw: gemv_rows.gemv(x, pw))
+        else:
+            calls.append(lambda x=x, pw=pw, kw=kw: wo.gemv_w16(x, pw, **kw))
     if cfg.get("cublas", True):
         w = (0.02 * torch.randn(N, K, device="cuda")).to(torch.bfloat16)
         xb = torch.randn(M, K, device="cuda").to(torch.bfloat16)

@@ -14,7 +14,7 @@ Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's
 +-480) and ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`). A rows weight is a
 :class:`~fp8lab.kernels.weight_only.PackedWeight` with ``layout="rows"``: ``w`` the codes' bytes
 as 32-bit words, ``s`` the 16-bit scales (the activation dtype) as 32-bit words, ``out_factor`` 1.
-``weight_only.gemv_w16(act, pw)`` runs it for such a weight (schedule ``"rows"``).
+:func:`gemv` runs it (``weight_only.gemv_w16`` reads the tile layout only and refuses such a weight).
 """
 
 from __future__ import annotations

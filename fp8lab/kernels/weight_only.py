@@ -226,11 +226,11 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
 #: the launch schedules of :func:`gemv_w16`: ``splitk`` (grid of CTA tiles x K splits, the
 #: original), ``streamk`` (persistent CTAs walking the (tile, K step) units; issue 7) and ``bulk``
 #: (the split-K grid with each warp's weights in a shared-memory ring filled by cp.async.bulk,
-#: sm_90+; issue 22: twice the register ring's bytes in flight per SM), and ``rows`` (fp8 / int8
-#: only: a weight packed row-major for fp8lab.kernels.gemv_rows' CUDA-core GEMV, the decode M = 1
-#: schedule). The default stays ``splitk``; notebook 08 times split-K, stream-K and rows by default
-#: and plots the fastest per point; scripts/probes/gemv.py times the tile schedules side by side.
-SCHEDULES = ("splitk", "streamk", "bulk", "rows")
+#: sm_90+; issue 22: twice the register ring's bytes in flight per SM). The default stays
+#: ``splitk``; notebook 08 times split-K and stream-K by default, and beside them the row-major GEMV
+#: of fp8lab.kernels.gemv_rows (its schedule "rows", fp8 / int8), and plots the fastest per point;
+#: scripts/probes/gemv.py times the tile schedules side by side.
+SCHEDULES = ("splitk", "streamk", "bulk")
 #: the bulk schedule's copy engine (cp.async.bulk, mbarrier transaction counts) needs Hopper
 BULK_MIN_SM = 90
 DEFAULT_SCHEDULE = "splitk"
@@ -888,17 +888,9 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     may differ in the last bit of an element (``scripts/probes/gemv.py`` counts how often)."""
     import torch
 
-    if schedule == "rows" or getattr(pw, "layout", "tiles") == "rows":
-        if getattr(pw, "layout", "tiles") != "rows":
-            raise ValueError("schedule='rows' needs a rows-layout weight (gemv_rows.pack_rows or random_rows, "
-                             "then .to('cuda'))")
-        if schedule not in (None, "rows"):
-            raise ValueError(f"a rows-layout weight runs schedule 'rows' only, got schedule={schedule!r}")
-        if splits is not None or extra_alu is not None or ctas is not None or pdl:
-            raise ValueError("schedule='rows' takes no splits, extra_alu, ctas or pdl (one CTA per 4 rows, no split-K)")
-        from . import gemv_rows
-
-        return gemv_rows.gemv(act, pw, out=out)
+    if schedule == "rows":
+        raise ValueError("schedule 'rows' is fp8lab.kernels.gemv_rows.gemv (a weight from gemv_rows.pack_rows), "
+                         "not a gemv_w16 schedule")
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
     schedule = DEFAULT_SCHEDULE if schedule is None else schedule
