@@ -321,6 +321,9 @@ def draw_m1(df, info):
     plt.show()
 
 
+SCHEDULE_SHORT = {"splitk": "split-K", "streamk": "stream-K", "rows": "rows", "bulk": "bulk"}
+
+
 def draw_pattern(df, info, Ms=(1, 16)):
     """Where each weight-only kernel's bandwidth goes, per shape and format at M = 1 and 16: the
     copy (1.0), the kernel's access pattern alone on its grid (outline; what its loads allow) and
@@ -344,9 +347,13 @@ def draw_pattern(df, info, Ms=(1, 16)):
             c = plotting.color(arm)
             ax.bar(x, a["pattern_fraction_of_copy"], w * 0.92, facecolor="white", edgecolor=c, lw=1.2)
             ax.bar(x, a["fraction_of_copy"], w * 0.92, color=c, label=registry.label(arm))
-            for xi, v, pv in zip(x, a["fraction_of_copy"], a["pattern_fraction_of_copy"]):
+            sch = a["schedule"] if "schedule" in a else pd.Series("", index=a.index)
+            for xi, v, pv, sc in zip(x, a["fraction_of_copy"], a["pattern_fraction_of_copy"], sch):
                 if np.isfinite(v) and np.isfinite(pv):
                     ax.text(xi, max(v, pv) + 0.01, f"{v:.2f}\n{pv:.2f}", ha="center", va="bottom", fontsize=6.5)
+                    if isinstance(sc, str) and sc:   # the launch schedule that was fastest here
+                        ax.text(xi, 0.03, SCHEDULE_SHORT.get(sc, sc), rotation=90, ha="center", va="bottom",
+                                fontsize=6.5, color="white")
         ax.axhline(1.0, ls="--", color="#555555", lw=1)
         ax.set_xticks(np.arange(len(shp)), [s.replace(":", "\n") for s in shp], fontsize=8)
         ax.set_ylim(0, 1.3)
@@ -355,7 +362,7 @@ def draw_pattern(df, info, Ms=(1, 16)):
                      fontsize=9)
     h, lab = axes[0, 0].get_legend_handles_labels()
     h.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#444444"))
-    lab.append("access pattern alone: same grid, CTAs per SM and loads, nothing else")
+    lab.append("access pattern alone: same grid, CTAs per SM and loads, nothing else (white text: the schedule)")
     fig.legend(h, lab, fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, -0.06), frameon=False)
     fig.suptitle("Decode: what the loads allow (outline) and what the kernel streams (filled), "
                  "the fastest schedule per point", fontsize=10)
