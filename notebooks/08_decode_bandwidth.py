@@ -33,7 +33,11 @@
 # fp8lab's own four kernels (`gemv_w8a16_fp8`, `gemv_w8a16_int8`, `gemv_w4a16_nvfp4`,
 # `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
 # instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
-# This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
+# For FP8 and INT8 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
+# row-major copy of the weight with fp32 FMAs on the CUDA cores and no tensor cores; where it is the
+# faster (decode, M = 1) the figures, targets and timing verdicts (C4) take it, as they take the
+# fastest schedule everywhere; the Nsight Compute profile, C5 and C8 stay on the tile kernels, the
+# seed's tensor-core dequant design. This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
 # M = 1..64, reports the effective bandwidth (weight + scale bytes over time) against the copy
 # bandwidth measured in the same run, and profiles M = 1 with Nsight Compute (clocks not locked),
 # beside a plain streaming kernel (an elementwise copy of the bf16 weight's bytes): the best DRAM
@@ -243,7 +247,8 @@ if run.mode == "measure":
 # Why a kernel falls short of the copy, measured: beside every weight-only launch the run times its
 # access pattern alone (`wo.pattern_stream`, gemv_pattern.cuh): the same grid, the same CTAs per SM,
 # every warp's same weight and scale loads in the same order through the same three-step register
-# ring, each word XORed into one register and nothing else. Where that pattern stays below the copy,
+# ring, each word XORed into one register and nothing else (for the rows kernel, its loads-only twin
+# `gemv_rows.loads`: the same grid and loads). Where that pattern stays below the copy,
 # the grid and the access pattern cost the difference; where the kernel stays below its pattern, its
 # per-step work does (activations, dequant, mma, barriers, split-K sums). The figure
 # `decode_pattern` draws both at M = 1 and 16; the targets table names, for each miss, which of the
