@@ -63,7 +63,7 @@ rep_ms = 40  # timing budget per (shape, arm, M), milliseconds of graph replays
 ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up", "llama3-70b:down_proj"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
-schedules = ["splitk", "streamk", "rows"]  # weight-only launch schedules timed (also "bulk"; "rows": fp8 / int8 only); plots use the fastest
+schedules = ["splitk", "streamk", "rows"]  # weight-only launch schedules timed (also "bulk"; "rows": fp8 / int8 / int4); plots use the fastest
 pattern = True  # also time each weight-only launch's access pattern alone (its loads on its grid; not for "bulk")
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data

@@ -1,6 +1,7 @@
 """The rows layout (fp8lab.kernels.gemv_rows) on the CPU: packing, the codes' values, refusals in one
 line, the launch geometry, and the kernels' SASS (no spills, nine CTAs' registers at M = 1, the
-weight loads streamed past L1, no tensor cores; the loads-only twin's loads are the GEMV's)."""
+weight loads streamed past L1, no tensor cores; the loads-only twin's loads are the GEMV's; INT4
+on fp16 pairs at eight CTAs per SM)."""
 
 import re
 from collections import Counter
@@ -19,6 +20,16 @@ needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump"
                                 reason="needs nvcc and cuobjdump")
 
 
+def _unpacked(fmt, w, N, K):
+    """(N, K) codes from a rows weight's words: bytes row-major; int4 two per byte, k even low."""
+    b = w.view(np.uint8).reshape(N, -1)
+    if fmt != "int4":
+        return b
+    out = np.empty((N, K), np.uint8)
+    out[:, 0::2], out[:, 1::2] = b & 15, b >> 4
+    return out
+
+
 def _scales(N, K, act="bf16", seed=0):
     rng = np.random.default_rng(seed)
     return np.exp2(rng.integers(-9, -5, size=(N, K // 128))).astype(np.float64)
@@ -29,12 +40,12 @@ def _scales(N, K, act="bf16", seed=0):
 def test_pack_rows_keeps_the_bytes_row_major_and_the_scales_in_the_act_dtype(fmt, act):
     rng = np.random.default_rng(1)
     N, K = 7, 384                          # odd N: 21 scales, padded to 11 words
-    codes = rng.integers(0, 256, size=(N, K))
+    codes = rng.integers(0, 16 if fmt == "int4" else 256, size=(N, K))
     sc = _scales(N, K, act)
     pw = gr.pack_rows(fmt, codes, sc, act=act)
     assert pw.layout == "rows" and pw.out_factor == 1.0 and (pw.N, pw.K, pw.fmt, pw.act) == (N, K, fmt, act)
-    assert pw.w.dtype == np.uint32 and pw.w.size == N * K // 4
-    assert np.array_equal(pw.w.view(np.uint8).reshape(N, K), codes.astype(np.uint8))
+    assert pw.w.dtype == np.uint32 and pw.w.size == N * K * wo.BITS[fmt] // 32
+    assert np.array_equal(_unpacked(fmt, pw.w, N, K), codes.astype(np.uint8))
     s16 = pw.s.view(np.uint16)
     assert pw.s.size == 11 and s16[-1] == 0
     got = s16[:N * K // 128].view(wo._NP_DTYPE[act]).astype(np.float64).reshape(N, K // 128)
@@ -50,6 +61,8 @@ def test_code_values():
     assert np.array_equal(gr.code_values("int8"), np.arange(256) - 128.0)
     # int8 agrees with the tile layout's decode (same codes, same values)
     assert np.array_equal(gr.code_values("int8"), wo.trick_values("int8"))
+    assert np.array_equal(gr.code_values("int4"), np.arange(16) - 8.0)
+    assert np.array_equal(gr.code_values("int4"), wo.trick_values("int4"))
     # e4m3 agrees with the tile layout's everywhere but the two NaN codes
     t = wo.trick_values("fp8")
     ok = ~np.isnan(v)
@@ -60,12 +73,14 @@ def test_code_values():
 def test_random_rows_draws_no_nan_code(fmt):
     pw, info = gr.random_rows(fmt, 64, 512, seed=3)
     assert not np.isnan(gr.code_values(fmt)[info["codes"]]).any()
-    assert np.array_equal(pw.w.view(np.uint8).reshape(64, 512), info["codes"])
+    assert np.array_equal(_unpacked(fmt, pw.w, 64, 512), info["codes"])
+    assert info["codes"].max() > (14 if fmt == "int4" else 250) and (fmt != "int4" or info["codes"].max() == 15)
     assert info["scales"].shape == (64, 4) and info["global_scale"] == 1.0
 
 
 @pytest.mark.parametrize("call, msg", [
-    (lambda: gr.pack_rows("int4", np.zeros((4, 128)), np.ones((4, 1))), "tile layout only"),
+    (lambda: gr.pack_rows("nvfp4", np.zeros((4, 128), int), np.ones((4, 1))), "tile layout only"),
+    (lambda: gr.pack_rows("int4", np.full((4, 128), 16), np.ones((4, 1))), "0..15"),
     (lambda: gr.pack_rows("fp8", np.zeros((4, 100), int), np.ones((4, 1))), "multiple of 128"),
     (lambda: gr.pack_rows("fp8", np.full((4, 128), 256), np.ones((4, 1))), "0..255"),
     (lambda: gr.pack_rows("fp8", np.zeros((4, 128)) + 0.5, np.ones((4, 1))), "integer array"),
@@ -100,15 +115,16 @@ def test_rows_is_a_schedule_of_the_decode_sweep_not_of_gemv_w16():
 @needs_nvcc
 def test_rows_sass():
     """Every rows kernel: no local memory (no spills), no tensor-core op, weights by LDG.E.NA.128
-    (ld.global.nc.L1::no_allocate); the M = 1 GEMVs fit nine CTAs per SM (<= 56 registers); each
-    loads-only twin issues exactly its GEMV's global loads and one store."""
+    (ld.global.nc.L1::no_allocate); the 8-bit M = 1 GEMVs fit nine CTAs per SM (<= 56 registers),
+    INT4's eight (<= 64) with its products on fp16 pairs (HFMA2); each loads-only twin issues
+    exactly its GEMV's global loads and one store."""
     import subprocess
 
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
     ks = _kernel_opcodes(cubin)
-    assert len(ks) == 24, sorted(ks)
+    assert len(ks) == 36, sorted(ks)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     regs = {}
@@ -116,22 +132,24 @@ def test_rows_sass():
         r, st, _, loc = (int(x) for x in re.findall(r"\d+", body))
         assert st == 0 and loc == 0, (name, body)
         regs[name] = r
-    assert len(regs) == 24, res
+    assert len(regs) == 36, res
     for name, ops in ks.items():
         assert not [o for o in ops if o.startswith(("HMMA", "LDL", "STL", "ATOM", "RED"))], name
         assert any(o.startswith("LDG.E.NA.128") for o in ops), name
     gemvs = {n: o for n, o in ks.items() if "_rowsI" in n}
-    assert len(gemvs) == 12
+    assert len(gemvs) == 18
     for n, ops in gemvs.items():
         if n.endswith("ELi1EEEvNS0_10RowsParamsE"):             # MB = 1
-            assert regs[n] <= 56, (n, regs[n])
+            assert regs[n] <= (64 if "int4_rows" in n else 56), (n, regs[n])
+        if "int4_rows" in n:
+            assert sum(o.startswith("HFMA2") for o in ops) >= 96, n   # 6 per 8 codes, 4 rows of 32
         if "fp8_rows" in n:
             assert any(o.startswith("F2FP") for o in ops), n     # cvt.rn.f16x2.e4m3x2
     loads = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
-    for f, fname in ((0, "fp8"), (1, "int8")):
+    for f, fname in ((0, "w8a16_fp8"), (1, "w8a16_int8"), (3, "w4a16_int4")):
         for b in (0, 1):
             for mb in (1, 2, 4):
-                (g,) = [o for n, o in gemvs.items() if f"gemv_w8a16_{fname}_rowsILb{b}ELi{mb}E" in n]
+                (g,) = [o for n, o in gemvs.items() if f"gemv_{fname}_rowsILb{b}ELi{mb}E" in n]
                 (t,) = [o for n, o in ks.items() if f"gemv_rows_loadsILi{f}ELb{b}ELi{mb}E" in n]
                 assert loads(t) == loads(g), (fname, b, mb, loads(t), loads(g))
                 assert sum(o.startswith("STG") for o in t) == 1

@@ -1,9 +1,9 @@
 """The rows schedule (fp8lab.kernels.gemv_rows, gemv_rows.cuh) on the GPU: against float64 at odd
 shapes (N not a multiple of the 4 rows per CTA, K not a multiple of the 2048-byte K block, M over
-several token blocks), both formats and activation dtypes, outputs poisoned first; exact under one-hot
-activations (the layout's every byte in its place); e4m3's NaN codes give NaN; through
-weight_only.gemv_w16 refusing it; CUDA-graph capture; the loads-only twin at the GEMV's CTAs
-per SM; measure_decode's rows rows; bad input refused in one line."""
+several token blocks), every format and activation dtype, outputs poisoned first; exact under one-hot
+activations (the layout's every byte / nibble in its place); INT4 at any activation magnitude; e4m3's
+NaN codes give NaN; through weight_only.gemv_w16 refusing it; CUDA-graph capture; the loads-only twin
+at the GEMV's CTAs per SM; measure_decode's rows rows; bad input refused in one line."""
 
 import numpy as np
 import pytest
@@ -60,6 +60,32 @@ def test_one_hot_reads_every_code_in_its_place(fmt, act):
     assert np.array_equal(out, want), np.argwhere(out != want)[:5]
 
 
+@pytest.mark.parametrize("act", ["bf16", "fp16"])
+@pytest.mark.parametrize("factor", [2.0 ** -30, 2.0 ** -12, 1.0, 2.0 ** 12, 2.0 ** 40])
+def test_int4_any_activation_scale(act, factor):
+    """INT4 multiplies in fp16 on activations scaled per 32 by a power of two: the error does not
+    depend on their magnitude (fp16 alone overflows at 2^16 and loses bits below 2^-14), and a 32 of
+    mixed magnitudes (one 24, the rest ~N(0, 1)) keeps the small ones."""
+    if act == "fp16" and not 2.0 ** -12 <= factor <= 1.0:
+        pytest.skip("fp16 activations cannot hold the factor")
+    N, K = 40, 1152
+    pw, info = _case("int4", act, N, K, seed=11)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(3, K, device="cuda", generator=g, dtype=torch.float64)
+    x[2, ::32] = 24.0                      # row 2: one large activation per 32
+    x = (x * factor).to(_dt(act))
+    W = gr.dequantize_torch("int4", info["codes"], info["scales"])
+    ref = x.double() @ W.T
+    out = gr.gemv(x, pw).double()
+    for m in range(3):
+        err = float(torch.linalg.norm(out[m] - ref[m]) / torch.linalg.norm(ref[m]))
+        assert err < 1e-2, (m, err)
+    # the small activations of row 2 count (~0.2 of the norm): the error bound above sees them
+    small = x.double().clone()
+    small[2, torch.arange(K, device="cuda") % 32 != 0] = 0
+    assert float(torch.linalg.norm(small[2] @ W.T - ref[2]) / torch.linalg.norm(ref[2])) > 0.05
+
+
 def test_nan_code_gives_nan():
     codes = np.full((4, 128), 0x38, np.uint8)     # 1.0
     codes[2, 7] = 0x7F
@@ -68,8 +94,9 @@ def test_nan_code_gives_nan():
     assert torch.isnan(out[0, 2]) and torch.equal(out[0, [0, 1, 3]].float(), torch.full((3,), 128.0, device="cuda"))
 
 
-def test_graph_capture_and_loads_twin():
-    pw, _ = _case("fp8", "bf16", 1000, 4096)
+@pytest.mark.parametrize("fmt", gr.FORMATS)
+def test_graph_capture_and_loads_twin(fmt):
+    pw, _ = _case(fmt, "bf16", 1000, 4096)
     x = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
     out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
     want = gr.gemv(x, pw)
@@ -86,9 +113,9 @@ def test_graph_capture_and_loads_twin():
         sink = torch.full((n,), -1, dtype=torch.int32, device="cuda")
         occ = gr.loads(xm, pw, sink=sink)
         torch.cuda.synchronize()
-        assert occ == gr.ctas_per_sm("fp8", "bf16", M) >= 1
+        assert occ == gr.ctas_per_sm(fmt, "bf16", M) >= 1
         assert (sink == -1).all()           # random words: the XOR never equals the key
-    assert gr.ctas_per_sm("fp8", "bf16", 1) == 9
+    assert gr.ctas_per_sm(fmt, "bf16", 1) == (8 if fmt == "int4" else 9)
 
 
 def test_bad_input_in_one_line():
@@ -112,17 +139,18 @@ def test_bad_input_in_one_line():
 
 
 def test_measure_decode_rows_schedule():
-    """schedule='rows': a row per 8-bit format (none for the 4-bit ones), checked, with its loads-only
-    pattern at the kernel's own CTAs per SM."""
+    """schedule='rows': a row per rows format (none for nvfp4), checked, with its loads-only pattern
+    at the kernel's own CTAs per SM."""
     from fp8lab.experiments import decode
 
-    df = decode.measure_decode(["qwen3-8b:o_proj"], [1, 3], ["fp8", "int4", "int8"], cublas=False,
+    df = decode.measure_decode(["qwen3-8b:o_proj"], [1, 3], ["fp8", "int4", "nvfp4", "int8"], cublas=False,
                                schedule="rows", copy={"rate_p50": 4e12}, rep_ms=2, same_copy=False)
-    assert sorted(set(df["fmt"])) == ["fp8", "int8"] and len(df) == 4
+    assert sorted(set(df["fmt"])) == ["fp8", "int4", "int8"] and len(df) == 6
     assert (df["schedule"] == "rows").all() and (df["check_relerr"] < 1e-2).all()
     assert df["pattern_Bps"].notna().all() and (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
-    assert set(df.loc[df["M"] == 1, "ctas_per_sm"]) == {9}
+    m1 = df[df["M"] == 1].set_index("fmt")["ctas_per_sm"]
+    assert (m1["fp8"], m1["int8"], m1["int4"]) == (9, 9, 8)
     best = decode.best_schedule(df)
-    assert len(best) == 4
+    assert len(best) == 6
     # the ncu launch never names the rows schedule (C5 / C8 judge the tile kernels)
     assert decode.launch_of_best(df, "qwen3-8b:o_proj") == {}

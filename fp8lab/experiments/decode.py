@@ -39,7 +39,7 @@ DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 #: the weight-only arms' launch schedules measure_decode takes: gemv_w16's (wo.SCHEDULES) and "rows",
-#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 only)
+#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 / int4)
 SCHEDULES = (*wo.SCHEDULES, "rows")
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
 #: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
@@ -263,7 +263,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
             if schedule == "rows" and fmt not in gemv_rows.FORMATS:
-                continue       # the 4-bit formats have the tile layout only
+                continue       # nvfp4 has the tile layout only
             sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows")
             b = stream_split(wo.ARMS[fmt], N, K)
             # the split-K workspace at its largest before any graph captures its pointer

@@ -1,5 +1,5 @@
-// gemv_rows.cuh -- fp8lab's row-major decode GEMV for 8-bit weights (issue 22, target 1: decode at the
-// copy rate), the weight-only arms' "rows" schedule.
+// gemv_rows.cuh -- fp8lab's row-major decode GEMV for 8-bit and INT4 weights (issue 22, target 1:
+// decode at the copy rate), the weight-only arms' "rows" schedule.
 //
 //   out[m, n] = out_factor * sum_k x[m, k] * value(w[n, k]) * s[n, k / 128]
 //
@@ -24,6 +24,13 @@
 //   them; gemv_w16's bit trick gives +-480); int8 with the 2^23 magic number (exact). Products and
 //   sums in fp32: each thread sums its 16 products, scales the sum by its group scale and adds it to
 //   its row's accumulator; a warp-shuffle tree and shared memory sum the 128 threads per row.
+// * INT4 (value = code - 8, two codes per byte, the even k in the low nibble): a thread's word holds
+//   32 codes, so a K block is 4096 and the thread reads 32 activations. At 2 codes per byte the fp32
+//   path above costs ~5 SASS instructions per code, more than the ~3.9 the issue rate allows at the
+//   copy rate, so INT4 dequantises with Marlin's bit trick on fp16 pairs and multiplies and sums in
+//   fp16 (HFMA2, ~2.2 instructions per code; dot32_int4), 16 products per fp16 sum, then fp32. The
+//   activations are scaled per thread by a power of two into [1, 2) before fp16 (act32_to_h2), so
+//   no bf16 input overflows fp16 and no sum of 16 products exceeds 256.
 // * M > 1: blockIdx.y walks blocks of MB tokens (MB = 1, 2 or 4); every block streams the whole
 //   weight again, so this kernel is for M = 1 (its CUDA-core work grows with M: the tensor-core
 //   kernel is faster from M = 2 on, decode_rows probe).
@@ -45,13 +52,15 @@
 namespace fp8lab {
 namespace rows {
 
-enum Format : int { kFp8 = 0, kInt8 = 1 };   // gemv_w16.cuh's ids of the same formats
+enum Format : int { kFp8 = 0, kInt8 = 1, kInt4 = 3 };   // gemv_w16.cuh's ids of the same formats
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 4;                     // rows of N per CTA
-constexpr int kBlockK = kThreads * 16;       // K bytes per block: one 16-byte word per row per thread
 constexpr int kGroupK = 128;                 // K per group scale
+
+// K elements in one 16-byte weight word (a thread's share of a row per K block): 16 bytes, 32 nibbles
+__host__ __device__ constexpr int elems(int F) { return F == kInt4 ? 32 : 16; }
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   uint4 v;
@@ -119,6 +128,56 @@ __device__ __forceinline__ float dot16(const uint4& w, const float (&x)[16]) {
   return s0 + s1;
 }
 
+// 32 int4 codes (one word; nibble j of 32-bit word i = k + 8 i + j, the low nibble first; value =
+// code - 8) dotted with 32 activations given as fp16 pairs xh[4 i + j] = (x[8 i + j], x[8 i + j + 4]).
+// Marlin's bit trick on packed halves: one LOP3 puts nibbles j and j + 4 of a word into the low
+// mantissa bits of two fp16 1024s (1024 + code, exact), another nibbles j + 1 and j + 5 into bits 4-7
+// (1024 + 16 code); HSUB2 / HFMA2 make them code - 8 (exact); HFMA2 multiplies by the activations and
+// sums 16 products per fp16 accumulator, then fp32. ~2.2 SASS instructions per weight at 4 rows per
+// CTA where the fp32 dequants of scripts/probes/decode_rows.py took ~5.
+__device__ __forceinline__ float dot32_int4(const uint4& w, const __half2 (&xh)[16]) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const __half2 off = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));  // 1032
+  const __half2 s16 = __halves2half2(__ushort_as_half(0x2C00u), __ushort_as_half(0x2C00u));  // 1/16
+  const __half2 m72 = __halves2half2(__ushort_as_half(0xD480u), __ushort_as_half(0xD480u));  // -72
+  __half2 a0 = __float2half2_rn(0.f), a1 = a0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t q = ws[i];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t lo, hi;   // (q & mask) | 1024s in one LOP3 each (C++ gives two: one immediate per LOP3)
+      asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(lo) : "r"(q), "n"(0x000F000F), "n"(0x64006400));
+      asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(hi) : "r"(q), "n"(0x00F000F0), "n"(0x64006400));
+      const __half2 vl = __hsub2(*reinterpret_cast<const __half2*>(&lo), off);
+      const __half2 vh = __hfma2(*reinterpret_cast<const __half2*>(&hi), s16, m72);
+      a0 = __hfma2(vl, xh[4 * i + 2 * h], a0);
+      a1 = __hfma2(vh, xh[4 * i + 2 * h + 1], a1);
+      q >>= 8;
+    }
+  }
+  const float2 f = __half22float2(__hadd2(a0, a1));
+  return f.x + f.y;
+}
+
+// A thread's 32 fp32 activations -> fp16 pairs for dot32_int4, scaled by the power of two 2^-e that
+// puts their largest magnitude in [1, 2): any bf16 / fp16 input fits fp16, and a dot of 32 products
+// (|code - 8| <= 8) stays below 512. Returns 2^e, which multiplies the dot back (exact).
+__device__ __forceinline__ float act32_to_h2(const float (&xf)[32], __half2 (&xh)[16]) {
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(xf[i]));
+  // biased exponent of amax, clamped so both 2^(127 - e) and 2^(e - 127) are normal floats
+  const uint32_t e = min(max((__float_as_uint(amax) >> 23) & 0xFFu, 1u), 253u);
+  const float inv = __uint_as_float((254u - e) << 23);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) xh[4 * i + j] = __floats2half2_rn(xf[8 * i + j] * inv, xf[8 * i + j + 4] * inv);
+  }
+  return __uint_as_float(e << 23);
+}
+
 // One CTA: rows n0 .. n0 + kRows - 1, tokens m0 .. m0 + MB - 1 (fewer in the last block).
 template <int F, bool BF16, int MB, bool LOADS_ONLY>
 __device__ __forceinline__ void rows_body(const RowsParams& p) {
@@ -137,15 +196,20 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
   }
   uint32_t hx = 0u;
 
+  constexpr int E = elems(F);                     // K per thread per block
+  constexpr int kBlockK = kThreads * E;           // K per block: one 16-byte word per row per thread
+  const size_t row_bytes = F == kInt4 ? static_cast<size_t>(p.K) / 2 : static_cast<size_t>(p.K);
+
   for (int kb = 0; kb < p.K; kb += kBlockK) {
-    const int k0 = kb + tid * 16;
-    const bool kin = k0 < p.K;
+    const int k0 = kb + tid * E;
+    const bool kin = k0 < p.K;                    // K % 128 == 0: a thread's K lies all in or all out
     uint4 wv[kRows];
     float sc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const bool ok = kin && n0 + r < p.N;
-      wv[r] = ok ? ldg_stream(p.w + static_cast<size_t>(n0 + r) * p.K + k0) : make_uint4(0u, 0u, 0u, 0u);
+      wv[r] = ok ? ldg_stream(p.w + (n0 + r) * row_bytes + (F == kInt4 ? k0 / 2 : k0))
+                 : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -156,13 +220,25 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
     for (int m = 0; m < MB; ++m) {
       if (kin && m < mb) {
         const uint4* xp = reinterpret_cast<const uint4*>(x16 + static_cast<size_t>(m0 + m) * p.K + k0);
-        const uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
+        uint4 xw[E / 8];                          // E activations, 8 per 16-byte word
+#pragma unroll
+        for (int i = 0; i < E / 8; ++i) xw[i] = __ldg(xp + i);
         if constexpr (LOADS_ONLY) {
-          hx ^= xa.x ^ xa.y ^ xa.z ^ xa.w ^ xb.x ^ xb.y ^ xb.z ^ xb.w;
+#pragma unroll
+          for (int i = 0; i < E / 8; ++i) hx ^= xw[i].x ^ xw[i].y ^ xw[i].z ^ xw[i].w;
 #pragma unroll
           for (int r = 0; r < kRows; ++r)
             hx ^= wv[r].x ^ wv[r].y ^ wv[r].z ^ wv[r].w ^ __float_as_uint(sc[r]);
+        } else if constexpr (F == kInt4) {
+          float xf[32];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) act8<BF16>(xw[i], xf + 8 * i);
+          __half2 xh[16];
+          const float back = act32_to_h2(xf, xh);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[m][r] = fmaf(dot32_int4(wv[r], xh), sc[r] * back, acc[m][r]);
         } else {
+          const uint4 xa = xw[0], xb = xw[1];
           float xf[16];
           act8<BF16>(xa, xf);
           act8<BF16>(xb, xf + 8);
@@ -207,21 +283,29 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
   }
 }
 
-// CTAs per SM the launch bounds ask for: ptxas then keeps MB = 1 at <= 56 registers (nine CTAs per
-// SM, the probe's occupancy) and gives MB = 2 / 4 the registers they need without spills.
-__host__ __device__ constexpr int min_ctas(int MB) { return MB == 1 ? 9 : (MB == 2 ? 6 : 4); }
+// CTAs per SM the launch bounds ask for: ptxas then keeps 8-bit MB = 1 at <= 56 registers (nine CTAs
+// per SM, the probe's occupancy) and gives MB = 2 / 4 the registers they need without spills. INT4
+// holds a thread's 32 activations as fp16 pairs beside its four rows' words: eight CTAs per SM at
+// MB = 1 (64 registers; asked for nine, ptxas spilled 64 bytes).
+__host__ __device__ constexpr int min_ctas(int F, int MB) {
+  return MB == 1 ? (F == kInt4 ? 8 : 9) : (MB == 2 ? 6 : 4);
+}
 
 // One __global__ per format, named after the arm (the SASS census and ncu name the scheme).
 template <bool BF16, int MB>
-__global__ void __launch_bounds__(kThreads, min_ctas(MB)) gemv_w8a16_fp8_rows(const RowsParams p) {
+__global__ void __launch_bounds__(kThreads, min_ctas(kFp8, MB)) gemv_w8a16_fp8_rows(const RowsParams p) {
   rows_body<kFp8, BF16, MB, false>(p);
 }
 template <bool BF16, int MB>
-__global__ void __launch_bounds__(kThreads, min_ctas(MB)) gemv_w8a16_int8_rows(const RowsParams p) {
+__global__ void __launch_bounds__(kThreads, min_ctas(kInt8, MB)) gemv_w8a16_int8_rows(const RowsParams p) {
   rows_body<kInt8, BF16, MB, false>(p);
 }
+template <bool BF16, int MB>
+__global__ void __launch_bounds__(kThreads, min_ctas(kInt4, MB)) gemv_w4a16_int4_rows(const RowsParams p) {
+  rows_body<kInt4, BF16, MB, false>(p);
+}
 template <int F, bool BF16, int MB>
-__global__ void __launch_bounds__(kThreads, min_ctas(MB)) gemv_rows_loads(const RowsParams p) {
+__global__ void __launch_bounds__(kThreads, min_ctas(F, MB)) gemv_rows_loads(const RowsParams p) {
   rows_body<F, BF16, MB, true>(p);
 }
 
@@ -234,6 +318,8 @@ inline const void* kernel_of() {
     return reinterpret_cast<const void*>(&gemv_rows_loads<F, BF16, MB>);
   } else if constexpr (F == kFp8) {
     return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows<BF16, MB>);
+  } else if constexpr (F == kInt4) {
+    return reinterpret_cast<const void*>(&gemv_w4a16_int4_rows<BF16, MB>);
   } else {
     return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows<BF16, MB>);
   }
@@ -256,6 +342,7 @@ inline const void* find_kernel(int fmt, bool bf16, int M, bool loads_only) {
   };
   if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
   if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
+  if (fmt == kInt4) return by_b(std::integral_constant<int, kInt4>{});
   return nullptr;
 }
 

@@ -1,4 +1,4 @@
-"""fp8lab's row-major decode GEMV for 8-bit weights: the weight-only arms' ``"rows"`` schedule.
+"""fp8lab's row-major decode GEMV for 8-bit and INT4 weights: the weight-only arms' ``"rows"`` schedule.
 
     out[m, n] = out_factor * sum_k act[m, k] * value(code[n, k]) * scale[n, k // 128]
 
@@ -11,9 +11,12 @@ H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the te
 every M works (blocks of up to 4 tokens, each streaming the whole weight).
 
 Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
-+-480) and ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`). A rows weight is a
-:class:`~fp8lab.kernels.weight_only.PackedWeight` with ``layout="rows"``: ``w`` the codes' bytes
-as 32-bit words, ``s`` the 16-bit scales (the activation dtype) as 32-bit words, ``out_factor`` 1.
++-480), ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`) and ``int4`` (codes
+0..15, value = code - 8, two per byte with the even k in the low nibble; multiplied and summed in
+fp16, 16 products per sum, on activations scaled per 32 by a power of two: see gemv_rows.cuh). A
+rows weight is a :class:`~fp8lab.kernels.weight_only.PackedWeight` with ``layout="rows"``: ``w``
+the codes' bytes as 32-bit words, ``s`` the 16-bit scales (the activation dtype) as 32-bit words,
+``out_factor`` 1.
 :func:`gemv` runs it (``weight_only.gemv_w16`` reads the tile layout only and refuses such a weight).
 """
 
@@ -30,7 +33,7 @@ PARAMS_HEADER = KERNEL_DIR / "gemv_rows_params.h"
 EXT_SOURCES = (KERNEL_DIR / "gemv_rows_ext.cpp", KERNEL_DIR / "gemv_rows_ext.cu")
 EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
 
-FORMATS = ("fp8", "int8")
+FORMATS = ("fp8", "int8", "int4")
 ROWS_PER_CTA = 4
 THREADS = 128
 LAYOUT = "rows"
@@ -39,15 +42,14 @@ LOADS_KEY = 0x2F5A17C3
 
 
 def load_extension(verbose: bool = False):
-    """Build (once per content hash) and import the extension (2 formats x 2 dtypes x 3 token
-    blocks, and their loads-only twins: 24 small kernels)."""
+    """Build (once per content hash) and import the extension (3 formats x 2 dtypes x 3 token
+    blocks, and their loads-only twins: 36 small kernels)."""
     return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
 def check_fmt(fmt: str) -> str:
     if fmt not in FORMATS:
-        raise ValueError(f"the rows layout takes formats {FORMATS}, got {fmt!r} (the 4-bit formats have the "
-                         f"tile layout only)")
+        raise ValueError(f"the rows layout takes formats {FORMATS}, got {fmt!r} (nvfp4 has the tile layout only)")
     return fmt
 
 
@@ -65,8 +67,11 @@ def geometry(N: int, M: int) -> dict:
 
 
 def code_values(fmt: str) -> np.ndarray:
-    """float64 value of every code as the rows kernel decodes it (e4m3: NaN codes are NaN)."""
+    """float64 value of every code as the rows kernel decodes it (e4m3: NaN codes are NaN; int4:
+    codes 0..15)."""
     check_fmt(fmt)
+    if fmt == "int4":
+        return np.arange(16, dtype=np.float64) - 8.0
     codes = np.arange(256, dtype=np.uint8)
     if fmt == "fp8":
         return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
@@ -74,8 +79,9 @@ def code_values(fmt: str) -> np.ndarray:
 
 
 def pack_rows(fmt: str, codes, scales, *, act: str = "bf16") -> wo.PackedWeight:
-    """Logical codes (N, K) integers 0..255 and scales (N, K/128), exactly representable in
-    ``act`` -> a rows-layout PackedWeight (numpy words; ``.to('cuda')`` as any packed weight)."""
+    """Logical codes (N, K) integers (0..255; int4 0..15) and scales (N, K/128), exactly
+    representable in ``act`` -> a rows-layout PackedWeight (numpy words; ``.to('cuda')`` as any
+    packed weight). int4 packs two codes per byte, k even in the low nibble."""
     check_fmt(fmt)
     wo._check_act(act)
     c = np.asarray(codes)
@@ -83,13 +89,17 @@ def pack_rows(fmt: str, codes, scales, *, act: str = "bf16") -> wo.PackedWeight:
         raise ValueError(f"codes must be an integer array, got dtype {c.dtype}")
     if c.ndim != 2 or c.shape[0] < 1:
         raise ValueError(f"codes must be 2-D (N, K) with N >= 1, got shape {c.shape}")
-    if c.size and (c.min() < 0 or c.max() > 255):
-        raise ValueError(f"{fmt} codes must lie in 0..255, got min {c.min()} max {c.max()}")
+    top = 15 if fmt == "int4" else 255
+    if c.size and (c.min() < 0 or c.max() > top):
+        raise ValueError(f"{fmt} codes must lie in 0..{top}, got min {c.min()} max {c.max()}")
     N, K = c.shape
     if K < wo.STEP_K or K % wo.STEP_K:
         raise ValueError(f"K must be a positive multiple of {wo.STEP_K}, got K={K}")
     s = wo._scales_16(scales, act, (N, K // wo.STEP_K))
-    w = np.ascontiguousarray(c.astype(np.uint8)).reshape(-1).view(np.uint32)
+    b = np.ascontiguousarray(c.astype(np.uint8))
+    if fmt == "int4":
+        b = np.ascontiguousarray(b[:, 0::2] | (b[:, 1::2] << 4))
+    w = b.reshape(-1).view(np.uint32)
     s16 = s.astype(wo._NP_DTYPE[act]).view(np.uint16).reshape(-1)
     if s16.size % 2:
         s16 = np.concatenate([s16, np.zeros(1, np.uint16)])
@@ -106,7 +116,7 @@ def random_rows(fmt: str, N: int, K: int, *, act: str = "bf16", seed: int = 0) -
     if K % wo.STEP_K:
         raise ValueError(f"K must be a multiple of {wo.STEP_K}, got {K}")
     rng = np.random.default_rng(seed)
-    codes = rng.integers(0, 256, size=(N, K), dtype=np.uint8)
+    codes = rng.integers(0, 16 if fmt == "int4" else 256, size=(N, K), dtype=np.uint8)
     if fmt == "fp8":
         codes[(codes & 0x7F) == 0x7F] -= 1
     scales = np.exp2(rng.uniform(-10, -6, size=(N, K // 128))).astype(wo._NP_DTYPE[act]).astype(np.float64)
@@ -148,7 +158,8 @@ def _validate(act, pw, out, torch):
              f"{name} must be a contiguous int32 CUDA tensor (call pw.to('cuda'))")
         need(t.device == act.device, f"{name} is on {t.device} but act is on {act.device}")
     need(pw.w.data_ptr() % 16 == 0, "pw.w must be 16-byte aligned")
-    need(pw.w.numel() == pw.N * pw.K // 4, f"pw.w has {pw.w.numel()} words, the rows layout needs {pw.N * pw.K // 4}")
+    words = pw.N * pw.K * wo.BITS[pw.fmt] // 32
+    need(pw.w.numel() == words, f"pw.w has {pw.w.numel()} words, the rows layout of {pw.fmt} needs {words}")
     s_words = -(-pw.N * (pw.K // wo.STEP_K) // 2)
     need(pw.s.numel() == s_words, f"pw.s has {pw.s.numel()} words, the rows layout needs {s_words}")
     need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62 and pw.N * pw.K < 2**62, "sizes must fit")

@@ -15,14 +15,15 @@ cudaError_t fp8lab_gemv_rows_occupancy(int fmt, bool bf16, int M, bool loads_onl
 namespace {
 
 fp8lab::rows::RowsParams params(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& s, int64_t N,
-                                int64_t K) {
+                                int64_t K, int64_t fmt) {
   TORCH_CHECK(x.is_cuda() && w.is_cuda() && s.is_cuda(), "x, w and s must be CUDA tensors");
   TORCH_CHECK(x.scalar_type() == at::ScalarType::BFloat16 || x.scalar_type() == at::ScalarType::Half,
               "x must be bf16 or fp16");
   TORCH_CHECK(w.scalar_type() == at::ScalarType::Int && s.scalar_type() == at::ScalarType::Int, "w and s must be int32");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) == K, "x must be a contiguous (M, K) matrix");
   TORCH_CHECK(K % 128 == 0 && K >= 128 && N >= 1, "K must be a positive multiple of 128, N positive");
-  TORCH_CHECK(w.numel() * 4 >= N * K && s.numel() * 2 >= N * (K / 128), "w or s too small for (N, K)");
+  const int64_t w_bytes = fmt == 3 ? N * K / 2 : N * K;   // int4: two codes per byte
+  TORCH_CHECK(w.numel() * 4 >= w_bytes && s.numel() * 2 >= N * (K / 128), "w or s too small for (N, K)");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
               "w and x must be 16-byte aligned");
   fp8lab::rows::RowsParams p{};
@@ -39,7 +40,7 @@ fp8lab::rows::RowsParams params(const torch::Tensor& x, const torch::Tensor& w, 
 // out = x @ W^T (W: the (N, K) row-major codes in w, group scales in s), in x's dtype.
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor out, int64_t N, int64_t K,
                    int64_t fmt, double out_factor) {
-  fp8lab::rows::RowsParams p = params(x, w, s, N, K);
+  fp8lab::rows::RowsParams p = params(x, w, s, N, K, fmt);
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == x.scalar_type() && out.is_contiguous() && out.dim() == 2 &&
                   out.size(0) == x.size(0) && out.size(1) == N,
               "out must be a contiguous (M, N) tensor of x's dtype");
@@ -55,7 +56,7 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Ten
 // sink: int32, one word per launched thread.
 int64_t loads(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor sink, int64_t N, int64_t K, int64_t fmt,
            int64_t key) {
-  fp8lab::rows::RowsParams p = params(x, w, s, N, K);
+  fp8lab::rows::RowsParams p = params(x, w, s, N, K, fmt);
   TORCH_CHECK(sink.is_cuda() && sink.scalar_type() == at::ScalarType::Int, "sink must be an int32 CUDA tensor");
   const c10::cuda::CUDAGuard guard(x.device());
   p.sink = reinterpret_cast<uint32_t*>(sink.data_ptr());
@@ -77,7 +78,7 @@ int64_t occupancy(int64_t fmt, bool bf16, int64_t M, bool loads_only) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv", &gemv, "the row-major 8-bit decode GEMV");
+  m.def("gemv", &gemv, "the row-major 8-bit / int4 decode GEMV");
   m.def("loads", &loads, "its weight, scale and activation loads alone, on its grid");
   m.def("occupancy", &occupancy, "CTAs per SM of one of its kernels");
 }

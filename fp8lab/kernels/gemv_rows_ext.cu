@@ -1,9 +1,9 @@
 // gemv_rows_ext.cu -- the row-major decode GEMV (gemv_rows.cuh) behind its torch binding
-// (gemv_rows_ext.cpp): fp8 and int8 x bf16 / fp16 activations x MB = 1, 2, 4 tokens per CTA, and
+// (gemv_rows_ext.cpp): fp8, int8 and int4 x bf16 / fp16 activations x MB = 1, 2, 4 tokens per CTA, and
 // their loads-only twins. No torch headers here, so nvcc only compiles CUDA.
 #include "gemv_rows.cuh"
 
-// fmt: 0 fp8, 1 int8. cudaErrorInvalidValue for another format or a bad shape.
+// fmt: 0 fp8, 1 int8, 3 int4. cudaErrorInvalidValue for another format or a bad shape.
 // occ: null, or gets the CTAs per SM the launched kernel has (loads_only: padded to the GEMV's).
 cudaError_t fp8lab_gemv_rows_launch(int fmt, bool bf16, bool loads_only, const fp8lab::rows::RowsParams& p,
                                     cudaStream_t stream, int* occ) {

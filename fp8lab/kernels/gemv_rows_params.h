@@ -8,7 +8,8 @@ namespace fp8lab {
 namespace rows {
 
 struct RowsParams {
-  const uint8_t* w;      // (N, K) weight codes, row-major: e4m3, or int8 as offset binary (value = code - 128)
+  const uint8_t* w;      // (N, K) weight codes, row-major: e4m3, int8 as offset binary (value = code - 128),
+                         // or int4 two per byte, the even k in the low nibble (value = code - 8)
   const uint16_t* s;     // (N, K / 128) group scales in the activation dtype (bf16 or fp16), row-major
   const void* x;         // (M, K) activations, bf16 or fp16, row-major
   void* out;             // (M, N) output in the activation dtype
