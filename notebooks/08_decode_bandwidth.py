@@ -33,8 +33,9 @@
 # fp8lab's own four kernels (`gemv_w8a16_fp8`, `gemv_w8a16_int8`, `gemv_w4a16_nvfp4`,
 # `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
 # instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
-# For FP8 and INT8 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
-# row-major copy of the weight with fp32 FMAs on the CUDA cores and no tensor cores; where it is the
+# For FP8, INT8 and INT4 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
+# row-major copy of the weight on the CUDA cores with no tensor cores (fp32 FMAs for the 8-bit
+# formats; INT4 on fp16 pairs with Marlin's bit trick, summed in fp32 per 32 codes); where it is the
 # faster (decode, M = 1) the figures, targets and timing verdicts (C4) take it, as they take the
 # fastest schedule everywhere; the Nsight Compute profile, C5 and C8 stay on the tile kernels, the
 # seed's tensor-core dequant design. This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
@@ -147,7 +148,7 @@ else:
 # launch schedule in `schedules` (split-K: a grid of N tiles x K splits; stream-K: one persistent
 # CTA per slot walking a contiguous run of (N tile, K step) units; `"bulk"`, not timed by default:
 # the split-K grid with each warp's weights and scales in a five-stage shared-memory ring filled by
-# cp.async.bulk, twice the register ring's bytes in flight; `"rows"`, fp8 and int8 only: the weight
+# cp.async.bulk, twice the register ring's bytes in flight; `"rows"`, fp8, int8 and int4: the weight
 # packed row-major for `fp8lab.kernels.gemv_rows`, CTAs of 4 warps splitting 4 rows' K with no tensor
 # cores and no split-K, fp8lab's decode M = 1 kernel) and cuBLAS BF16, each checked
 # against float64 (4 rows) before it is timed, inputs rotated over more than 2x the L2, timed as
