@@ -35,7 +35,7 @@
 # instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
 # For FP8, INT8 and INT4 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
 # row-major copy of the weight on the CUDA cores with no tensor cores (fp32 FMAs for the 8-bit
-# formats; INT4 on fp16 pairs with Marlin's bit trick, summed in fp32 per 32 codes); where it is the
+# formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32); where it is the
 # faster (decode, M = 1) the figures, targets and timing verdicts (C4) take it, as they take the
 # fastest schedule everywhere; the Nsight Compute profile, C5 and C8 stay on the tile kernels, the
 # seed's tensor-core dequant design. This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
