@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fp8lab.run import cli, prebuild
-from fp8lab.kernels import (cutlass_blockwise_sm90, gemv_w8a8, hmma_peak, mma_blockwise, seed001, weight_only,
+from fp8lab.kernels import (cutlass_blockwise_sm90, gemv_rows, gemv_w8a8, hmma_peak, mma_blockwise, seed001, weight_only,
                             wgmma_blockwise)
 from fp8lab.experiments import gemv_sass
 
@@ -80,7 +80,7 @@ def test_every_binding_source_is_built():
     listed = {*mma_blockwise.EXT_SOURCES, *weight_only.EXT_SOURCES, *weight_only.XALU_EXT_SOURCES,
               *weight_only.PATTERN_EXT_SOURCES,
               *seed001.EXT_SOURCES, *hmma_peak.EXT_SOURCES, cutlass_blockwise_sm90.EXT_SOURCE,
-              *wgmma_blockwise.EXT_SOURCES, *gemv_w8a8.EXT_SOURCES}
+              *wgmma_blockwise.EXT_SOURCES, *gemv_w8a8.EXT_SOURCES, *gemv_rows.EXT_SOURCES}
     on_disk = {p for p in KERNELS.iterdir() if re.search(r"_ext\.(cu|cpp)$", p.name)}
     assert len(on_disk) >= 12 and not on_disk - {Path(p) for p in listed}, on_disk - set(listed)
     for p in listed:

@@ -31,7 +31,7 @@ import pandas as pd
 from ..measure import bench, harness
 from ..facts import devices, shapes
 from ..arms import peer_catalog, registry
-from ..kernels import weight_only as wo
+from ..kernels import gemv_rows, weight_only as wo
 from . import gemv_sass as gs
 from ..measure.progress import progress as track
 
@@ -91,11 +91,15 @@ def _shape(name: str) -> shapes.Shape:
 # --------------------------------------------------------------------------------------
 # The sweep (GPU)
 # --------------------------------------------------------------------------------------
-def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int):
-    """Weight copies for rotation and the float64 check of one format."""
+def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int, rows: bool = False):
+    """Weight copies for rotation and the float64 check of one format (``rows``: the rows layout of
+    :mod:`fp8lab.kernels.gemv_rows`, schedule "rows")."""
     import torch
 
-    pw_host, info = wo.random_weight(fmt, N, K, act=act, seed=seed)
+    if rows:
+        pw_host, info = gemv_rows.random_rows(fmt, N, K, act=act, seed=seed)
+    else:
+        pw_host, info = wo.random_weight(fmt, N, K, act=act, seed=seed)
     pw = pw_host.to("cuda")
     del pw_host
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
@@ -103,7 +107,10 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     x = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
     out = harness.poisoned((check_m, N), tdt)
     wo.gemv_w16(x, pw, out=out)
-    W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
+    if rows:
+        W = gemv_rows.dequantize_torch(fmt, info["codes"], info["scales"])
+    else:
+        W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
     ref = x.double() @ W.t()
     del W
     err = harness.require(f"{wo.ARMS[fmt]} {N}x{K}", out, ref)
@@ -214,8 +221,21 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
 
     pat: dict = {}
 
-    def pattern_of(fmt, N, K, M, sets, cfg, s, stream_bytes):
+    def pattern_of(fmt, N, K, M, sets, cfg, s, stream_bytes, x=None):
         """(pattern Bps, its CTAs per SM) of this row's launch; one timing per distinct launch."""
+        if pattern and schedule == "rows":
+            # the rows GEMV's own loads-only twin: same grid, same loads, padded to its CTAs per SM
+            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M)["threads"])
+            occ = {}
+
+            def run_loads(pw):
+                occ[0] = gemv_rows.loads(x, pw, sink=sink)
+
+            t, _ = timed(run_loads, [(pw,) for pw in sets])
+            if occ.get(0) != cfg["ctas_per_sm"]:
+                raise RuntimeError(f"the rows loads of {fmt} at M = {M} ran at {occ.get(0)} CTAs per SM, "
+                                   f"its kernel at {cfg['ctas_per_sm']}")
+            return stream_bytes / t.p50_s, occ[0]
         if not pattern or schedule not in wo.PATTERN_SCHEDULES:
             return math.nan, math.nan
         kw = dict(splits=int(s)) if schedule == "splitk" else dict(ctas=int(cfg["streamk_ctas"]))
@@ -239,16 +259,25 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         sh = _shape(name)
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
-            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m)
+            if schedule == "rows" and fmt not in gemv_rows.FORMATS:
+                continue       # the 4-bit formats have the tile layout only
+            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows")
             b = stream_split(wo.ARMS[fmt], N, K)
             # the split-K workspace at its largest before any graph captures its pointer
             wo.workspace(torch.device("cuda"), max(Ms) * N,
                          max(wo.grid_x(fmt, N, m) * -(-m // wo.M_BLOCK) for m in Ms))
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(tdt)
-                cfg = wo.launch_config(sets[0], M)
+                if schedule == "rows":
+                    cfg = {"ctas_per_sm": gemv_rows.ctas_per_sm(fmt, act, M)}
+                else:
+                    cfg = wo.launch_config(sets[0], M)
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
-                if schedule == "streamk":
+                if schedule == "rows":
+                    s = np.nan
+                    grid = str(gemv_rows.geometry(N, M)["grid"])
+                    timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o), list(zip(sets, outs)))
+                elif schedule == "streamk":
                     s = np.nan
                     grid = str(tuple(cfg["streamk_grid"]))
                     timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, out=o, schedule="streamk"),
@@ -259,7 +288,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                     timing, clk = timed(lambda pw, o: wo.gemv_w16(x, pw, splits=s, out=o, schedule=schedule),
                                         list(zip(sets, outs)))
                 occ = cfg["bulk_ctas_per_sm"] if schedule == "bulk" else cfg["ctas_per_sm"]
-                p_Bps, p_occ = pattern_of(fmt, N, K, M, sets, cfg, s, b["stream_bytes"])
+                p_Bps, p_occ = pattern_of(fmt, N, K, M, sets, cfg, s, b["stream_bytes"], x)
                 rows.append(_row(name, N, K, M, wo.ARMS[fmt], fmt, act, b, timing, clk, copy_Bps, spec,
                                  splits=s, grid=grid, ctas=occ, err=err,
                                  schedule=schedule, same_Bps=same_Bps(b["stream_bytes"]),
@@ -364,10 +393,13 @@ def ncu_workload() -> None:
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     calls = []
     for fmt in cfg["formats"]:
-        pw_host, _ = wo.random_weight(fmt, N, K, act=act, seed=cfg.get("seed", 0), keep_codes=False)
+        kw = cfg.get("launch", {}).get(fmt, {})
+        if kw.get("schedule") == "rows":
+            pw_host, _ = gemv_rows.random_rows(fmt, N, K, act=act, seed=cfg.get("seed", 0))
+        else:
+            pw_host, _ = wo.random_weight(fmt, N, K, act=act, seed=cfg.get("seed", 0), keep_codes=False)
         pw = pw_host.to("cuda")
         x = torch.randn(M, K, device="cuda").to(tdt)
-        kw = cfg.get("launch", {}).get(fmt, {})
         calls.append(lambda x=x, pw=pw, kw=kw: wo.gemv_w16(x, pw, **kw))
     if cfg.get("cublas", True):
         w = (0.02 * torch.randn(N, K, device="cuda")).to(torch.bfloat16)
@@ -396,8 +428,11 @@ def ncu_workload() -> None:
 
 
 def launch_of_best(df: pd.DataFrame, shape_name: str, M: int = 1) -> dict:
-    """{fmt: gemv_w16 keyword arguments} of the fastest timed launch schedule per format at
-    (shape, M), for :func:`profile_decode`: ncu then profiles the launches the figures show."""
+    """{fmt: gemv_w16 keyword arguments} of the fastest timed tile schedule per format at (shape,
+    M), for :func:`profile_decode`: ncu profiles the tile kernels (C5's and C8's subject, the seed's
+    tensor-core dequant design), never the rows schedule (gemv_rows: no tensor cores)."""
+    if "schedule" in df:
+        df = df[df["schedule"] != "rows"]
     d = best_schedule(df)
     d = d[(d["shape"] == shape_name) & (d["M"] == M) & (d["arm"] != CUBLAS)]
     return {r["fmt"]: ({"schedule": r["schedule"]} if r.get("schedule") in wo.SCHEDULES else {})

@@ -226,10 +226,11 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
 #: the launch schedules of :func:`gemv_w16`: ``splitk`` (grid of CTA tiles x K splits, the
 #: original), ``streamk`` (persistent CTAs walking the (tile, K step) units; issue 7) and ``bulk``
 #: (the split-K grid with each warp's weights in a shared-memory ring filled by cp.async.bulk,
-#: sm_90+; issue 22: twice the register ring's bytes in flight per SM). The default stays
-#: ``splitk``; notebook 08 times split-K and stream-K by default and plots the faster per point;
-#: scripts/probes/gemv.py times all three side by side.
-SCHEDULES = ("splitk", "streamk", "bulk")
+#: sm_90+; issue 22: twice the register ring's bytes in flight per SM), and ``rows`` (fp8 / int8
+#: only: a weight packed row-major for fp8lab.kernels.gemv_rows' CUDA-core GEMV, the decode M = 1
+#: schedule). The default stays ``splitk``; notebook 08 times split-K, stream-K and rows by default
+#: and plots the fastest per point; scripts/probes/gemv.py times the tile schedules side by side.
+SCHEDULES = ("splitk", "streamk", "bulk", "rows")
 #: the bulk schedule's copy engine (cp.async.bulk, mbarrier transaction counts) needs Hopper
 BULK_MIN_SM = 90
 DEFAULT_SCHEDULE = "splitk"
@@ -395,6 +396,7 @@ class PackedWeight:
     w: object           # packed weight words
     s: object           # packed scale words
     out_factor: float
+    layout: str = "tiles"   # "tiles": this module's kernels; "rows": gemv_rows.py (row-major bytes, 16-bit scales)
 
     @property
     def n_rows(self) -> int:
@@ -791,6 +793,7 @@ def _validate(act, pw: PackedWeight, out, splits, torch):
 
     need(isinstance(pw, PackedWeight), f"pw must be a PackedWeight (pack_weights(...).to('cuda')), got "
                                        f"{type(pw).__name__}")
+    need(pw.layout == "tiles", f"pw has layout {pw.layout!r}; this kernel reads the tile layout (pack_weights)")
     need(isinstance(act, torch.Tensor), f"act must be a torch.Tensor, got {type(act).__name__}")
     want = torch.bfloat16 if pw.act == "bf16" else torch.float16
     need(act.dtype == want, f"act must be {want} (the weight was packed for {pw.act}), got {act.dtype}")
@@ -860,7 +863,9 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     workspace (see gemv_w16.cuh), or ``"bulk"``: the split-K grid with the weights and scales
     brought into shared memory by cp.async.bulk (sm_90+, pw.s 16-byte aligned; the same sums in
     the same order as split-K with the same ``splits``). ``splits`` applies to split-K and bulk;
-    ``ctas`` to stream-K only.
+    ``ctas`` to stream-K only. ``"rows"`` (or any weight packed with ``layout="rows"``): the
+    row-major CUDA-core GEMV of :mod:`fp8lab.kernels.gemv_rows` (fp8 / int8; the decode M = 1
+    schedule), which takes none of the other keywords.
 
     ``act_resident`` (split-K, bulk, stream-K): True lets a CTA keep its activations in shared
     memory when they fit (one barrier in all instead of two per 384-K chunk). Split-K and bulk:
@@ -883,6 +888,17 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     may differ in the last bit of an element (``scripts/probes/gemv.py`` counts how often)."""
     import torch
 
+    if schedule == "rows" or getattr(pw, "layout", "tiles") == "rows":
+        if getattr(pw, "layout", "tiles") != "rows":
+            raise ValueError("schedule='rows' needs a rows-layout weight (gemv_rows.pack_rows or random_rows, "
+                             "then .to('cuda'))")
+        if schedule not in (None, "rows"):
+            raise ValueError(f"a rows-layout weight runs schedule 'rows' only, got schedule={schedule!r}")
+        if splits is not None or extra_alu is not None or ctas is not None or pdl:
+            raise ValueError("schedule='rows' takes no splits, extra_alu, ctas or pdl (one CTA per 4 rows, no split-K)")
+        from . import gemv_rows
+
+        return gemv_rows.gemv(act, pw, out=out)
     _validate(act, pw, out, splits, torch)
     M = act.shape[0]
     schedule = DEFAULT_SCHEDULE if schedule is None else schedule

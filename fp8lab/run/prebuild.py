@@ -105,6 +105,10 @@ TARGETS: tuple[Target, ...] = (
            units="PATTERN_EXT_SOURCES", slow_s=20,
            what="the weight-only GEMVs' access patterns alone (notebook 08's ceiling): 60 small kernels"),
     # (slow_s an estimate until the H200 times it: its torch binding's g++ dominates)
+    Target("gemv_rows", "extension", "fp8lab.kernels.gemv_rows:load_extension",
+           units="EXT_SOURCES", slow_s=20,
+           what="row-major 8-bit decode GEMV (weight-only schedule 'rows') and its loads-only twin: 24 kernels"),
+    # (slow_s an estimate until the H200 times it)
     Target("gemv_w8a8", "extension", "fp8lab.kernels.gemv_w8a8:load_extension",
            units="EXT_SOURCES", slow_s=30, what="W8A8 blockwise decode GEMV (gemv_w16.cuh's kFp8A8): 4 tiles"),
     # (slow_s not yet timed on the H200: its torch binding's g++ dominates, as gemv_w16_xalu's 37 s)

@@ -1,0 +1,200 @@
+"""fp8lab's row-major decode GEMV for 8-bit weights: the weight-only arms' ``"rows"`` schedule.
+
+    out[m, n] = out_factor * sum_k act[m, k] * value(code[n, k]) * scale[n, k // 128]
+
+The kernel (``gemv_rows.cuh``) reads the weight as row-major (N, K) bytes with one 16-bit group
+scale per (row, 128 K): CTAs of 4 warps that split 4 rows' K among their 128 threads, every load of
+a K block issued before any arithmetic, fp32 FMAs on the CUDA cores, no split-K. At M = 1 on the
+H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the tensor-core kernel
+(:func:`fp8lab.kernels.weight_only.gemv_w16`'s split-K and stream-K schedules) streamed 0.73-0.93
+(``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M, so it is the M = 1 schedule;
+every M works (blocks of up to 4 tokens, each streaming the whole weight).
+
+Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
++-480) and ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`). A rows weight is a
+:class:`~fp8lab.kernels.weight_only.PackedWeight` with ``layout="rows"``: ``w`` the codes' bytes
+as 32-bit words, ``s`` the 16-bit scales (the activation dtype) as 32-bit words, ``out_factor`` 1.
+``weight_only.gemv_w16(act, pw)`` runs it for such a weight (schedule ``"rows"``).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from . import weight_only as wo
+from ._build import COMMON_HEADERS, KERNEL_DIR, extension
+
+HEADER = KERNEL_DIR / "gemv_rows.cuh"
+PARAMS_HEADER = KERNEL_DIR / "gemv_rows_params.h"
+EXT_SOURCES = (KERNEL_DIR / "gemv_rows_ext.cpp", KERNEL_DIR / "gemv_rows_ext.cu")
+EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
+
+FORMATS = ("fp8", "int8")
+ROWS_PER_CTA = 4
+THREADS = 128
+LAYOUT = "rows"
+#: the word the loads-only kernel's XOR is compared with before its one store
+LOADS_KEY = 0x2F5A17C3
+
+
+def load_extension(verbose: bool = False):
+    """Build (once per content hash) and import the extension (2 formats x 2 dtypes x 3 token
+    blocks, and their loads-only twins: 24 small kernels)."""
+    return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
+
+
+def check_fmt(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"the rows layout takes formats {FORMATS}, got {fmt!r} (the 4-bit formats have the "
+                         f"tile layout only)")
+    return fmt
+
+
+def tokens_per_cta(M: int) -> int:
+    """Tokens one CTA takes (gemv_rows.cuh mb_for): 1, 2, else 4."""
+    return 1 if M <= 1 else (2 if M == 2 else 4)
+
+
+def geometry(N: int, M: int) -> dict:
+    """The launch: grid (ceil(N / 4), ceil(M / tokens_per_cta(M))), THREADS per CTA, and the threads
+    in all (the loads-only kernel's sink words)."""
+    mb = tokens_per_cta(M)
+    grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
+    return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS}
+
+
+def code_values(fmt: str) -> np.ndarray:
+    """float64 value of every code as the rows kernel decodes it (e4m3: NaN codes are NaN)."""
+    check_fmt(fmt)
+    codes = np.arange(256, dtype=np.uint8)
+    if fmt == "fp8":
+        return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return codes.astype(np.float64) - 128.0
+
+
+def pack_rows(fmt: str, codes, scales, *, act: str = "bf16") -> wo.PackedWeight:
+    """Logical codes (N, K) integers 0..255 and scales (N, K/128), exactly representable in
+    ``act`` -> a rows-layout PackedWeight (numpy words; ``.to('cuda')`` as any packed weight)."""
+    check_fmt(fmt)
+    wo._check_act(act)
+    c = np.asarray(codes)
+    if not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(f"codes must be an integer array, got dtype {c.dtype}")
+    if c.ndim != 2 or c.shape[0] < 1:
+        raise ValueError(f"codes must be 2-D (N, K) with N >= 1, got shape {c.shape}")
+    if c.size and (c.min() < 0 or c.max() > 255):
+        raise ValueError(f"{fmt} codes must lie in 0..255, got min {c.min()} max {c.max()}")
+    N, K = c.shape
+    if K < wo.STEP_K or K % wo.STEP_K:
+        raise ValueError(f"K must be a positive multiple of {wo.STEP_K}, got K={K}")
+    s = wo._scales_16(scales, act, (N, K // wo.STEP_K))
+    w = np.ascontiguousarray(c.astype(np.uint8)).reshape(-1).view(np.uint32)
+    s16 = s.astype(wo._NP_DTYPE[act]).view(np.uint16).reshape(-1)
+    if s16.size % 2:
+        s16 = np.concatenate([s16, np.zeros(1, np.uint16)])
+    return wo.PackedWeight(fmt, act, N, K, w.copy(), s16.view(np.uint32).copy(), 1.0, layout=LAYOUT)
+
+
+def random_rows(fmt: str, N: int, K: int, *, act: str = "bf16", seed: int = 0) -> tuple[wo.PackedWeight, dict]:
+    """A benchmark-size rows weight: uniformly random codes (e4m3's NaN codes redrawn as their
+    neighbours 0x7e / 0xfe, as no quantiser emits NaN) with :func:`weight_only.random_weight`'s
+    scales. Returns (PackedWeight on the host, dict(codes (N, K) uint8, scales, global_scale=1))."""
+    check_fmt(fmt)
+    wo._check_act(act)
+    N, K = wo._pos_int("N", N), wo._pos_int("K", K)
+    if K % wo.STEP_K:
+        raise ValueError(f"K must be a multiple of {wo.STEP_K}, got {K}")
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 256, size=(N, K), dtype=np.uint8)
+    if fmt == "fp8":
+        codes[(codes & 0x7F) == 0x7F] -= 1
+    scales = np.exp2(rng.uniform(-10, -6, size=(N, K // 128))).astype(wo._NP_DTYPE[act]).astype(np.float64)
+    return pack_rows(fmt, codes, scales, act=act), {"codes": codes, "scales": scales, "global_scale": 1.0}
+
+
+def dequantize_torch(fmt: str, codes, scales, dtype=None):
+    """(N, K) weight on the GPU as the rows kernel decodes it (float64 by default)."""
+    import torch
+
+    dtype = dtype or torch.float64
+    dev = codes.device if isinstance(codes, torch.Tensor) else torch.device("cuda")
+    c = codes if isinstance(codes, torch.Tensor) else torch.from_numpy(np.asarray(codes, np.uint8)).to(dev)
+    W = torch.from_numpy(code_values(fmt)).to(dev, dtype)[c.long()]
+    W *= torch.from_numpy(np.asarray(scales, np.float64)).to(dev, dtype).repeat_interleave(128, dim=1)
+    return W
+
+
+def _validate(act, pw, out, torch):
+    def need(cond, msg):
+        if not cond:
+            raise ValueError(msg)
+
+    need(isinstance(pw, wo.PackedWeight) and pw.layout == LAYOUT,
+         "pw must be a rows-layout PackedWeight (gemv_rows.pack_rows(...).to('cuda'))")
+    check_fmt(pw.fmt)
+    need(isinstance(act, torch.Tensor), f"act must be a torch.Tensor, got {type(act).__name__}")
+    want = torch.bfloat16 if pw.act == "bf16" else torch.float16
+    need(act.dtype == want, f"act must be {want} (the weight was packed for {pw.act}), got {act.dtype}")
+    need(act.dim() == 2, f"act must be 2-D (M, K), got shape {tuple(act.shape)}")
+    need(act.is_cuda, f"act must be on a CUDA device, got {act.device}")
+    need(act.is_contiguous(), "act must be contiguous (row-major, K innermost)")
+    need(act.data_ptr() % 16 == 0, f"act must be 16-byte aligned (data_ptr % 16 = {act.data_ptr() % 16})")
+    M, K = act.shape
+    need(M >= 1, f"M must be >= 1, got {M}")
+    need(K == pw.K, f"act is (M, K) = {tuple(act.shape)} but the weight has K = {pw.K}")
+    for name, t in (("pw.w", pw.w), ("pw.s", pw.s)):
+        need(isinstance(t, torch.Tensor) and t.is_cuda and t.dtype == torch.int32 and t.is_contiguous(),
+             f"{name} must be a contiguous int32 CUDA tensor (call pw.to('cuda'))")
+        need(t.device == act.device, f"{name} is on {t.device} but act is on {act.device}")
+    need(pw.w.data_ptr() % 16 == 0, "pw.w must be 16-byte aligned")
+    need(pw.w.numel() == pw.N * pw.K // 4, f"pw.w has {pw.w.numel()} words, the rows layout needs {pw.N * pw.K // 4}")
+    s_words = -(-pw.N * (pw.K // wo.STEP_K) // 2)
+    need(pw.s.numel() == s_words, f"pw.s has {pw.s.numel()} words, the rows layout needs {s_words}")
+    need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62 and pw.N * pw.K < 2**62, "sizes must fit")
+    need(-(-M // tokens_per_cta(M)) < 65536, f"M = {M} needs more than 65535 token blocks")
+    if out is not None:
+        need(isinstance(out, torch.Tensor) and out.dtype == want, f"out must be a {want} tensor")
+        need(tuple(out.shape) == (M, pw.N), f"out must be (M, N) = {(M, pw.N)}, got {tuple(out.shape)}")
+        need(out.is_contiguous() and out.device == act.device, "out must be contiguous, on act's device")
+
+
+def gemv(act, pw: wo.PackedWeight, *, out=None):
+    """out (M, N) = act (M, K) @ dequant(pw).T in act's dtype, for a rows-layout ``pw`` on the GPU."""
+    import torch
+
+    _validate(act, pw, out, torch)
+    if out is None:
+        out = torch.empty((act.shape[0], pw.N), dtype=act.dtype, device=act.device)
+    return load_extension().gemv(act, pw.w, pw.s, out, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], float(pw.out_factor))
+
+
+def ctas_per_sm(fmt: str, act: str, M: int) -> int:
+    """CTAs per SM of the rows GEMV for (fmt, act dtype, M) on the current device."""
+    check_fmt(fmt)
+    wo._check_act(act)
+    return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(M), False))
+
+
+def loads(act, pw: wo.PackedWeight, *, sink) -> int:
+    """The rows GEMV's launch with its weight, scale and activation loads alone (XORed; one store
+    where the XOR equals :data:`LOADS_KEY`), at the GEMV's CTAs per SM: that launch's access-pattern
+    ceiling. ``sink``: int32 CUDA tensor of at least ``geometry(N, M)['threads']`` words. Returns
+    the CTAs per SM it ran at."""
+    import torch
+
+    _validate(act, pw, None, torch)
+    need = geometry(pw.N, act.shape[0])["threads"]
+    if not (isinstance(sink, torch.Tensor) and sink.is_cuda and sink.dtype == torch.int32 and sink.numel() >= need):
+        raise ValueError(f"sink must be an int32 CUDA tensor of at least {need} words")
+    return int(load_extension().loads(act, pw.w, pw.s, sink, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], LOADS_KEY))
+
+
+def rows_cubin(arch: str = "sm_90"):
+    """gemv_rows_ext.cu (every rows kernel, no torch) for ``arch``: what the SASS tests read."""
+    from ..toolchain.cubin import compile_cubin
+
+    b = compile_cubin(EXT_SOURCES[1], arch, include=[KERNEL_DIR], key_files=(HEADER, PARAMS_HEADER, EXT_SOURCES[1]))
+    if not b.ok:
+        raise RuntimeError(f"nvcc failed ({' '.join(b.cmd)}):\n{b.log[-3000:]}")
+    return b.cubin
