@@ -208,6 +208,23 @@ def test_copy_without_git_checked_against_the_commit_it_names(repo, tmp_path, mo
     assert first[:10] in detail["wrong.csv"]
 
 
+def test_a_commit_only_another_branch_holds_is_named(repo):
+    # measured on a branch that was then rebased: main's clean clone lacks the commit
+    # (CI at be49c84), although this repository, with the branch, still has it
+    main = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    _git(repo, "checkout", "-q", "-b", "side")
+    (repo / "fp8lab" / "__init__.py").write_text("X = 3\n")
+    _git(repo, "commit", "-q", "-am", "measured on a side branch")
+    side = _git(repo, "rev-parse", "HEAD")
+    _write("side")
+    _git(repo, "checkout", "-q", main)
+    report = verify.verify()
+    assert _kinds(report) == [("side.csv", verify.NOT_IN_HISTORY)]
+    assert report.problems[0].detail == side[:10]
+    _git(repo, "merge", "-q", "-s", "ours", "--no-edit", "side")    # the fix: into history
+    assert verify.verify().problems == []
+
+
 def test_each_sidecar_problem_is_named(repo, capsys):
     for name in ("ok", "nohash", "nocommit", "badcommit", "edited", "broken", "list",
                  "nosha", "rule", "orphan", "bare"):

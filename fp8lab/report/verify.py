@@ -36,11 +36,12 @@ NO_SOURCE_HASH = "no source hash"
 OTHER_RULE = "source hash made under another rule"
 NO_COMMIT = "no commit"
 UNKNOWN_COMMIT = "commit not in this repository"
+NOT_IN_HISTORY = "commit not in HEAD's history (a clone of this branch would lack it)"
 DIRTY = "dirty tree"
 SOURCES_DIFFER = "sources differ from the commit's tree"
 TREE_UNREADABLE = "cannot read the commit's tree"
 KINDS = (NO_SIDECAR, NO_TABLE, BAD_SIDECAR, CSV_UNREADABLE, CSV_MISMATCH, NO_SOURCE_HASH,
-         OTHER_RULE, NO_COMMIT, UNKNOWN_COMMIT, DIRTY, SOURCES_DIFFER, TREE_UNREADABLE)
+         OTHER_RULE, NO_COMMIT, UNKNOWN_COMMIT, NOT_IN_HISTORY, DIRTY, SOURCES_DIFFER, TREE_UNREADABLE)
 # A reader must be able to find these files from the summary alone.
 _ALWAYS_NAMED = {NO_SIDECAR, NO_TABLE, BAD_SIDECAR, CSV_UNREADABLE, CSV_MISMATCH}
 
@@ -75,6 +76,7 @@ class _Git:
         self.root = str(root)
         self._full: dict[str, str | None] = {}
         self._hash: dict[str, str] = {}
+        self._history: dict[str, bool] = {}
 
     def full(self, commit: str) -> str | None:
         """The full id of a commit this repository has, else None. Only a hex id counts:
@@ -88,6 +90,17 @@ class _Git:
                 if r.returncode == 0:
                     self._full[commit] = r.stdout.strip()
         return self._full[commit]
+
+    def in_history(self, full_commit: str) -> bool:
+        """Whether the commit is HEAD or one of its ancestors. A commit that only another
+        branch (or a rebased-away draft) holds is in this repository but not in a clean
+        clone of this branch, which is what CI checks."""
+        if full_commit not in self._history:
+            r = subprocess.run(["git", "-C", self.root, "merge-base", "--is-ancestor",
+                                full_commit, "HEAD"], capture_output=True, text=True,
+                               timeout=30)
+            self._history[full_commit] = r.returncode == 0
+        return self._history[full_commit]
 
     def source_hash(self, full_commit: str) -> str:
         if full_commit not in self._hash:
@@ -168,6 +181,8 @@ def _check_table(meta_path: Path, csv_path: Path, git: _Git, add) -> None:
         if full is None:
             add(UNKNOWN_COMMIT, f"{str(commit)[:40]}"
                 + (f" (from {g['source']})" if g.get("source") else ""))
+        elif not git.in_history(full):
+            add(NOT_IN_HISTORY, full[:10])
     if g.get("dirty") is True:
         changed = g.get("changed")
         add(DIRTY, ", ".join(map(str, changed))[:120] if isinstance(changed, list) else "")
