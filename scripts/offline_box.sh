@@ -37,7 +37,7 @@
 # (scripts/probes/decode_rows.py: a row-major CUDA-core FP8 GEMV of gemlite's shape over CTA configs at M = 1,
 # then four configs at M = 2 and 4, beside gemv_w16 and cuBLAS BF16; JOB/decode-rows-m1, -m24/), decode-rows-int4
 # (the same probe with --fmt int4: four CUDA-core dequants (magic, unit, h2, h2s) at M = 1 and h2 / h2s past fp16 range; JOB/decode-rows-int4/),
-# smoke, test-gpu, run (every
+# smoke, test-gpu, proof (smoke and test-gpu side by side, every extension built once first), run (every
 # notebook, measured), NN (one notebook measured, e.g. 05). A measuring step builds the source peers its
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
 # CUDA quantiser: 05, 06; vLLM's and SGLang's CUDA quantisers: 06b)
@@ -56,7 +56,7 @@ usage() { echo "usage: scripts/offline_box.sh run|start JOB COMMIT STEP... | wai
 [ $# -ge 2 ] || usage
 verb=$1 job=$2; shift 2
 MK=(WHEELHOUSE=wheelhouse EXTRAS=gpu-tools,test,peers VENV=)
-STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows decode-rows-int4 smoke test-gpu run"
+STEPS="env setup marlin deepgemm deepgemm-bindings vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows decode-rows-int4 smoke test-gpu proof run"
 
 # the nine shapes of choose_splits' fit (scripts/probes/data/gemv_splits_h200.json)
 SPLIT_SHAPES=llama3-70b:down_proj,llama3-70b:qkv,llama3-70b:o_proj,llama3-8b:down_proj,llama3-8b:gate_up,qwen3-8b:gate_up,qwen3-8b:down_proj,qwen3-8b:o_proj,deepseek-v3:dense_down
@@ -142,6 +142,15 @@ step() {
                          && timeout 400 python3 scripts/probes/gemv_w8a8.py --out "$job/w8a8-gemv"; } > "$job/w8a8-gemv.log" 2>&1
                    local rc=$?; tail -30 "$job/w8a8-gemv.log"; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
+        proof) # smoke and test-gpu side by side, to spend less of a lease's device time: every extension
+               # built once first, then both with PREBUILD=no; smoke's timings go to runs/ only, and the
+               # tests assert no timing, so sharing the GPU changes no pass or fail
+               make build "${MK[@]}" > "$job/build.log" 2>&1 || { tail -5 "$job/build.log"; return 1; }
+               make test-gpu "${MK[@]}" PREBUILD=no > "$job/test-gpu.log" 2>&1 & local tg=$!
+               make smoke "${MK[@]}" PREBUILD=no > "$job/smoke.log" 2>&1 & local sm=$!
+               wait $tg; local rt=$?; wait $sm; local rs=$?
+               echo "test-gpu rc=$rt:"; tail -3 "$job/test-gpu.log"; echo "smoke rc=$rs:"; tail -3 "$job/smoke.log"
+               return $(( rt > rs ? rt : rs )) ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
         run) source_peers marlin vllm-marlin deepgemm vllm-cutlass vllm-quant sglang-quant
              GIT_DIR=/nonexistent python3 -m fp8lab run --mode measure --no-progress --out runs/measure-all
@@ -179,7 +188,7 @@ case "$verb" in
         for s in "${@:2}"; do          # smoke's guard sees any change under data/ and figures/ while it runs: a tool
             case "$s" in               # that copies the tree to the box again mid-job (a later call) rewrites what a
                 run|[0-9][0-9]|[0-9][0-9][a-z]) measured=$s ;;   # measuring step before it changed there
-                smoke) [ -n "$measured" ] && echo "note: smoke comes after measuring step $measured: a copy of the tree made while smoke runs would rewrite $measured's tables and fail smoke's guard; put smoke and test-gpu first" >&2 ;;
+                smoke|proof) [ -n "$measured" ] && echo "note: smoke comes after measuring step $measured: a copy of the tree made while smoke runs would rewrite $measured's tables and fail smoke's guard; put smoke and test-gpu first" >&2 ;;
             esac
         done
         rm -rf "$job"; mkdir -p "$job"

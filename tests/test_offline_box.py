@@ -20,7 +20,7 @@ def test_a_typo_in_a_step_is_one_line_before_anything_runs(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == ["unknown step 'smok' (steps: env setup marlin deepgemm deepgemm-bindings "
                                              "vllm-marlin vllm-cutlass vllm-quant sglang-quant gemlite-atomics quant-probe gemv-probe gemv-ncu w8a16-swapab decode-ablate quant-ncu quant-pdl copy-floor gemv-splits wgmma-bw w8a8-gemv decode-pattern decode-3cta decode-rows decode-rows-int4 "
-                                             "smoke test-gpu run, or a notebook id "
+                                             "smoke test-gpu proof run, or a notebook id "
                                              "such as 05)"]
     assert not job.exists()
 
@@ -127,3 +127,28 @@ def test_a_measuring_step_builds_its_source_peers_first_only_when_missing(tmp_pa
                         "06"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0 and [c.split()[:4] for c in calls.read_text().splitlines()] == \
         [["-m", "fp8lab", "run", "--only"]]
+
+
+def test_proof_builds_once_then_runs_test_gpu_and_smoke_side_by_side(tmp_path):
+    """Step 'proof': make build, then make test-gpu and make smoke at once (both PREBUILD=no); the step
+    fails when either fails, and prints both tails."""
+    root, calls, env = _fake_box(tmp_path)
+    make = tmp_path / "bin" / "make"
+    # a fake make: logs its start and end; test-gpu and smoke each take a second, smoke then fails
+    make.write_text(f"#!/bin/sh\necho \"start $*\" >> {calls}\n"
+                    f"case \"$*\" in smoke*) sleep 1; echo smoke-tail; echo \"end smoke\" >> {calls}; exit 4 ;;\n"
+                    "test-gpu*) sleep 1; echo tests-tail ;; esac\n"
+                    f"echo \"end $1\" >> {calls}\n")
+    make.chmod(0o755)
+    job = tmp_path / "j"
+    r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(job), "abc1234", "proof"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 4, r.stdout + r.stderr
+    lines = calls.read_text().splitlines()
+    assert lines[0].startswith("start build ") and lines[1] == "end build"
+    starts = [ln for ln in lines[2:] if ln.startswith("start ")]
+    assert sorted(ln.split()[1] for ln in starts) == ["smoke", "test-gpu"]
+    assert all(ln.endswith("PREBUILD=no") for ln in starts)
+    assert [ln.split()[0] for ln in lines[2:]] == ["start", "start", "end", "end"]   # side by side
+    assert "test-gpu rc=0:" in r.stdout and "tests-tail" in r.stdout and "smoke rc=4:" in r.stdout
+    assert "smoke-tail" in r.stdout and (job / "summary").read_text().startswith("proof rc=4")
