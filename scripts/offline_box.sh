@@ -143,13 +143,19 @@ step() {
                    local rc=$?; tail -30 "$job/w8a8-gemv.log"; return $rc ;;
         smoke) make smoke "${MK[@]}" > "$job/smoke.log" 2>&1; local rc=$?; tail -3 "$job/smoke.log"; return $rc ;;
         proof) # smoke and test-gpu side by side, to spend less of a lease's device time: every extension
-               # built once first, then both with PREBUILD=no; smoke's timings go to runs/ only, and the
-               # tests assert no timing, so sharing the GPU changes no pass or fail
+               # built once first, then both with PREBUILD=no; smoke's timings go to runs/ only. A few GPU
+               # tests bound the harness's own timings (tests/test_bench_gpu.py: a 4 KiB kernel under
+               # 10 us), which smoke's kernels on the same GPU can break: tests that failed are run
+               # again alone afterwards (pytest --lf, test-gpu-rerun.log), and that run decides
                make build "${MK[@]}" > "$job/build.log" 2>&1 || { tail -5 "$job/build.log"; return 1; }
                make test-gpu "${MK[@]}" PREBUILD=no > "$job/test-gpu.log" 2>&1 & local tg=$!
                make smoke "${MK[@]}" PREBUILD=no > "$job/smoke.log" 2>&1 & local sm=$!
                wait $tg; local rt=$?; wait $sm; local rs=$?
                echo "test-gpu rc=$rt:"; tail -3 "$job/test-gpu.log"; echo "smoke rc=$rs:"; tail -3 "$job/smoke.log"
+               if [ $rt -ne 0 ]; then
+                   make test-gpu "${MK[@]}" PREBUILD=no ARGS=--lf > "$job/test-gpu-rerun.log" 2>&1; rt=$?
+                   echo "test-gpu, its failures again alone, rc=$rt:"; tail -3 "$job/test-gpu-rerun.log"
+               fi
                return $(( rt > rs ? rt : rs )) ;;
         test-gpu) make test-gpu "${MK[@]}" > "$job/test-gpu.log" 2>&1; local rc=$?; tail -3 "$job/test-gpu.log"; return $rc ;;
         run) source_peers marlin vllm-marlin deepgemm vllm-cutlass vllm-quant sglang-quant

@@ -152,3 +152,28 @@ def test_proof_builds_once_then_runs_test_gpu_and_smoke_side_by_side(tmp_path):
     assert [ln.split()[0] for ln in lines[2:]] == ["start", "start", "end", "end"]   # side by side
     assert "test-gpu rc=0:" in r.stdout and "tests-tail" in r.stdout and "smoke rc=4:" in r.stdout
     assert "smoke-tail" in r.stdout and (job / "summary").read_text().startswith("proof rc=4")
+    assert "again alone" not in r.stdout                              # test-gpu passed: no rerun
+
+
+def test_proof_runs_failed_gpu_tests_again_alone(tmp_path):
+    """test-gpu fails beside smoke (a timing bound of the harness): its failures run again alone
+    (ARGS=--lf, after smoke ended), and that run decides the step's exit status."""
+    root, calls, env = _fake_box(tmp_path)
+    make = tmp_path / "bin" / "make"
+    make.write_text(f"#!/bin/sh\necho \"start $*\" >> {calls}\n"
+                    "case \"$*\" in *ARGS=--lf*) echo rerun-tail; exit 0 ;; test-gpu*) echo tests-tail; exit 1 ;;\n"
+                    "smoke*) sleep 1 ;; esac\n"
+                    f"echo \"end $1\" >> {calls}\n")
+    make.chmod(0o755)
+    r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j"), "abc1234",
+                        "proof"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = calls.read_text().splitlines()
+    assert lines[-1].startswith("start test-gpu ") and lines[-1].endswith("PREBUILD=no ARGS=--lf")
+    assert lines.index("end smoke") < len(lines) - 1                    # after smoke ended
+    assert "test-gpu rc=1:" in r.stdout and "its failures again alone, rc=0:" in r.stdout and "rerun-tail" in r.stdout
+    # the rerun failing too fails the step
+    make.write_text(make.read_text().replace("echo rerun-tail; exit 0", "echo rerun-tail; exit 1"))
+    r = subprocess.run(["bash", str(root / "scripts" / "offline_box.sh"), "run", str(tmp_path / "j2"), "abc1234",
+                        "proof"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "its failures again alone, rc=1:" in r.stdout
