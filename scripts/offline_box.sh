@@ -42,8 +42,14 @@
 # notebooks run (Marlin and vLLM's Marlin: 04, 08, 11; DeepGEMM, vLLM's CUTLASS blockwise GEMM and vLLM's
 # CUDA quantiser: 05, 06; vLLM's and SGLang's CUDA quantisers: 06b)
 # first when no build of them is there.
-# What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it: a
-# tool that copies the tree again before the next command overwrites tracked files. Before
+# What a measuring step writes under data/ and figures/ is copied to JOB/keep right after it.
+# `start` runs the steps in a snapshot of the tree (JOB/tree; runs/, wheelhouse/, .venv and .git
+# left out; PYTHONPATH and FP8LAB_ROOT point there): a tool that copies the tree to the box again
+# for its next command (the `wait` call) rewrites the tree's files while the job runs, and a
+# notebook importing fp8lab at that moment failed (H200, 22c72ed: smoke's 10_clock_sweep,
+# "cannot import name 'harness'", the second after the next call began). Step `setup` installs
+# from the tree itself (an editable install from the snapshot would point at a folder the next
+# `start` deletes); `pack` reads runs/ and build/peers/ from the snapshot when there is one. Before
 # carrying the tree: `make wheelhouse WHEEL_HAVE=<the box's pip freeze>` and
 # `python scripts/peers_offline.py --wheels --sources`. A lent box that is handed back when idle
 # (no command running for its idle-release time, whatever a detached job is doing) takes the job
@@ -80,7 +86,10 @@ step() {
         env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
              python3 -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)'
              echo "commit $FP8LAB_GIT_COMMIT, $(nproc) cores" ;;
-        setup) make setup "${MK[@]}" ;;
+        setup) if [ -n "${FP8LAB_BOX_TREE:-}" ]; then      # a snapshot: install from the tree, then
+                   make -C "$FP8LAB_BOX_TREE" setup "${MK[@]}" || return $?   # share its stamp (make
+                   cp -p "$FP8LAB_BOX_TREE"/.fp8lab-installed-* . 2>/dev/null || true   # setup: done)
+               else make setup "${MK[@]}"; fi ;;
         marlin) python3 -m fp8lab.peers build marlin ;;
         vllm-marlin) python3 -m fp8lab.peers build vllm-marlin ;;
         vllm-cutlass) python3 -m fp8lab.peers build vllm-cutlass ;;
@@ -201,9 +210,13 @@ case "$verb" in
         if [ "$verb" = run ]; then
             steps "$@" 2>&1 | tee "$job/log"; exit "${PIPESTATUS[0]}"
         fi
-        setsid nohup "$(pwd)/scripts/offline_box.sh" run-detached "$job" "$@" > "$job/log" 2>&1 < /dev/null &
+        mkdir -p "$job/tree"
+        tar -C . --exclude=./runs --exclude=./wheelhouse --exclude=./.venv --exclude=./.git -cf - . \
+            | tar -C "$job/tree" -xf - || { echo "could not copy the tree to $job/tree" >&2; exit 1; }
+        FP8LAB_BOX_TREE="$(pwd)" FP8LAB_ROOT="$job/tree" PYTHONPATH="$job/tree${PYTHONPATH:+:$PYTHONPATH}" \
+            setsid nohup "$job/tree/scripts/offline_box.sh" run-detached "$job" "$@" > "$job/log" 2>&1 < /dev/null &
         echo $! > "$job/pid"
-        echo "started in $job (pid $!)" ;;
+        echo "started in $job (pid $!), in a snapshot of the tree: $job/tree" ;;
     run-detached) steps "$@" ;;
     wait)           # returns at once when there is nothing to wait for: no job there (a device lent
                     # afresh keeps nothing of the last one) or its process gone before it finished
@@ -226,9 +239,11 @@ case "$verb" in
         mkdir -p "$1"
         cp "$job"/*.log "$1"/ 2>/dev/null
         [ -d "$job/keep" ] && tar czf "$1/keep.tgz" -C "$job/keep" .
-        [ -d runs ] && tar czf "$1/runs.tgz" --exclude='*.so' --exclude='*.cubin' runs
+        dest=$(cd "$1" && pwd)
+        [ -d "$job/tree" ] && cd "$job/tree"            # a started job ran in its snapshot
+        [ -d runs ] && tar czf "$dest/runs.tgz" --exclude='*.so' --exclude='*.cubin' runs
         ls build/peers/*/probe* build/peers/*/build_info.json >/dev/null 2>&1 && \
-            tar czf "$1/peers.tgz" build/peers/*/probe* build/peers/*/build_info.json
-        ls -la "$1" ;;
+            tar czf "$dest/peers.tgz" build/peers/*/probe* build/peers/*/build_info.json
+        ls -la "$dest" ;;
     *) usage ;;
 esac

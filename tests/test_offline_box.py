@@ -83,6 +83,45 @@ def test_start_then_wait_follows_the_detached_job(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("done (rc=")
 
 
+def test_start_runs_in_a_snapshot_that_a_new_copy_of_the_tree_cannot_touch(tmp_path):
+    """`start` runs its steps in JOB/tree (runs/ left out), with PYTHONPATH and FP8LAB_ROOT there, so a
+    tool that copies the tree to the box again while the job runs (its next call) cannot change what
+    a running step reads; `setup` installs from the tree itself and shares its stamp; `pack` packs
+    the snapshot's runs/."""
+    root, calls, env = _fake_box(tmp_path)
+    (root / "marker.txt").write_text("before\n")
+    (root / "runs").mkdir()
+    (root / "runs" / "old.txt").write_text("an earlier run\n")
+    go = tmp_path / "go"
+    make = tmp_path / "bin" / "make"
+    make.write_text("#!/bin/sh\n"
+                    f"case \"$*\" in *' setup '*) echo \"setup $1 $2\" >> {calls}; touch \"$2/.fp8lab-installed-x\" ;;\n"
+                    f"smoke*) while [ ! -f {go} ]; do sleep 0.1; done\n"
+                    f"  echo \"smoke in $(pwd) reads $(cat marker.txt) root $FP8LAB_ROOT path $PYTHONPATH\" >> {calls}\n"
+                    "  mkdir -p runs/s && echo ok > runs/s/log ;;\nesac\n")
+    make.chmod(0o755)
+    script = root / "scripts" / "offline_box.sh"
+    os.chmod(script, 0o755)
+    job = tmp_path / "job"
+    r = subprocess.run(["bash", str(script), "start", str(job), "abc1234", "setup", "smoke"], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=root)
+    assert r.returncode == 0 and f"in a snapshot of the tree: {job}/tree" in r.stdout, r.stdout + r.stderr
+    (root / "marker.txt").write_text("after\n")        # the tree copied again while the job runs
+    go.write_text("")
+    r = subprocess.run(["bash", str(script), "wait", str(job), "30"], capture_output=True, text=True, timeout=60,
+                       env=env, cwd=root)
+    assert r.returncode == 0 and r.stdout.startswith("done (rc=0)"), r.stdout
+    lines = calls.read_text().splitlines()
+    assert lines[0] == f"setup -C {root}"
+    assert lines[1].startswith(f"smoke in {job}/tree reads before root {job}/tree path {job}/tree")
+    assert (job / "tree" / ".fp8lab-installed-x").exists() and not (job / "tree" / "runs" / "old.txt").exists()
+    dest = tmp_path / "out"
+    r = subprocess.run(["bash", str(script), "pack", str(job), str(dest)], capture_output=True, text=True,
+                       timeout=60, env=env, cwd=root)
+    listed = subprocess.run(["tar", "tzf", str(dest / "runs.tgz")], capture_output=True, text=True).stdout.split()
+    assert r.returncode == 0 and "runs/s/log" in listed and "runs/old.txt" not in listed
+
+
 def _fake_box(tmp_path):
     """A copy of the script in a tree of its own, python3 on PATH a stub that logs its arguments."""
     root = tmp_path / "tree"
