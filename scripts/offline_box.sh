@@ -49,7 +49,9 @@
 # notebook importing fp8lab at that moment failed (H200, 22c72ed: smoke's 10_clock_sweep,
 # "cannot import name 'harness'", the second after the next call began). Step `setup` installs
 # from the tree itself (an editable install from the snapshot would point at a folder the next
-# `start` deletes); `pack` reads runs/ and build/peers/ from the snapshot when there is one. Before
+# `start` deletes); `pack` reads runs/ and build/peers/ from the snapshot when there is one. Peers a
+# started job builds stay in its snapshot: build them in the tree first (`run JOB C marlin ...` or
+# `make build`) and every later snapshot starts with them. Before
 # carrying the tree: `make wheelhouse WHEEL_HAVE=<the box's pip freeze>` and
 # `python scripts/peers_offline.py --wheels --sources`. A lent box that is handed back when idle
 # (no command running for its idle-release time, whatever a detached job is doing) takes the job
@@ -198,13 +200,6 @@ case "$verb" in
         [ $# -ge 2 ] || usage
         for s in "${@:2}"; do          # a typo fails here, before anything runs
             case " $STEPS " in *" $s "*) ;; *) [[ $s =~ ^[0-9][0-9][a-z]?$ ]] || { echo "unknown step '$s' (steps: $STEPS, or a notebook id such as 05)" >&2; exit 2; } ;; esac
-        done
-        measured=
-        for s in "${@:2}"; do          # smoke's guard sees any change under data/ and figures/ while it runs: a tool
-            case "$s" in               # that copies the tree to the box again mid-job (a later call) rewrites what a
-                run|[0-9][0-9]|[0-9][0-9][a-z]) measured=$s ;;   # measuring step before it changed there
-                smoke|proof) [ -n "$measured" ] && echo "note: smoke comes after measuring step $measured: a copy of the tree made while smoke runs would rewrite $measured's tables and fail smoke's guard; put smoke and test-gpu first" >&2 ;;
-            esac
         done
         rm -rf "$job"; mkdir -p "$job"
         if [ "$verb" = run ]; then
