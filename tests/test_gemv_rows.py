@@ -1,7 +1,8 @@
 """The rows layout (fp8lab.kernels.gemv_rows) on the CPU: packing, the codes' values, refusals in one
-line, the launch geometry, and the kernels' SASS (no spills, nine CTAs' registers at M = 1, the
-weight loads streamed past L1, no tensor cores; the loads-only twin's loads are the GEMV's; INT4
-on fp16 pairs at eight CTAs per SM)."""
+line, the launch geometry and form, and the kernels' SASS: the CUDA-core form (no spills, nine CTAs'
+registers at M = 1, the weight loads streamed past L1, no tensor cores; the loads-only twin's loads
+are the GEMV's; INT4 on fp16 pairs at eight CTAs per SM) and the tensor-core form (8 NT HMMAs and
+every load of a step in its K loop, no local memory there at NT = 1, its twin's loads the GEMV's)."""
 
 import re
 from collections import Counter
@@ -98,10 +99,29 @@ def test_bad_input_is_refused_in_one_line(call, msg):
 
 
 def test_geometry():
-    assert gr.geometry(24576, 1) == {"grid": (6144, 1), "mb": 1, "threads": 6144 * 128}
-    assert gr.geometry(10, 2) == {"grid": (3, 1), "mb": 2, "threads": 3 * 128}
-    assert gr.geometry(10, 5) == {"grid": (3, 2), "mb": 4, "threads": 6 * 128}
+    assert gr.geometry(24576, 1) == {"grid": (6144, 1), "mb": 1, "threads": 6144 * 128, "form": "cuda"}
+    assert gr.geometry(10, 2) == {"grid": (3, 1), "mb": 2, "threads": 3 * 128, "form": "cuda"}
+    assert gr.geometry(10, 5) == {"grid": (3, 2), "mb": 4, "threads": 6 * 128, "form": "cuda"}
     assert [gr.tokens_per_cta(m) for m in (1, 2, 3, 4, 9)] == [1, 2, 4, 4, 4]
+    # the tensor-core form: 16 rows x 8 (M <= 8) or 16 tokens per CTA, a 1-D grid
+    assert gr.geometry(24576, 16, "mma") == {"grid": (1536, 1), "mb": 16, "threads": 1536 * 128, "form": "mma"}
+    assert gr.geometry(17, 5, "mma") == {"grid": (2, 1), "mb": 8, "threads": 2 * 128, "form": "mma"}
+    assert gr.geometry(17, 40, "mma")["grid"] == (2 * 3, 1)
+    assert [gr.tokens_per_cta(m, "mma") for m in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 16]
+
+
+def test_default_form():
+    """The tensor-core form from MMA_MIN_M on for fp8 / int8; INT4 keeps the CUDA-core form."""
+    assert gr.MMA_MIN_M == 2 and gr.MMA_FORMATS == ("fp8", "int8")
+    assert [gr.default_form("fp8", m) for m in (1, 2, 16)] == ["cuda", "mma", "mma"]
+    assert [gr.default_form("int8", m) for m in (1, 3)] == ["cuda", "mma"]
+    assert [gr.default_form("int4", m) for m in (1, 16)] == ["cuda", "cuda"]
+    for call, msg in [(lambda: gr.check_form("wgmma"), "form must be one of"),
+                      (lambda: gr.geometry(16, 1, "tc"), "form must be one of"),
+                      (lambda: gr._form_for("int4", 16, "mma"), "tensor-core rows form takes formats")]:
+        with pytest.raises(ValueError, match=msg) as e:
+            call()
+        assert "\n" not in str(e.value)
 
 
 def test_rows_is_a_schedule_of_the_decode_sweep_not_of_gemv_w16():
@@ -123,12 +143,14 @@ def test_rows_sass():
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
-    ks = _kernel_opcodes(cubin)
+    ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" not in n}
     assert len(ks) == 36, sorted(ks)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     regs = {}
     for name, body in re.findall(r"Function (\S+):\s*\n\s*(REG:\d+ STACK:\d+ SHARED:\d+ LOCAL:\d+)", res):
+        if "rows_mma" in name:
+            continue
         r, st, _, loc = (int(x) for x in re.findall(r"\d+", body))
         assert st == 0 and loc == 0, (name, body)
         regs[name] = r
@@ -153,3 +175,70 @@ def test_rows_sass():
                 (t,) = [o for n, o in ks.items() if f"gemv_rows_loadsILi{f}ELb{b}ELi{mb}E" in n]
                 assert loads(t) == loads(g), (fname, b, mb, loads(t), loads(g))
                 assert sum(o.startswith("STG") for o in t) == 1
+
+
+def _loops(cubin):
+    """{kernel: [(opcodes of one loop body), ...]}: the instructions from each backward branch's
+    target to the branch (cuobjdump -sass, addresses kept)."""
+    import subprocess
+
+    from fp8lab.toolchain import sass, tools
+
+    out = subprocess.run([str(tools.find_tool("cuobjdump")), "-sass", str(cubin)],
+                         capture_output=True, text=True, check=True).stdout
+    ks, cur = {}, None
+    for line in out.splitlines():
+        if "Function :" in line:
+            cur = ks.setdefault(line.split("Function :")[1].strip(), [])
+        elif cur is not None and (m := re.search(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", line)):
+            if op := sass.parse_instruction(line):
+                cur.append((int(m.group(1), 16), op, m.group(2)))
+    loops = {}
+    for name, ins in ks.items():
+        for addr, op, text in ins:
+            if op.startswith("BRA") and (t := re.search(r"BRA (0x[0-9a-f]+)", text)) and int(t.group(1), 16) < addr:
+                lo = int(t.group(1), 16)
+                loops.setdefault(name, []).append([o for a, o, _ in ins if lo <= a <= addr])
+    return loops
+
+
+@needs_nvcc
+def test_rows_mma_sass():
+    """The tensor-core form (gemv_rows_mma.cuh), 8 GEMVs (fp8 / int8 x bf16 / fp16 x NT = 1, 2) and 8
+    loads-only twins: the K loop (the loop with the HMMAs) holds 8 NT HMMA.16816.F32, four 16-byte
+    weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation loads and two scale loads; no local
+    memory in it at NT = 1 (NT = 2 reloads one spilled word per step: gemv_rows_mma.cuh says why);
+    NT = 1 in 64 registers (eight CTAs per SM), NT = 2 in 80 (six); each twin's K loop issues exactly
+    its GEMV's global loads, and it stores once."""
+    import subprocess
+
+    from fp8lab.toolchain import tools
+
+    cubin = gr.rows_cubin("sm_90")
+    ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" in n}
+    assert len(ks) == 16, sorted(ks)
+    loops = _loops(cubin)
+    res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
+                         capture_output=True, text=True, check=True).stdout
+    regs = {n: int(r) for n, r in re.findall(r"Function (\S+):\s*\n\s*REG:(\d+)", res) if "rows_mma" in n}
+    ldg = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
+    for f, fname in ((0, "fp8"), (1, "int8")):
+        for b in (0, 1):
+            for nt in (1, 2):
+                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}E" in n]
+                (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}E" in n]
+                (kl,) = [lp for lp in loops[g] if any(o.startswith("HMMA") for o in lp)]
+                assert sum(o.startswith("HMMA.16816.F32") for o in kl) == 8 * nt, (g, kl)
+                assert sum(o.startswith("HMMA") for o in ks[g]) == 8 * nt, g
+                assert sum(o.startswith("LDG.E.NA.128") for o in kl) == 4, g
+                assert sum(o.startswith("LDG.E.128") for o in kl) == 4 * nt, g
+                assert sum(o.startswith("LDG.E.U16") for o in kl) == 2, g
+                local = [o for o in kl if o.startswith(("LDL", "STL"))]
+                assert len(local) <= (0 if nt == 1 else 2), (g, local)
+                assert regs[g] <= (64 if nt == 1 else 80), (g, regs[g])
+                if fname == "fp8":
+                    assert any(o.startswith("F2FP") for o in kl), g   # cvt.rn.f16x2.e4m3x2
+                (tl,) = [lp for lp in loops[t] if any(o.startswith("LDG") for o in lp)]
+                assert ldg(tl) == ldg(kl), (t, ldg(tl), ldg(kl))
+                assert sum(o.startswith("STG") for o in ks[t]) == 1
+                assert not [o for o in ks[t] if o.startswith(("HMMA", "LDL", "STL"))], t

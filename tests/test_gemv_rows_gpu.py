@@ -1,6 +1,8 @@
-"""The rows schedule (fp8lab.kernels.gemv_rows, gemv_rows.cuh) on the GPU: against float64 at odd
-shapes (N not a multiple of the 4 rows per CTA, K not a multiple of the 2048-byte K block, M over
-several token blocks), every format and activation dtype, outputs poisoned first; exact under one-hot
+"""The rows schedule (fp8lab.kernels.gemv_rows: gemv_rows.cuh, the CUDA-core form, and gemv_rows_mma.cuh,
+the tensor-core form) on the GPU: against float64 at odd shapes (N not a multiple of the 4 or 16 rows
+per CTA, K not a multiple of the 2048-byte K block or of 4 warps' steps, M over several token blocks
+and part of one), every format, form and activation dtype, outputs poisoned first; a token's outputs
+independent of the other tokens in its block; exact under one-hot
 activations (the layout's every byte / nibble in its place); INT4 at any activation magnitude; e4m3's
 NaN codes give NaN; through weight_only.gemv_w16 refusing it; CUDA-graph capture; the loads-only twin
 at the GEMV's CTAs per SM; measure_decode's rows rows; bad input refused in one line."""
@@ -24,28 +26,47 @@ def _case(fmt, act, N, K, seed=0):
     return pw.to("cuda"), info
 
 
-@pytest.mark.parametrize("fmt", gr.FORMATS)
+#: (format, form): every format in the CUDA-core form, fp8 / int8 in the tensor-core one too
+FORM_CASES = [(f, "cuda") for f in gr.FORMATS] + [(f, "mma") for f in gr.MMA_FORMATS]
+
+
+@pytest.mark.parametrize("fmt, form", FORM_CASES)
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
 @pytest.mark.parametrize("N, K", [(37, 128), (4099, 2176), (256, 4096), (13, 6272)])
-@pytest.mark.parametrize("M", [1, 2, 3, 9])
-def test_random_vs_float64(fmt, act, N, K, M):
+@pytest.mark.parametrize("M", [1, 2, 3, 9, 16, 17, 40])
+def test_random_vs_float64(fmt, form, act, N, K, M):
     pw, info = _case(fmt, act, N, K, seed=N + M)
     g = torch.Generator(device="cuda").manual_seed(M)
     x = torch.randn(M, K, device="cuda", generator=g).to(_dt(act))
     out = torch.full((M, N), float("nan"), dtype=_dt(act), device="cuda")
-    got = gr.gemv(x, pw, out=out)
+    got = gr.gemv(x, pw, out=out, form=form)
     assert got.data_ptr() == out.data_ptr()
     ref = x.double() @ gr.dequantize_torch(fmt, info["codes"], info["scales"]).T
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert err < 1e-2, err
     assert torch.isfinite(out).all()
     # again into a fresh output, bit for bit (one order of sums)
-    assert torch.equal(gr.gemv(x, pw), out)
+    assert torch.equal(gr.gemv(x, pw, form=form), out)
+    # the last token alone: the same bits (its outputs depend on its own activations only)
+    assert torch.equal(gr.gemv(x[M - 1:], pw, form=form)[0], out[M - 1]) or form == "cuda"
 
 
-@pytest.mark.parametrize("fmt", gr.FORMATS)
+def test_default_form_is_what_gemv_runs():
+    """form=None runs default_form: the tensor-core form's bits from M = MMA_MIN_M on (fp8 / int8),
+    the CUDA-core form's at M = 1 and for int4."""
+    for fmt in gr.FORMATS:
+        pw, _ = _case(fmt, "bf16", 100, 1024)
+        for M in (1, gr.MMA_MIN_M, 16):
+            x = torch.randn(M, 1024, device="cuda").to(torch.bfloat16)
+            assert torch.equal(gr.gemv(x, pw), gr.gemv(x, pw, form=gr.default_form(fmt, M))), (fmt, M)
+    pw, _ = _case("fp8", "bf16", 100, 1024)
+    x = torch.randn(4, 1024, device="cuda").to(torch.bfloat16)
+    assert not torch.equal(gr.gemv(x, pw, form="cuda"), gr.gemv(x, pw, form="mma"))   # two kernels, two orders
+
+
+@pytest.mark.parametrize("fmt, form", FORM_CASES)
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
-def test_one_hot_reads_every_code_in_its_place(fmt, act):
+def test_one_hot_reads_every_code_in_its_place(fmt, form, act):
     """x = one-hot at k: out[m, n] = value(code[n, k]) * scale[n, k // 128], exact in the act dtype."""
     N, K = 21, 2304
     pw, info = _case(fmt, act, N, K, seed=5)
@@ -54,7 +75,7 @@ def test_one_hot_reads_every_code_in_its_place(fmt, act):
     x = torch.zeros(len(ks), K, dtype=_dt(act), device="cuda")
     for i, k in enumerate(ks):
         x[i, k] = 1
-    out = gr.gemv(x, pw).double().cpu().numpy()
+    out = gr.gemv(x, pw, form=form).double().cpu().numpy()
     # value x scale is exact in fp32 (<= 19 significant bits); the kernel rounds it once to the act dtype
     want = torch.from_numpy(np.stack([vals[:, k] for k in ks])).to(_dt(act)).double().numpy()
     assert np.array_equal(out, want), np.argwhere(out != want)[:5]
@@ -86,36 +107,47 @@ def test_int4_any_activation_scale(act, factor):
     assert float(torch.linalg.norm(small[2] @ W.T - ref[2]) / torch.linalg.norm(ref[2])) > 0.05
 
 
-def test_nan_code_gives_nan():
-    codes = np.full((4, 128), 0x38, np.uint8)     # 1.0
+@pytest.mark.parametrize("form", gr.FORMS)
+@pytest.mark.parametrize("act", ["bf16", "fp16"])
+def test_nan_code_gives_nan(form, act):
+    """An e4m3 NaN code makes its row's outputs NaN (every token's), and no other row's."""
+    codes = np.full((20, 128), 0x38, np.uint8)     # 1.0
     codes[2, 7] = 0x7F
-    pw = gr.pack_rows("fp8", codes, np.ones((4, 1)), act="bf16").to("cuda")
-    out = gr.gemv(torch.ones(1, 128, dtype=torch.bfloat16, device="cuda"), pw)
-    assert torch.isnan(out[0, 2]) and torch.equal(out[0, [0, 1, 3]].float(), torch.full((3,), 128.0, device="cuda"))
+    codes[17, 100] = 0xFF
+    pw = gr.pack_rows("fp8", codes, np.ones((20, 1)), act=act).to("cuda")
+    out = gr.gemv(torch.ones(3, 128, dtype=_dt(act), device="cuda"), pw, form=form)
+    nan = torch.zeros(20, dtype=torch.bool)
+    nan[[2, 17]] = True
+    assert torch.isnan(out[:, nan]).all()
+    assert torch.equal(out[:, ~nan].float(), torch.full((3, 18), 128.0, device="cuda"))
 
 
-@pytest.mark.parametrize("fmt", gr.FORMATS)
-def test_graph_capture_and_loads_twin(fmt):
+@pytest.mark.parametrize("fmt, form", FORM_CASES)
+def test_graph_capture_and_loads_twin(fmt, form):
     pw, _ = _case(fmt, "bf16", 1000, 4096)
-    x = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
-    out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
-    want = gr.gemv(x, pw)
-    out.zero_()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        gr.gemv(x, pw, out=out)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
-    for M in (1, 2, 5):
-        xm = torch.randn(M, 4096, device="cuda").to(torch.bfloat16)
-        n = gr.geometry(1000, M)["threads"]
-        sink = torch.full((n,), -1, dtype=torch.int32, device="cuda")
-        occ = gr.loads(xm, pw, sink=sink)
+    for M in (1, 16):
+        x = torch.randn(M, 4096, device="cuda").to(torch.bfloat16)
+        out = torch.empty(M, 1000, dtype=torch.bfloat16, device="cuda")
+        want = gr.gemv(x, pw, form=form)
+        out.zero_()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            gr.gemv(x, pw, out=out, form=form)
+        g.replay()
         torch.cuda.synchronize()
-        assert occ == gr.ctas_per_sm(fmt, "bf16", M) >= 1
+        assert torch.equal(out, want)
+    for M in (1, 2, 5, 9, 40):
+        xm = torch.randn(M, 4096, device="cuda").to(torch.bfloat16)
+        n = gr.geometry(1000, M, form)["threads"]
+        sink = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+        occ = gr.loads(xm, pw, sink=sink, form=form)
+        torch.cuda.synchronize()
+        assert occ == gr.ctas_per_sm(fmt, "bf16", M, form) >= 1
         assert (sink == -1).all()           # random words: the XOR never equals the key
-    assert gr.ctas_per_sm(fmt, "bf16", 1) == (8 if fmt == "int4" else 9)
+    if form == "cuda":
+        assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda") == (8 if fmt == "int4" else 9)
+    else:   # the launch bounds' CTAs per SM (gemv_rows_mma.cuh min_ctas_mma)
+        assert (gr.ctas_per_sm(fmt, "bf16", 8, "mma"), gr.ctas_per_sm(fmt, "bf16", 9, "mma")) == (8, 6)
 
 
 def test_bad_input_in_one_line():
@@ -131,6 +163,8 @@ def test_bad_input_in_one_line():
         (lambda: gr.gemv(x, gr.random_rows("fp8", 64, 256)[0]), "CUDA tensor"),
         (lambda: gr.gemv(x, pw, out=torch.empty(1, 63, dtype=torch.bfloat16, device="cuda")), "out must be"),
         (lambda: gr.loads(x, pw, sink=torch.empty(3, dtype=torch.int32, device="cuda")), "sink must be"),
+        (lambda: gr.gemv(x, pw, form="wmma"), "form must be one of"),
+        (lambda: gr.gemv(x, gr.random_rows("int4", 64, 256)[0].to("cuda"), form="mma"), "tensor-core rows form"),
     ]
     for call, msg in cases:
         with pytest.raises(ValueError, match=msg) as e:
@@ -147,6 +181,10 @@ def test_measure_decode_rows_schedule():
                                schedule="rows", copy={"rate_p50": 4e12}, rep_ms=2, same_copy=False)
     assert sorted(set(df["fmt"])) == ["fp8", "int4", "int8"] and len(df) == 6
     assert (df["schedule"] == "rows").all() and (df["check_relerr"] < 1e-2).all()
+    # the grid column names the form each row ran: the tensor-core one at M = 3 for fp8 / int8
+    forms = df.set_index(["fmt", "M"])["grid"].str.split().str[0].to_dict()
+    assert forms == {("fp8", 1): "cuda", ("fp8", 3): "mma", ("int8", 1): "cuda", ("int8", 3): "mma",
+                     ("int4", 1): "cuda", ("int4", 3): "cuda"}
     assert df["pattern_Bps"].notna().all() and (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
     m1 = df[df["M"] == 1].set_index("fmt")["ctas_per_sm"]
     assert (m1["fp8"], m1["int8"], m1["int4"]) == (9, 9, 8)

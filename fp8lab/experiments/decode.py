@@ -39,7 +39,9 @@ DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 #: the weight-only arms' launch schedules measure_decode takes: gemv_w16's (wo.SCHEDULES) and "rows",
-#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 / int4)
+#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 / int4) in the form it takes by default
+#: at each M (gemv_rows.default_form: the CUDA-core kernel at M = 1, the tensor-core one from
+#: gemv_rows.MMA_MIN_M on for fp8 / int8; the grid column names the form)
 SCHEDULES = (*wo.SCHEDULES, "rows")
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
 #: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
@@ -94,9 +96,11 @@ def _shape(name: str) -> shapes.Shape:
 # --------------------------------------------------------------------------------------
 # The sweep (GPU)
 # --------------------------------------------------------------------------------------
-def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int, rows: bool = False):
+def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int, rows: bool = False,
+              rows_ms: Sequence[int] = ()):
     """Weight copies for rotation and the float64 check of one format (``rows``: the rows layout of
-    :mod:`fp8lab.kernels.gemv_rows`, schedule "rows")."""
+    :mod:`fp8lab.kernels.gemv_rows`, schedule "rows", checked at check_m and at every M in ``rows_ms``,
+    the timed Ms: its kernel (form, tokens per CTA) changes with M). Returns (copies, largest error)."""
     import torch
 
     if rows:
@@ -107,16 +111,21 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     del pw_host
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
-    x = torch.randn(check_m, K, device="cuda", generator=g).to(tdt)
-    out = harness.poisoned((check_m, N), tdt)
-    (gemv_rows.gemv if rows else wo.gemv_w16)(x, pw, out=out)
     if rows:
         W = gemv_rows.dequantize_torch(fmt, info["codes"], info["scales"])
     else:
         W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
-    ref = x.double() @ W.t()
+    errs = []
+    for m in sorted({check_m, *(rows_ms if rows else ())}):
+        x = torch.randn(m, K, device="cuda", generator=g).to(tdt)
+        out = harness.poisoned((m, N), tdt)
+        (gemv_rows.gemv if rows else wo.gemv_w16)(x, pw, out=out)
+        ref = x.double() @ W.t()
+        form = f", {gemv_rows.default_form(fmt, m)} form" if rows else ""
+        errs.append(harness.require(f"{wo.ARMS[fmt]} {N}x{K} M={m}{form}", out, ref))
+        del x, out, ref
     del W
-    err = harness.require(f"{wo.ARMS[fmt]} {N}x{K}", out, ref)
+    err = max(errs)
     stream = registry.count(wo.ARMS[fmt], N=N, K=K).weight_bytes
     return harness.rotation_copies(pw, stream, l2, wo.PackedWeight.clone), err
 
@@ -228,7 +237,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         """(pattern Bps, its CTAs per SM) of this row's launch; one timing per distinct launch."""
         if pattern and schedule == "rows":
             # the rows GEMV's own loads-only twin: same grid, same loads, padded to its CTAs per SM
-            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M)["threads"])
+            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M, gemv_rows.default_form(fmt, M))["threads"])
             occ = {}
 
             def run_loads(pw):
@@ -264,7 +273,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         for fmt in track(formats, desc="format"):
             if schedule == "rows" and fmt not in gemv_rows.FORMATS:
                 continue       # nvfp4 has the tile layout only
-            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows")
+            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows", rows_ms=Ms)
             b = stream_split(wo.ARMS[fmt], N, K)
             # the split-K workspace at its largest before any graph captures its pointer
             wo.workspace(torch.device("cuda"), max(Ms) * N,
@@ -278,7 +287,8 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
                 if schedule == "rows":
                     s = np.nan
-                    grid = str(gemv_rows.geometry(N, M)["grid"])
+                    form = gemv_rows.default_form(fmt, M)
+                    grid = f"{form} {gemv_rows.geometry(N, M, form)['grid']}"
                     timing, clk = timed(lambda pw, o: gemv_rows.gemv(x, pw, out=o), list(zip(sets, outs)))
                 elif schedule == "streamk":
                     s = np.nan

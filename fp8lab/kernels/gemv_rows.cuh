@@ -388,33 +388,42 @@ inline cudaError_t pad_loads(const void* k, int ctas, int* pad, int* occ) {
   return cudaSuccess;
 }
 
-// grid: (ceil(N / kRows), ceil(M / mb_for(M))), block kThreads. The GEMV takes no dynamic shared
-// memory; the loads-only twin is padded to the GEMV's occupancy (*occ: what it ran at; may be null).
-inline cudaError_t launch(int fmt, bool bf16, bool loads_only, const RowsParams& p, cudaStream_t stream,
-                          int* occ = nullptr) {
-  const void* k = find_kernel(fmt, bf16, p.M, loads_only);
-  if (k == nullptr || p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK) return cudaErrorInvalidValue;
-  const int mb = mb_for(p.M);
-  const dim3 grid((p.N + kRows - 1) / kRows, (p.M + mb - 1) / mb);
+// Launch k_gemv (or, loads_only, its twin k_loads) on grid with block kThreads. The GEMV takes no
+// dynamic shared memory; the loads-only twin is padded to the GEMV's occupancy (*occ: what it ran
+// at; may be null). Both forms (this file's CUDA-core kernels and gemv_rows_mma.cuh's) launch here.
+inline cudaError_t launch_on(const void* k_gemv, const void* k_loads, bool loads_only, dim3 grid, const RowsParams& p,
+                             cudaStream_t stream, int* occ) {
+  if (k_gemv == nullptr || k_loads == nullptr) return cudaErrorInvalidValue;
+  const void* k = loads_only ? k_loads : k_gemv;
   int pad = 0;
   if (loads_only) {
     // padded only where the twin alone would hold more CTAs per SM than the GEMV: the padding's
     // max-shared carveout shrinks L1, where the GEMV's activations are cached (at K = 28672 an
     // unneeded pad made the twin stream 0.94 of copy beside the GEMV's 0.98, H200, 648d9df)
     int want = 0, got = 0, natural = 0;
-    cudaError_t e = occupancy(fmt, bf16, p.M, false, &want);
-    if (e == cudaSuccess) e = occupancy(fmt, bf16, p.M, true, &natural);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&want, k_gemv, kThreads, 0);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, k_loads, kThreads, 0);
     if (e == cudaSuccess && natural != want) e = pad_loads(k, want, &pad, &got);
     if (e != cudaSuccess) return e;
     if (natural == want) got = natural;
     if (occ != nullptr) *occ = got;
   } else if (occ != nullptr) {
-    cudaError_t e = occupancy(fmt, bf16, p.M, false, occ);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k_gemv, kThreads, 0);
     if (e != cudaSuccess) return e;
   }
   RowsParams q = p;
   void* args[] = {&q};
   return cudaLaunchKernel(k, grid, dim3(kThreads), args, static_cast<size_t>(pad), stream);
+}
+
+// grid: (ceil(N / kRows), ceil(M / mb_for(M))), block kThreads.
+inline cudaError_t launch(int fmt, bool bf16, bool loads_only, const RowsParams& p, cudaStream_t stream,
+                          int* occ = nullptr) {
+  if (p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK) return cudaErrorInvalidValue;
+  const int mb = mb_for(p.M);
+  const dim3 grid((p.N + kRows - 1) / kRows, (p.M + mb - 1) / mb);
+  return launch_on(find_kernel(fmt, bf16, p.M, false), find_kernel(fmt, bf16, p.M, true), loads_only, grid, p,
+                   stream, occ);
 }
 
 }  // namespace rows

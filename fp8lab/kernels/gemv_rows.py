@@ -7,8 +7,10 @@ scale per (row, 128 K): CTAs of 4 warps that split 4 rows' K among their 128 thr
 a K block issued before any arithmetic, fp32 FMAs on the CUDA cores, no split-K. At M = 1 on the
 H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the tensor-core kernel
 (:func:`fp8lab.kernels.weight_only.gemv_w16`'s split-K and stream-K schedules) streamed 0.73-0.93
-(``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M, so it is the M = 1 schedule;
-every M works (blocks of up to 4 tokens, each streaming the whole weight).
+(``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M (every M works: blocks of up
+to 4 tokens, each streaming the whole weight), so from :data:`MMA_MIN_M` tokens on, fp8 and int8
+take the tensor-core form (``gemv_rows_mma.cuh``, ``form="mma"``): the same weight and scales, CTAs
+of 16 rows x 8 or 16 tokens, mma.sync on exactly converted operands, fp32 sums promoted per group.
 
 Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
 +-480), ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`) and ``int4`` (codes
@@ -29,21 +31,34 @@ from . import weight_only as wo
 from ._build import COMMON_HEADERS, KERNEL_DIR, extension
 
 HEADER = KERNEL_DIR / "gemv_rows.cuh"
+MMA_HEADER = KERNEL_DIR / "gemv_rows_mma.cuh"
 PARAMS_HEADER = KERNEL_DIR / "gemv_rows_params.h"
 EXT_SOURCES = (KERNEL_DIR / "gemv_rows_ext.cpp", KERNEL_DIR / "gemv_rows_ext.cu")
-EXT_DIGEST_SOURCES = (HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
+EXT_DIGEST_SOURCES = (HEADER, MMA_HEADER, PARAMS_HEADER, *COMMON_HEADERS, *EXT_SOURCES)
 
 FORMATS = ("fp8", "int8", "int4")
 ROWS_PER_CTA = 4
 THREADS = 128
+#: the kernel forms: "cuda" (gemv_rows.cuh: products on the CUDA cores, 4 rows x 1, 2 or 4 tokens per
+#: CTA) and "mma" (gemv_rows_mma.cuh: mma.sync, 16 rows x 8 or 16 tokens per CTA)
+FORMS = ("cuda", "mma")
+FORM_ID = {"cuda": 0, "mma": 1}
+#: the formats with a tensor-core form
+MMA_FORMATS = ("fp8", "int8")
+#: the fewest tokens the tensor-core form is taken for by default (form=None). The CUDA-core form's
+#: work grows with M: at M = 4 it streamed 0.34-0.43 of copy where split-K streamed 0.72-0.90
+#: (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
+MMA_MIN_M = 2
+MMA_ROWS_PER_CTA = 16
 LAYOUT = "rows"
 #: the word the loads-only kernel's XOR is compared with before its one store
 LOADS_KEY = 0x2F5A17C3
 
 
 def load_extension(verbose: bool = False):
-    """Build (once per content hash) and import the extension (3 formats x 2 dtypes x 3 token
-    blocks, and their loads-only twins: 36 small kernels)."""
+    """Build (once per content hash) and import the extension: the CUDA-core form (3 formats x 2
+    dtypes x 3 token blocks) and the tensor-core form (2 formats x 2 dtypes x 2 token blocks), each
+    kernel with its loads-only twin: 52 small kernels."""
     return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
@@ -53,17 +68,45 @@ def check_fmt(fmt: str) -> str:
     return fmt
 
 
-def tokens_per_cta(M: int) -> int:
-    """Tokens one CTA takes (gemv_rows.cuh mb_for): 1, 2, else 4."""
+def check_form(form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    return form
+
+
+def default_form(fmt: str, M: int) -> str:
+    """The form :func:`gemv` takes for ``fmt`` at M tokens: "mma" from :data:`MMA_MIN_M` on for the
+    formats that have it, else "cuda"."""
+    return "mma" if fmt in MMA_FORMATS and M >= MMA_MIN_M else "cuda"
+
+
+def _form_for(fmt: str, M: int, form) -> str:
+    if form is None:
+        return default_form(fmt, M)
+    check_form(form)
+    if form == "mma" and fmt not in MMA_FORMATS:
+        raise ValueError(f"the tensor-core rows form takes formats {MMA_FORMATS}, got {fmt!r}")
+    return form
+
+
+def tokens_per_cta(M: int, form: str = "cuda") -> int:
+    """Tokens one CTA takes: the CUDA-core form (gemv_rows.cuh mb_for) 1, 2, else 4; the tensor-core
+    form (gemv_rows_mma.cuh nt_for) 8 up to M = 8, else 16."""
+    if check_form(form) == "mma":
+        return 8 if M <= 8 else 16
     return 1 if M <= 1 else (2 if M == 2 else 4)
 
 
-def geometry(N: int, M: int) -> dict:
-    """The launch: grid (ceil(N / 4), ceil(M / tokens_per_cta(M))), THREADS per CTA, and the threads
-    in all (the loads-only kernel's sink words)."""
-    mb = tokens_per_cta(M)
-    grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
-    return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS}
+def geometry(N: int, M: int, form: str = "cuda") -> dict:
+    """The launch: the CUDA-core form's grid (ceil(N / 4), ceil(M / tokens_per_cta(M))); the tensor-core
+    form's 1-D grid of ceil(N / 16) x ceil(M / tokens_per_cta(M, "mma")) CTAs (the token block fastest).
+    THREADS per CTA, and the threads in all (the loads-only kernel's sink words)."""
+    mb = tokens_per_cta(M, form)
+    if form == "mma":
+        grid = (-(-N // MMA_ROWS_PER_CTA) * -(-M // mb), 1)
+    else:
+        grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
+    return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS, "form": form}
 
 
 def code_values(fmt: str) -> np.ndarray:
@@ -164,48 +207,56 @@ def _validate(act, pw, out, torch):
     need(pw.s.numel() == s_words, f"pw.s has {pw.s.numel()} words, the rows layout needs {s_words}")
     need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62 and pw.N * pw.K < 2**62, "sizes must fit")
     need(-(-M // tokens_per_cta(M)) < 65536, f"M = {M} needs more than 65535 token blocks")
+    need(geometry(pw.N, M, "mma")["grid"][0] < 2**31, f"(M, N) = {(M, pw.N)} needs too many CTAs")
     if out is not None:
         need(isinstance(out, torch.Tensor) and out.dtype == want, f"out must be a {want} tensor")
         need(tuple(out.shape) == (M, pw.N), f"out must be (M, N) = {(M, pw.N)}, got {tuple(out.shape)}")
         need(out.is_contiguous() and out.device == act.device, "out must be contiguous, on act's device")
 
 
-def gemv(act, pw: wo.PackedWeight, *, out=None):
-    """out (M, N) = act (M, K) @ dequant(pw).T in act's dtype, for a rows-layout ``pw`` on the GPU."""
+def gemv(act, pw: wo.PackedWeight, *, out=None, form=None):
+    """out (M, N) = act (M, K) @ dequant(pw).T in act's dtype, for a rows-layout ``pw`` on the GPU.
+    ``form``: "cuda" or "mma" (:data:`FORMS`); None: :func:`default_form`."""
     import torch
 
     _validate(act, pw, out, torch)
+    form = _form_for(pw.fmt, act.shape[0], form)
     if out is None:
         out = torch.empty((act.shape[0], pw.N), dtype=act.dtype, device=act.device)
-    return load_extension().gemv(act, pw.w, pw.s, out, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], float(pw.out_factor))
+    return load_extension().gemv(act, pw.w, pw.s, out, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], float(pw.out_factor),
+                                 FORM_ID[form])
 
 
-def ctas_per_sm(fmt: str, act: str, M: int) -> int:
-    """CTAs per SM of the rows GEMV for (fmt, act dtype, M) on the current device."""
+def ctas_per_sm(fmt: str, act: str, M: int, form=None) -> int:
+    """CTAs per SM of the rows GEMV for (fmt, act dtype, M, form) on the current device."""
     check_fmt(fmt)
     wo._check_act(act)
-    return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(M), False))
+    form = _form_for(fmt, M, form)
+    return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(M), False, FORM_ID[form]))
 
 
-def loads(act, pw: wo.PackedWeight, *, sink) -> int:
+def loads(act, pw: wo.PackedWeight, *, sink, form=None) -> int:
     """The rows GEMV's launch with its weight, scale and activation loads alone (XORed; one store
     where the XOR equals :data:`LOADS_KEY`), at the GEMV's CTAs per SM: that launch's access-pattern
-    ceiling. ``sink``: int32 CUDA tensor of at least ``geometry(N, M)['threads']`` words. Returns
-    the CTAs per SM it ran at."""
+    ceiling. ``sink``: int32 CUDA tensor of at least ``geometry(N, M, form)['threads']`` words.
+    ``form`` as :func:`gemv`. Returns the CTAs per SM it ran at."""
     import torch
 
     _validate(act, pw, None, torch)
-    need = geometry(pw.N, act.shape[0])["threads"]
+    form = _form_for(pw.fmt, act.shape[0], form)
+    need = geometry(pw.N, act.shape[0], form)["threads"]
     if not (isinstance(sink, torch.Tensor) and sink.is_cuda and sink.dtype == torch.int32 and sink.numel() >= need):
         raise ValueError(f"sink must be an int32 CUDA tensor of at least {need} words")
-    return int(load_extension().loads(act, pw.w, pw.s, sink, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], LOADS_KEY))
+    return int(load_extension().loads(act, pw.w, pw.s, sink, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], LOADS_KEY,
+                                      FORM_ID[form]))
 
 
 def rows_cubin(arch: str = "sm_90"):
     """gemv_rows_ext.cu (every rows kernel, no torch) for ``arch``: what the SASS tests read."""
     from ..toolchain.cubin import compile_cubin
 
-    b = compile_cubin(EXT_SOURCES[1], arch, include=[KERNEL_DIR], key_files=(HEADER, PARAMS_HEADER, EXT_SOURCES[1]))
+    b = compile_cubin(EXT_SOURCES[1], arch, include=[KERNEL_DIR],
+                      key_files=(HEADER, MMA_HEADER, PARAMS_HEADER, *COMMON_HEADERS, EXT_SOURCES[1]))
     if not b.ok:
         raise RuntimeError(f"nvcc failed ({' '.join(b.cmd)}):\n{b.log[-3000:]}")
     return b.cubin

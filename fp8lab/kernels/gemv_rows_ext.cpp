@@ -8,9 +8,9 @@
 #include "common/torch_ext.h"
 #include "gemv_rows_params.h"
 
-cudaError_t fp8lab_gemv_rows_launch(int fmt, bool bf16, bool loads_only, const fp8lab::rows::RowsParams& p,
+cudaError_t fp8lab_gemv_rows_launch(int form, int fmt, bool bf16, bool loads_only, const fp8lab::rows::RowsParams& p,
                                     cudaStream_t stream, int* occ);
-cudaError_t fp8lab_gemv_rows_occupancy(int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm);
+cudaError_t fp8lab_gemv_rows_occupancy(int form, int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm);
 
 namespace {
 
@@ -38,8 +38,9 @@ fp8lab::rows::RowsParams params(const torch::Tensor& x, const torch::Tensor& w, 
 }
 
 // out = x @ W^T (W: the (N, K) row-major codes in w, group scales in s), in x's dtype.
+// form: 0 the CUDA-core kernels, 1 the tensor-core ones.
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor out, int64_t N, int64_t K,
-                   int64_t fmt, double out_factor) {
+                   int64_t fmt, double out_factor, int64_t form) {
   fp8lab::rows::RowsParams p = params(x, w, s, N, K, fmt);
   TORCH_CHECK(out.is_cuda() && out.scalar_type() == x.scalar_type() && out.is_contiguous() && out.dim() == 2 &&
                   out.size(0) == x.size(0) && out.size(1) == N,
@@ -47,30 +48,31 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Ten
   const c10::cuda::CUDAGuard guard(x.device());
   p.out = out.data_ptr();
   p.out_factor = static_cast<float>(out_factor);
-  return fp8lab::ext::launched(fp8lab_gemv_rows_launch(static_cast<int>(fmt), x.scalar_type() == at::ScalarType::BFloat16,
-                                                       false, p, fp8lab::ext::stream(), nullptr),
+  return fp8lab::ext::launched(fp8lab_gemv_rows_launch(static_cast<int>(form), static_cast<int>(fmt),
+                                                       x.scalar_type() == at::ScalarType::BFloat16, false, p, fp8lab::ext::stream(), nullptr),
                                "gemv rows launch", out);
 }
 
 // The same launch's weight, scale and activation loads alone, at the GEMV's CTAs per SM (returned);
 // sink: int32, one word per launched thread.
 int64_t loads(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor sink, int64_t N, int64_t K, int64_t fmt,
-           int64_t key) {
+           int64_t key, int64_t form) {
   fp8lab::rows::RowsParams p = params(x, w, s, N, K, fmt);
   TORCH_CHECK(sink.is_cuda() && sink.scalar_type() == at::ScalarType::Int, "sink must be an int32 CUDA tensor");
   const c10::cuda::CUDAGuard guard(x.device());
   p.sink = reinterpret_cast<uint32_t*>(sink.data_ptr());
   p.key = static_cast<uint32_t>(key);
   int occ = 0;
-  fp8lab::ext::check(fp8lab_gemv_rows_launch(static_cast<int>(fmt), x.scalar_type() == at::ScalarType::BFloat16, true, p,
+  fp8lab::ext::check(fp8lab_gemv_rows_launch(static_cast<int>(form), static_cast<int>(fmt),
+                                             x.scalar_type() == at::ScalarType::BFloat16, true, p,
                                              fp8lab::ext::stream(), &occ),
                      "gemv rows loads launch");
   return occ;
 }
 
-int64_t occupancy(int64_t fmt, bool bf16, int64_t M, bool loads_only) {
+int64_t occupancy(int64_t fmt, bool bf16, int64_t M, bool loads_only, int64_t form) {
   int occ = 0;
-  fp8lab::ext::check(fp8lab_gemv_rows_occupancy(static_cast<int>(fmt), bf16, static_cast<int>(M), loads_only, &occ),
+  fp8lab::ext::check(fp8lab_gemv_rows_occupancy(static_cast<int>(form), static_cast<int>(fmt), bf16, static_cast<int>(M), loads_only, &occ),
                      "gemv rows occupancy");
   return occ;
 }
@@ -78,7 +80,7 @@ int64_t occupancy(int64_t fmt, bool bf16, int64_t M, bool loads_only) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv", &gemv, "the row-major 8-bit / int4 decode GEMV");
+  m.def("gemv", &gemv, "the row-major 8-bit / int4 decode GEMV (form 0 CUDA-core, 1 tensor-core)");
   m.def("loads", &loads, "its weight, scale and activation loads alone, on its grid");
   m.def("occupancy", &occupancy, "CTAs per SM of one of its kernels");
 }

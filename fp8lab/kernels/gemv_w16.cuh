@@ -391,20 +391,8 @@ __device__ __forceinline__ uint2 ldg_u64(const uint2* p) {
 }
 // cp.async and ldmatrix: common/ptx.cuh.
 
-template <bool BF16>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (BF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
+// mma16816 (mma.sync m16n8k16, fp32 accumulators): common/ptx.cuh.
+using ptx::mma16816;
 
 template <bool BF16>
 __device__ __forceinline__ float scale_to_float(uint32_t bits16) {
@@ -628,12 +616,8 @@ __device__ __forceinline__ void compute_step(const Frag<F, NT>& f, float (&acc)[
 //
 // Promotion once per 128 K in fp32: acc += step_sum x (a_scale[token, kb] x b_scale[block, kb]).
 // ------------------------------------------------------------------------------------------------
-// Four e4m3 codes (bytes 0..3) -> two f16x2: lo = (byte 0, byte 1), hi = (byte 2, byte 3).
-__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-}
+// e4m3x4_to_f16x2 (four e4m3 codes -> two f16x2, exact): common/ptx.cuh.
+using ptx::e4m3x4_to_f16x2;
 
 // One 128-K step of one warp: 8 k16 sub-steps x NT n8 tiles. sab[j][c]: a_scale x b_scale of
 // this thread's token 8 j + 2 tq + c at this step (0 for tokens past M).

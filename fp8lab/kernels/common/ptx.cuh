@@ -194,5 +194,31 @@ __device__ __forceinline__ uint32_t lds_32(uint32_t addr) {
   return v;
 }
 
+// mma.sync.m16n8k16 with fp32 accumulators, bf16 or fp16 operands: d += a (16x16, row) x b (16x8, col).
+// Fragments (g = lane / 4, tq = lane % 4): a[0] row g, K 2tq + {0, 1}; a[1] row g + 8, the same K;
+// a[2] / a[3] the same rows at K 2tq + 8 + {0, 1}; b0 K 2tq + {0, 1} of column g, b1 K 2tq + 8 + {0, 1};
+// d[0..1] row g, columns 2tq + {0, 1}; d[2..3] row g + 8.
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Four e4m3 codes (bytes 0..3) -> two f16x2: lo = (byte 0, byte 1), hi = (byte 2, byte 3).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
 }  // namespace ptx
 }  // namespace fp8lab

@@ -1,0 +1,291 @@
+// gemv_rows_mma.cuh -- the rows GEMV's tensor-core form (issue 22, target 1: at M = 16, >= 0.85 of
+// the M = 1 rate), for FP8 and INT8 weights in the rows layout (gemv_rows.cuh, gemv_rows.py).
+//
+//   out[m, n] = out_factor * sum_k x[m, k] * value(w[n, k]) * s[n, k / 128]
+//
+// Why: the CUDA-core rows kernel does its products on the CUDA cores, work per weight byte x M, so
+// from M = 2 on it falls behind (notebook 08, H200, 648d9df: 0.34-0.43 of copy at M = 4, 0.09-0.12 at
+// M = 16), and gemv_w16's tiles (split-K / stream-K) stream 0.60-0.83 at M = 16. This form keeps the
+// rows launch shape (small CTAs owning whole rows, weight as stored, no split-K, no workspace) and
+// does the products with mma.sync.m16n8k16 (fp32 accumulators).
+//
+// * A CTA of kWarps = 4 warps owns kRowsMma = 16 consecutive rows and 8 NT tokens (NT = 1 for
+//   M <= 8, else 2: blocks of 16 tokens). The grid is 1-D, the token block fastest, so the CTAs
+//   that read the same rows for other tokens run side by side and find them in L2.
+// * Warp w takes the 128-K steps w, w + 4, ... (one scale group each). Per step thread (g, tq)
+//   (g = lane / 4, tq = lane % 4) loads 16 bytes of rows g and g + 8 at K 16 tq and 64 + 16 tq
+//   (ld.global.nc.L1::no_allocate: 8 rows x 64 contiguous bytes per warp load, 2 KB per warp per
+//   step), the same 32 K of token g's activations (L1-cached, every row block reads them), and the
+//   two rows' group scales; only then arithmetic.
+// * K is permuted inside each mma, the same way for both operands (a dot product does not care):
+//   the 4 bytes at K k .. k + 3 of a thread's word are its A operand at the mma's K 2 tq, 2 tq + 1
+//   (a0 / a1: rows g / g + 8) and 2 tq + 8, 2 tq + 9 (a2 / a3); token g's activations at the same
+//   K are its B operand (b0, b1). No shared memory, ldmatrix or shuffle in the K loop.
+// * Exact conversions: e4m3 by cvt.rn.f16x2.e4m3x2 (NaN codes stay NaN, as in the CUDA-core form),
+//   for bf16 activations on to bf16 through fp32 (every e4m3 value is a bf16); int8 (offset binary)
+//   by the fp16 1024 magic number (fp16) or the fp32 2^23 one then bf16 (values -128..127 are exact
+//   in both). Activations go to the mma as they are (bf16 mma for bf16, fp16 for fp16).
+// * Per step a fresh fp32 fragment (the step's 128 K = one group), promoted by the row's scale into
+//   the running fp32 sum: the group scale multiplies an fp32 partial sum, as in the CUDA-core form.
+// * Rows past N and tokens past M are clamped to the last one (an mma output depends on its own row
+//   and column only; clamped outputs are never stored): no predicate in the K loop.
+// * The four warps' sums meet in shared memory; 16 consecutive threads store 16 consecutive n.
+// * The loads-only twin issues the same loads on the same grid and XORs them (notebook 08's pattern
+//   column for this form).
+#pragma once
+
+#include "common/ptx.cuh"
+#include "gemv_rows.cuh"
+
+namespace fp8lab {
+namespace rows {
+
+constexpr int kRowsMma = 16;                 // rows of N per CTA (the mma's M)
+constexpr int kStepK = 128;                  // K per warp step: one group scale
+
+// Tokens per CTA in blocks of 8 (the mma's N): 1 block up to M = 8, else 2.
+__host__ __device__ constexpr int nt_for(int M) { return M <= 8 ? 1 : 2; }
+// CTAs per SM the launch bounds ask for. NT = 1: 64 registers, no local memory in the K loop (the
+// FP8 fp16 kernel spills one word outside it). NT = 2: 80 registers, one word stored and reloaded per
+// step (12 bytes spilled, L1-resident); at five CTAs per SM (94 registers) nothing spills, but an SM
+// keeps a sixth fewer weight bytes in flight.
+__host__ __device__ constexpr int min_ctas_mma(int NT) { return NT == 1 ? 8 : 6; }
+
+// Two fp16 (bits) -> two bf16 (bits), through fp32: exact for every value an e4m3 code decodes to.
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Four weight codes (bytes 0..3 = K k .. k + 3) -> the mma's 16-bit type: lo = (k, k + 1),
+// hi = (k + 2, k + 3), the lower K in the lower half.
+template <int F, bool BF16>
+__device__ __forceinline__ void codes4(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (F == kFp8) {
+    ptx::e4m3x4_to_f16x2(w, lo, hi);
+    if constexpr (BF16) {
+      lo = f16x2_to_bf16x2(lo);
+      hi = f16x2_to_bf16x2(hi);
+    }
+  } else if constexpr (!BF16) {
+    // byte into the low mantissa of fp16 1024 (1024 + code, exact), minus 1152 = value code - 128
+    const uint32_t a = __byte_perm(w, 0x64646464u, 0x4140u), b = __byte_perm(w, 0x64646464u, 0x4342u);
+    const __half2 off = __halves2half2(__ushort_as_half(0x6480u), __ushort_as_half(0x6480u));
+    const __half2 l = __hsub2(*reinterpret_cast<const __half2*>(&a), off);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&b), off);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    // byte j into the low mantissa of fp32 2^23 (2^23 + code), minus 2^23 + 128; then bf16 (exact)
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u + j)) - 8388736.0f;
+    const __nv_bfloat162 l = __floats2bfloat162_rn(v[0], v[1]), h = __floats2bfloat162_rn(v[2], v[3]);
+    lo = *reinterpret_cast<const uint32_t*>(&l);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 (&v)[2], int i) {
+  const uint4& u = v[i >> 2];
+  return (i & 3) == 0 ? u.x : (i & 3) == 1 ? u.y : (i & 3) == 2 ? u.z : u.w;
+}
+
+// One CTA: rows n0 .. n0 + 15, tokens m0 .. m0 + 8 NT - 1 (clamped to N - 1 / M - 1).
+template <int F, bool BF16, int NT, bool LOADS_ONLY>
+__device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  constexpr int kTok = 8 * NT;
+  const int tblocks = (p.M + kTok - 1) / kTok;
+  const int n0 = static_cast<int>(blockIdx.x / tblocks) * kRowsMma;
+  const int m0 = static_cast<int>(blockIdx.x % tblocks) * kTok;
+  const int groups = p.K / kGroupK;
+  // one pointer per operand, advanced per step, and 32-bit offsets to the second row / token block
+  // (separate 64-bit pointers per row and token block spilled at NT = 2)
+  const int ra = min(n0 + g, p.N - 1), rb = min(n0 + g + 8, p.N - 1);
+  const int tok0 = min(m0 + g, p.M - 1);
+  const uint8_t* wp = p.w + static_cast<size_t>(ra) * p.K + 16 * tq + warp * kStepK;
+  const uint16_t* xp = static_cast<const uint16_t*>(p.x) + static_cast<size_t>(tok0) * p.K + 16 * tq + warp * kStepK;
+  const uint16_t* sp = p.s + static_cast<size_t>(ra) * groups + warp;
+  const int dw = (rb - ra) * p.K, ds = (rb - ra) * groups;
+  int dx[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) dx[j] = (min(m0 + g + 8 * j, p.M - 1) - tok0) * p.K;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.f;
+  }
+  uint32_t hx = 0u;
+
+  // not unrolled: one step's loads per warp in flight, in the GEMV and its twin alike (ptxas unrolled
+  // some by two and spilled)
+#pragma unroll 1
+  for (int st = warp; st < groups; st += kWarps) {
+    uint4 w[2][2];                 // [row g, g + 8][K 16 tq, 64 + 16 tq]
+    w[0][0] = ldg_stream(wp);
+    w[0][1] = ldg_stream(wp + 64);
+    w[1][0] = ldg_stream(wp + dw);
+    w[1][1] = ldg_stream(wp + dw + 64);
+    uint4 x[NT][2][2];             // [token block][K 16 tq, 64 + 16 tq][8 activations each]
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) x[j][h][i] = __ldg(reinterpret_cast<const uint4*>(xp + dx[j] + 64 * h + 8 * i));
+      }
+    }
+    const uint16_t sca = __ldg(sp), scb = __ldg(sp + ds);
+    wp += kWarps * kStepK;
+    xp += kWarps * kStepK;
+    sp += kWarps;
+    if constexpr (LOADS_ONLY) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) hx ^= w[r][h].x ^ w[r][h].y ^ w[r][h].z ^ w[r][h].w;
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) hx ^= x[j][h][i].x ^ x[j][h][i].y ^ x[j][h][i].z ^ x[j][h][i].w;
+        }
+      }
+      hx ^= static_cast<uint32_t>(sca) | (static_cast<uint32_t>(scb) << 16);
+    } else {
+      float c[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t ua[4] = {w[0][h].x, w[0][h].y, w[0][h].z, w[0][h].w};
+        const uint32_t ub[4] = {w[1][h].x, w[1][h].y, w[1][h].z, w[1][h].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {   // K 64 h + 16 tq + 4 q .. + 3
+          uint32_t a[4];
+          codes4<F, BF16>(ua[q], a[0], a[2]);
+          codes4<F, BF16>(ub[q], a[1], a[3]);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) ptx::mma16816<BF16>(c[j], a, word_of(x[j][h], 2 * q), word_of(x[j][h], 2 * q + 1));
+        }
+      }
+      const float fa = scalar16<BF16>(sca), fb = scalar16<BF16>(scb);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        acc[j][0] = fmaf(c[j][0], fa, acc[j][0]);
+        acc[j][1] = fmaf(c[j][1], fa, acc[j][1]);
+        acc[j][2] = fmaf(c[j][2], fb, acc[j][2]);
+        acc[j][3] = fmaf(c[j][3], fb, acc[j][3]);
+      }
+    }
+  }
+
+  if constexpr (LOADS_ONLY) {
+    if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * kThreads + tid] = hx;
+  } else {
+    __shared__ float red[kWarps][kTok][kRowsMma];   // [warp][token][row]
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[warp][8 * j + 2 * tq + (e & 1)][g + 8 * (e >> 1)] = acc[j][e];
+    }
+    __syncthreads();
+    for (int e = tid; e < kTok * kRowsMma; e += kThreads) {
+      const int t = e / kRowsMma, r = e % kRowsMma;
+      if (m0 + t < p.M && n0 + r < p.N) {
+        float v = 0.f;
+#pragma unroll
+        for (int i = 0; i < kWarps; ++i) v += red[i][t][r];
+        v *= p.out_factor;
+        const size_t idx = static_cast<size_t>(m0 + t) * p.N + n0 + r;
+        if constexpr (BF16) {
+          static_cast<__nv_bfloat16*>(p.out)[idx] = __float2bfloat16_rn(v);
+        } else {
+          static_cast<__half*>(p.out)[idx] = __float2half_rn(v);
+        }
+      }
+    }
+  }
+}
+
+template <bool BF16, int NT>
+__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_w8a16_fp8_rows_mma(const RowsParams p) {
+  rows_mma_body<kFp8, BF16, NT, false>(p);
+}
+template <bool BF16, int NT>
+__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
+  rows_mma_body<kInt8, BF16, NT, false>(p);
+}
+template <int F, bool BF16, int NT>
+__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_rows_mma_loads(const RowsParams p) {
+  rows_mma_body<F, BF16, NT, true>(p);
+}
+
+template <int F, bool BF16, int NT, bool LOADS_ONLY>
+inline const void* mma_kernel_of() {
+  if constexpr (LOADS_ONLY) {
+    return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT>);
+  } else if constexpr (F == kFp8) {
+    return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT>);
+  } else {
+    return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT>);
+  }
+}
+
+// The tensor-core kernel for (fmt, bf16, M, loads_only), or nullptr for a format without one.
+inline const void* find_mma_kernel(int fmt, bool bf16, int M, bool loads_only) {
+  const bool one = nt_for(M) == 1;
+  auto pick = [&](auto f, auto b) -> const void* {
+    constexpr int F = decltype(f)::value;
+    constexpr bool B = decltype(b)::value;
+    if (loads_only) return one ? mma_kernel_of<F, B, 1, true>() : mma_kernel_of<F, B, 2, true>();
+    return one ? mma_kernel_of<F, B, 1, false>() : mma_kernel_of<F, B, 2, false>();
+  };
+  auto by_b = [&](auto f) -> const void* {
+    return bf16 ? pick(f, std::true_type{}) : pick(f, std::false_type{});
+  };
+  if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
+  if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
+  return nullptr;
+}
+
+// form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file)
+enum Form : int { kFormCuda = 0, kFormMma = 1 };
+
+inline const void* find_form_kernel(int form, int fmt, bool bf16, int M, bool loads_only) {
+  if (form == kFormCuda) return find_kernel(fmt, bf16, M, loads_only);
+  if (form == kFormMma) return find_mma_kernel(fmt, bf16, M, loads_only);
+  return nullptr;
+}
+
+inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm) {
+  const void* k = find_form_kernel(form, fmt, bf16, M, loads_only);
+  if (k == nullptr) return cudaErrorInvalidValue;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k, kThreads, 0);
+}
+
+// The tensor-core form's grid: ceil(N / 16) row blocks x ceil(M / (8 NT)) token blocks, 1-D, the token
+// block fastest.
+inline cudaError_t launch_form(int form, int fmt, bool bf16, bool loads_only, const RowsParams& p,
+                               cudaStream_t stream, int* occ = nullptr) {
+  if (form == kFormCuda) return launch(fmt, bf16, loads_only, p, stream, occ);
+  if (form != kFormMma || p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK) return cudaErrorInvalidValue;
+  const int tok = 8 * nt_for(p.M);
+  const long long ctas = static_cast<long long>((p.N + kRowsMma - 1) / kRowsMma) * ((p.M + tok - 1) / tok);
+  if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
+  return launch_on(find_mma_kernel(fmt, bf16, p.M, false), find_mma_kernel(fmt, bf16, p.M, true), loads_only,
+                   dim3(static_cast<unsigned>(ctas)), p, stream, occ);
+}
+
+}  // namespace rows
+}  // namespace fp8lab
