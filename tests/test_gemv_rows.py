@@ -110,9 +110,12 @@ def test_geometry():
     assert [gr.tokens_per_cta(m, "mma") for m in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 16]
 
 
-def test_default_form():
-    """The tensor-core form from MMA_MIN_M on for fp8 / int8; INT4 keeps the CUDA-core form."""
-    assert gr.MMA_MIN_M == 2 and gr.MMA_FORMATS == ("fp8", "int8")
+def test_default_form(monkeypatch):
+    """The tensor-core form is opt-in until MMA_MIN_M is set; then it is the default from MMA_MIN_M on
+    for fp8 / int8, and INT4 keeps the CUDA-core form."""
+    assert gr.MMA_MIN_M is None and gr.MMA_FORMATS == ("fp8", "int8")
+    assert {gr.default_form(f, m) for f in gr.FORMATS for m in (1, 2, 16, 64)} == {"cuda"}
+    monkeypatch.setattr(gr, "MMA_MIN_M", 2)
     assert [gr.default_form("fp8", m) for m in (1, 2, 16)] == ["cuda", "mma", "mma"]
     assert [gr.default_form("int8", m) for m in (1, 3)] == ["cuda", "mma"]
     assert [gr.default_form("int4", m) for m in (1, 16)] == ["cuda", "cuda"]
@@ -122,6 +125,14 @@ def test_default_form():
         with pytest.raises(ValueError, match=msg) as e:
             call()
         assert "\n" not in str(e.value)
+
+
+def test_measure_decode_refuses_a_bad_rows_form_in_one_line():
+    from fp8lab.experiments import decode
+
+    with pytest.raises(ValueError, match="form must be one of") as e:
+        decode.measure_decode(["qwen3-8b:o_proj"], [1], ["fp8"], schedule="rows", rows_form="tc")
+    assert "\n" not in str(e.value)
 
 
 def test_rows_is_a_schedule_of_the_decode_sweep_not_of_gemv_w16():

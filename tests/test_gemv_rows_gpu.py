@@ -181,10 +181,9 @@ def test_measure_decode_rows_schedule():
                                schedule="rows", copy={"rate_p50": 4e12}, rep_ms=2, same_copy=False)
     assert sorted(set(df["fmt"])) == ["fp8", "int4", "int8"] and len(df) == 6
     assert (df["schedule"] == "rows").all() and (df["check_relerr"] < 1e-2).all()
-    # the grid column names the form each row ran: the tensor-core one at M = 3 for fp8 / int8
+    # the grid column names the form each row ran (gemv_rows.default_form)
     forms = df.set_index(["fmt", "M"])["grid"].str.split().str[0].to_dict()
-    assert forms == {("fp8", 1): "cuda", ("fp8", 3): "mma", ("int8", 1): "cuda", ("int8", 3): "mma",
-                     ("int4", 1): "cuda", ("int4", 3): "cuda"}
+    assert forms == {(f, m): gr.default_form(f, m) for f in ("fp8", "int8", "int4") for m in (1, 3)}
     assert df["pattern_Bps"].notna().all() and (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
     m1 = df[df["M"] == 1].set_index("fmt")["ctas_per_sm"]
     assert (m1["fp8"], m1["int8"], m1["int4"]) == (9, 9, 8)
@@ -192,3 +191,17 @@ def test_measure_decode_rows_schedule():
     assert len(best) == 6
     # the ncu launch never names the rows schedule (C5 / C8 judge the tile kernels)
     assert decode.launch_of_best(df, "qwen3-8b:o_proj") == {}
+
+
+def test_measure_decode_rows_form_mma():
+    """rows_form='mma': the tensor-core form at every M (checked at each), int4 left out, its twin at
+    its own CTAs per SM."""
+    from fp8lab.experiments import decode
+
+    df = decode.measure_decode(["qwen3-8b:o_proj"], [1, 3, 16], ["fp8", "int4", "int8"], cublas=False,
+                               schedule="rows", rows_form="mma", copy={"rate_p50": 4e12}, rep_ms=2,
+                               same_copy=False)
+    assert sorted(set(df["fmt"])) == ["fp8", "int8"] and len(df) == 6
+    assert (df["grid"].str.split().str[0] == "mma").all() and (df["check_relerr"] < 1e-2).all()
+    assert (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
+    assert df.set_index("M")["ctas_per_sm"].to_dict() == {1: 8, 3: 8, 16: 6}

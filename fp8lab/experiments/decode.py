@@ -40,8 +40,8 @@ DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 #: the weight-only arms' launch schedules measure_decode takes: gemv_w16's (wo.SCHEDULES) and "rows",
 #: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 / int4) in the form it takes by default
-#: at each M (gemv_rows.default_form: the CUDA-core kernel at M = 1, the tensor-core one from
-#: gemv_rows.MMA_MIN_M on for fp8 / int8; the grid column names the form)
+#: at each M (gemv_rows.default_form) or the one measure_decode's rows_form names; the grid column
+#: names the form
 SCHEDULES = (*wo.SCHEDULES, "rows")
 ARMS = tuple(wo.ARMS[f] for f in wo.FORMATS) + (CUBLAS,)
 #: other people's weight-only kernels run beside ARMS (issue 17): fp8lab.peers.sweeps.decode,
@@ -96,11 +96,17 @@ def _shape(name: str) -> shapes.Shape:
 # --------------------------------------------------------------------------------------
 # The sweep (GPU)
 # --------------------------------------------------------------------------------------
+def _rows_form(fmt: str, M: int, rows_form: Optional[str]) -> str:
+    """The rows schedule's kernel form for fmt at M: ``rows_form``, else gemv_rows.default_form."""
+    return gemv_rows.default_form(fmt, M) if rows_form is None else gemv_rows.check_form(rows_form)
+
+
 def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: int, rows: bool = False,
-              rows_ms: Sequence[int] = ()):
+              rows_ms: Sequence[int] = (), rows_form: Optional[str] = None):
     """Weight copies for rotation and the float64 check of one format (``rows``: the rows layout of
     :mod:`fp8lab.kernels.gemv_rows`, schedule "rows", checked at check_m and at every M in ``rows_ms``,
-    the timed Ms: its kernel (form, tokens per CTA) changes with M). Returns (copies, largest error)."""
+    the timed Ms: its kernel (form, tokens per CTA) changes with M; ``rows_form``: gemv_rows' form, None
+    its default_form at each M). Returns (copies, largest error)."""
     import torch
 
     if rows:
@@ -119,9 +125,12 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     for m in sorted({check_m, *(rows_ms if rows else ())}):
         x = torch.randn(m, K, device="cuda", generator=g).to(tdt)
         out = harness.poisoned((m, N), tdt)
-        (gemv_rows.gemv if rows else wo.gemv_w16)(x, pw, out=out)
+        if rows:
+            gemv_rows.gemv(x, pw, out=out, form=_rows_form(fmt, m, rows_form))
+        else:
+            wo.gemv_w16(x, pw, out=out)
         ref = x.double() @ W.t()
-        form = f", {gemv_rows.default_form(fmt, m)} form" if rows else ""
+        form = f", {_rows_form(fmt, m, rows_form)} form" if rows else ""
         errs.append(harness.require(f"{wo.ARMS[fmt]} {N}x{K} M={m}{form}", out, ref))
         del x, out, ref
     del W
@@ -186,7 +195,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
                    formats: Sequence[str] = wo.FORMATS, *, act: str = "bf16", cublas: bool = True,
                    rep_ms: float = 40, seed: int = 0, check_m: int = 4, copy: Optional[dict] = None,
                    sampler=None, splits: Optional[int] = None, schedule: Optional[str] = None,
-                   same_copy: bool = True, pattern: bool = True) -> pd.DataFrame:
+                   same_copy: bool = True, pattern: bool = True, rows_form: Optional[str] = None) -> pd.DataFrame:
     """Time every arm at every (shape, M); one row per (shape, arm, M) (see COLUMNS).
 
     ``copy``: a :func:`measure_copy` result (measured here when None). ``splits`` pins the
@@ -195,13 +204,17 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     ignores ``splits``). ``same_copy``: also time :func:`same_size_copy` per stream size
     (``same_copy_Bps``, ``fraction_of_same_copy``). ``pattern``: also time each weight-only row's
     access pattern alone (:func:`fp8lab.kernels.weight_only.pattern_stream`: its grid, occupancy and
-    loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule)."""
+    loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule).
+    ``rows_form``: the rows schedule's kernel form ("cuda", "mma": fp8 / int8 only, the other formats
+    left out); None: gemv_rows.default_form at each M."""
     import torch
 
     for f in formats:
         wo.check_fmt(f)
     for m in Ms:
         wo._pos_int("M", m)
+    if rows_form is not None:
+        gemv_rows.check_form(rows_form)
     if not torch.cuda.is_available():
         raise RuntimeError("measure_decode needs a CUDA device")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -237,11 +250,12 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         """(pattern Bps, its CTAs per SM) of this row's launch; one timing per distinct launch."""
         if pattern and schedule == "rows":
             # the rows GEMV's own loads-only twin: same grid, same loads, padded to its CTAs per SM
-            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M, gemv_rows.default_form(fmt, M))["threads"])
+            form = _rows_form(fmt, M, rows_form)
+            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M, form)["threads"])
             occ = {}
 
             def run_loads(pw):
-                occ[0] = gemv_rows.loads(x, pw, sink=sink)
+                occ[0] = gemv_rows.loads(x, pw, sink=sink, form=form)
 
             t, _ = timed(run_loads, [(pw,) for pw in sets])
             if occ.get(0) != cfg["ctas_per_sm"]:
@@ -271,9 +285,11 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         sh = _shape(name)
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
-            if schedule == "rows" and fmt not in gemv_rows.FORMATS:
+            if schedule == "rows" and (fmt not in gemv_rows.FORMATS
+                                       or (rows_form == "mma" and fmt not in gemv_rows.MMA_FORMATS)):
                 continue       # nvfp4 has the tile layout only
-            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows", rows_ms=Ms)
+            sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows", rows_ms=Ms,
+                                  rows_form=rows_form)
             b = stream_split(wo.ARMS[fmt], N, K)
             # the split-K workspace at its largest before any graph captures its pointer
             wo.workspace(torch.device("cuda"), max(Ms) * N,
@@ -281,15 +297,15 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(tdt)
                 if schedule == "rows":
-                    cfg = {"ctas_per_sm": gemv_rows.ctas_per_sm(fmt, act, M)}
+                    cfg = {"ctas_per_sm": gemv_rows.ctas_per_sm(fmt, act, M, _rows_form(fmt, M, rows_form))}
                 else:
                     cfg = wo.launch_config(sets[0], M)
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
                 if schedule == "rows":
                     s = np.nan
-                    form = gemv_rows.default_form(fmt, M)
+                    form = _rows_form(fmt, M, rows_form)
                     grid = f"{form} {gemv_rows.geometry(N, M, form)['grid']}"
-                    timing, clk = timed(lambda pw, o: gemv_rows.gemv(x, pw, out=o), list(zip(sets, outs)))
+                    timing, clk = timed(lambda pw, o: gemv_rows.gemv(x, pw, out=o, form=form), list(zip(sets, outs)))
                 elif schedule == "streamk":
                     s = np.nan
                     grid = str(tuple(cfg["streamk_grid"]))

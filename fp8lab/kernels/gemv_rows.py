@@ -8,9 +8,10 @@ a K block issued before any arithmetic, fp32 FMAs on the CUDA cores, no split-K.
 H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the tensor-core kernel
 (:func:`fp8lab.kernels.weight_only.gemv_w16`'s split-K and stream-K schedules) streamed 0.73-0.93
 (``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M (every M works: blocks of up
-to 4 tokens, each streaming the whole weight), so from :data:`MMA_MIN_M` tokens on, fp8 and int8
-take the tensor-core form (``gemv_rows_mma.cuh``, ``form="mma"``): the same weight and scales, CTAs
-of 16 rows x 8 or 16 tokens, mma.sync on exactly converted operands, fp32 sums promoted per group.
+to 4 tokens, each streaming the whole weight). For fp8 and int8 a tensor-core form
+(``gemv_rows_mma.cuh``, ``form="mma"``; the default from :data:`MMA_MIN_M` tokens on, once set)
+reads the same weight and scales: CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted
+operands, fp32 sums promoted per group.
 
 Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
 +-480), ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`) and ``int4`` (codes
@@ -45,10 +46,11 @@ FORMS = ("cuda", "mma")
 FORM_ID = {"cuda": 0, "mma": 1}
 #: the formats with a tensor-core form
 MMA_FORMATS = ("fp8", "int8")
-#: the fewest tokens the tensor-core form is taken for by default (form=None). The CUDA-core form's
-#: work grows with M: at M = 4 it streamed 0.34-0.43 of copy where split-K streamed 0.72-0.90
-#: (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
-MMA_MIN_M = 2
+#: the fewest tokens the tensor-core form is taken for by default (form=None); None: never (the form
+#: is opt-in, ``form="mma"``, until notebook 08 has timed it beside the others on the H200). The
+#: CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where split-K streamed
+#: 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
+MMA_MIN_M: int | None = None
 MMA_ROWS_PER_CTA = 16
 LAYOUT = "rows"
 #: the word the loads-only kernel's XOR is compared with before its one store
@@ -75,9 +77,9 @@ def check_form(form: str) -> str:
 
 
 def default_form(fmt: str, M: int) -> str:
-    """The form :func:`gemv` takes for ``fmt`` at M tokens: "mma" from :data:`MMA_MIN_M` on for the
-    formats that have it, else "cuda"."""
-    return "mma" if fmt in MMA_FORMATS and M >= MMA_MIN_M else "cuda"
+    """The form :func:`gemv` takes for ``fmt`` at M tokens: "mma" from :data:`MMA_MIN_M` on (when
+    set) for the formats that have it, else "cuda"."""
+    return "mma" if MMA_MIN_M is not None and fmt in MMA_FORMATS and M >= MMA_MIN_M else "cuda"
 
 
 def _form_for(fmt: str, M: int, form) -> str:
