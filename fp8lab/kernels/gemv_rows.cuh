@@ -79,6 +79,16 @@ __device__ __forceinline__ float scalar16(uint16_t v) {
   }
 }
 
+// out[idx] = v, rounded once to the activation dtype
+template <bool BF16>
+__device__ __forceinline__ void store_out(void* out, size_t idx, float v) {
+  if constexpr (BF16) {
+    static_cast<__nv_bfloat16*>(out)[idx] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(out)[idx] = __float2half_rn(v);
+  }
+}
+
 // 8 16-bit activations (one 16-byte word) -> fp32
 template <bool BF16>
 __device__ __forceinline__ void act8(const uint4& v, float* f) {
@@ -271,13 +281,7 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
         float v = 0.f;
 #pragma unroll
         for (int i = 0; i < kWarps; ++i) v += red[i][tid];
-        v *= p.out_factor;
-        const size_t idx = static_cast<size_t>(m0 + m) * p.N + n0 + r;
-        if constexpr (BF16) {
-          static_cast<__nv_bfloat16*>(p.out)[idx] = __float2bfloat16_rn(v);
-        } else {
-          static_cast<__half*>(p.out)[idx] = __float2half_rn(v);
-        }
+        store_out<BF16>(p.out, static_cast<size_t>(m0 + m) * p.N + n0 + r, v * p.out_factor);
       }
     }
   }

@@ -206,13 +206,7 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
         float v = 0.f;
 #pragma unroll
         for (int i = 0; i < kWarps; ++i) v += red[i][t][r];
-        v *= p.out_factor;
-        const size_t idx = static_cast<size_t>(m0 + t) * p.N + n0 + r;
-        if constexpr (BF16) {
-          static_cast<__nv_bfloat16*>(p.out)[idx] = __float2bfloat16_rn(v);
-        } else {
-          static_cast<__half*>(p.out)[idx] = __float2half_rn(v);
-        }
+        store_out<BF16>(p.out, static_cast<size_t>(m0 + t) * p.N + n0 + r, v * p.out_factor);
       }
     }
   }
