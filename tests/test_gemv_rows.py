@@ -99,15 +99,52 @@ def test_bad_input_is_refused_in_one_line(call, msg):
 
 
 def test_geometry():
-    assert gr.geometry(24576, 1) == {"grid": (6144, 1), "mb": 1, "threads": 6144 * 128, "form": "cuda"}
-    assert gr.geometry(10, 2) == {"grid": (3, 1), "mb": 2, "threads": 3 * 128, "form": "cuda"}
-    assert gr.geometry(10, 5) == {"grid": (3, 2), "mb": 4, "threads": 6 * 128, "form": "cuda"}
+    assert gr.geometry(24576, 1) == {"grid": (6144, 1), "mb": 1, "threads": 6144 * 128, "form": "cuda", "block": 128}
+    assert gr.geometry(10, 2) == {"grid": (3, 1), "mb": 2, "threads": 3 * 128, "form": "cuda", "block": 128}
+    assert gr.geometry(10, 5) == {"grid": (3, 2), "mb": 4, "threads": 6 * 128, "form": "cuda", "block": 128}
     assert [gr.tokens_per_cta(m) for m in (1, 2, 3, 4, 9)] == [1, 2, 4, 4, 4]
-    # the tensor-core form: 16 rows x 8 (M <= 8) or 16 tokens per CTA, a 1-D grid
-    assert gr.geometry(24576, 16, "mma") == {"grid": (1536, 1), "mb": 16, "threads": 1536 * 128, "form": "mma"}
-    assert gr.geometry(17, 5, "mma") == {"grid": (2, 1), "mb": 8, "threads": 2 * 128, "form": "mma"}
-    assert gr.geometry(17, 40, "mma")["grid"] == (2 * 3, 1)
+    # the tensor-core form: 16 rows x 8 (M <= 8) or 16 tokens per CTA, a 1-D grid, W warps per CTA
+    assert gr.geometry(24576, 16, "mma", 4096) == {"grid": (1536, 1), "mb": 16, "threads": 1536 * 128,
+                                                   "form": "mma", "block": 128}
+    assert gr.geometry(17, 5, "mma", 128) == {"grid": (2, 1), "mb": 8, "threads": 2 * 128, "form": "mma", "block": 128}
+    assert gr.geometry(17, 40, "mma", 128)["grid"] == (2 * 3, 1)
+    assert gr.geometry(4096, 1, "mma", 14336)["threads"] == 256 * 16 * 32
     assert [gr.tokens_per_cta(m, "mma") for m in (1, 8, 9, 16, 17)] == [8, 8, 16, 16, 16]
+    with pytest.raises(ValueError, match="needs K"):
+        gr.geometry(16, 2, "mma")
+
+
+def test_warps_per_cta_fill_the_grid():
+    """W grows (4, 8, 16; 8 at most above 8 tokens) until the grid holds 4096 warps, while each warp
+    keeps two 128-K steps: notebook 08's small-N shapes get more warps per CTA."""
+    assert gr.warps_for(24576, 1, 4096) == 4          # qwen3-8b gate_up: 1536 CTAs
+    assert gr.warps_for(8192, 1, 28672) == 8          # llama3-70b down_proj: 512 CTAs
+    assert gr.warps_for(4096, 1, 14336) == 16         # llama3-8b down_proj: 256 CTAs
+    assert gr.warps_for(4096, 16, 14336) == 8         # 16 tokens: at most 8
+    assert gr.warps_for(4096, 64, 14336) == 4         # four token blocks: 1024 CTAs
+    assert gr.warps_for(64, 1, 1024) == 4             # eight K steps: two per warp at W = 4
+    assert gr.warps_for(64, 1, 2048) == 8
+
+
+@needs_nvcc
+def test_warps_for_is_the_kernels_rule(tmp_path):
+    """gemv_rows.warps_for (Python, for geometry and the sink) gives what gemv_rows_mma.cuh's host
+    code launches, over a grid of shapes (a host program built with nvcc; no GPU needed)."""
+    import subprocess
+
+    from fp8lab.toolchain import tools
+
+    cases = [(n, m, k) for n in (16, 100, 4096, 8192, 24576, 57344) for m in (1, 2, 8, 9, 16, 17, 64)
+             for k in (128, 512, 1024, 2048, 4096, 28672)]
+    src = tmp_path / "w.cu"
+    src.write_text('#include <cstdio>\n#include "gemv_rows_mma.cuh"\nint main() {\n'
+                   + "".join(f'  std::printf("%d\\n", fp8lab::rows::warps_for({n}, {m}, {k}));\n' for n, m, k in cases)
+                   + "  return 0;\n}\n")
+    exe = tmp_path / "w"
+    subprocess.run([str(tools.find_tool("nvcc")), "-std=c++17", "-arch=sm_90", "-I", str(gr.KERNEL_DIR), str(src),
+                    "-o", str(exe)], check=True, capture_output=True)
+    got = [int(x) for x in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert got == [gr.warps_for(n, m, k) for n, m, k in cases]
 
 
 def test_default_form(monkeypatch):
@@ -215,19 +252,19 @@ def _loops(cubin):
 
 @needs_nvcc
 def test_rows_mma_sass():
-    """The tensor-core form (gemv_rows_mma.cuh), 8 GEMVs (fp8 / int8 x bf16 / fp16 x NT = 1, 2) and 8
-    loads-only twins: the K loop (the loop with the HMMAs) holds 8 NT HMMA.16816.F32, four 16-byte
-    weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation loads and two scale loads; no local
-    memory in it at NT = 1 (NT = 2 reloads one spilled word per step: gemv_rows_mma.cuh says why);
-    NT = 1 in 64 registers (eight CTAs per SM), NT = 2 in 80 (six); each twin's K loop issues exactly
-    its GEMV's global loads, and it stores once."""
+    """The tensor-core form (gemv_rows_mma.cuh), 20 GEMVs (fp8 / int8 x bf16 / fp16 x NT = 1 in 4, 8,
+    16 warps, NT = 2 in 4, 8) and 20 loads-only twins: the K loop (the loop with the HMMAs) holds
+    8 NT HMMA.16816.F32, four 16-byte weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation
+    loads and two scale loads; no local memory in it at NT = 1 (NT = 2 reloads one spilled word per
+    step: gemv_rows_mma.cuh says why); NT = 1 in 64 registers (32 warps per SM), NT = 2 in 80 (24);
+    each twin's K loop issues exactly its GEMV's global loads, and it stores once."""
     import subprocess
 
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
     ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" in n}
-    assert len(ks) == 16, sorted(ks)
+    assert len(ks) == 40, sorted(ks)
     loops = _loops(cubin)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
@@ -235,9 +272,9 @@ def test_rows_mma_sass():
     ldg = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
     for f, fname in ((0, "fp8"), (1, "int8")):
         for b in (0, 1):
-            for nt in (1, 2):
-                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}E" in n]
-                (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}E" in n]
+            for nt, w in ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8)):
+                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}ELi{w}E" in n]
+                (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}ELi{w}E" in n]
                 (kl,) = [lp for lp in loops[g] if any(o.startswith("HMMA") for o in lp)]
                 assert sum(o.startswith("HMMA.16816.F32") for o in kl) == 8 * nt, (g, kl)
                 assert sum(o.startswith("HMMA") for o in ks[g]) == 8 * nt, g

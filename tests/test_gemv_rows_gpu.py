@@ -32,7 +32,7 @@ FORM_CASES = [(f, "cuda") for f in gr.FORMATS] + [(f, "mma") for f in gr.MMA_FOR
 
 @pytest.mark.parametrize("fmt, form", FORM_CASES)
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
-@pytest.mark.parametrize("N, K", [(37, 128), (4099, 2176), (256, 4096), (13, 6272)])
+@pytest.mark.parametrize("N, K", [(37, 128), (4099, 2176), (256, 4096), (13, 6272), (200, 6400)])
 @pytest.mark.parametrize("M", [1, 2, 3, 9, 16, 17, 40])
 def test_random_vs_float64(fmt, form, act, N, K, M):
     pw, info = _case(fmt, act, N, K, seed=N + M)
@@ -49,6 +49,13 @@ def test_random_vs_float64(fmt, form, act, N, K, M):
     assert torch.equal(gr.gemv(x, pw, form=form), out)
     # the last token alone: the same bits (its outputs depend on its own activations only)
     assert torch.equal(gr.gemv(x[M - 1:], pw, form=form)[0], out[M - 1]) or form == "cuda"
+
+
+def test_the_float64_cases_cover_every_tensor_core_kernel():
+    """The shapes and Ms above reach every (tokens per CTA, warps per CTA) the tensor-core form has."""
+    got = {(gr.tokens_per_cta(M, "mma"), gr.warps_for(N, M, K))
+           for N, K in ((37, 128), (4099, 2176), (256, 4096), (13, 6272), (200, 6400)) for M in (2, 3, 9, 16, 17, 40)}
+    assert got == {(8, 4), (8, 8), (8, 16), (16, 4), (16, 8)}
 
 
 def test_default_form_is_what_gemv_runs():
@@ -138,16 +145,19 @@ def test_graph_capture_and_loads_twin(fmt, form):
         assert torch.equal(out, want)
     for M in (1, 2, 5, 9, 40):
         xm = torch.randn(M, 4096, device="cuda").to(torch.bfloat16)
-        n = gr.geometry(1000, M, form)["threads"]
+        n = gr.geometry(1000, M, form, 4096)["threads"]
         sink = torch.full((n,), -1, dtype=torch.int32, device="cuda")
         occ = gr.loads(xm, pw, sink=sink, form=form)
         torch.cuda.synchronize()
-        assert occ == gr.ctas_per_sm(fmt, "bf16", M, form) >= 1
+        assert occ == gr.ctas_per_sm(fmt, "bf16", M, form, N=1000, K=4096) >= 1
         assert (sink == -1).all()           # random words: the XOR never equals the key
     if form == "cuda":
         assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda") == (8 if fmt == "int4" else 9)
-    else:   # the launch bounds' CTAs per SM (gemv_rows_mma.cuh min_ctas_mma)
-        assert (gr.ctas_per_sm(fmt, "bf16", 8, "mma"), gr.ctas_per_sm(fmt, "bf16", 9, "mma")) == (8, 6)
+    else:   # the launch bounds' warps per SM (gemv_rows_mma.cuh min_ctas_mma): 32 at 8 tokens, 24 at 16
+        for M, N, K, warps in ((8, 1000, 4096, 32), (9, 1000, 4096, 24), (8, 30000, 4096, 32), (16, 30000, 4096, 24)):
+            assert gr.ctas_per_sm(fmt, "bf16", M, "mma", N=N, K=K) * gr.warps_for(N, M, K) == warps, (M, N)
+        with pytest.raises(ValueError, match="needs N and K"):
+            gr.ctas_per_sm(fmt, "bf16", 8, "mma")
 
 
 def test_bad_input_in_one_line():
@@ -204,4 +214,6 @@ def test_measure_decode_rows_form_mma():
     assert sorted(set(df["fmt"])) == ["fp8", "int8"] and len(df) == 6
     assert (df["grid"].str.split().str[0] == "mma").all() and (df["check_relerr"] < 1e-2).all()
     assert (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
-    assert df.set_index("M")["ctas_per_sm"].to_dict() == {1: 8, 3: 8, 16: 6}
+    # qwen3-8b o_proj (N = K = 4096): 256 CTAs, so 16 warps per CTA at 8 tokens, 8 at 16
+    assert df.set_index("M")["grid"].str.split().str[-1].to_dict() == {1: "x512", 3: "x512", 16: "x256"}
+    assert df.set_index("M")["ctas_per_sm"].to_dict() == {1: 2, 3: 2, 16: 3}

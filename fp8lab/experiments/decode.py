@@ -251,7 +251,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         if pattern and schedule == "rows":
             # the rows GEMV's own loads-only twin: same grid, same loads, padded to its CTAs per SM
             form = _rows_form(fmt, M, rows_form)
-            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M, form)["threads"])
+            sink = wo.pattern_sink(sets[0].w.device, gemv_rows.geometry(N, M, form, K)["threads"])
             occ = {}
 
             def run_loads(pw):
@@ -297,14 +297,15 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
             for M in Ms:
                 x = torch.randn(M, K, device="cuda").to(tdt)
                 if schedule == "rows":
-                    cfg = {"ctas_per_sm": gemv_rows.ctas_per_sm(fmt, act, M, _rows_form(fmt, M, rows_form))}
+                    cfg = {"ctas_per_sm": gemv_rows.ctas_per_sm(fmt, act, M, _rows_form(fmt, M, rows_form), N=N, K=K)}
                 else:
                     cfg = wo.launch_config(sets[0], M)
                 outs = [torch.empty(M, N, dtype=tdt, device="cuda") for _ in sets]
                 if schedule == "rows":
                     s = np.nan
                     form = _rows_form(fmt, M, rows_form)
-                    grid = f"{form} {gemv_rows.geometry(N, M, form)['grid']}"
+                    g = gemv_rows.geometry(N, M, form, K)
+                    grid = f"{form} {g['grid']} x{g['block']}"
                     timing, clk = timed(lambda pw, o: gemv_rows.gemv(x, pw, out=o, form=form), list(zip(sets, outs)))
                 elif schedule == "streamk":
                     s = np.nan

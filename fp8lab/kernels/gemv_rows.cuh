@@ -360,7 +360,7 @@ inline cudaError_t occupancy(int fmt, bool bf16, int M, bool loads_only, int* ct
 // them. Then their launch pads dynamic shared memory (carveout max shared) so that an SM holds
 // exactly the GEMV's CTAs per SM; *occ gets the occupancy the padded kernel has (the caller checks it).
 // Attributes are set once per (kernel, pad).
-inline cudaError_t pad_loads(const void* k, int ctas, int* pad, int* occ) {
+inline cudaError_t pad_loads(const void* k, int ctas, int* pad, int* occ, int threads = kThreads) {
   int dev = 0, per_sm = 0, optin = 0, reserved = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
@@ -381,7 +381,7 @@ inline cudaError_t pad_loads(const void* k, int ctas, int* pad, int* occ) {
   e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, b);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                  cudaSharedmemCarveoutMaxShared);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k, kThreads, b);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k, threads, b);
   if (e != cudaSuccess) return e;
   static int next = 0;
   seen_k[next] = k;
@@ -392,11 +392,11 @@ inline cudaError_t pad_loads(const void* k, int ctas, int* pad, int* occ) {
   return cudaSuccess;
 }
 
-// Launch k_gemv (or, loads_only, its twin k_loads) on grid with block kThreads. The GEMV takes no
+// Launch k_gemv (or, loads_only, its twin k_loads) on grid with blocks of threads. The GEMV takes no
 // dynamic shared memory; the loads-only twin is padded to the GEMV's occupancy (*occ: what it ran
 // at; may be null). Both forms (this file's CUDA-core kernels and gemv_rows_mma.cuh's) launch here.
 inline cudaError_t launch_on(const void* k_gemv, const void* k_loads, bool loads_only, dim3 grid, const RowsParams& p,
-                             cudaStream_t stream, int* occ) {
+                             cudaStream_t stream, int* occ, int threads = kThreads) {
   if (k_gemv == nullptr || k_loads == nullptr) return cudaErrorInvalidValue;
   const void* k = loads_only ? k_loads : k_gemv;
   int pad = 0;
@@ -405,19 +405,19 @@ inline cudaError_t launch_on(const void* k_gemv, const void* k_loads, bool loads
     // max-shared carveout shrinks L1, where the GEMV's activations are cached (at K = 28672 an
     // unneeded pad made the twin stream 0.94 of copy beside the GEMV's 0.98, H200, 648d9df)
     int want = 0, got = 0, natural = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&want, k_gemv, kThreads, 0);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, k_loads, kThreads, 0);
-    if (e == cudaSuccess && natural != want) e = pad_loads(k, want, &pad, &got);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&want, k_gemv, threads, 0);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, k_loads, threads, 0);
+    if (e == cudaSuccess && natural != want) e = pad_loads(k, want, &pad, &got, threads);
     if (e != cudaSuccess) return e;
     if (natural == want) got = natural;
     if (occ != nullptr) *occ = got;
   } else if (occ != nullptr) {
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k_gemv, kThreads, 0);
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(occ, k_gemv, threads, 0);
     if (e != cudaSuccess) return e;
   }
   RowsParams q = p;
   void* args[] = {&q};
-  return cudaLaunchKernel(k, grid, dim3(kThreads), args, static_cast<size_t>(pad), stream);
+  return cudaLaunchKernel(k, grid, dim3(threads), args, static_cast<size_t>(pad), stream);
 }
 
 // grid: (ceil(N / kRows), ceil(M / mb_for(M))), block kThreads.

@@ -52,6 +52,9 @@ MMA_FORMATS = ("fp8", "int8")
 #: 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
 MMA_MIN_M: int | None = None
 MMA_ROWS_PER_CTA = 16
+#: the tensor-core form's warps per CTA grow (4, 8, 16; 8 at most above 8 tokens) until the grid holds
+#: this many warps (~ 132 SMs x 32 resident warps), while each warp keeps two 128-K steps
+MMA_TARGET_WARPS = 4096
 LAYOUT = "rows"
 #: the word the loads-only kernel's XOR is compared with before its one store
 LOADS_KEY = 0x2F5A17C3
@@ -59,8 +62,9 @@ LOADS_KEY = 0x2F5A17C3
 
 def load_extension(verbose: bool = False):
     """Build (once per content hash) and import the extension: the CUDA-core form (3 formats x 2
-    dtypes x 3 token blocks) and the tensor-core form (2 formats x 2 dtypes x 2 token blocks), each
-    kernel with its loads-only twin: 52 small kernels."""
+    dtypes x 3 token blocks) and the tensor-core form (2 formats x 2 dtypes x 5 warp / token configs), each
+    kernel with its loads-only twin: 36 + 40 small kernels (the tensor-core form in 4, 8 or 16 warps
+    per CTA at 8 tokens, 4 or 8 at 16)."""
     return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
@@ -91,6 +95,19 @@ def _form_for(fmt: str, M: int, form) -> str:
     return form
 
 
+def warps_for(N: int, M: int, K: int) -> int:
+    """Warps per CTA of the tensor-core form (gemv_rows_mma.cuh warps_for): the smallest of 4, 8, 16
+    (8 above 8 tokens) whose grid holds :data:`MMA_TARGET_WARPS` warps, no larger than leaves each
+    warp two K steps."""
+    tok = tokens_per_cta(M, "mma")
+    ctas = -(-N // MMA_ROWS_PER_CTA) * -(-M // tok)
+    top = 16 if tok == 8 else 8
+    w = 4
+    while w < top and ctas * w < MMA_TARGET_WARPS and K // 128 >= 4 * w:
+        w *= 2
+    return w
+
+
 def tokens_per_cta(M: int, form: str = "cuda") -> int:
     """Tokens one CTA takes: the CUDA-core form (gemv_rows.cuh mb_for) 1, 2, else 4; the tensor-core
     form (gemv_rows_mma.cuh nt_for) 8 up to M = 8, else 16."""
@@ -99,16 +116,19 @@ def tokens_per_cta(M: int, form: str = "cuda") -> int:
     return 1 if M <= 1 else (2 if M == 2 else 4)
 
 
-def geometry(N: int, M: int, form: str = "cuda") -> dict:
-    """The launch: the CUDA-core form's grid (ceil(N / 4), ceil(M / tokens_per_cta(M))); the tensor-core
-    form's 1-D grid of ceil(N / 16) x ceil(M / tokens_per_cta(M, "mma")) CTAs (the token block fastest).
-    THREADS per CTA, and the threads in all (the loads-only kernel's sink words)."""
+def geometry(N: int, M: int, form: str = "cuda", K: int | None = None) -> dict:
+    """The launch: the CUDA-core form's grid (ceil(N / 4), ceil(M / tokens_per_cta(M))) of THREADS-thread
+    CTAs; the tensor-core form's 1-D grid of ceil(N / 16) x ceil(M / tokens_per_cta(M, "mma")) CTAs
+    (the token block fastest) of warps_for(N, M, K) warps (K needed). "threads": the threads in all
+    (the loads-only kernel's sink words)."""
     mb = tokens_per_cta(M, form)
     if form == "mma":
-        grid = (-(-N // MMA_ROWS_PER_CTA) * -(-M // mb), 1)
-    else:
-        grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
-    return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS, "form": form}
+        if K is None:
+            raise ValueError("the tensor-core form's geometry needs K (its warps per CTA depend on it)")
+        grid, threads = (-(-N // MMA_ROWS_PER_CTA) * -(-M // mb), 1), 32 * warps_for(N, M, K)
+        return {"grid": grid, "mb": mb, "threads": grid[0] * threads, "form": form, "block": threads}
+    grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
+    return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS, "form": form, "block": THREADS}
 
 
 def code_values(fmt: str) -> np.ndarray:
@@ -209,7 +229,7 @@ def _validate(act, pw, out, torch):
     need(pw.s.numel() == s_words, f"pw.s has {pw.s.numel()} words, the rows layout needs {s_words}")
     need(max(M, pw.N, pw.K) < 2**31 and M * pw.N < 2**62 and pw.N * pw.K < 2**62, "sizes must fit")
     need(-(-M // tokens_per_cta(M)) < 65536, f"M = {M} needs more than 65535 token blocks")
-    need(geometry(pw.N, M, "mma")["grid"][0] < 2**31, f"(M, N) = {(M, pw.N)} needs too many CTAs")
+    need(geometry(pw.N, M, "mma", pw.K)["grid"][0] < 2**31, f"(M, N) = {(M, pw.N)} needs too many CTAs")
     if out is not None:
         need(isinstance(out, torch.Tensor) and out.dtype == want, f"out must be a {want} tensor")
         need(tuple(out.shape) == (M, pw.N), f"out must be (M, N) = {(M, pw.N)}, got {tuple(out.shape)}")
@@ -229,24 +249,28 @@ def gemv(act, pw: wo.PackedWeight, *, out=None, form=None):
                                  FORM_ID[form])
 
 
-def ctas_per_sm(fmt: str, act: str, M: int, form=None) -> int:
-    """CTAs per SM of the rows GEMV for (fmt, act dtype, M, form) on the current device."""
+def ctas_per_sm(fmt: str, act: str, M: int, form=None, *, N: int | None = None, K: int | None = None) -> int:
+    """CTAs per SM of the rows GEMV for (fmt, act dtype, M, form) on the current device; the
+    tensor-core form needs the shape (N, K: its warps per CTA depend on it)."""
     check_fmt(fmt)
     wo._check_act(act)
     form = _form_for(fmt, M, form)
-    return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(M), False, FORM_ID[form]))
+    if form == "mma" and (N is None or K is None):
+        raise ValueError("ctas_per_sm of the tensor-core form needs N and K (its warps per CTA depend on them)")
+    return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(N or 1), int(M), int(K or 128),
+                                          False, FORM_ID[form]))
 
 
 def loads(act, pw: wo.PackedWeight, *, sink, form=None) -> int:
     """The rows GEMV's launch with its weight, scale and activation loads alone (XORed; one store
     where the XOR equals :data:`LOADS_KEY`), at the GEMV's CTAs per SM: that launch's access-pattern
-    ceiling. ``sink``: int32 CUDA tensor of at least ``geometry(N, M, form)['threads']`` words.
+    ceiling. ``sink``: int32 CUDA tensor of at least ``geometry(N, M, form, K)['threads']`` words.
     ``form`` as :func:`gemv`. Returns the CTAs per SM it ran at."""
     import torch
 
     _validate(act, pw, None, torch)
     form = _form_for(pw.fmt, act.shape[0], form)
-    need = geometry(pw.N, act.shape[0], form)["threads"]
+    need = geometry(pw.N, act.shape[0], form, pw.K)["threads"]
     if not (isinstance(sink, torch.Tensor) and sink.is_cuda and sink.dtype == torch.int32 and sink.numel() >= need):
         raise ValueError(f"sink must be an int32 CUDA tensor of at least {need} words")
     return int(load_extension().loads(act, pw.w, pw.s, sink, pw.N, pw.K, wo.FORMAT_ID[pw.fmt], LOADS_KEY,

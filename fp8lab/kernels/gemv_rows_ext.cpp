@@ -10,7 +10,8 @@
 
 cudaError_t fp8lab_gemv_rows_launch(int form, int fmt, bool bf16, bool loads_only, const fp8lab::rows::RowsParams& p,
                                     cudaStream_t stream, int* occ);
-cudaError_t fp8lab_gemv_rows_occupancy(int form, int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm);
+cudaError_t fp8lab_gemv_rows_occupancy(int form, int fmt, bool bf16, int N, int M, int K, bool loads_only,
+                                       int* ctas_per_sm);
 
 namespace {
 
@@ -70,9 +71,12 @@ int64_t loads(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor s
   return occ;
 }
 
-int64_t occupancy(int64_t fmt, bool bf16, int64_t M, bool loads_only, int64_t form) {
+// CTAs per SM of the kernel a launch of (form, fmt, N, M, K) runs (the tensor-core form's warps per
+// CTA depend on the shape).
+int64_t occupancy(int64_t fmt, bool bf16, int64_t N, int64_t M, int64_t K, bool loads_only, int64_t form) {
   int occ = 0;
-  fp8lab::ext::check(fp8lab_gemv_rows_occupancy(static_cast<int>(form), static_cast<int>(fmt), bf16, static_cast<int>(M), loads_only, &occ),
+  fp8lab::ext::check(fp8lab_gemv_rows_occupancy(static_cast<int>(form), static_cast<int>(fmt), bf16, static_cast<int>(N),
+                                                static_cast<int>(M), static_cast<int>(K), loads_only, &occ),
                      "gemv rows occupancy");
   return occ;
 }

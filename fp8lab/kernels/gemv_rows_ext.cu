@@ -1,7 +1,7 @@
 // gemv_rows_ext.cu -- the row-major decode GEMV behind its torch binding (gemv_rows_ext.cpp), in both
 // forms: the CUDA-core kernels (gemv_rows.cuh: fp8, int8 and int4 x bf16 / fp16 activations x MB = 1,
 // 2, 4 tokens per CTA) and the tensor-core ones (gemv_rows_mma.cuh: fp8 and int8 x bf16 / fp16 x 8 or
-// 16 tokens per CTA), and their loads-only twins. No torch headers here, so nvcc only compiles CUDA.
+// 16 tokens x 4, 8 or 16 warps per CTA), and their loads-only twins. No torch headers here, so nvcc only compiles CUDA.
 #include "gemv_rows_mma.cuh"
 
 // form: 0 CUDA-core, 1 tensor-core. fmt: 0 fp8, 1 int8, 3 int4. cudaErrorInvalidValue for a form /
@@ -12,6 +12,7 @@ cudaError_t fp8lab_gemv_rows_launch(int form, int fmt, bool bf16, bool loads_onl
   return fp8lab::rows::launch_form(form, fmt, bf16, loads_only, p, stream, occ);
 }
 
-cudaError_t fp8lab_gemv_rows_occupancy(int form, int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm) {
-  return fp8lab::rows::occupancy_form(form, fmt, bf16, M, loads_only, ctas_per_sm);
+cudaError_t fp8lab_gemv_rows_occupancy(int form, int fmt, bool bf16, int N, int M, int K, bool loads_only,
+                                       int* ctas_per_sm) {
+  return fp8lab::rows::occupancy_form(form, fmt, bf16, N, M, K, loads_only, ctas_per_sm);
 }

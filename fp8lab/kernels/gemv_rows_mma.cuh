@@ -9,10 +9,13 @@
 // rows launch shape (small CTAs owning whole rows, weight as stored, no split-K, no workspace) and
 // does the products with mma.sync.m16n8k16 (fp32 accumulators).
 //
-// * A CTA of kWarps = 4 warps owns kRowsMma = 16 consecutive rows and 8 NT tokens (NT = 1 for
-//   M <= 8, else 2: blocks of 16 tokens). The grid is 1-D, the token block fastest, so the CTAs
-//   that read the same rows for other tokens run side by side and find them in L2.
-// * Warp w takes the 128-K steps w, w + 4, ... (one scale group each). Per step thread (g, tq)
+// * A CTA of W warps owns kRowsMma = 16 consecutive rows and 8 NT tokens (NT = 1 for M <= 8, else 2:
+//   blocks of 16 tokens). The grid is 1-D, the token block fastest, so the CTAs that read the same
+//   rows for other tokens run side by side and find them in L2.
+// * W = 4, 8 or 16 (warps_for): 16 rows per CTA give few CTAs where N is small (llama3-8b down_proj,
+//   N = 4096: 256 CTAs for 132 SMs), so W grows until the grid holds kTargetWarps warps (~ 132 SMs x
+//   32 resident warps) or each warp would have fewer than two K steps; at NT = 2 W <= 8.
+// * Warp w takes the 128-K steps w, w + W, ... (one scale group each). Per step thread (g, tq)
 //   (g = lane / 4, tq = lane % 4) loads 16 bytes of rows g and g + 8 at K 16 tq and 64 + 16 tq
 //   (ld.global.nc.L1::no_allocate: 8 rows x 64 contiguous bytes per warp load, 2 KB per warp per
 //   step), the same 32 K of token g's activations (L1-cached, every row block reads them), and the
@@ -45,11 +48,25 @@ constexpr int kStepK = 128;                  // K per warp step: one group scale
 
 // Tokens per CTA in blocks of 8 (the mma's N): 1 block up to M = 8, else 2.
 __host__ __device__ constexpr int nt_for(int M) { return M <= 8 ? 1 : 2; }
-// CTAs per SM the launch bounds ask for. NT = 1: 64 registers, no local memory in the K loop (the
-// FP8 fp16 kernel spills one word outside it). NT = 2: 80 registers, one word stored and reloaded per
-// step (12 bytes spilled, L1-resident); at five CTAs per SM (94 registers) nothing spills, but an SM
-// keeps a sixth fewer weight bytes in flight.
-__host__ __device__ constexpr int min_ctas_mma(int NT) { return NT == 1 ? 8 : 6; }
+
+// Warps in the grid W grows towards (132 SMs x 32 resident warps, rounded down).
+constexpr long long kTargetWarps = 4096;
+
+// Warps per CTA for (N, M, K): the smallest of 4, 8, 16 (8 at NT = 2) that puts kTargetWarps warps
+// in the grid, no larger than leaves each warp two K steps.
+__host__ __device__ inline int warps_for(int N, int M, int K) {
+  const int tok = 8 * nt_for(M);
+  const long long ctas = static_cast<long long>((N + 15) / 16) * ((M + tok - 1) / tok);
+  const int top = nt_for(M) == 1 ? 16 : 8;
+  int w = 4;
+  while (w < top && ctas * w < kTargetWarps && K / 128 >= 4 * w) w *= 2;
+  return w;
+}
+// CTAs per SM the launch bounds ask for: 32 (NT = 1) or 24 (NT = 2) warps per SM whatever W. NT = 1:
+// 64 registers, no local memory in the K loop (the FP8 fp16 kernel spills one word outside it).
+// NT = 2: 80 registers, one word stored and reloaded per step (12 bytes spilled, L1-resident); at
+// 20 warps per SM (94 registers) nothing spills, but an SM keeps a sixth fewer weight bytes in flight.
+__host__ __device__ constexpr int min_ctas_mma(int NT, int W) { return (NT == 1 ? 32 : 24) / W; }
 
 // Two fp16 (bits) -> two bf16 (bits), through fp32: exact for every value an e4m3 code decodes to.
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
@@ -92,8 +109,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&v)[2], int i) {
   return (i & 3) == 0 ? u.x : (i & 3) == 1 ? u.y : (i & 3) == 2 ? u.z : u.w;
 }
 
-// One CTA: rows n0 .. n0 + 15, tokens m0 .. m0 + 8 NT - 1 (clamped to N - 1 / M - 1).
-template <int F, bool BF16, int NT, bool LOADS_ONLY>
+// One CTA of W warps: rows n0 .. n0 + 15, tokens m0 .. m0 + 8 NT - 1 (clamped to N - 1 / M - 1).
+template <int F, bool BF16, int NT, int W, bool LOADS_ONLY>
 __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -125,7 +142,7 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   // not unrolled: one step's loads per warp in flight, in the GEMV and its twin alike (ptxas unrolled
   // some by two and spilled)
 #pragma unroll 1
-  for (int st = warp; st < groups; st += kWarps) {
+  for (int st = warp; st < groups; st += W) {
     uint4 w[2][2];                 // [row g, g + 8][K 16 tq, 64 + 16 tq]
     w[0][0] = ldg_stream(wp);
     w[0][1] = ldg_stream(wp + 64);
@@ -141,9 +158,9 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
       }
     }
     const uint16_t sca = __ldg(sp), scb = __ldg(sp + ds);
-    wp += kWarps * kStepK;
-    xp += kWarps * kStepK;
-    sp += kWarps;
+    wp += W * kStepK;
+    xp += W * kStepK;
+    sp += W;
     if constexpr (LOADS_ONLY) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -191,62 +208,69 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   }
 
   if constexpr (LOADS_ONLY) {
-    if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * kThreads + tid] = hx;
+    if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * (W * 32) + tid] = hx;
   } else {
-    __shared__ float red[kWarps][kTok][kRowsMma];   // [warp][token][row]
+    __shared__ float red[W][kTok][kRowsMma];   // [warp][token][row]
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) red[warp][8 * j + 2 * tq + (e & 1)][g + 8 * (e >> 1)] = acc[j][e];
     }
     __syncthreads();
-    for (int e = tid; e < kTok * kRowsMma; e += kThreads) {
+    for (int e = tid; e < kTok * kRowsMma; e += W * 32) {
       const int t = e / kRowsMma, r = e % kRowsMma;
       if (m0 + t < p.M && n0 + r < p.N) {
         float v = 0.f;
 #pragma unroll
-        for (int i = 0; i < kWarps; ++i) v += red[i][t][r];
+        for (int i = 0; i < W; ++i) v += red[i][t][r];
         store_out<BF16>(p.out, static_cast<size_t>(m0 + t) * p.N + n0 + r, v * p.out_factor);
       }
     }
   }
 }
 
-template <bool BF16, int NT>
-__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_w8a16_fp8_rows_mma(const RowsParams p) {
-  rows_mma_body<kFp8, BF16, NT, false>(p);
+template <bool BF16, int NT, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_w8a16_fp8_rows_mma(const RowsParams p) {
+  rows_mma_body<kFp8, BF16, NT, W, false>(p);
 }
-template <bool BF16, int NT>
-__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
-  rows_mma_body<kInt8, BF16, NT, false>(p);
+template <bool BF16, int NT, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
+  rows_mma_body<kInt8, BF16, NT, W, false>(p);
 }
-template <int F, bool BF16, int NT>
-__global__ void __launch_bounds__(kThreads, min_ctas_mma(NT)) gemv_rows_mma_loads(const RowsParams p) {
-  rows_mma_body<F, BF16, NT, true>(p);
+template <int F, bool BF16, int NT, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_rows_mma_loads(const RowsParams p) {
+  rows_mma_body<F, BF16, NT, W, true>(p);
 }
 
-template <int F, bool BF16, int NT, bool LOADS_ONLY>
+template <int F, bool BF16, int NT, int W, bool LOADS_ONLY>
 inline const void* mma_kernel_of() {
   if constexpr (LOADS_ONLY) {
-    return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT>);
+    return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT, W>);
   } else if constexpr (F == kFp8) {
-    return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT>);
+    return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT, W>);
   } else {
-    return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT>);
+    return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT, W>);
   }
 }
 
-// The tensor-core kernel for (fmt, bf16, M, loads_only), or nullptr for a format without one.
-inline const void* find_mma_kernel(int fmt, bool bf16, int M, bool loads_only) {
-  const bool one = nt_for(M) == 1;
-  auto pick = [&](auto f, auto b) -> const void* {
+// The tensor-core kernel for (fmt, bf16, M, W, loads_only), or nullptr for a format / W without one.
+inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_only) {
+  const int nt = nt_for(M);
+  auto pick = [&](auto f, auto b, auto lo) -> const void* {
     constexpr int F = decltype(f)::value;
     constexpr bool B = decltype(b)::value;
-    if (loads_only) return one ? mma_kernel_of<F, B, 1, true>() : mma_kernel_of<F, B, 2, true>();
-    return one ? mma_kernel_of<F, B, 1, false>() : mma_kernel_of<F, B, 2, false>();
+    constexpr bool L = decltype(lo)::value;
+    if (nt == 1) {
+      return w == 4 ? mma_kernel_of<F, B, 1, 4, L>() : w == 8 ? mma_kernel_of<F, B, 1, 8, L>()
+             : w == 16 ? mma_kernel_of<F, B, 1, 16, L>() : nullptr;
+    }
+    return w == 4 ? mma_kernel_of<F, B, 2, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 8, L>() : nullptr;
+  };
+  auto by_lo = [&](auto f, auto b) -> const void* {
+    return loads_only ? pick(f, b, std::true_type{}) : pick(f, b, std::false_type{});
   };
   auto by_b = [&](auto f) -> const void* {
-    return bf16 ? pick(f, std::true_type{}) : pick(f, std::false_type{});
+    return bf16 ? by_lo(f, std::true_type{}) : by_lo(f, std::false_type{});
   };
   if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
   if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
@@ -256,20 +280,20 @@ inline const void* find_mma_kernel(int fmt, bool bf16, int M, bool loads_only) {
 // form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file)
 enum Form : int { kFormCuda = 0, kFormMma = 1 };
 
-inline const void* find_form_kernel(int form, int fmt, bool bf16, int M, bool loads_only) {
-  if (form == kFormCuda) return find_kernel(fmt, bf16, M, loads_only);
-  if (form == kFormMma) return find_mma_kernel(fmt, bf16, M, loads_only);
-  return nullptr;
-}
-
-inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm) {
-  const void* k = find_form_kernel(form, fmt, bf16, M, loads_only);
+// CTAs per SM of the kernel a launch of (form, fmt, bf16, N, M, K) runs (the tensor-core form's W
+// depends on the shape).
+inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int N, int M, int K, bool loads_only,
+                                  int* ctas_per_sm) {
+  if (form == kFormCuda) return occupancy(fmt, bf16, M, loads_only, ctas_per_sm);
+  if (form != kFormMma) return cudaErrorInvalidValue;
+  const int w = warps_for(N, M, K);
+  const void* k = find_mma_kernel(fmt, bf16, M, w, loads_only);
   if (k == nullptr) return cudaErrorInvalidValue;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k, kThreads, 0);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k, w * 32, 0);
 }
 
 // The tensor-core form's grid: ceil(N / 16) row blocks x ceil(M / (8 NT)) token blocks, 1-D, the token
-// block fastest.
+// block fastest; W = warps_for(N, M, K) warps per CTA.
 inline cudaError_t launch_form(int form, int fmt, bool bf16, bool loads_only, const RowsParams& p,
                                cudaStream_t stream, int* occ = nullptr) {
   if (form == kFormCuda) return launch(fmt, bf16, loads_only, p, stream, occ);
@@ -277,8 +301,9 @@ inline cudaError_t launch_form(int form, int fmt, bool bf16, bool loads_only, co
   const int tok = 8 * nt_for(p.M);
   const long long ctas = static_cast<long long>((p.N + kRowsMma - 1) / kRowsMma) * ((p.M + tok - 1) / tok);
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  return launch_on(find_mma_kernel(fmt, bf16, p.M, false), find_mma_kernel(fmt, bf16, p.M, true), loads_only,
-                   dim3(static_cast<unsigned>(ctas)), p, stream, occ);
+  const int w = warps_for(p.N, p.M, p.K);
+  return launch_on(find_mma_kernel(fmt, bf16, p.M, w, false), find_mma_kernel(fmt, bf16, p.M, w, true), loads_only,
+                   dim3(static_cast<unsigned>(ctas)), p, stream, occ, w * 32);
 }
 
 }  // namespace rows
