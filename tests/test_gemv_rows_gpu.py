@@ -47,8 +47,10 @@ def test_random_vs_float64(fmt, form, act, N, K, M):
     assert torch.isfinite(out).all()
     # again into a fresh output, bit for bit (one order of sums)
     assert torch.equal(gr.gemv(x, pw, form=form), out)
-    # the last token alone: the same bits (its outputs depend on its own activations only)
-    assert torch.equal(gr.gemv(x[M - 1:], pw, form=form)[0], out[M - 1]) or form == "cuda"
+    # the last token alone at the same warps per CTA: the same bits (its outputs depend on its own
+    # activations only; another W splits K among the warps differently: another fp32 order)
+    if form == "mma" and gr.warps_for(N, M, K) == gr.warps_for(N, 1, K):
+        assert torch.equal(gr.gemv(x[M - 1:], pw, form=form)[0], out[M - 1])
 
 
 def test_the_float64_cases_cover_every_tensor_core_kernel():
@@ -66,9 +68,6 @@ def test_default_form_is_what_gemv_runs():
         for M in (1, gr.MMA_MIN_M, 16):
             x = torch.randn(M, 1024, device="cuda").to(torch.bfloat16)
             assert torch.equal(gr.gemv(x, pw), gr.gemv(x, pw, form=gr.default_form(fmt, M))), (fmt, M)
-    pw, _ = _case("fp8", "bf16", 100, 1024)
-    x = torch.randn(4, 1024, device="cuda").to(torch.bfloat16)
-    assert not torch.equal(gr.gemv(x, pw, form="cuda"), gr.gemv(x, pw, form="mma"))   # two kernels, two orders
 
 
 @pytest.mark.parametrize("fmt, form", FORM_CASES)
