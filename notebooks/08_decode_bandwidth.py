@@ -34,9 +34,11 @@
 # `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
 # instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
 # For FP8, INT8 and INT4 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
-# row-major copy of the weight on the CUDA cores with no tensor cores (fp32 FMAs for the 8-bit
-# formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32); where it is the
-# faster (decode, M = 1) the figures, targets and timing verdicts (C4) take it, as they take the
+# row-major copy of the weight. At M = 1 it works on the CUDA cores with no tensor cores (fp32 FMAs for
+# the 8-bit formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32);
+# from M = 2 on, FP8 and INT8 take its tensor-core form (`gemv_rows_mma.cuh`: the same row-major
+# weight in CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted operands; the table's grid
+# column names the form); where rows is the faster the figures, targets and timing verdicts (C4) take it, as they take the
 # fastest schedule everywhere; the Nsight Compute profile, C5 and C8 stay on the tile kernels, the
 # seed's tensor-core dequant design. This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
 # M = 1..64, reports the effective bandwidth (weight + scale bytes over time) against the copy
@@ -150,8 +152,8 @@ else:
 # the split-K grid with each warp's weights and scales in a five-stage shared-memory ring filled by
 # cp.async.bulk, twice the register ring's bytes in flight; `"rows"`, fp8, int8 and int4: the weight
 # packed row-major for `fp8lab.kernels.gemv_rows`, CTAs of 4 warps splitting 4 rows' K with no tensor
-# cores and no split-K, fp8lab's decode M = 1 kernel) and cuBLAS BF16, each checked against float64
-# (4 rows; rows at every M timed) before it is timed, inputs rotated over more than 2x the L2, timed as
+# cores and no split-K at M = 1, its tensor-core form from M = 2 on for fp8 and int8) and cuBLAS BF16,
+# each checked against float64 (4 rows; rows at every M timed) before it is timed, inputs rotated over more than 2x the L2, timed as
 # back-to-back CUDA-graph replays, with an NVML sampler beside; beside each, a copy of the same
 # bytes (the ceiling at this size) and, with `pattern`, the kernel's access pattern alone: the same
 # grid, the same CTAs per SM and every warp's same weight and scale loads through the same register

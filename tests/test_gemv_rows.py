@@ -148,14 +148,14 @@ def test_warps_for_is_the_kernels_rule(tmp_path):
 
 
 def test_default_form(monkeypatch):
-    """The tensor-core form is opt-in until MMA_MIN_M is set; then it is the default from MMA_MIN_M on
-    for fp8 / int8, and INT4 keeps the CUDA-core form."""
-    assert gr.MMA_MIN_M is None and gr.MMA_FORMATS == ("fp8", "int8")
-    assert {gr.default_form(f, m) for f in gr.FORMATS for m in (1, 2, 16, 64)} == {"cuda"}
-    monkeypatch.setattr(gr, "MMA_MIN_M", 2)
+    """The tensor-core form from MMA_MIN_M = 2 on for fp8 / int8 (INT4 keeps the CUDA-core form);
+    MMA_MIN_M = None makes it opt-in."""
+    assert gr.MMA_MIN_M == 2 and gr.MMA_FORMATS == ("fp8", "int8")
     assert [gr.default_form("fp8", m) for m in (1, 2, 16)] == ["cuda", "mma", "mma"]
     assert [gr.default_form("int8", m) for m in (1, 3)] == ["cuda", "mma"]
     assert [gr.default_form("int4", m) for m in (1, 16)] == ["cuda", "cuda"]
+    monkeypatch.setattr(gr, "MMA_MIN_M", None)
+    assert {gr.default_form(f, m) for f in gr.FORMATS for m in (1, 2, 16, 64)} == {"cuda"}
     for call, msg in [(lambda: gr.check_form("wgmma"), "form must be one of"),
                       (lambda: gr.geometry(16, 1, "tc"), "form must be one of"),
                       (lambda: gr._form_for("int4", 16, "mma"), "tensor-core rows form takes formats")]:

@@ -9,8 +9,8 @@ H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the te
 (:func:`fp8lab.kernels.weight_only.gemv_w16`'s split-K and stream-K schedules) streamed 0.73-0.93
 (``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M (every M works: blocks of up
 to 4 tokens, each streaming the whole weight). For fp8 and int8 a tensor-core form
-(``gemv_rows_mma.cuh``, ``form="mma"``; the default from :data:`MMA_MIN_M` tokens on, once set)
-reads the same weight and scales: CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted
+(``gemv_rows_mma.cuh``, ``form="mma"``; the default from :data:`MMA_MIN_M` tokens on) reads the
+same weight and scales: CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted
 operands, fp32 sums promoted per group.
 
 Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
@@ -46,11 +46,10 @@ FORMS = ("cuda", "mma")
 FORM_ID = {"cuda": 0, "mma": 1}
 #: the formats with a tensor-core form
 MMA_FORMATS = ("fp8", "int8")
-#: the fewest tokens the tensor-core form is taken for by default (form=None); None: never (the form
-#: is opt-in, ``form="mma"``, until notebook 08 has timed it beside the others on the H200). The
-#: CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where split-K streamed
-#: 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
-MMA_MIN_M: int | None = None
+#: the fewest tokens the tensor-core form is taken for by default (form=None; None would make it
+#: opt-in). The CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where
+#: split-K streamed 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
+MMA_MIN_M: int | None = 2
 MMA_ROWS_PER_CTA = 16
 #: the tensor-core form's warps per CTA grow (4, 8, 16; 8 at most above 8 tokens) until the grid holds
 #: this many warps (~ 132 SMs x 32 resident warps), while each warp keeps two 128-K steps
