@@ -257,7 +257,8 @@ def test_rows_mma_sass():
     8 NT HMMA.16816.F32, four 16-byte weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation
     loads and two scale loads; no local memory in it at NT = 1 (NT = 2 reloads one spilled word per
     step: gemv_rows_mma.cuh says why); NT = 1 in 64 registers (32 warps per SM), NT = 2 in 80 (24);
-    each twin's K loop issues exactly its GEMV's global loads, and it stores once."""
+    each twin's K loop issues exactly its GEMV's global loads, it stores once, and an SM holds as
+    many of its CTAs as of its GEMV's."""
     import subprocess
 
     from fp8lab.toolchain import tools
@@ -290,3 +291,7 @@ def test_rows_mma_sass():
                 assert ldg(tl) == ldg(kl), (t, ldg(tl), ldg(kl))
                 assert sum(o.startswith("STG") for o in ks[t]) == 1
                 assert not [o for o in ks[t] if o.startswith(("HMMA", "LDL", "STL"))], t
+                # the twin holds its GEMV's CTAs per SM (registers allocated per warp in 256s), so
+                # launch_on needs no shared-memory pad (whose carveout would shrink L1)
+                per_sm = lambda r: min(65536 // (-(-r * 32 // 256) * 256 * w), 64 // w)   # noqa: E731
+                assert per_sm(regs[t]) == per_sm(regs[g]), (t, regs[t], g, regs[g])

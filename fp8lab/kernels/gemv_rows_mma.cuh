@@ -34,7 +34,12 @@
 //   and column only; clamped outputs are never stored): no predicate in the K loop.
 // * The four warps' sums meet in shared memory; 16 consecutive threads store 16 consecutive n.
 // * The loads-only twin issues the same loads on the same grid and XORs them (notebook 08's pattern
-//   column for this form).
+//   column for this form). Alone it needs fewer registers than its GEMV (52 / 72 against 64 / 80), so
+//   an SM would hold more of its CTAs at W = 4; padding its shared memory to match (launch_on) asks
+//   for a max-shared carveout, which left the activations little L1 (H100, b4cb22c: twin 0.54-0.75 of
+//   copy where its GEMV streamed 0.78-0.93). So the twin keeps kTwinKeep(NT) dummy words live across
+//   the K loop, which puts it in its GEMV's register allocation (CTAs per SM equal at every W; a CPU
+//   test checks it from cuobjdump -res-usage) and launch_on has nothing to pad.
 #pragma once
 
 #include "common/ptx.cuh"
@@ -67,6 +72,10 @@ __host__ __device__ inline int warps_for(int N, int M, int K) {
 // NT = 2: 80 registers, one word stored and reloaded per step (12 bytes spilled, L1-resident); at
 // 20 warps per SM (94 registers) nothing spills, but an SM keeps a sixth fewer weight bytes in flight.
 __host__ __device__ constexpr int min_ctas_mma(int NT, int W) { return (NT == 1 ? 32 : 24) / W; }
+
+// Dummy words the loads-only twin keeps live across its K loop (see the header): it then takes 62
+// registers at NT = 1 (allocated as 64, the GEMV's) and 80 at NT = 2 (the GEMV's; sm_90, nvcc 13).
+__host__ __device__ constexpr int kTwinKeep(int NT) { return NT == 1 ? 8 : 6; }
 
 // Two fp16 (bits) -> two bf16 (bits), through fp32: exact for every value an e4m3 code decodes to.
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
@@ -138,6 +147,9 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
     for (int c = 0; c < 4; ++c) acc[j][c] = 0.f;
   }
   uint32_t hx = 0u;
+  uint32_t keep[LOADS_ONLY ? kTwinKeep(NT) : 1];
+#pragma unroll
+  for (int i = 0; i < (LOADS_ONLY ? kTwinKeep(NT) : 1); ++i) keep[i] = p.key + static_cast<uint32_t>(tid * (2 * i + 1));
 
   // not unrolled: one step's loads per warp in flight, in the GEMV and its twin alike (ptxas unrolled
   // some by two and spilled)
@@ -176,6 +188,8 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
         }
       }
       hx ^= static_cast<uint32_t>(sca) | (static_cast<uint32_t>(scb) << 16);
+#pragma unroll
+      for (int i = 0; i < kTwinKeep(NT); ++i) asm volatile("" : "+r"(keep[i]));   // live across the loop
     } else {
       float c[NT][4];
 #pragma unroll
@@ -208,6 +222,8 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   }
 
   if constexpr (LOADS_ONLY) {
+#pragma unroll
+    for (int i = 0; i < kTwinKeep(NT); ++i) hx ^= keep[i];
     if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * (W * 32) + tid] = hx;
   } else {
     __shared__ float red[W][kTok][kRowsMma];   // [warp][token][row]
