@@ -124,6 +124,8 @@ def test_warps_per_cta_fill_the_grid():
     assert gr.warps_for(4096, 64, 14336) == 4         # four token blocks: 1024 CTAs
     assert gr.warps_for(64, 1, 1024) == 4             # eight K steps: two per warp at W = 4
     assert gr.warps_for(64, 1, 2048) == 8
+    assert gr.warps_for(4096, 1, 14336, "mma32") == 8    # 32 rows per CTA: 128 CTAs, at most 8 warps
+    assert gr.warps_for(24576, 16, 4096, "mma32") == 8   # 768 CTAs
 
 
 @needs_nvcc
@@ -134,17 +136,18 @@ def test_warps_for_is_the_kernels_rule(tmp_path):
 
     from fp8lab.toolchain import tools
 
-    cases = [(n, m, k) for n in (16, 100, 4096, 8192, 24576, 57344) for m in (1, 2, 8, 9, 16, 17, 64)
-             for k in (128, 512, 1024, 2048, 4096, 28672)]
+    cases = [(n, m, k, tm) for n in (16, 100, 4096, 8192, 24576, 57344) for m in (1, 2, 8, 9, 16, 17, 64)
+             for k in (128, 512, 1024, 2048, 4096, 28672) for tm in (1, 2)]
     src = tmp_path / "w.cu"
     src.write_text('#include <cstdio>\n#include "gemv_rows_mma.cuh"\nint main() {\n'
-                   + "".join(f'  std::printf("%d\\n", fp8lab::rows::warps_for({n}, {m}, {k}));\n' for n, m, k in cases)
+                   + "".join(f'  std::printf("%d\\n", fp8lab::rows::warps_for({n}, {m}, {k}, {tm}));\n'
+                             for n, m, k, tm in cases)
                    + "  return 0;\n}\n")
     exe = tmp_path / "w"
     subprocess.run([str(tools.find_tool("nvcc")), "-std=c++17", "-arch=sm_90", "-I", str(gr.KERNEL_DIR), str(src),
                     "-o", str(exe)], check=True, capture_output=True)
     got = [int(x) for x in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
-    assert got == [gr.warps_for(n, m, k) for n, m, k in cases]
+    assert got == [gr.warps_for(n, m, k, "mma32" if tm == 2 else "mma") for n, m, k, tm in cases]
 
 
 def test_default_form(monkeypatch):
@@ -252,39 +255,43 @@ def _loops(cubin):
 
 @needs_nvcc
 def test_rows_mma_sass():
-    """The tensor-core form (gemv_rows_mma.cuh), 20 GEMVs (fp8 / int8 x bf16 / fp16 x NT = 1 in 4, 8,
-    16 warps, NT = 2 in 4, 8) and 20 loads-only twins: the K loop (the loop with the HMMAs) holds
-    8 NT HMMA.16816.F32, four 16-byte weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation
-    loads and two scale loads; no local memory in it at NT = 1 (NT = 2 reloads one spilled word per
-    step: gemv_rows_mma.cuh says why); NT = 1 in 64 registers (32 warps per SM), NT = 2 in 80 (24);
-    each twin's K loop issues exactly its GEMV's global loads, it stores once, and an SM holds as
-    many of its CTAs as of its GEMV's."""
+    """The tensor-core form (gemv_rows_mma.cuh), 36 GEMVs (fp8 / int8 x bf16 / fp16 x, at 16 rows per CTA
+    (TM = 1), NT = 1 in 4, 8, 16 warps and NT = 2 in 4, 8; at 32 rows (TM = 2) NT = 1, 2 in 4, 8) and 36
+    loads-only twins: the K loop (the loop with the HMMAs) holds 8 NT TM HMMA.16816.F32, 4 TM 16-byte
+    weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation loads and 2 TM scale loads; no local
+    memory in it at NT = 1 (NT = 2 reloads spilled words: gemv_rows_mma.cuh says why); TM = 1: NT = 1
+    in 64 registers (32 warps per SM), NT = 2 in 80 (24); TM = 2: 20 / W and 16 / W CTAs; each twin's K
+    loop issues exactly its GEMV's global loads, it stores once, and an SM holds as many of its CTAs
+    as of its GEMV's."""
     import subprocess
 
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
     ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" in n}
-    assert len(ks) == 40, sorted(ks)
+    assert len(ks) == 72, sorted(ks)
     loops = _loops(cubin)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     regs = {n: int(r) for n, r in re.findall(r"Function (\S+):\s*\n\s*REG:(\d+)", res) if "rows_mma" in n}
     ldg = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
+    warps_per_sm = {(1, 1): 32, (2, 1): 24, (1, 2): 20, (2, 2): 16}    # min_ctas_mma x W, rounded down
     for f, fname in ((0, "fp8"), (1, "int8")):
         for b in (0, 1):
-            for nt, w in ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8)):
-                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}ELi{w}E" in n]
-                (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}ELi{w}E" in n]
+            for nt, tm, w in ((1, 1, 4), (1, 1, 8), (1, 1, 16), (2, 1, 4), (2, 1, 8),
+                              (1, 2, 4), (1, 2, 8), (2, 2, 4), (2, 2, 8)):
+                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}ELi{tm}ELi{w}E" in n]
+                (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}ELi{tm}ELi{w}E" in n]
                 (kl,) = [lp for lp in loops[g] if any(o.startswith("HMMA") for o in lp)]
-                assert sum(o.startswith("HMMA.16816.F32") for o in kl) == 8 * nt, (g, kl)
-                assert sum(o.startswith("HMMA") for o in ks[g]) == 8 * nt, g
-                assert sum(o.startswith("LDG.E.NA.128") for o in kl) == 4, g
+                assert sum(o.startswith("HMMA.16816.F32") for o in kl) == 8 * nt * tm, (g, kl)
+                assert sum(o.startswith("HMMA") for o in ks[g]) == 8 * nt * tm, g
+                assert sum(o.startswith("LDG.E.NA.128") for o in kl) == 4 * tm, g
                 assert sum(o.startswith("LDG.E.128") for o in kl) == 4 * nt, g
-                assert sum(o.startswith("LDG.E.U16") for o in kl) == 2, g
+                assert sum(o.startswith("LDG.E.U16") for o in kl) == 2 * tm, g
                 local = [o for o in kl if o.startswith(("LDL", "STL"))]
-                assert len(local) <= (0 if nt == 1 else 2), (g, local)
-                assert regs[g] <= (64 if nt == 1 else 80), (g, regs[g])
+                assert len(local) <= (0 if nt == 1 else 2 * tm), (g, local)
+                cap = 65536 // (warps_per_sm[(nt, tm)] // w * w * 32) // 8 * 8
+                assert regs[g] <= cap, (g, regs[g], cap)
                 if fname == "fp8":
                     assert any(o.startswith("F2FP") for o in kl), g   # cvt.rn.f16x2.e4m3x2
                 (tl,) = [lp for lp in loops[t] if any(o.startswith("LDG") for o in lp)]

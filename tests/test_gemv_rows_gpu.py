@@ -26,8 +26,8 @@ def _case(fmt, act, N, K, seed=0):
     return pw.to("cuda"), info
 
 
-#: (format, form): every format in the CUDA-core form, fp8 / int8 in the tensor-core one too
-FORM_CASES = [(f, "cuda") for f in gr.FORMATS] + [(f, "mma") for f in gr.MMA_FORMATS]
+#: (format, form): every format in the CUDA-core form, fp8 / int8 in the tensor-core ones too
+FORM_CASES = [(f, "cuda") for f in gr.FORMATS] + [(f, m) for m in gr.MMA_FORMS for f in gr.MMA_FORMATS]
 
 
 @pytest.mark.parametrize("fmt, form", FORM_CASES)
@@ -49,15 +49,17 @@ def test_random_vs_float64(fmt, form, act, N, K, M):
     assert torch.equal(gr.gemv(x, pw, form=form), out)
     # the last token alone at the same warps per CTA: the same bits (its outputs depend on its own
     # activations only; another W splits K among the warps differently: another fp32 order)
-    if form == "mma" and gr.warps_for(N, M, K) == gr.warps_for(N, 1, K):
+    if form in gr.MMA_FORMS and gr.warps_for(N, M, K, form) == gr.warps_for(N, 1, K, form):
         assert torch.equal(gr.gemv(x[M - 1:], pw, form=form)[0], out[M - 1])
 
 
-def test_the_float64_cases_cover_every_tensor_core_kernel():
-    """The shapes and Ms above reach every (tokens per CTA, warps per CTA) the tensor-core form has."""
-    got = {(gr.tokens_per_cta(M, "mma"), gr.warps_for(N, M, K))
+@pytest.mark.parametrize("form, kernels", [("mma", {(8, 4), (8, 8), (8, 16), (16, 4), (16, 8)}),
+                                           ("mma32", {(8, 4), (8, 8), (16, 4), (16, 8)})])
+def test_the_float64_cases_cover_every_tensor_core_kernel(form, kernels):
+    """The shapes and Ms above reach every (tokens per CTA, warps per CTA) each tensor-core form has."""
+    got = {(gr.tokens_per_cta(M, form), gr.warps_for(N, M, K, form))
            for N, K in ((37, 128), (4099, 2176), (256, 4096), (13, 6272), (200, 6400)) for M in (2, 3, 9, 16, 17, 40)}
-    assert got == {(8, 4), (8, 8), (8, 16), (16, 4), (16, 8)}
+    assert got == kernels
 
 
 def test_default_form_is_what_gemv_runs():
@@ -152,11 +154,14 @@ def test_graph_capture_and_loads_twin(fmt, form):
         assert (sink == -1).all()           # random words: the XOR never equals the key
     if form == "cuda":
         assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda") == (8 if fmt == "int4" else 9)
-    else:   # the launch bounds' warps per SM (gemv_rows_mma.cuh min_ctas_mma): 32 at 8 tokens, 24 at 16
-        for M, N, K, warps in ((8, 1000, 4096, 32), (9, 1000, 4096, 24), (8, 30000, 4096, 32), (16, 30000, 4096, 24)):
-            assert gr.ctas_per_sm(fmt, "bf16", M, "mma", N=N, K=K) * gr.warps_for(N, M, K) == warps, (M, N)
+    else:   # the launch bounds' CTAs per SM (gemv_rows_mma.cuh min_ctas_mma): 32 / 24 warps per SM at
+            # 8 / 16 tokens (16 rows per CTA); 20 / W CTAs / 16 warps at 32 rows per CTA
+        for M, N, K in ((8, 1000, 4096), (9, 1000, 4096), (8, 30000, 4096), (16, 30000, 4096), (8, 3000, 1024)):
+            w, tok = gr.warps_for(N, M, K, form), gr.tokens_per_cta(M, form)
+            want = ((32 if tok == 8 else 24) // w if form == "mma" else (20 if tok == 8 else 16) // w)
+            assert gr.ctas_per_sm(fmt, "bf16", M, form, N=N, K=K) == want, (M, N, K, w)
         with pytest.raises(ValueError, match="needs N and K"):
-            gr.ctas_per_sm(fmt, "bf16", 8, "mma")
+            gr.ctas_per_sm(fmt, "bf16", 8, form)
 
 
 def test_bad_input_in_one_line():

@@ -44,3 +44,18 @@ def test_bad_arguments_are_one_line(args, msg):
     r = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and msg in r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr
+
+
+def test_table_puts_the_32_row_form_beside_the_16_row_one():
+    sh = "qwen3-8b:gate_up"
+    rows = []
+    for M, mma, m32 in ((1, 0.80, 0.78), (16, 0.60, 0.75)):
+        rows += [dict(shape=sh, fmt="int8", M=M, schedule="rows", grid=f"mma ({M}, 1)", fraction_of_copy=mma,
+                      pattern_fraction_of_copy=0.9),
+                 dict(shape=sh, fmt="int8", M=M, schedule="rows", grid=f"mma32 ({M}, 1)", fraction_of_copy=m32,
+                      pattern_fraction_of_copy=0.95),
+                 dict(shape=sh, fmt="int8", M=M, schedule="splitk", grid="(1, 2, 3)", fraction_of_copy=0.5,
+                      pattern_fraction_of_copy=float("nan"))]
+    t = _load().table(pd.DataFrame(rows)).set_index("M")
+    assert t.loc[16, "rows_mma32"] == 0.75 and t.loc[16, "pattern32"] == 0.95 and t.loc[16, "pattern"] == 0.9
+    assert t.loc[16, "mma32_over_mma"] == pytest.approx(1.25) and t.loc[1, "rows_mma"] == 0.80

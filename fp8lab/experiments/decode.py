@@ -205,7 +205,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     (``same_copy_Bps``, ``fraction_of_same_copy``). ``pattern``: also time each weight-only row's
     access pattern alone (:func:`fp8lab.kernels.weight_only.pattern_stream`: its grid, occupancy and
     loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule).
-    ``rows_form``: the rows schedule's kernel form ("cuda", "mma": fp8 / int8 only, the other formats
+    ``rows_form``: the rows schedule's kernel form ("cuda", "mma", "mma32": fp8 / int8 only, the other formats
     left out); None: gemv_rows.default_form at each M."""
     import torch
 
@@ -286,7 +286,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
             if schedule == "rows" and (fmt not in gemv_rows.FORMATS
-                                       or (rows_form == "mma" and fmt not in gemv_rows.MMA_FORMATS)):
+                                       or (rows_form in gemv_rows.MMA_FORMS and fmt not in gemv_rows.MMA_FORMATS)):
                 continue       # nvfp4 has the tile layout only
             sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows", rows_ms=Ms,
                                   rows_form=rows_form)

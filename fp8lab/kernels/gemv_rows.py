@@ -41,16 +41,19 @@ FORMATS = ("fp8", "int8", "int4")
 ROWS_PER_CTA = 4
 THREADS = 128
 #: the kernel forms: "cuda" (gemv_rows.cuh: products on the CUDA cores, 4 rows x 1, 2 or 4 tokens per
-#: CTA) and "mma" (gemv_rows_mma.cuh: mma.sync, 16 rows x 8 or 16 tokens per CTA)
-FORMS = ("cuda", "mma")
-FORM_ID = {"cuda": 0, "mma": 1}
+#: CTA), "mma" (gemv_rows_mma.cuh: mma.sync, 16 rows x 8 or 16 tokens per CTA) and "mma32" (the same
+#: at 32 rows per CTA: each warp's activations serve twice the rows; opt-in)
+FORMS = ("cuda", "mma", "mma32")
+FORM_ID = {"cuda": 0, "mma": 1, "mma32": 2}
+#: the tensor-core forms and their rows per CTA
+MMA_FORMS = {"mma": 16, "mma32": 32}
 #: the formats with a tensor-core form
 MMA_FORMATS = ("fp8", "int8")
 #: the fewest tokens the tensor-core form is taken for by default (form=None; None would make it
 #: opt-in). The CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where
 #: split-K streamed 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
 MMA_MIN_M: int | None = 2
-MMA_ROWS_PER_CTA = 16
+MMA_ROWS_PER_CTA = MMA_FORMS["mma"]
 #: the tensor-core form's warps per CTA grow (4, 8, 16; 8 at most above 8 tokens) until the grid holds
 #: this many warps (~ 132 SMs x 32 resident warps), while each warp keeps two 128-K steps
 MMA_TARGET_WARPS = 4096
@@ -61,9 +64,9 @@ LOADS_KEY = 0x2F5A17C3
 
 def load_extension(verbose: bool = False):
     """Build (once per content hash) and import the extension: the CUDA-core form (3 formats x 2
-    dtypes x 3 token blocks) and the tensor-core form (2 formats x 2 dtypes x 5 warp / token configs), each
-    kernel with its loads-only twin: 36 + 40 small kernels (the tensor-core form in 4, 8 or 16 warps
-    per CTA at 8 tokens, 4 or 8 at 16)."""
+    dtypes x 3 token blocks) and the tensor-core forms (2 formats x 2 dtypes x 9 row / warp / token
+    configs), each kernel with its loads-only twin: 36 + 72 small kernels (16 rows per CTA in 4, 8 or
+    16 warps at 8 tokens, 4 or 8 at 16; 32 rows per CTA in 4 or 8 warps)."""
     return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
 
@@ -89,18 +92,19 @@ def _form_for(fmt: str, M: int, form) -> str:
     if form is None:
         return default_form(fmt, M)
     check_form(form)
-    if form == "mma" and fmt not in MMA_FORMATS:
+    if form in MMA_FORMS and fmt not in MMA_FORMATS:
         raise ValueError(f"the tensor-core rows form takes formats {MMA_FORMATS}, got {fmt!r}")
     return form
 
 
-def warps_for(N: int, M: int, K: int) -> int:
-    """Warps per CTA of the tensor-core form (gemv_rows_mma.cuh warps_for): the smallest of 4, 8, 16
-    (8 above 8 tokens) whose grid holds :data:`MMA_TARGET_WARPS` warps, no larger than leaves each
-    warp two K steps."""
-    tok = tokens_per_cta(M, "mma")
-    ctas = -(-N // MMA_ROWS_PER_CTA) * -(-M // tok)
-    top = 16 if tok == 8 else 8
+def warps_for(N: int, M: int, K: int, form: str = "mma") -> int:
+    """Warps per CTA of a tensor-core form (gemv_rows_mma.cuh warps_for): the smallest of 4, 8, 16
+    (8 above 8 tokens or at 32 rows per CTA) whose grid holds :data:`MMA_TARGET_WARPS` warps, no
+    larger than leaves each warp two K steps."""
+    tok = tokens_per_cta(M, form)
+    rows = MMA_FORMS[form]
+    ctas = -(-N // rows) * -(-M // tok)
+    top = 16 if tok == 8 and rows == 16 else 8
     w = 4
     while w < top and ctas * w < MMA_TARGET_WARPS and K // 128 >= 4 * w:
         w *= 2
@@ -110,7 +114,7 @@ def warps_for(N: int, M: int, K: int) -> int:
 def tokens_per_cta(M: int, form: str = "cuda") -> int:
     """Tokens one CTA takes: the CUDA-core form (gemv_rows.cuh mb_for) 1, 2, else 4; the tensor-core
     form (gemv_rows_mma.cuh nt_for) 8 up to M = 8, else 16."""
-    if check_form(form) == "mma":
+    if check_form(form) in MMA_FORMS:
         return 8 if M <= 8 else 16
     return 1 if M <= 1 else (2 if M == 2 else 4)
 
@@ -121,10 +125,10 @@ def geometry(N: int, M: int, form: str = "cuda", K: int | None = None) -> dict:
     (the token block fastest) of warps_for(N, M, K) warps (K needed). "threads": the threads in all
     (the loads-only kernel's sink words)."""
     mb = tokens_per_cta(M, form)
-    if form == "mma":
+    if form in MMA_FORMS:
         if K is None:
             raise ValueError("the tensor-core form's geometry needs K (its warps per CTA depend on it)")
-        grid, threads = (-(-N // MMA_ROWS_PER_CTA) * -(-M // mb), 1), 32 * warps_for(N, M, K)
+        grid, threads = (-(-N // MMA_FORMS[form]) * -(-M // mb), 1), 32 * warps_for(N, M, K, form)
         return {"grid": grid, "mb": mb, "threads": grid[0] * threads, "form": form, "block": threads}
     grid = (-(-N // ROWS_PER_CTA), -(-M // mb))
     return {"grid": grid, "mb": mb, "threads": grid[0] * grid[1] * THREADS, "form": form, "block": THREADS}
@@ -237,7 +241,7 @@ def _validate(act, pw, out, torch):
 
 def gemv(act, pw: wo.PackedWeight, *, out=None, form=None):
     """out (M, N) = act (M, K) @ dequant(pw).T in act's dtype, for a rows-layout ``pw`` on the GPU.
-    ``form``: "cuda" or "mma" (:data:`FORMS`); None: :func:`default_form`."""
+    ``form``: "cuda", "mma" or "mma32" (:data:`FORMS`); None: :func:`default_form`."""
     import torch
 
     _validate(act, pw, out, torch)
@@ -254,7 +258,7 @@ def ctas_per_sm(fmt: str, act: str, M: int, form=None, *, N: int | None = None, 
     check_fmt(fmt)
     wo._check_act(act)
     form = _form_for(fmt, M, form)
-    if form == "mma" and (N is None or K is None):
+    if form in MMA_FORMS and (N is None or K is None):
         raise ValueError("ctas_per_sm of the tensor-core form needs N and K (its warps per CTA depend on them)")
     return int(load_extension().occupancy(wo.FORMAT_ID[fmt], act == "bf16", int(N or 1), int(M), int(K or 128),
                                           False, FORM_ID[form]))

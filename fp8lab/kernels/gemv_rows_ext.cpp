@@ -39,7 +39,7 @@ fp8lab::rows::RowsParams params(const torch::Tensor& x, const torch::Tensor& w, 
 }
 
 // out = x @ W^T (W: the (N, K) row-major codes in w, group scales in s), in x's dtype.
-// form: 0 the CUDA-core kernels, 1 the tensor-core ones.
+// form: 0 the CUDA-core kernels, 1 the tensor-core ones (16 rows per CTA), 2 the tensor-core ones at 32.
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w, torch::Tensor s, torch::Tensor out, int64_t N, int64_t K,
                    int64_t fmt, double out_factor, int64_t form) {
   fp8lab::rows::RowsParams p = params(x, w, s, N, K, fmt);

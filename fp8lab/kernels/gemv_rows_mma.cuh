@@ -32,6 +32,9 @@
 //   the running fp32 sum: the group scale multiplies an fp32 partial sum, as in the CUDA-core form.
 // * Rows past N and tokens past M are clamped to the last one (an mma output depends on its own row
 //   and column only; clamped outputs are never stored): no predicate in the K loop.
+// * TM = 2 (form "mma32", opt-in): 32 rows per CTA, two 16-row tiles per warp step sharing one load
+//   of the activations (TM = 1 loads 2 activation bytes per weight byte at 16 tokens; L2 serves them
+//   where 16 tokens x K do not fit in L1). 20 (NT = 1) / 16 (NT = 2) warps per SM, W = 4 or 8.
 // * The four warps' sums meet in shared memory; 16 consecutive threads store 16 consecutive n.
 // * The loads-only twin issues the same loads on the same grid and XORs them (notebook 08's pattern
 //   column for this form). Alone it needs fewer registers than its GEMV (52 / 72 against 64 / 80), so
@@ -57,12 +60,12 @@ __host__ __device__ constexpr int nt_for(int M) { return M <= 8 ? 1 : 2; }
 // Warps in the grid W grows towards (132 SMs x 32 resident warps, rounded down).
 constexpr long long kTargetWarps = 4096;
 
-// Warps per CTA for (N, M, K): the smallest of 4, 8, 16 (8 at NT = 2) that puts kTargetWarps warps
-// in the grid, no larger than leaves each warp two K steps.
-__host__ __device__ inline int warps_for(int N, int M, int K) {
-  const int tok = 8 * nt_for(M);
-  const long long ctas = static_cast<long long>((N + 15) / 16) * ((M + tok - 1) / tok);
-  const int top = nt_for(M) == 1 ? 16 : 8;
+// Warps per CTA for (N, M, K) at TM 16-row tiles per CTA: the smallest of 4, 8, 16 (8 at NT = 2 or
+// TM = 2) that puts kTargetWarps warps in the grid, no larger than leaves each warp two K steps.
+__host__ __device__ inline int warps_for(int N, int M, int K, int tm = 1) {
+  const int tok = 8 * nt_for(M), rows = 16 * tm;
+  const long long ctas = static_cast<long long>((N + rows - 1) / rows) * ((M + tok - 1) / tok);
+  const int top = nt_for(M) == 1 && tm == 1 ? 16 : 8;
   int w = 4;
   while (w < top && ctas * w < kTargetWarps && K / 128 >= 4 * w) w *= 2;
   return w;
@@ -71,11 +74,11 @@ __host__ __device__ inline int warps_for(int N, int M, int K) {
 // 64 registers, no local memory in the K loop (the FP8 fp16 kernel spills one word outside it).
 // NT = 2: 80 registers, one word stored and reloaded per step (12 bytes spilled, L1-resident); at
 // 20 warps per SM (94 registers) nothing spills, but an SM keeps a sixth fewer weight bytes in flight.
-__host__ __device__ constexpr int min_ctas_mma(int NT, int W) { return (NT == 1 ? 32 : 24) / W; }
+__host__ __device__ constexpr int min_ctas_mma(int NT, int TM, int W) { return (TM == 2 ? (NT == 1 ? 20 : 16) : NT == 1 ? 32 : 24) / W; }
 
 // Dummy words the loads-only twin keeps live across its K loop (see the header): it then takes 62
 // registers at NT = 1 (allocated as 64, the GEMV's) and 80 at NT = 2 (the GEMV's; sm_90, nvcc 13).
-__host__ __device__ constexpr int kTwinKeep(int NT) { return NT == 1 ? 8 : 6; }
+__host__ __device__ constexpr int kTwinKeep(int NT, int TM) { return TM == 2 ? (NT == 1 ? 16 : 24) : NT == 1 ? 8 : 6; }
 
 // Two fp16 (bits) -> two bf16 (bits), through fp32: exact for every value an e4m3 code decodes to.
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
@@ -118,48 +121,58 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&v)[2], int i) {
   return (i & 3) == 0 ? u.x : (i & 3) == 1 ? u.y : (i & 3) == 2 ? u.z : u.w;
 }
 
-// One CTA of W warps: rows n0 .. n0 + 15, tokens m0 .. m0 + 8 NT - 1 (clamped to N - 1 / M - 1).
-template <int F, bool BF16, int NT, int W, bool LOADS_ONLY>
+// One CTA of W warps: rows n0 .. n0 + 16 TM - 1, tokens m0 .. m0 + 8 NT - 1 (clamped to N - 1 / M - 1).
+template <int F, bool BF16, int NT, int TM, int W, bool LOADS_ONLY>
 __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  constexpr int kTok = 8 * NT;
+  constexpr int kTok = 8 * NT, kR = 2 * TM;   // tokens per CTA; rows per thread (g + 8 r)
   const int tblocks = (p.M + kTok - 1) / kTok;
-  const int n0 = static_cast<int>(blockIdx.x / tblocks) * kRowsMma;
+  const int n0 = static_cast<int>(blockIdx.x / tblocks) * (kRowsMma * TM);
   const int m0 = static_cast<int>(blockIdx.x % tblocks) * kTok;
   const int groups = p.K / kGroupK;
-  // one pointer per operand, advanced per step, and 32-bit offsets to the second row / token block
+  // one pointer per operand, advanced per step, and 32-bit offsets to the other rows / token blocks
   // (separate 64-bit pointers per row and token block spilled at NT = 2)
-  const int ra = min(n0 + g, p.N - 1), rb = min(n0 + g + 8, p.N - 1);
+  const int ra = min(n0 + g, p.N - 1);
   const int tok0 = min(m0 + g, p.M - 1);
   const uint8_t* wp = p.w + static_cast<size_t>(ra) * p.K + 16 * tq + warp * kStepK;
   const uint16_t* xp = static_cast<const uint16_t*>(p.x) + static_cast<size_t>(tok0) * p.K + 16 * tq + warp * kStepK;
   const uint16_t* sp = p.s + static_cast<size_t>(ra) * groups + warp;
-  const int dw = (rb - ra) * p.K, ds = (rb - ra) * groups;
+  int dw[kR], ds[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const int d = min(n0 + g + 8 * r, p.N - 1) - ra;
+    dw[r] = d * p.K;
+    ds[r] = d * groups;
+  }
   int dx[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) dx[j] = (min(m0 + g + 8 * j, p.M - 1) - tok0) * p.K;
 
-  float acc[NT][4];
+  float acc[TM][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
+  for (int t = 0; t < TM; ++t) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.f;
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[t][j][c] = 0.f;
+    }
   }
   uint32_t hx = 0u;
-  uint32_t keep[LOADS_ONLY ? kTwinKeep(NT) : 1];
+  uint32_t keep[LOADS_ONLY && kTwinKeep(NT, TM) > 0 ? kTwinKeep(NT, TM) : 1];
 #pragma unroll
-  for (int i = 0; i < (LOADS_ONLY ? kTwinKeep(NT) : 1); ++i) keep[i] = p.key + static_cast<uint32_t>(tid * (2 * i + 1));
+  for (int i = 0; i < (LOADS_ONLY ? kTwinKeep(NT, TM) : 1); ++i) keep[i] = p.key + static_cast<uint32_t>(tid * (2 * i + 1));
 
   // not unrolled: one step's loads per warp in flight, in the GEMV and its twin alike (ptxas unrolled
   // some by two and spilled)
 #pragma unroll 1
   for (int st = warp; st < groups; st += W) {
-    uint4 w[2][2];                 // [row g, g + 8][K 16 tq, 64 + 16 tq]
-    w[0][0] = ldg_stream(wp);
-    w[0][1] = ldg_stream(wp + 64);
-    w[1][0] = ldg_stream(wp + dw);
-    w[1][1] = ldg_stream(wp + dw + 64);
+    uint4 w[kR][2];                // [row g + 8 r][K 16 tq, 64 + 16 tq]
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      w[r][0] = ldg_stream(wp + dw[r]);
+      w[r][1] = ldg_stream(wp + dw[r] + 64);
+    }
     uint4 x[NT][2][2];             // [token block][K 16 tq, 64 + 16 tq][8 activations each]
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
@@ -169,15 +182,18 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
         for (int i = 0; i < 2; ++i) x[j][h][i] = __ldg(reinterpret_cast<const uint4*>(xp + dx[j] + 64 * h + 8 * i));
       }
     }
-    const uint16_t sca = __ldg(sp), scb = __ldg(sp + ds);
+    uint16_t sc[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) sc[r] = __ldg(sp + ds[r]);
     wp += W * kStepK;
     xp += W * kStepK;
     sp += W;
     if constexpr (LOADS_ONLY) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < kR; ++r) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) hx ^= w[r][h].x ^ w[r][h].y ^ w[r][h].z ^ w[r][h].w;
+        hx ^= static_cast<uint32_t>(sc[r]) << (16 * (r & 1));
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -187,54 +203,62 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
           for (int i = 0; i < 2; ++i) hx ^= x[j][h][i].x ^ x[j][h][i].y ^ x[j][h][i].z ^ x[j][h][i].w;
         }
       }
-      hx ^= static_cast<uint32_t>(sca) | (static_cast<uint32_t>(scb) << 16);
 #pragma unroll
-      for (int i = 0; i < kTwinKeep(NT); ++i) asm volatile("" : "+r"(keep[i]));   // live across the loop
+      for (int i = 0; i < kTwinKeep(NT, TM); ++i) asm volatile("" : "+r"(keep[i]));   // live across the loop
     } else {
-      float c[NT][4];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
+      for (int t = 0; t < TM; ++t) {
+        float c[NT][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
-      }
+        for (int j = 0; j < NT; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t ua[4] = {w[0][h].x, w[0][h].y, w[0][h].z, w[0][h].w};
-        const uint32_t ub[4] = {w[1][h].x, w[1][h].y, w[1][h].z, w[1][h].w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {   // K 64 h + 16 tq + 4 q .. + 3
-          uint32_t a[4];
-          codes4<F, BF16>(ua[q], a[0], a[2]);
-          codes4<F, BF16>(ub[q], a[1], a[3]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) ptx::mma16816<BF16>(c[j], a, word_of(x[j][h], 2 * q), word_of(x[j][h], 2 * q + 1));
+          for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
         }
-      }
-      const float fa = scalar16<BF16>(sca), fb = scalar16<BF16>(scb);
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        acc[j][0] = fmaf(c[j][0], fa, acc[j][0]);
-        acc[j][1] = fmaf(c[j][1], fa, acc[j][1]);
-        acc[j][2] = fmaf(c[j][2], fb, acc[j][2]);
-        acc[j][3] = fmaf(c[j][3], fb, acc[j][3]);
+        for (int h = 0; h < 2; ++h) {
+          const uint4& wa = w[2 * t][h];
+          const uint4& wb = w[2 * t + 1][h];
+          const uint32_t ua[4] = {wa.x, wa.y, wa.z, wa.w};
+          const uint32_t ub[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {   // K 64 h + 16 tq + 4 q .. + 3
+            uint32_t a[4];
+            codes4<F, BF16>(ua[q], a[0], a[2]);
+            codes4<F, BF16>(ub[q], a[1], a[3]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) ptx::mma16816<BF16>(c[j], a, word_of(x[j][h], 2 * q), word_of(x[j][h], 2 * q + 1));
+          }
+        }
+        const float fa = scalar16<BF16>(sc[2 * t]), fb = scalar16<BF16>(sc[2 * t + 1]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          acc[t][j][0] = fmaf(c[j][0], fa, acc[t][j][0]);
+          acc[t][j][1] = fmaf(c[j][1], fa, acc[t][j][1]);
+          acc[t][j][2] = fmaf(c[j][2], fb, acc[t][j][2]);
+          acc[t][j][3] = fmaf(c[j][3], fb, acc[t][j][3]);
+        }
       }
     }
   }
 
   if constexpr (LOADS_ONLY) {
 #pragma unroll
-    for (int i = 0; i < kTwinKeep(NT); ++i) hx ^= keep[i];
+    for (int i = 0; i < kTwinKeep(NT, TM); ++i) hx ^= keep[i];
     if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * (W * 32) + tid] = hx;
   } else {
-    __shared__ float red[W][kTok][kRowsMma];   // [warp][token][row]
+    constexpr int kRowsCta = kRowsMma * TM;
+    __shared__ float red[W][kTok][kRowsCta];   // [warp][token][row]
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+    for (int t = 0; t < TM; ++t) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) red[warp][8 * j + 2 * tq + (e & 1)][g + 8 * (e >> 1)] = acc[j][e];
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[warp][8 * j + 2 * tq + (e & 1)][16 * t + g + 8 * (e >> 1)] = acc[t][j][e];
+      }
     }
     __syncthreads();
-    for (int e = tid; e < kTok * kRowsMma; e += W * 32) {
-      const int t = e / kRowsMma, r = e % kRowsMma;
+    for (int e = tid; e < kTok * kRowsCta; e += W * 32) {
+      const int t = e / kRowsCta, r = e % kRowsCta;
       if (m0 + t < p.M && n0 + r < p.N) {
         float v = 0.f;
 #pragma unroll
@@ -245,42 +269,44 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   }
 }
 
-template <bool BF16, int NT, int W>
-__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_w8a16_fp8_rows_mma(const RowsParams p) {
-  rows_mma_body<kFp8, BF16, NT, W, false>(p);
+template <bool BF16, int NT, int TM, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_w8a16_fp8_rows_mma(const RowsParams p) {
+  rows_mma_body<kFp8, BF16, NT, TM, W, false>(p);
 }
-template <bool BF16, int NT, int W>
-__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
-  rows_mma_body<kInt8, BF16, NT, W, false>(p);
+template <bool BF16, int NT, int TM, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
+  rows_mma_body<kInt8, BF16, NT, TM, W, false>(p);
 }
-template <int F, bool BF16, int NT, int W>
-__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, W)) gemv_rows_mma_loads(const RowsParams p) {
-  rows_mma_body<F, BF16, NT, W, true>(p);
+template <int F, bool BF16, int NT, int TM, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_rows_mma_loads(const RowsParams p) {
+  rows_mma_body<F, BF16, NT, TM, W, true>(p);
 }
 
-template <int F, bool BF16, int NT, int W, bool LOADS_ONLY>
+template <int F, bool BF16, int NT, int TM, int W, bool LOADS_ONLY>
 inline const void* mma_kernel_of() {
   if constexpr (LOADS_ONLY) {
-    return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT, W>);
+    return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT, TM, W>);
   } else if constexpr (F == kFp8) {
-    return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT, W>);
+    return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT, TM, W>);
   } else {
-    return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT, W>);
+    return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT, TM, W>);
   }
 }
 
 // The tensor-core kernel for (fmt, bf16, M, W, loads_only), or nullptr for a format / W without one.
-inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_only) {
+inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_only, int tm = 1) {
   const int nt = nt_for(M);
   auto pick = [&](auto f, auto b, auto lo) -> const void* {
     constexpr int F = decltype(f)::value;
     constexpr bool B = decltype(b)::value;
     constexpr bool L = decltype(lo)::value;
+    if (nt == 1 && tm == 2) return w == 4 ? mma_kernel_of<F, B, 1, 2, 4, L>() : w == 8 ? mma_kernel_of<F, B, 1, 2, 8, L>() : nullptr;
     if (nt == 1) {
-      return w == 4 ? mma_kernel_of<F, B, 1, 4, L>() : w == 8 ? mma_kernel_of<F, B, 1, 8, L>()
-             : w == 16 ? mma_kernel_of<F, B, 1, 16, L>() : nullptr;
+      return w == 4 ? mma_kernel_of<F, B, 1, 1, 4, L>() : w == 8 ? mma_kernel_of<F, B, 1, 1, 8, L>()
+             : w == 16 ? mma_kernel_of<F, B, 1, 1, 16, L>() : nullptr;
     }
-    return w == 4 ? mma_kernel_of<F, B, 2, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 8, L>() : nullptr;
+    if (tm == 2) return w == 4 ? mma_kernel_of<F, B, 2, 2, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 2, 8, L>() : nullptr;
+    return w == 4 ? mma_kernel_of<F, B, 2, 1, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 1, 8, L>() : nullptr;
   };
   auto by_lo = [&](auto f, auto b) -> const void* {
     return loads_only ? pick(f, b, std::true_type{}) : pick(f, b, std::false_type{});
@@ -293,17 +319,19 @@ inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_
   return nullptr;
 }
 
-// form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file)
-enum Form : int { kFormCuda = 0, kFormMma = 1 };
+// form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file, 16 rows per CTA),
+// 2 the tensor-core ones at 32 rows per CTA (TM = 2)
+enum Form : int { kFormCuda = 0, kFormMma = 1, kFormMma32 = 2 };
+inline int tm_of(int form) { return form == kFormMma32 ? 2 : 1; }
 
 // CTAs per SM of the kernel a launch of (form, fmt, bf16, N, M, K) runs (the tensor-core form's W
 // depends on the shape).
 inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int N, int M, int K, bool loads_only,
                                   int* ctas_per_sm) {
   if (form == kFormCuda) return occupancy(fmt, bf16, M, loads_only, ctas_per_sm);
-  if (form != kFormMma) return cudaErrorInvalidValue;
-  const int w = warps_for(N, M, K);
-  const void* k = find_mma_kernel(fmt, bf16, M, w, loads_only);
+  if (form != kFormMma && form != kFormMma32) return cudaErrorInvalidValue;
+  const int tm = tm_of(form), w = warps_for(N, M, K, tm);
+  const void* k = find_mma_kernel(fmt, bf16, M, w, loads_only, tm);
   if (k == nullptr) return cudaErrorInvalidValue;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k, w * 32, 0);
 }
@@ -313,12 +341,13 @@ inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int N, int M, in
 inline cudaError_t launch_form(int form, int fmt, bool bf16, bool loads_only, const RowsParams& p,
                                cudaStream_t stream, int* occ = nullptr) {
   if (form == kFormCuda) return launch(fmt, bf16, loads_only, p, stream, occ);
-  if (form != kFormMma || p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK) return cudaErrorInvalidValue;
-  const int tok = 8 * nt_for(p.M);
-  const long long ctas = static_cast<long long>((p.N + kRowsMma - 1) / kRowsMma) * ((p.M + tok - 1) / tok);
+  if ((form != kFormMma && form != kFormMma32) || p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK)
+    return cudaErrorInvalidValue;
+  const int tok = 8 * nt_for(p.M), tm = tm_of(form), rows = kRowsMma * tm;
+  const long long ctas = static_cast<long long>((p.N + rows - 1) / rows) * ((p.M + tok - 1) / tok);
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidValue;
-  const int w = warps_for(p.N, p.M, p.K);
-  return launch_on(find_mma_kernel(fmt, bf16, p.M, w, false), find_mma_kernel(fmt, bf16, p.M, w, true), loads_only,
+  const int w = warps_for(p.N, p.M, p.K, tm);
+  return launch_on(find_mma_kernel(fmt, bf16, p.M, w, false, tm), find_mma_kernel(fmt, bf16, p.M, w, true, tm), loads_only,
                    dim3(static_cast<unsigned>(ctas)), p, stream, occ, w * 32);
 }
 

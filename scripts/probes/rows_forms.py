@@ -5,14 +5,16 @@ M = 4 and 0.09-0.12 at M = 16 (notebook 08, H200, 648d9df). Its tensor-core form
 ``form="mma"``) is opt-in until it has been timed beside the others: this probe times it with
 notebook 08's machinery (``decode.measure_decode``: float64 check at every M, rotated weights, CUDA
 graph replays, the copy rate measured in the same run), then gemv_w16's split-K schedule and cuBLAS
-BF16 on the same shapes and Ms. With ``--cuda-form`` the CUDA-core rows kernel too.
+BF16 on the same shapes and Ms. With ``--cuda-form`` the CUDA-core rows kernel too; with ``--mma32`` the tensor-core form at 32 rows per
+CTA (``form="mma32"``: each warp's activations serve two 16-row tiles, half the activation loads per
+weight byte).
 
 Prints, per (format, M), the fraction of the copy rate of each kernel, its access pattern alone (the
 tensor-core form's loads-only twin) and the form's ratio to its own M = 1 rate and to split-K; writes
 probe_rows_forms.csv into --out (or $OUT).
 
     python scripts/probes/rows_forms.py [--shapes a,b] [--ms 1,4,16,64] [--fmts fp8,int8] [--rep-ms 20]
-                                        [--cuda-form] [--out DIR]
+                                        [--cuda-form] [--mma32] [--out DIR]
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ def parse(argv=None):
     ap.add_argument("--fmts", default="fp8,int8")
     ap.add_argument("--rep-ms", type=float, default=20.0)
     ap.add_argument("--cuda-form", action="store_true", help="also time the CUDA-core rows kernel")
+    ap.add_argument("--mma32", action="store_true",
+                    help="also time the tensor-core form at 32 rows per CTA (form 'mma32') and its pattern")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args(argv)
     try:
@@ -60,17 +64,21 @@ def table(df):
     key = df["schedule"].where(df["schedule"] != "rows", "rows_" + df["grid"].str.split().str[0])
     d = df.assign(kernel=key.where(df["schedule"] != "", "cublas_bf16"))
     frac = d.pivot_table(index=["shape", "M"], columns=["kernel", "fmt"], values="fraction_of_copy")
-    pat = d[d["kernel"] == "rows_mma"].pivot_table(index=["shape", "M"], columns="fmt",
-                                                    values="pattern_fraction_of_copy")
+    pat = d[d["kernel"].isin(["rows_mma", "rows_mma32"])].pivot_table(
+        index=["shape", "M"], columns=["kernel", "fmt"], values="pattern_fraction_of_copy")
     rows = []
     for (sh, M), r in frac.iterrows():
         for fmt in sorted({f for k, f in frac.columns if k == "rows_mma"}):
             mma = r.get(("rows_mma", fmt))
             m1 = frac.loc[(sh, min(frac.loc[sh].index)), ("rows_mma", fmt)]
-            rows.append(dict(shape=sh, fmt=fmt, M=M, rows_mma=mma, pattern=pat.loc[(sh, M), fmt],
-                             rows_cuda=r.get(("rows_cuda", fmt)), splitk=r.get(("splitk", fmt)),
-                             cublas_bf16=r.get(("cublas_bf16", "bf16")), over_m1=mma / m1,
-                             over_splitk=mma / r.get(("splitk", fmt))))
+            row = dict(shape=sh, fmt=fmt, M=M, rows_mma=mma, pattern=pat.loc[(sh, M), ("rows_mma", fmt)],
+                       rows_cuda=r.get(("rows_cuda", fmt)), splitk=r.get(("splitk", fmt)),
+                       cublas_bf16=r.get(("cublas_bf16", "bf16")), over_m1=mma / m1,
+                       over_splitk=mma / r.get(("splitk", fmt)))
+            if ("rows_mma32", fmt) in frac.columns:
+                m32 = r.get(("rows_mma32", fmt))
+                row.update(rows_mma32=m32, pattern32=pat.loc[(sh, M), ("rows_mma32", fmt)], mma32_over_mma=m32 / mma)
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -86,6 +94,8 @@ def main(argv=None) -> int:
     copy = dx.measure_copy()
     kw = dict(copy=copy, rep_ms=a.rep_ms, same_copy=False)
     parts = [dx.measure_decode(a.shapes, a.ms, a.fmts, cublas=False, schedule="rows", rows_form="mma", **kw)]
+    if a.mma32:
+        parts.append(dx.measure_decode(a.shapes, a.ms, a.fmts, cublas=False, schedule="rows", rows_form="mma32", **kw))
     if a.cuda_form:
         parts.append(dx.measure_decode(a.shapes, a.ms, a.fmts, cublas=False, schedule="rows", rows_form="cuda",
                                        pattern=False, **kw))
