@@ -151,17 +151,17 @@ def test_warps_for_is_the_kernels_rule(tmp_path):
 
 
 def test_default_form(monkeypatch):
-    """The tensor-core form from MMA_MIN_M = 2 on for fp8 / int8 (INT4 keeps the CUDA-core form);
-    MMA_MIN_M = None makes it opt-in."""
-    assert gr.MMA_MIN_M == 2 and gr.MMA_FORMATS == ("fp8", "int8")
+    """The tensor-core form from MMA_MIN_M = 2 on for fp8 / int8 (INT4 has one, opt-in, and keeps the
+    CUDA-core form by default); MMA_MIN_M = None makes it opt-in."""
+    assert gr.MMA_MIN_M == 2 and gr.MMA_FORMATS == ("fp8", "int8", "int4")
+    assert gr.MMA_DEFAULT_FORMATS == ("fp8", "int8")
     assert [gr.default_form("fp8", m) for m in (1, 2, 16)] == ["cuda", "mma", "mma"]
     assert [gr.default_form("int8", m) for m in (1, 3)] == ["cuda", "mma"]
     assert [gr.default_form("int4", m) for m in (1, 16)] == ["cuda", "cuda"]
     monkeypatch.setattr(gr, "MMA_MIN_M", None)
     assert {gr.default_form(f, m) for f in gr.FORMATS for m in (1, 2, 16, 64)} == {"cuda"}
     for call, msg in [(lambda: gr.check_form("wgmma"), "form must be one of"),
-                      (lambda: gr.geometry(16, 1, "tc"), "form must be one of"),
-                      (lambda: gr._form_for("int4", 16, "mma"), "tensor-core rows form takes formats")]:
+                      (lambda: gr.geometry(16, 1, "tc"), "form must be one of")]:
         with pytest.raises(ValueError, match=msg) as e:
             call()
         assert "\n" not in str(e.value)
@@ -255,10 +255,11 @@ def _loops(cubin):
 
 @needs_nvcc
 def test_rows_mma_sass():
-    """The tensor-core form (gemv_rows_mma.cuh), 36 GEMVs (fp8 / int8 x bf16 / fp16 x, at 16 rows per CTA
-    (TM = 1), NT = 1 in 4, 8, 16 warps and NT = 2 in 4, 8; at 32 rows (TM = 2) NT = 1, 2 in 4, 8) and 36
-    loads-only twins: the K loop (the loop with the HMMAs) holds 8 NT TM HMMA.16816.F32, 4 TM 16-byte
-    weight loads streamed past L1 (LDG.E.NA.128), 4 NT activation loads and 2 TM scale loads; no local
+    """The tensor-core form (gemv_rows_mma.cuh), 54 GEMVs (fp8 / int8 / int4 x bf16 / fp16 x, at 16 rows per
+    CTA (TM = 1), NT = 1 in 4, 8, 16 warps and NT = 2 in 4, 8; at 32 rows (TM = 2) NT = 1, 2 in 4, 8) and
+    54 loads-only twins: the K loop (the loop with the HMMAs) holds 8 NT TM HMMA.16816.F32, 4 TM 16-byte
+    weight loads streamed past L1 (LDG.E.NA.128; int4 2 TM: 128 K per row in 16 bytes), 4 NT activation
+    loads and 2 TM scale loads; no local
     memory in it at NT = 1 (NT = 2 reloads spilled words: gemv_rows_mma.cuh says why); TM = 1: NT = 1
     in 64 registers (32 warps per SM), NT = 2 in 80 (24); TM = 2: 20 / W and 16 / W CTAs; each twin's K
     loop issues exactly its GEMV's global loads, it stores once, and an SM holds as many of its CTAs
@@ -269,31 +270,33 @@ def test_rows_mma_sass():
 
     cubin = gr.rows_cubin("sm_90")
     ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" in n}
-    assert len(ks) == 72, sorted(ks)
+    assert len(ks) == 108, sorted(ks)
     loops = _loops(cubin)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     regs = {n: int(r) for n, r in re.findall(r"Function (\S+):\s*\n\s*REG:(\d+)", res) if "rows_mma" in n}
     ldg = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
     warps_per_sm = {(1, 1): 32, (2, 1): 24, (1, 2): 20, (2, 2): 16}    # min_ctas_mma x W, rounded down
-    for f, fname in ((0, "fp8"), (1, "int8")):
+    for f, fname in ((0, "w8a16_fp8"), (1, "w8a16_int8"), (3, "w4a16_int4")):
         for b in (0, 1):
             for nt, tm, w in ((1, 1, 4), (1, 1, 8), (1, 1, 16), (2, 1, 4), (2, 1, 8),
                               (1, 2, 4), (1, 2, 8), (2, 2, 4), (2, 2, 8)):
-                (g,) = [n for n in ks if f"gemv_w8a16_{fname}_rows_mmaILb{b}ELi{nt}ELi{tm}ELi{w}E" in n]
+                (g,) = [n for n in ks if f"gemv_{fname}_rows_mmaILb{b}ELi{nt}ELi{tm}ELi{w}E" in n]
                 (t,) = [n for n in ks if f"gemv_rows_mma_loadsILi{f}ELb{b}ELi{nt}ELi{tm}ELi{w}E" in n]
                 (kl,) = [lp for lp in loops[g] if any(o.startswith("HMMA") for o in lp)]
                 assert sum(o.startswith("HMMA.16816.F32") for o in kl) == 8 * nt * tm, (g, kl)
                 assert sum(o.startswith("HMMA") for o in ks[g]) == 8 * nt * tm, g
-                assert sum(o.startswith("LDG.E.NA.128") for o in kl) == 4 * tm, g
+                assert sum(o.startswith("LDG.E.NA.128") for o in kl) == (2 if f == 3 else 4) * tm, g
                 assert sum(o.startswith("LDG.E.128") for o in kl) == 4 * nt, g
                 assert sum(o.startswith("LDG.E.U16") for o in kl) == 2 * tm, g
                 local = [o for o in kl if o.startswith(("LDL", "STL"))]
                 assert len(local) <= (0 if nt == 1 else 2 * tm), (g, local)
                 cap = 65536 // (warps_per_sm[(nt, tm)] // w * w * 32) // 8 * 8
                 assert regs[g] <= cap, (g, regs[g], cap)
-                if fname == "fp8":
+                if f == 0:
                     assert any(o.startswith("F2FP") for o in kl), g   # cvt.rn.f16x2.e4m3x2
+                if f == 3:    # six byte permutes per 8 codes (gemv_rows_mma.cuh codes8_int4), 64 codes per tile
+                    assert sum(o.startswith("PRMT") for o in kl) == 48 * tm, g
                 (tl,) = [lp for lp in loops[t] if any(o.startswith("LDG") for o in lp)]
                 assert ldg(tl) == ldg(kl), (t, ldg(tl), ldg(kl))
                 assert sum(o.startswith("STG") for o in ks[t]) == 1

@@ -39,7 +39,7 @@ def test_table_puts_each_kernel_beside_the_form():
 
 
 @pytest.mark.parametrize("args, msg", [(["--ms", "1,x"], "--ms must be"), (["--ms", "0"], "--ms must be positive"),
-                                       (["--fmts", "int4"], "takes formats"), (["--shapes", "nope:x"], "unknown shape")])
+                                       (["--fmts", "nvfp4"], "takes formats"), (["--shapes", "nope:x"], "unknown shape")])
 def test_bad_arguments_are_one_line(args, msg):
     r = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and msg in r.stderr.strip().splitlines()[-1]

@@ -205,7 +205,7 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     (``same_copy_Bps``, ``fraction_of_same_copy``). ``pattern``: also time each weight-only row's
     access pattern alone (:func:`fp8lab.kernels.weight_only.pattern_stream`: its grid, occupancy and
     loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule).
-    ``rows_form``: the rows schedule's kernel form ("cuda", "mma", "mma32": fp8 / int8 only, the other formats
+    ``rows_form``: the rows schedule's kernel form ("cuda", "mma", "mma32": fp8 / int8 / int4, nvfp4
     left out); None: gemv_rows.default_form at each M."""
     import torch
 

@@ -8,10 +8,10 @@ a K block issued before any arithmetic, fp32 FMAs on the CUDA cores, no split-K.
 H200 it streamed 0.86-0.99 of the copy rate on notebook 08's shapes where the tensor-core kernel
 (:func:`fp8lab.kernels.weight_only.gemv_w16`'s split-K and stream-K schedules) streamed 0.73-0.93
 (``scripts/probes/decode_rows.py``). Its CUDA-core work grows with M (every M works: blocks of up
-to 4 tokens, each streaming the whole weight). For fp8 and int8 a tensor-core form
-(``gemv_rows_mma.cuh``, ``form="mma"``; the default from :data:`MMA_MIN_M` tokens on) reads the
-same weight and scales: CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted
-operands, fp32 sums promoted per group.
+to 4 tokens, each streaming the whole weight). A tensor-core form (``gemv_rows_mma.cuh``,
+``form="mma"``; for fp8 and int8 the default from :data:`MMA_MIN_M` tokens on, for int4 opt-in)
+reads the same weight and scales: CTAs of 16 rows (``"mma32"``: 32) x 8 or 16 tokens, mma.sync on
+exactly converted operands, fp32 sums promoted per group.
 
 Formats: ``fp8`` (e4m3; the two NaN codes decode as NaN, where the tile layout's bit trick gives
 +-480), ``int8`` (codes 0..255, value = code - 128, as :mod:`weight_only`) and ``int4`` (codes
@@ -48,7 +48,10 @@ FORM_ID = {"cuda": 0, "mma": 1, "mma32": 2}
 #: the tensor-core forms and their rows per CTA
 MMA_FORMS = {"mma": 16, "mma32": 32}
 #: the formats with a tensor-core form
-MMA_FORMATS = ("fp8", "int8")
+MMA_FORMATS = ("fp8", "int8", "int4")
+#: the formats whose default is the tensor-core form from MMA_MIN_M on (int4's stays opt-in until
+#: notebook 08 has timed it on the H200)
+MMA_DEFAULT_FORMATS = ("fp8", "int8")
 #: the fewest tokens the tensor-core form is taken for by default (form=None; None would make it
 #: opt-in). The CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where
 #: split-K streamed 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
@@ -64,8 +67,8 @@ LOADS_KEY = 0x2F5A17C3
 
 def load_extension(verbose: bool = False):
     """Build (once per content hash) and import the extension: the CUDA-core form (3 formats x 2
-    dtypes x 3 token blocks) and the tensor-core forms (2 formats x 2 dtypes x 9 row / warp / token
-    configs), each kernel with its loads-only twin: 36 + 72 small kernels (16 rows per CTA in 4, 8 or
+    dtypes x 3 token blocks) and the tensor-core forms (3 formats x 2 dtypes x 9 row / warp / token
+    configs), each kernel with its loads-only twin: 36 + 108 small kernels (16 rows per CTA in 4, 8 or
     16 warps at 8 tokens, 4 or 8 at 16; 32 rows per CTA in 4 or 8 warps)."""
     return extension("gemv_rows", EXT_SOURCES, EXT_DIGEST_SOURCES, include_paths=[KERNEL_DIR], verbose=verbose)
 
@@ -84,17 +87,14 @@ def check_form(form: str) -> str:
 
 def default_form(fmt: str, M: int) -> str:
     """The form :func:`gemv` takes for ``fmt`` at M tokens: "mma" from :data:`MMA_MIN_M` on (when
-    set) for the formats that have it, else "cuda"."""
-    return "mma" if MMA_MIN_M is not None and fmt in MMA_FORMATS and M >= MMA_MIN_M else "cuda"
+    set) for :data:`MMA_DEFAULT_FORMATS`, else "cuda"."""
+    return "mma" if MMA_MIN_M is not None and fmt in MMA_DEFAULT_FORMATS and M >= MMA_MIN_M else "cuda"
 
 
 def _form_for(fmt: str, M: int, form) -> str:
     if form is None:
         return default_form(fmt, M)
-    check_form(form)
-    if form in MMA_FORMS and fmt not in MMA_FORMATS:
-        raise ValueError(f"the tensor-core rows form takes formats {MMA_FORMATS}, got {fmt!r}")
-    return form
+    return check_form(form)
 
 
 def warps_for(N: int, M: int, K: int, form: str = "mma") -> int:

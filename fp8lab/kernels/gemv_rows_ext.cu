@@ -1,6 +1,6 @@
 // gemv_rows_ext.cu -- the row-major decode GEMV behind its torch binding (gemv_rows_ext.cpp), in both
 // forms: the CUDA-core kernels (gemv_rows.cuh: fp8, int8 and int4 x bf16 / fp16 activations x MB = 1,
-// 2, 4 tokens per CTA) and the tensor-core ones (gemv_rows_mma.cuh: fp8 and int8 x bf16 / fp16 x 8 or
+// 2, 4 tokens per CTA) and the tensor-core ones (gemv_rows_mma.cuh: fp8, int8 and int4 x bf16 / fp16 x 8 or
 // 16 tokens x 16 or 32 rows x 4, 8 or 16 warps per CTA), and their loads-only twins. No torch headers here, so nvcc only compiles CUDA.
 #include "gemv_rows_mma.cuh"
 

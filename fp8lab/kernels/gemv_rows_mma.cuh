@@ -1,5 +1,5 @@
 // gemv_rows_mma.cuh -- the rows GEMV's tensor-core form (issue 22, target 1: at M = 16, >= 0.85 of
-// the M = 1 rate), for FP8 and INT8 weights in the rows layout (gemv_rows.cuh, gemv_rows.py).
+// the M = 1 rate), for FP8, INT8 and INT4 weights in the rows layout (gemv_rows.cuh, gemv_rows.py).
 //
 //   out[m, n] = out_factor * sum_k x[m, k] * value(w[n, k]) * s[n, k / 128]
 //
@@ -24,6 +24,10 @@
 //   the 4 bytes at K k .. k + 3 of a thread's word are its A operand at the mma's K 2 tq, 2 tq + 1
 //   (a0 / a1: rows g / g + 8) and 2 tq + 8, 2 tq + 9 (a2 / a3); token g's activations at the same
 //   K are its B operand (b0, b1). No shared memory, ldmatrix or shuffle in the K loop.
+// * INT4 (two codes per byte, the even K in the low nibble): a row's 128 K are 64 bytes, so a thread
+//   loads one 16-byte word per row and step (K 32 tq .. 32 tq + 31) and token g's 32 activations at
+//   the same K; each 4-byte word (8 codes) feeds two mmas. Codes to the mma's type by byte permutes
+//   under the 128 / 1024 magic number and one subtraction per pair (codes8_int4: exact).
 // * Exact conversions: e4m3 by cvt.rn.f16x2.e4m3x2 (NaN codes stay NaN, as in the CUDA-core form),
 //   for bf16 activations on to bf16 through fp32 (every e4m3 value is a bf16); int8 (offset binary)
 //   by the fp16 1024 magic number (fp16) or the fp32 2^23 one then bf16 (values -128..127 are exact
@@ -78,7 +82,9 @@ __host__ __device__ constexpr int min_ctas_mma(int NT, int TM, int W) { return (
 
 // Dummy words the loads-only twin keeps live across its K loop (see the header): it then takes 62
 // registers at NT = 1 (allocated as 64, the GEMV's) and 80 at NT = 2 (the GEMV's; sm_90, nvcc 13).
-__host__ __device__ constexpr int kTwinKeep(int NT, int TM) { return TM == 2 ? (NT == 1 ? 16 : 24) : NT == 1 ? 8 : 6; }
+__host__ __device__ constexpr int kTwinKeep(int F, int NT, int TM) {
+  return (TM == 2 ? (NT == 1 ? 16 : 24) : NT == 1 ? 8 : 6) + (F == kInt4 ? (TM == 2 ? (NT == 1 ? 32 : 16) : NT == 1 ? 8 : 6) : 0);
+}
 
 // Two fp16 (bits) -> two bf16 (bits), through fp32: exact for every value an e4m3 code decodes to.
 __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
@@ -116,7 +122,36 @@ __device__ __forceinline__ void codes4(uint32_t w, uint32_t& lo, uint32_t& hi) {
   }
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4 (&v)[2], int i) {
+// Eight int4 codes (nibble j of w = K k + j, the low nibble first; value = code - 8) -> four pairs of
+// the mma's 16-bit type, (k, k + 1), (k + 2, k + 3), (k + 4, k + 5), (k + 6, k + 7), the lower K in the
+// lower half: the codes' bytes are interleaved (k, k + 1, ...) by one byte permute, a second one puts
+// each code under the high byte of 128 (bf16 0x43XX = 128 + code) or 1024 (fp16 0x64XX), and one
+// subtraction of 136 / 1032 per pair leaves code - 8 (exact in both types).
+template <bool BF16>
+__device__ __forceinline__ void codes8_int4(uint32_t w, uint32_t (&p)[4]) {
+  const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;    // codes k, k+2, ... / k+1, k+3, ...
+  const uint32_t t0 = __byte_perm(lo, hi, 0x5140), t1 = __byte_perm(lo, hi, 0x7362);   // k .. k+3 / k+4 .. k+7
+  constexpr uint32_t kMagic = BF16 ? 0x43434343u : 0x64646464u;
+  p[0] = __byte_perm(t0, kMagic, 0x4140);
+  p[1] = __byte_perm(t0, kMagic, 0x4342);
+  p[2] = __byte_perm(t1, kMagic, 0x4140);
+  p[3] = __byte_perm(t1, kMagic, 0x4342);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (BF16) {
+      const __nv_bfloat162 off = __halves2bfloat162(__ushort_as_bfloat16(0x4308u), __ushort_as_bfloat16(0x4308u));
+      const __nv_bfloat162 v = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&p[i]), off);
+      p[i] = *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+      const __half2 off = __halves2half2(__ushort_as_half(0x6408u), __ushort_as_half(0x6408u));
+      const __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&p[i]), off);
+      p[i] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+}
+
+// word i (0 .. 15) of four 16-byte words
+__device__ __forceinline__ uint32_t word_of(const uint4 (&v)[4], int i) {
   const uint4& u = v[i >> 2];
   return (i & 3) == 0 ? u.x : (i & 3) == 1 ? u.y : (i & 3) == 2 ? u.z : u.w;
 }
@@ -127,6 +162,9 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
   constexpr int kTok = 8 * NT, kR = 2 * TM;   // tokens per CTA; rows per thread (g + 8 r)
+  // per row and step: int8 / fp8 two 16-byte loads (K 16 tq and 64 + 16 tq), int4 one (K 32 tq)
+  constexpr int kH = F == kInt4 ? 1 : 2;
+  constexpr int kStepBytes = F == kInt4 ? kStepK / 2 : kStepK;   // a row's bytes per step
   const int tblocks = (p.M + kTok - 1) / kTok;
   const int n0 = static_cast<int>(blockIdx.x / tblocks) * (kRowsMma * TM);
   const int m0 = static_cast<int>(blockIdx.x % tblocks) * kTok;
@@ -135,14 +173,16 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
   // (separate 64-bit pointers per row and token block spilled at NT = 2)
   const int ra = min(n0 + g, p.N - 1);
   const int tok0 = min(m0 + g, p.M - 1);
-  const uint8_t* wp = p.w + static_cast<size_t>(ra) * p.K + 16 * tq + warp * kStepK;
-  const uint16_t* xp = static_cast<const uint16_t*>(p.x) + static_cast<size_t>(tok0) * p.K + 16 * tq + warp * kStepK;
+  const int row_bytes = F == kInt4 ? p.K / 2 : p.K;
+  const uint8_t* wp = p.w + static_cast<size_t>(ra) * row_bytes + 16 * tq + warp * kStepBytes;
+  const uint16_t* xp = static_cast<const uint16_t*>(p.x) + static_cast<size_t>(tok0) * p.K + (F == kInt4 ? 32 : 16) * tq +
+                       warp * kStepK;
   const uint16_t* sp = p.s + static_cast<size_t>(ra) * groups + warp;
   int dw[kR], ds[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
     const int d = min(n0 + g + 8 * r, p.N - 1) - ra;
-    dw[r] = d * p.K;
+    dw[r] = d * row_bytes;
     ds[r] = d * groups;
   }
   int dx[NT];
@@ -159,52 +199,49 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
     }
   }
   uint32_t hx = 0u;
-  uint32_t keep[LOADS_ONLY && kTwinKeep(NT, TM) > 0 ? kTwinKeep(NT, TM) : 1];
+  uint32_t keep[LOADS_ONLY && kTwinKeep(F, NT, TM) > 0 ? kTwinKeep(F, NT, TM) : 1];
 #pragma unroll
-  for (int i = 0; i < (LOADS_ONLY ? kTwinKeep(NT, TM) : 1); ++i) keep[i] = p.key + static_cast<uint32_t>(tid * (2 * i + 1));
+  for (int i = 0; i < (LOADS_ONLY ? kTwinKeep(F, NT, TM) : 1); ++i) keep[i] = p.key + static_cast<uint32_t>(tid * (2 * i + 1));
 
   // not unrolled: one step's loads per warp in flight, in the GEMV and its twin alike (ptxas unrolled
   // some by two and spilled)
 #pragma unroll 1
   for (int st = warp; st < groups; st += W) {
-    uint4 w[kR][2];                // [row g + 8 r][K 16 tq, 64 + 16 tq]
+    uint4 w[kR][kH];               // [row g + 8 r][K 16 tq, 64 + 16 tq (int4: K 32 tq)]
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      w[r][0] = ldg_stream(wp + dw[r]);
-      w[r][1] = ldg_stream(wp + dw[r] + 64);
+#pragma unroll
+      for (int h = 0; h < kH; ++h) w[r][h] = ldg_stream(wp + dw[r] + 64 * h);
     }
-    uint4 x[NT][2][2];             // [token block][K 16 tq, 64 + 16 tq][8 activations each]
+    uint4 x[NT][4];                // [token block][8 activations each: K 16 tq, + 8, 64 + 16 tq, + 8 (int4: 32 tq + 8 i)]
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) x[j][h][i] = __ldg(reinterpret_cast<const uint4*>(xp + dx[j] + 64 * h + 8 * i));
+      for (int i = 0; i < 4; ++i) {
+        const int off = F == kInt4 ? 8 * i : 64 * (i >> 1) + 8 * (i & 1);
+        x[j][i] = __ldg(reinterpret_cast<const uint4*>(xp + dx[j] + off));
       }
     }
     uint16_t sc[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) sc[r] = __ldg(sp + ds[r]);
-    wp += W * kStepK;
+    wp += W * kStepBytes;
     xp += W * kStepK;
     sp += W;
     if constexpr (LOADS_ONLY) {
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) hx ^= w[r][h].x ^ w[r][h].y ^ w[r][h].z ^ w[r][h].w;
+        for (int h = 0; h < kH; ++h) hx ^= w[r][h].x ^ w[r][h].y ^ w[r][h].z ^ w[r][h].w;
         hx ^= static_cast<uint32_t>(sc[r]) << (16 * (r & 1));
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) hx ^= x[j][h][i].x ^ x[j][h][i].y ^ x[j][h][i].z ^ x[j][h][i].w;
-        }
+        for (int i = 0; i < 4; ++i) hx ^= x[j][i].x ^ x[j][i].y ^ x[j][i].z ^ x[j][i].w;
       }
 #pragma unroll
-      for (int i = 0; i < kTwinKeep(NT, TM); ++i) asm volatile("" : "+r"(keep[i]));   // live across the loop
+      for (int i = 0; i < kTwinKeep(F, NT, TM); ++i) asm volatile("" : "+r"(keep[i]));   // live across the loop
     } else {
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
@@ -215,18 +252,32 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
           for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
         }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < kH; ++h) {
           const uint4& wa = w[2 * t][h];
           const uint4& wb = w[2 * t + 1][h];
           const uint32_t ua[4] = {wa.x, wa.y, wa.z, wa.w};
           const uint32_t ub[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {   // K 64 h + 16 tq + 4 q .. + 3
-            uint32_t a[4];
-            codes4<F, BF16>(ua[q], a[0], a[2]);
-            codes4<F, BF16>(ub[q], a[1], a[3]);
+          for (int q = 0; q < 4; ++q) {
+            if constexpr (F == kInt4) {   // K 32 tq + 8 q .. + 7: two mmas, activation words 4 q .. 4 q + 3
+              uint32_t pa[4], pb[4];
+              codes8_int4<BF16>(ua[q], pa);
+              codes8_int4<BF16>(ub[q], pb);
 #pragma unroll
-            for (int j = 0; j < NT; ++j) ptx::mma16816<BF16>(c[j], a, word_of(x[j][h], 2 * q), word_of(x[j][h], 2 * q + 1));
+              for (int u = 0; u < 2; ++u) {
+                const uint32_t a[4] = {pa[2 * u], pb[2 * u], pa[2 * u + 1], pb[2 * u + 1]};
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+                  ptx::mma16816<BF16>(c[j], a, word_of(x[j], 4 * q + 2 * u), word_of(x[j], 4 * q + 2 * u + 1));
+              }
+            } else {                      // K 64 h + 16 tq + 4 q .. + 3: activation words 8 h + 2 q, + 1
+              uint32_t a[4];
+              codes4<F, BF16>(ua[q], a[0], a[2]);
+              codes4<F, BF16>(ub[q], a[1], a[3]);
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+                ptx::mma16816<BF16>(c[j], a, word_of(x[j], 8 * h + 2 * q), word_of(x[j], 8 * h + 2 * q + 1));
+            }
           }
         }
         const float fa = scalar16<BF16>(sc[2 * t]), fb = scalar16<BF16>(sc[2 * t + 1]);
@@ -243,7 +294,7 @@ __device__ __forceinline__ void rows_mma_body(const RowsParams& p) {
 
   if constexpr (LOADS_ONLY) {
 #pragma unroll
-    for (int i = 0; i < kTwinKeep(NT, TM); ++i) hx ^= keep[i];
+    for (int i = 0; i < kTwinKeep(F, NT, TM); ++i) hx ^= keep[i];
     if (hx == p.key) p.sink[static_cast<size_t>(blockIdx.x) * (W * 32) + tid] = hx;
   } else {
     constexpr int kRowsCta = kRowsMma * TM;
@@ -277,6 +328,10 @@ template <bool BF16, int NT, int TM, int W>
 __global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_w8a16_int8_rows_mma(const RowsParams p) {
   rows_mma_body<kInt8, BF16, NT, TM, W, false>(p);
 }
+template <bool BF16, int NT, int TM, int W>
+__global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_w4a16_int4_rows_mma(const RowsParams p) {
+  rows_mma_body<kInt4, BF16, NT, TM, W, false>(p);
+}
 template <int F, bool BF16, int NT, int TM, int W>
 __global__ void __launch_bounds__(W * 32, min_ctas_mma(NT, TM, W)) gemv_rows_mma_loads(const RowsParams p) {
   rows_mma_body<F, BF16, NT, TM, W, true>(p);
@@ -288,6 +343,8 @@ inline const void* mma_kernel_of() {
     return reinterpret_cast<const void*>(&gemv_rows_mma_loads<F, BF16, NT, TM, W>);
   } else if constexpr (F == kFp8) {
     return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows_mma<BF16, NT, TM, W>);
+  } else if constexpr (F == kInt4) {
+    return reinterpret_cast<const void*>(&gemv_w4a16_int4_rows_mma<BF16, NT, TM, W>);
   } else {
     return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows_mma<BF16, NT, TM, W>);
   }
@@ -316,6 +373,7 @@ inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_
   };
   if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
   if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
+  if (fmt == kInt4) return by_b(std::integral_constant<int, kInt4>{});
   return nullptr;
 }
 

@@ -13,7 +13,7 @@ Prints, per (format, M), the fraction of the copy rate of each kernel, its acces
 tensor-core form's loads-only twin) and the form's ratio to its own M = 1 rate and to split-K; writes
 probe_rows_forms.csv into --out (or $OUT).
 
-    python scripts/probes/rows_forms.py [--shapes a,b] [--ms 1,4,16,64] [--fmts fp8,int8] [--rep-ms 20]
+    python scripts/probes/rows_forms.py [--shapes a,b] [--ms 1,4,16,64] [--fmts fp8,int8,int4] [--rep-ms 20]
                                         [--cuda-form] [--mma32] [--out DIR]
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--ms", default="1,4,16,64")
-    ap.add_argument("--fmts", default="fp8,int8")
+    ap.add_argument("--fmts", default="fp8,int8,int4")
     ap.add_argument("--rep-ms", type=float, default=20.0)
     ap.add_argument("--cuda-form", action="store_true", help="also time the CUDA-core rows kernel")
     ap.add_argument("--mma32", action="store_true",
