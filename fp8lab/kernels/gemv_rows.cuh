@@ -329,17 +329,12 @@ inline const void* kernel_of() {
   }
 }
 
-// The kernel for (fmt, bf16, M, loads_only), or nullptr for a format without a rows kernel.
-inline const void* find_kernel(int fmt, bool bf16, int M, bool loads_only) {
-  const int mb = mb_for(M);
-  auto by_mb = [&](auto f, auto b, auto lo) -> const void* {
-    constexpr int F = decltype(f)::value;
-    constexpr bool B = decltype(b)::value;
-    constexpr bool L = decltype(lo)::value;
-    return mb == 1 ? kernel_of<F, B, 1, L>() : mb == 2 ? kernel_of<F, B, 2, L>() : kernel_of<F, B, 4, L>();
-  };
+// pick(f, b, lo) with the run-time (fmt, bf16, loads_only) as compile-time constants (f, b, lo:
+// std::integral_constant), for both forms' kernel tables; nullptr for a format without rows kernels.
+template <class Pick>
+inline const void* by_format(int fmt, bool bf16, bool loads_only, Pick pick) {
   auto by_lo = [&](auto f, auto b) -> const void* {
-    return loads_only ? by_mb(f, b, std::true_type{}) : by_mb(f, b, std::false_type{});
+    return loads_only ? pick(f, b, std::true_type{}) : pick(f, b, std::false_type{});
   };
   auto by_b = [&](auto f) -> const void* {
     return bf16 ? by_lo(f, std::true_type{}) : by_lo(f, std::false_type{});
@@ -348,6 +343,17 @@ inline const void* find_kernel(int fmt, bool bf16, int M, bool loads_only) {
   if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
   if (fmt == kInt4) return by_b(std::integral_constant<int, kInt4>{});
   return nullptr;
+}
+
+// The kernel for (fmt, bf16, M, loads_only), or nullptr for a format without a rows kernel.
+inline const void* find_kernel(int fmt, bool bf16, int M, bool loads_only) {
+  const int mb = mb_for(M);
+  return by_format(fmt, bf16, loads_only, [&](auto f, auto b, auto lo) -> const void* {
+    constexpr int F = decltype(f)::value;
+    constexpr bool B = decltype(b)::value;
+    constexpr bool L = decltype(lo)::value;
+    return mb == 1 ? kernel_of<F, B, 1, L>() : mb == 2 ? kernel_of<F, B, 2, L>() : kernel_of<F, B, 4, L>();
+  });
 }
 
 inline cudaError_t occupancy(int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm) {

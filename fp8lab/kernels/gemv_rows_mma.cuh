@@ -353,7 +353,7 @@ inline const void* mma_kernel_of() {
 // The tensor-core kernel for (fmt, bf16, M, W, loads_only), or nullptr for a format / W without one.
 inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_only, int tm = 1) {
   const int nt = nt_for(M);
-  auto pick = [&](auto f, auto b, auto lo) -> const void* {
+  return by_format(fmt, bf16, loads_only, [&](auto f, auto b, auto lo) -> const void* {
     constexpr int F = decltype(f)::value;
     constexpr bool B = decltype(b)::value;
     constexpr bool L = decltype(lo)::value;
@@ -364,17 +364,7 @@ inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_
     }
     if (tm == 2) return w == 4 ? mma_kernel_of<F, B, 2, 2, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 2, 8, L>() : nullptr;
     return w == 4 ? mma_kernel_of<F, B, 2, 1, 4, L>() : w == 8 ? mma_kernel_of<F, B, 2, 1, 8, L>() : nullptr;
-  };
-  auto by_lo = [&](auto f, auto b) -> const void* {
-    return loads_only ? pick(f, b, std::true_type{}) : pick(f, b, std::false_type{});
-  };
-  auto by_b = [&](auto f) -> const void* {
-    return bf16 ? by_lo(f, std::true_type{}) : by_lo(f, std::false_type{});
-  };
-  if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
-  if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
-  if (fmt == kInt4) return by_b(std::integral_constant<int, kInt4>{});
-  return nullptr;
+  });
 }
 
 // form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file, 16 rows per CTA),
