@@ -37,8 +37,8 @@
 # row-major copy of the weight. At M = 1 it works on the CUDA cores with no tensor cores (fp32 FMAs for
 # the 8-bit formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32);
 # from M = 2 on, FP8 and INT8 take its tensor-core form (`gemv_rows_mma.cuh`: the same row-major
-# weight in CTAs of 16 rows x 8 or 16 tokens, mma.sync on exactly converted operands; the table's grid
-# column names the form); where rows is the faster the figures, targets and timing verdicts (C4) take it, as they take the
+# weight in CTAs of 16 rows x 8 tokens up to M = 8, 32 rows x 16 tokens from M = 9 on, mma.sync on
+# exactly converted operands; the table's grid column names the form, `mma` or `mma32`); where rows is the faster the figures, targets and timing verdicts (C4) take it, as they take the
 # fastest schedule everywhere; the Nsight Compute profile, C5 and C8 stay on the tile kernels, the
 # seed's tensor-core dequant design. This notebook times them and cuBLAS BF16 on Llama- and Qwen-style decode shapes for
 # M = 1..64, reports the effective bandwidth (weight + scale bytes over time) against the copy

@@ -42,7 +42,7 @@ ROWS_PER_CTA = 4
 THREADS = 128
 #: the kernel forms: "cuda" (gemv_rows.cuh: products on the CUDA cores, 4 rows x 1, 2 or 4 tokens per
 #: CTA), "mma" (gemv_rows_mma.cuh: mma.sync, 16 rows x 8 or 16 tokens per CTA) and "mma32" (the same
-#: at 32 rows per CTA: each warp's activations serve twice the rows; opt-in)
+#: at 32 rows per CTA: each warp's activations serve twice the rows)
 FORMS = ("cuda", "mma", "mma32")
 FORM_ID = {"cuda": 0, "mma": 1, "mma32": 2}
 #: the tensor-core forms and their rows per CTA
@@ -56,6 +56,11 @@ MMA_DEFAULT_FORMATS = ("fp8", "int8")
 #: opt-in). The CUDA-core form's work grows with M: at M = 4 it streamed 0.34-0.43 of copy where
 #: split-K streamed 0.72-0.90 (notebook 08, H200, 648d9df); at M = 1 it streamed 0.86-0.99.
 MMA_MIN_M: int | None = 2
+#: from this many tokens on (16 per CTA) the default tensor-core form is "mma32": at M = 16 the 16-row
+#: form loads 2 activation bytes per weight byte, from L2 where 16 tokens x K outgrow L1 (llama3-70b
+#: down_proj, K = 28672: 0.72 of copy against mma32's 0.90; level within 0.02 on K = 4096 / 14336;
+#: M = 64 1.13-1.46x; at M <= 4 the 16-row form is level or ahead: H100, rows_forms probe, f9fb980)
+MMA32_MIN_M = 9
 MMA_ROWS_PER_CTA = MMA_FORMS["mma"]
 #: the tensor-core form's warps per CTA grow (4, 8, 16; 8 at most above 8 tokens) until the grid holds
 #: this many warps (~ 132 SMs x 32 resident warps), while each warp keeps two 128-K steps
@@ -86,9 +91,11 @@ def check_form(form: str) -> str:
 
 
 def default_form(fmt: str, M: int) -> str:
-    """The form :func:`gemv` takes for ``fmt`` at M tokens: "mma" from :data:`MMA_MIN_M` on (when
-    set) for :data:`MMA_DEFAULT_FORMATS`, else "cuda"."""
-    return "mma" if MMA_MIN_M is not None and fmt in MMA_DEFAULT_FORMATS and M >= MMA_MIN_M else "cuda"
+    """The form :func:`gemv` takes for ``fmt`` at M tokens: for :data:`MMA_DEFAULT_FORMATS` "mma"
+    from :data:`MMA_MIN_M` on (when set), "mma32" from :data:`MMA32_MIN_M` on; else "cuda"."""
+    if MMA_MIN_M is None or fmt not in MMA_DEFAULT_FORMATS or M < MMA_MIN_M:
+        return "cuda"
+    return "mma32" if M >= MMA32_MIN_M else "mma"
 
 
 def _form_for(fmt: str, M: int, form) -> str:
