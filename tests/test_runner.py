@@ -67,6 +67,23 @@ def test_replot_sends_gpu_figures_to_the_run_folder(fixture_manifest, no_gpu, mo
     assert "redraw their figures" in "\n".join(lines)
 
 
+def test_a_relative_run_folder_still_gets_the_redrawn_figures(fixture_manifest, no_gpu, monkeypatch):
+    """--out runs/x is relative to where fp8lab runs, not to the notebook's folder (papermill runs
+    each notebook in notebooks/): the redraws go to <cwd>/runs/x/figures."""
+    manifest, tmp, _ = fixture_manifest
+    monkeypatch.delenv("FP8LAB_FIGURES_DIR", raising=False)
+    monkeypatch.chdir(tmp)
+    raw = yaml.safe_load(manifest.read_text())
+    raw["notebooks"][2]["kind"] = "gpu"
+    nb = _nb('mode = "auto"\nn = 3', "import os\n"
+             f"open({str(tmp / 'figdir.txt')!r}, 'w').write(os.environ.get('FP8LAB_FIGURES_DIR', ''))")
+    nbformat.write(nb, manifest.parent / "12_after.ipynb")
+    manifest.write_text(yaml.safe_dump(raw))
+    assert runner.run(only=["12"], manifest=manifest, run_dir="rel/r", progress=False,
+                      echo=lambda s: None) == 0
+    assert (tmp / "figdir.txt").read_text() == str(tmp / "rel" / "r" / "figures")
+
+
 def test_unknown_parameter_is_an_error_before_anything_runs(fixture_manifest, no_gpu):
     manifest, tmp, out = fixture_manifest
     with pytest.raises(notebooks.UsageError, match="unknown parameter 'nn' for 10_ok.*n, name"):

@@ -543,8 +543,9 @@ def notebook_env(spec: NotebookSpec, mode: str, *, run_id: str, run_dir: Path, r
               "PYTHONUNBUFFERED": "1", **(env or {})}
     if mode == "replot" and spec.kind == "gpu" and "FP8LAB_FIGURES_DIR" not in {**os.environ, **nb_env}:
         # Committed figures stay the measured ones: a redraw goes to the run folder
-        # (unless the user named a figures folder).
-        nb_env["FP8LAB_FIGURES_DIR"] = str(run_dir / "figures")
+        # (unless the user named a figures folder). Absolute: the notebook runs in notebooks/,
+        # where a relative --out would put the figures.
+        nb_env["FP8LAB_FIGURES_DIR"] = str(Path(run_dir).absolute() / "figures")
     return nb_env
 
 

@@ -197,8 +197,9 @@ def _run(*, only, params, mode, run_dir, timeout, kernel, manifest, progress, ec
     if smoke:
         # A smoke run's tables and figures are for checking the path, never results:
         # they stay in the run folder (07 and the overlays read them back from there).
-        env = {**(env or {}), "FP8LAB_DATA_DIR": str(run_dir / "data"),
-               "FP8LAB_FIGURES_DIR": str(run_dir / "figures")}
+        # absolute: the notebooks run in notebooks/, so a relative --out would land there
+        env = {**(env or {}), "FP8LAB_DATA_DIR": str(run_dir.absolute() / "data"),
+               "FP8LAB_FIGURES_DIR": str(run_dir.absolute() / "figures")}
     run_id = run_dir.name
     started, t_start = provenance.utc_now(), time.time()
     echo(f"fp8lab run: mode {chosen} ({why}); {len(specs)} notebook(s); executed copies in {run_dir}")
