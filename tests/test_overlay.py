@@ -180,6 +180,36 @@ def test_headroom_overlay_from_synthetic_sweeps(sandbox):
     plt.close(xd.fig)
 
 
+def _recommit(device: str, notebook: str, table: str, commit: str) -> None:
+    """Rewrite one sandbox table's meta as if measured at another fp8lab commit."""
+    df = results.load_table(device, notebook, table)
+    meta = results.load_meta(device, notebook, table)
+    meta.pop("table", None)
+    meta["git"] = dict(meta.get("git") or {}, commit=commit)
+    results.write_table(device, notebook, table, df, meta)
+
+
+def test_devices_at_different_commits_are_named(two_devices):
+    """A cross-device figure whose devices were measured at different commits says so (footnote,
+    sidecar, notebook message, gallery caption): the gap may be the code's, not the card's."""
+    same = overlay.cross_device("08_decode_bandwidth", [])[0]
+    assert "different fp8lab commits" not in same.paths[0].read_text()
+    assert "different fp8lab commits" not in same.message
+    assert json.loads(same.paths[0].with_name(f"{same.name}.devices.json").read_text())["same_commit"] is True
+    plt.close(same.fig)
+
+    _recommit("l4", "08_decode_bandwidth", "decode", "ab12cd34" * 5)
+    xd = overlay.cross_device("08_decode_bandwidth", [])[0]
+    text = xd.paths[0].read_text()
+    assert "different fp8lab commits" in text and "l4 ab12cd34" in text
+    assert "different fp8lab commits" in xd.message
+    side = json.loads(xd.paths[0].with_name(f"{xd.name}.devices.json").read_text())
+    assert side["same_commit"] is False
+    cap = gallery.cross_device_caption("08_decode_bandwidth", xd.name, two_devices / "figures")
+    assert "at different fp8lab commits" in cap and "l4 ab12cd34" in cap
+    plt.close(xd.fig)
+
+
 def test_gallery_lists_cross_device_figures(two_devices):
     xd = overlay.cross_device("11_prefill", [])[0]
     plt.close(xd.fig)

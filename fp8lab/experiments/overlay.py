@@ -135,9 +135,34 @@ def provenance_line(dev: str, meta: dict, run: Optional[results.Run] = None) -> 
     return f"{label(dev, meta)}: measured {info.date}{commit}, {how}"
 
 
+def commits(metas: dict) -> dict[str, str]:
+    """device -> the fp8lab commit its table was measured at (devices without one left out)."""
+    out = {}
+    for d, m in metas.items():
+        c = (m.get("git") or {}).get("commit")
+        if c:
+            out[d] = str(c)
+    return out
+
+
+def mixed_commits(metas: dict) -> Optional[str]:
+    """A warning when the devices drawn were measured at different fp8lab commits (their
+    kernels may differ, so a gap between devices need not be the hardware's); None when
+    every recorded commit is the same."""
+    cs = commits(metas)
+    if len(set(cs.values())) < 2:
+        return None
+    each = ", ".join(f"{d} {c[:8]}" for d, c in cs.items())
+    return (f"measured at different fp8lab commits ({each}): the kernels may differ, "
+            "so a gap between devices is not only the hardware's")
+
+
 def footnote(notebook: str, metas: dict, run: Optional[results.Run] = None,
              extra: Optional[str] = None) -> str:
     lines = [provenance_line(d, m, run) for d, m in metas.items()]
+    warn = mixed_commits(metas)
+    if warn:
+        lines.append("NB: " + warn)
     tail = f"{len(metas)} devices · notebook {notebook}" + (f" · {extra}" if extra else "")
     return "\n".join(lines + [tail])
 
@@ -161,7 +186,8 @@ def save(fig, notebook: str, name: str, metas: dict, run: Optional[results.Run] 
     paths = plotting.save_in(fig, folder, name, footnote(notebook, metas, run, extra))
     side = {"notebook": notebook, "figure": name, "devices": [
         {"device": d, "device_name": m.get("device_name", d), "date": str(m.get("time", ""))[:10],
-         "commit": (m.get("git") or {}).get("commit")} for d, m in metas.items()]}
+         "commit": (m.get("git") or {}).get("commit")} for d, m in metas.items()],
+        "same_commit": mixed_commits(metas) is None}
     results.atomic_write_bytes(folder / f"{name}.devices.json",
                                (json.dumps(side, indent=2, sort_keys=True) + "\n").encode())
     return paths
@@ -636,7 +662,8 @@ def cross_device(notebook: str, devices=(), run: Optional[results.Run] = None) -
         names = ", ".join(label(d, metas[d]) for d in drawn)
         out.append(Overlay(notebook, name, drawn, fig, paths,
                            message=f"**Across devices** (`{name}`): {names}; saved to "
-                                   f"`{CROSS_DEVICE}/{notebook}/{name}.png`.{note}"))
+                                   f"`{CROSS_DEVICE}/{notebook}/{name}.png`.{note}"
+                                   + (f" **Note:** {mixed_commits(metas)}." if mixed_commits(metas) else "")))
     return out
 
 

@@ -54,7 +54,9 @@ def cross_device_caption(notebook: str, name: str, root: Path | None = None) -> 
     if not side.is_file():
         return "devices not recorded (no .devices.json beside the figure)"
     try:
-        devs = [d["device"] for d in json.loads(side.read_text())["devices"]]
+        listed = json.loads(side.read_text())["devices"]
+        devs = [d["device"] for d in listed]
+        cs = {d["device"]: str(d.get("commit") or "") for d in listed}
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         from ..report.results import TableError
         raise TableError(f"{side}: not a valid devices sidecar ({exc})") from None
@@ -62,7 +64,10 @@ def cross_device_caption(notebook: str, name: str, root: Path | None = None) -> 
     who = "; ".join(f"{f['device_name']} ({d}) {f['date']}" if f["device_name"] != d else f"{d} {f['date']}"
                     for d, f in facts.items())
     modes = sorted({f["mode"] for f in facts.values()})
-    return f"{len(devs)} devices: {who} · {', '.join(modes)}"
+    mixed = ""
+    if len({c for c in cs.values() if c}) > 1:     # the kernels drawn may differ between devices
+        mixed = " · at different fp8lab commits: " + ", ".join(f"{d} {c[:8]}" for d, c in cs.items() if c)
+    return f"{len(devs)} devices: {who} · {', '.join(modes)}{mixed}"
 
 
 def collect(root: Path | None = None) -> dict[str, list[tuple[str, str]]]:
