@@ -33,9 +33,11 @@
 # fp8lab's own four kernels (`gemv_w8a16_fp8`, `gemv_w8a16_int8`, `gemv_w4a16_nvfp4`,
 # `gemv_w4a16_int4`, in `fp8lab/kernels/gemv_w16.cuh`) dequantise in registers with exactly the
 # instruction sequences of the emulators in `fp8lab/emulate/dequant.py` and feed bf16 `mma.sync` (HMMA).
-# For FP8, INT8 and INT4 a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
+# For every format a second kernel, schedule `"rows"` (`fp8lab/kernels/gemv_rows.cuh`), reads a
 # row-major copy of the weight. At M = 1 it works on the CUDA cores with no tensor cores (fp32 FMAs for
-# the 8-bit formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32);
+# the 8-bit formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32;
+# NVFP4 on fp16 pairs too, its e2m1 codes placed into fp16 by byte permutes, 8 products per fp16 sum,
+# each block of 16 times its e4m3 scale in fp32);
 # from M = 2 on, FP8 and INT8 take its tensor-core form (`gemv_rows_mma.cuh`: the same row-major
 # weight in CTAs of 16 rows x 8 tokens up to M = 8, 32 rows x 16 tokens from M = 9 on, mma.sync on
 # exactly converted operands; the table's grid column names the form, `mma` or `mma32`); where rows is the faster the figures, targets and timing verdicts (C4) take it, as they take the
@@ -66,7 +68,7 @@ rep_ms = 40  # timing budget per (shape, arm, M), milliseconds of graph replays
 ncu = True  # profile M = 1 with Nsight Compute (measure mode only)
 ncu_shapes = ["qwen3-8b:gate_up", "llama3-70b:down_proj"]  # shapes to profile (each costs ~30-60 s)
 splits = None  # split-K factor of the weight-only kernels; None: chosen per shape and M
-schedules = ["splitk", "streamk", "rows"]  # weight-only launch schedules timed (also "bulk"; "rows": fp8 / int8 / int4); plots use the fastest
+schedules = ["splitk", "streamk", "rows"]  # weight-only launch schedules timed (also "bulk"); plots use the fastest
 pattern = True  # also time each weight-only launch's access pattern alone (its loads on its grid; not for "bulk")
 seed = 0
 devices = []  # device keys (data/ folders, e.g. ["h200", "l4"]) to overlay; []: every device with data
@@ -150,7 +152,7 @@ else:
 # launch schedule in `schedules` (split-K: a grid of N tiles x K splits; stream-K: one persistent
 # CTA per slot walking a contiguous run of (N tile, K step) units; `"bulk"`, not timed by default:
 # the split-K grid with each warp's weights and scales in a five-stage shared-memory ring filled by
-# cp.async.bulk, twice the register ring's bytes in flight; `"rows"`, fp8, int8 and int4: the weight
+# cp.async.bulk, twice the register ring's bytes in flight; `"rows"`, every format: the weight
 # packed row-major for `fp8lab.kernels.gemv_rows`, CTAs of 4 warps splitting 4 rows' K with no tensor
 # cores and no split-K at M = 1, its tensor-core form from M = 2 on for fp8 and int8) and cuBLAS BF16,
 # each checked against float64 (4 rows; rows at every M timed) before it is timed, inputs rotated over more than 2x the L2, timed as

@@ -24,7 +24,7 @@ needs_nvcc = pytest.mark.skipif(not (have_tool("nvcc") and have_tool("cuobjdump"
 def _unpacked(fmt, w, N, K):
     """(N, K) codes from a rows weight's words: bytes row-major; int4 two per byte, k even low."""
     b = w.view(np.uint8).reshape(N, -1)
-    if fmt != "int4":
+    if fmt not in ("int4", "nvfp4"):
         return b
     out = np.empty((N, K), np.uint8)
     out[:, 0::2], out[:, 1::2] = b & 15, b >> 4
@@ -36,7 +36,7 @@ def _scales(N, K, act="bf16", seed=0):
     return np.exp2(rng.integers(-9, -5, size=(N, K // 128))).astype(np.float64)
 
 
-@pytest.mark.parametrize("fmt", gr.FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in gr.FORMATS if f != "nvfp4"])
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
 def test_pack_rows_keeps_the_bytes_row_major_and_the_scales_in_the_act_dtype(fmt, act):
     rng = np.random.default_rng(1)
@@ -53,6 +53,56 @@ def test_pack_rows_keeps_the_bytes_row_major_and_the_scales_in_the_act_dtype(fmt
     assert np.array_equal(got, sc)
     # to / clone keep the layout
     assert pw.clone().layout == "rows"
+
+
+@pytest.mark.parametrize("act", ["bf16", "fp16"])
+def test_pack_rows_nvfp4_keeps_codes_block_scales_and_global(act):
+    """nvfp4: codes two per byte as int4's, the (N, K / 16) e4m3 block-scale bytes row-major, and the
+    global scale x 2^14 (the factor its codes carry in fp16) as out_factor."""
+    rng = np.random.default_rng(2)
+    N, K = 7, 384
+    codes = rng.integers(0, 16, size=(N, K))
+    sc = rng.integers(0, 256, size=(N, K // 16))
+    pw = gr.pack_rows("nvfp4", codes, sc, act=act, global_scale=0.375)
+    assert (pw.layout, pw.fmt, pw.act, pw.N, pw.K) == ("rows", "nvfp4", act, N, K)
+    assert pw.out_factor == 0.375 * 2.0 ** 14
+    assert pw.w.size == N * K // 8 and np.array_equal(_unpacked("nvfp4", pw.w, N, K), codes.astype(np.uint8))
+    assert pw.s.size == N * K // 64 and np.array_equal(pw.s.view(np.uint8).reshape(N, K // 16), sc.astype(np.uint8))
+    v = gr.code_values("nvfp4")
+    assert list(v[:8]) == [0, 0.5, 1, 1.5, 2, 3, 4, 6] and np.array_equal(v[8:], -v[:8])
+
+
+def _byte_perm(x: int, y: int, s: int) -> int:
+    """__byte_perm(x, y, s) (default mode): output byte i is byte (s >> 4 i) & 7 of y:x."""
+    src = (y << 32) | x
+    return sum(((src >> 8 * ((s >> 4 * i) & 7)) & 0xFF) << 8 * i for i in range(4))
+
+
+def _e2m1_pairs(q: int) -> list[int]:
+    """gemv_rows.cuh e2m1_pairs, bit for bit: (a | b) & c LOP3s, byte permutes, masks."""
+    m32 = 0xFFFFFFFF
+    qe, qo = q & 0x0F0F0F0F, q & 0xF0F0F0F0
+    ue = (((qe << 4) & m32) | ((qe << 1) & m32)) & 0x8E8E8E8E
+    uo = (qo | (qo >> 3)) & 0x8E8E8E8E
+    return [_byte_perm(ue, 0, 0x2404), _byte_perm(uo, 0, 0x2404), ue & 0xFF00FF00, uo & 0xFF00FF00]
+
+
+def test_e2m1_pairs_is_exact_for_every_code_in_every_place():
+    """The nvfp4 rows kernel's decode: pair j of a word is (code j, code j + 4) as fp16 e2m1 x 2^-14,
+    exact for all 16 codes (the subnormal +-0.5 and -0 included) in all 8 nibbles, whatever the
+    other nibbles hold."""
+    rng = np.random.default_rng(5)
+    want = (gr.code_values("nvfp4") * 2.0 ** -14).astype(np.float16)
+    for j in range(8):
+        for c in range(16):
+            for other in rng.integers(0, 2**32, size=8, dtype=np.uint64):
+                q = (int(other) & ~(0xF << 4 * j) & 0xFFFFFFFF) | (c << 4 * j)
+                h = _e2m1_pairs(q)
+                pair = h[j % 4]
+                half = (pair >> 16) if j >= 4 else (pair & 0xFFFF)
+                got = np.array([half], np.uint16).view(np.float16)[0]
+                assert got == want[c] and np.signbit(got) == np.signbit(want[c]), (j, c, hex(q), got, want[c])
+    assert gr.NVFP4_CODE_FACTOR == 2.0 ** 14
 
 
 def test_code_values():
@@ -75,12 +125,25 @@ def test_random_rows_draws_no_nan_code(fmt):
     pw, info = gr.random_rows(fmt, 64, 512, seed=3)
     assert not np.isnan(gr.code_values(fmt)[info["codes"]]).any()
     assert np.array_equal(_unpacked(fmt, pw.w, 64, 512), info["codes"])
-    assert info["codes"].max() > (14 if fmt == "int4" else 250) and (fmt != "int4" or info["codes"].max() == 15)
-    assert info["scales"].shape == (64, 4) and info["global_scale"] == 1.0
+    four = fmt in ("int4", "nvfp4")
+    assert info["codes"].max() > (14 if four else 250) and (not four or info["codes"].max() == 15)
+    if fmt == "nvfp4":
+        sv = info["scales"].view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+        assert info["scales"].shape == (64, 32) and np.isfinite(sv).all() and sv.min() > 0
+        assert info["global_scale"] == 2.0 ** -8 and pw.out_factor == 2.0 ** 6
+    else:
+        assert info["scales"].shape == (64, 4) and info["global_scale"] == 1.0
 
 
 @pytest.mark.parametrize("call, msg", [
-    (lambda: gr.pack_rows("nvfp4", np.zeros((4, 128), int), np.ones((4, 1))), "tile layout only"),
+    (lambda: gr.pack_rows("nvfp4", np.zeros((4, 128), int), np.ones((4, 1), int)), r"must be \(N, K/16\)"),
+    (lambda: gr.pack_rows("nvfp4", np.zeros((4, 128), int), np.full((4, 8), 0.5)), "e4m3 codes"),
+    (lambda: gr.pack_rows("nvfp4", np.zeros((4, 128), int), np.ones((4, 8), int), global_scale=0.1), "fp32"),
+    (lambda: gr.pack_rows("int4", np.zeros((4, 128), int), np.ones((4, 1)), global_scale=2.0), "nvfp4's"),
+    (lambda: gr.pack_rows("nvfp4", np.full((4, 128), 16), np.ones((4, 8), int)), "0..15"),
+    (lambda: gr.check_form_for("nvfp4", "mma"), "tensor cores"),
+    (lambda: gr.check_form_for("fp8", "cuda8"), "8 rows per CTA"),
+    (lambda: gr.check_form_for("int4", "cuda16"), "form must be one of"),
     (lambda: gr.pack_rows("int4", np.full((4, 128), 16), np.ones((4, 1))), "0..15"),
     (lambda: gr.pack_rows("fp8", np.zeros((4, 100), int), np.ones((4, 1))), "multiple of 128"),
     (lambda: gr.pack_rows("fp8", np.full((4, 128), 256), np.ones((4, 1))), "0..255"),
@@ -89,7 +152,6 @@ def test_random_rows_draws_no_nan_code(fmt):
     (lambda: gr.pack_rows("fp8", np.zeros((4, 128), int), np.ones((4, 2))), "scales must have shape"),
     (lambda: gr.pack_rows("fp8", np.zeros((4, 128), int), np.full((4, 1), 1.0001)), "exactly representable"),
     (lambda: gr.pack_rows("fp8", np.zeros((4, 128), int), np.ones((4, 1)), act="fp32"), "act"),
-    (lambda: gr.random_rows("nvfp4", 4, 128), "tile layout only"),
     (lambda: gr.random_rows("fp8", 4, 130), "multiple of 128"),
 ])
 def test_bad_input_is_refused_in_one_line(call, msg):
@@ -103,6 +165,9 @@ def test_geometry():
     assert gr.geometry(10, 2) == {"grid": (3, 1), "mb": 2, "threads": 3 * 128, "form": "cuda", "block": 128}
     assert gr.geometry(10, 5) == {"grid": (3, 2), "mb": 4, "threads": 6 * 128, "form": "cuda", "block": 128}
     assert [gr.tokens_per_cta(m) for m in (1, 2, 3, 4, 9)] == [1, 2, 4, 4, 4]
+    # the 4-bit formats' 8-row form: 8 rows x one token per CTA
+    assert gr.geometry(10, 3, "cuda8") == {"grid": (2, 3), "mb": 1, "threads": 6 * 128, "form": "cuda8", "block": 128}
+    assert gr.geometry(24576, 1, "cuda8")["grid"] == (3072, 1)
     # the tensor-core form: 16 rows x 8 (M <= 8) or 16 tokens per CTA, a 1-D grid, W warps per CTA
     assert gr.geometry(24576, 16, "mma", 4096) == {"grid": (1536, 1), "mb": 16, "threads": 1536 * 128,
                                                    "form": "mma", "block": 128}
@@ -186,17 +251,19 @@ def test_rows_is_a_schedule_of_the_decode_sweep_not_of_gemv_w16():
 
 @needs_nvcc
 def test_rows_sass():
-    """Every rows kernel: no local memory (no spills), no tensor-core op, weights by LDG.E.NA.128
-    (ld.global.nc.L1::no_allocate); the 8-bit M = 1 GEMVs fit nine CTAs per SM (<= 56 registers),
-    INT4's eight (<= 64) with its products on fp16 pairs (HFMA2); each loads-only twin issues
-    exactly its GEMV's global loads and one store."""
+    """Every CUDA-core rows kernel: no local memory (no spills), no tensor-core op, weights by
+    LDG.E.NA.128 (ld.global.nc.L1::no_allocate); the 8-bit M = 1 GEMVs fit nine CTAs per SM (<= 56
+    registers), the 4-bit ones eight (<= 64) with their products on fp16 pairs (HFMA2), their 8-row
+    forms four (<= 128); nvfp4 decodes its codes with byte permutes (no conversion instruction but
+    its scales' F2FP); each loads-only twin issues exactly its GEMV's global loads and one store."""
     import subprocess
 
     from fp8lab.toolchain import tools
 
     cubin = gr.rows_cubin("sm_90")
     ks = {n: o for n, o in _kernel_opcodes(cubin).items() if "rows_mma" not in n}
-    assert len(ks) == 36, sorted(ks)
+    # 4 formats x 2 dtypes x 3 token blocks, GEMV and twin; the 8-row form: 2 formats x 2 dtypes, GEMV and twin
+    assert len(ks) == 56, sorted(ks)
     res = subprocess.run([str(tools.find_tool("cuobjdump")), "-res-usage", str(cubin)],
                          capture_output=True, text=True, check=True).stdout
     regs = {}
@@ -206,26 +273,39 @@ def test_rows_sass():
         r, st, _, loc = (int(x) for x in re.findall(r"\d+", body))
         assert st == 0 and loc == 0, (name, body)
         regs[name] = r
-    assert len(regs) == 36, res
+    assert len(regs) == 56, res
     for name, ops in ks.items():
         assert not [o for o in ops if o.startswith(("HMMA", "LDL", "STL", "ATOM", "RED"))], name
         assert any(o.startswith("LDG.E.NA.128") for o in ops), name
-    gemvs = {n: o for n, o in ks.items() if "_rowsI" in n}
-    assert len(gemvs) == 18
+    gemvs = {n: o for n, o in ks.items() if "_rowsI" in n or "_rows8I" in n}
+    assert len(gemvs) == 28
+    four = ("int4_rows", "nvfp4_rows")
     for n, ops in gemvs.items():
-        if n.endswith("ELi1EEEvNS0_10RowsParamsE"):             # MB = 1
-            assert regs[n] <= (64 if "int4_rows" in n else 56), (n, regs[n])
-        if "int4_rows" in n:
-            assert sum(o.startswith("HFMA2") for o in ops) >= 96, n   # 6 per 8 codes, 4 rows of 32
+        if "_rows8I" in n:
+            assert regs[n] <= 128, (n, regs[n])
+        elif n.endswith("ELi1EEEvNS0_10RowsParamsE"):             # MB = 1
+            assert regs[n] <= (64 if any(f in n for f in four) else 56), (n, regs[n])
+        rows = 8 if "_rows8I" in n else 4
+        if any(f in n for f in four):
+            assert sum(o.startswith("HFMA2") for o in ops) >= 16 * rows, n   # 4 per 8 codes, 32 codes a row
         if "fp8_rows" in n:
             assert any(o.startswith("F2FP") for o in ops), n     # cvt.rn.f16x2.e4m3x2
+        if "nvfp4_rows" in n:
+            # e2m1_pairs: two byte permutes per 8 codes; the block scales' e4m3 pairs by F2FP
+            assert sum(o.startswith("PRMT") for o in ops) >= 8 * rows, n
+            assert any(o.startswith("F2FP") for o in ops), n
     loads = lambda ops: Counter(o for o in ops if o.startswith("LDG"))   # noqa: E731
-    for f, fname in ((0, "w8a16_fp8"), (1, "w8a16_int8"), (3, "w4a16_int4")):
+    for f, fname in ((0, "w8a16_fp8"), (1, "w8a16_int8"), (2, "w4a16_nvfp4"), (3, "w4a16_int4")):
         for b in (0, 1):
             for mb in (1, 2, 4):
                 (g,) = [o for n, o in gemvs.items() if f"gemv_{fname}_rowsILb{b}ELi{mb}E" in n]
                 (t,) = [o for n, o in ks.items() if f"gemv_rows_loadsILi{f}ELb{b}ELi{mb}E" in n]
                 assert loads(t) == loads(g), (fname, b, mb, loads(t), loads(g))
+                assert sum(o.startswith("STG") for o in t) == 1
+            if f in (2, 3):
+                (g,) = [o for n, o in gemvs.items() if f"gemv_{fname}_rows8ILb{b}E" in n]
+                (t,) = [o for n, o in ks.items() if f"gemv_rows8_loadsILi{f}ELb{b}E" in n]
+                assert loads(t) == loads(g), (fname, b, "rows8", loads(t), loads(g))
                 assert sum(o.startswith("STG") for o in t) == 1
 
 

@@ -3,7 +3,7 @@ the tensor-core form) on the GPU: against float64 at odd shapes (N not a multipl
 per CTA, K not a multiple of the 2048-byte K block or of 4 warps' steps, M over several token blocks
 and part of one), every format, form and activation dtype, outputs poisoned first; a token's outputs
 independent of the other tokens in its block; exact under one-hot
-activations (the layout's every byte / nibble in its place); INT4 at any activation magnitude; e4m3's
+activations (the layout's every byte / nibble in its place); INT4 and NVFP4 at any activation magnitude; e4m3's
 NaN codes give NaN; through weight_only.gemv_w16 refusing it; CUDA-graph capture; the loads-only twin
 at the GEMV's CTAs per SM; measure_decode's rows rows; bad input refused in one line."""
 
@@ -26,8 +26,21 @@ def _case(fmt, act, N, K, seed=0):
     return pw.to("cuda"), info
 
 
-#: (format, form): every format in the CUDA-core form, fp8 / int8 in the tensor-core ones too
-FORM_CASES = [(f, "cuda") for f in gr.FORMATS] + [(f, m) for m in gr.MMA_FORMS for f in gr.MMA_FORMATS]
+#: (format, form): every format in the CUDA-core form, fp8 / int8 / int4 in the tensor-core ones too,
+#: int4 / nvfp4 in the 8-row CUDA-core form
+FORM_CASES = ([(f, "cuda") for f in gr.FORMATS] + [(f, m) for m in gr.MMA_FORMS for f in gr.MMA_FORMATS]
+              + [(f, "cuda8") for f in gr.ROWS8_FORMATS])
+
+
+def _weight(fmt, info):
+    """(N, K) float64 weight on the host as the rows kernel decodes it."""
+    v = gr.code_values(fmt)[info["codes"]]
+    if fmt == "nvfp4":
+        import ml_dtypes
+
+        s = info["scales"].view(ml_dtypes.float8_e4m3fn).astype(np.float64) * info["global_scale"]
+        return v * np.repeat(s, gr.NVFP4_BLOCK, axis=1)
+    return v * np.repeat(info["scales"], 128, axis=1)
 
 
 @pytest.mark.parametrize("fmt, form", FORM_CASES)
@@ -41,7 +54,7 @@ def test_random_vs_float64(fmt, form, act, N, K, M):
     out = torch.full((M, N), float("nan"), dtype=_dt(act), device="cuda")
     got = gr.gemv(x, pw, out=out, form=form)
     assert got.data_ptr() == out.data_ptr()
-    ref = x.double() @ gr.dequantize_torch(fmt, info["codes"], info["scales"]).T
+    ref = x.double() @ gr.dequantize_torch(fmt, info["codes"], info["scales"], global_scale=info["global_scale"]).T
     err = float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref))
     assert err < 1e-2, err
     assert torch.isfinite(out).all()
@@ -75,10 +88,11 @@ def test_default_form_is_what_gemv_runs():
 @pytest.mark.parametrize("fmt, form", FORM_CASES)
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
 def test_one_hot_reads_every_code_in_its_place(fmt, form, act):
-    """x = one-hot at k: out[m, n] = value(code[n, k]) * scale[n, k // 128], exact in the act dtype."""
+    """x = one-hot at k: out[m, n] = value(code[n, k]) * scale[n, k // 128] (nvfp4: x its block scale x
+    the global), exact in the act dtype."""
     N, K = 21, 2304
     pw, info = _case(fmt, act, N, K, seed=5)
-    vals = gr.code_values(fmt)[info["codes"]] * np.repeat(info["scales"], 128, axis=1)
+    vals = _weight(fmt, info)
     ks = [0, 1, 15, 16, 127, 128, 2047, 2048, 2303]
     x = torch.zeros(len(ks), K, dtype=_dt(act), device="cuda")
     for i, k in enumerate(ks):
@@ -89,23 +103,24 @@ def test_one_hot_reads_every_code_in_its_place(fmt, form, act):
     assert np.array_equal(out, want), np.argwhere(out != want)[:5]
 
 
+@pytest.mark.parametrize("fmt, form", [("int4", "cuda"), ("int4", "cuda8"), ("nvfp4", "cuda"), ("nvfp4", "cuda8")])
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
 @pytest.mark.parametrize("factor", [2.0 ** -30, 2.0 ** -12, 1.0, 2.0 ** 12, 2.0 ** 40])
-def test_int4_any_activation_scale(act, factor):
-    """INT4 multiplies in fp16 on activations scaled per 32 by a power of two: the error does not
-    depend on their magnitude (fp16 alone overflows at 2^16 and loses bits below 2^-14), and a 32 of
-    mixed magnitudes (one 24, the rest ~N(0, 1)) keeps the small ones."""
+def test_4bit_any_activation_scale(fmt, form, act, factor):
+    """INT4 and NVFP4 multiply in fp16 on activations scaled per 32 by a power of two: the error does
+    not depend on their magnitude (fp16 alone overflows at 2^16 and loses bits below 2^-14), and a 32
+    of mixed magnitudes (one 24, the rest ~N(0, 1)) keeps the small ones."""
     if act == "fp16" and not 2.0 ** -12 <= factor <= 1.0:
         pytest.skip("fp16 activations cannot hold the factor")
     N, K = 40, 1152
-    pw, info = _case("int4", act, N, K, seed=11)
+    pw, info = _case(fmt, act, N, K, seed=11)
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(3, K, device="cuda", generator=g, dtype=torch.float64)
     x[2, ::32] = 24.0                      # row 2: one large activation per 32
     x = (x * factor).to(_dt(act))
-    W = gr.dequantize_torch("int4", info["codes"], info["scales"])
+    W = gr.dequantize_torch(fmt, info["codes"], info["scales"], global_scale=info["global_scale"])
     ref = x.double() @ W.T
-    out = gr.gemv(x, pw).double()
+    out = gr.gemv(x, pw, form=form).double()
     for m in range(3):
         err = float(torch.linalg.norm(out[m] - ref[m]) / torch.linalg.norm(ref[m]))
         assert err < 1e-2, (m, err)
@@ -115,7 +130,7 @@ def test_int4_any_activation_scale(act, factor):
     assert float(torch.linalg.norm(small[2] @ W.T - ref[2]) / torch.linalg.norm(ref[2])) > 0.05
 
 
-@pytest.mark.parametrize("form", gr.FORMS)
+@pytest.mark.parametrize("form", [f for f in gr.FORMS if f != "cuda8"])
 @pytest.mark.parametrize("act", ["bf16", "fp16"])
 def test_nan_code_gives_nan(form, act):
     """An e4m3 NaN code makes its row's outputs NaN (every token's), and no other row's."""
@@ -153,7 +168,9 @@ def test_graph_capture_and_loads_twin(fmt, form):
         assert occ == gr.ctas_per_sm(fmt, "bf16", M, form, N=1000, K=4096) >= 1
         assert (sink == -1).all()           # random words: the XOR never equals the key
     if form == "cuda":
-        assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda") == (8 if fmt == "int4" else 9)
+        assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda") == (8 if fmt in gr.ROWS8_FORMATS else 9)
+    elif form == "cuda8":
+        assert gr.ctas_per_sm(fmt, "bf16", 1, "cuda8") == 4
     else:   # the launch bounds' CTAs per SM (gemv_rows_mma.cuh min_ctas_mma): 32 / 24 warps per SM at
             # 8 / 16 tokens (16 rows per CTA); 20 / W CTAs / 16 warps at 32 rows per CTA
         for M, N, K in ((8, 1000, 4096), (9, 1000, 4096), (8, 30000, 4096), (16, 30000, 4096), (8, 3000, 1024)):
@@ -178,6 +195,8 @@ def test_bad_input_in_one_line():
         (lambda: gr.gemv(x, pw, out=torch.empty(1, 63, dtype=torch.bfloat16, device="cuda")), "out must be"),
         (lambda: gr.loads(x, pw, sink=torch.empty(3, dtype=torch.int32, device="cuda")), "sink must be"),
         (lambda: gr.gemv(x, pw, form="wmma"), "form must be one of"),
+        (lambda: gr.gemv(x, pw, form="cuda8"), "8 rows per CTA"),
+        (lambda: gr.gemv(x, _case("nvfp4", "bf16", 64, 256)[0], form="mma"), "tensor cores"),
     ]
     for call, msg in cases:
         with pytest.raises(ValueError, match=msg) as e:
@@ -186,17 +205,18 @@ def test_bad_input_in_one_line():
 
 
 def test_measure_decode_rows_schedule():
-    """schedule='rows': a row per rows format (none for nvfp4), checked, with its loads-only pattern
-    at the kernel's own CTAs per SM."""
+    """schedule='rows': a row per rows format, checked, with its loads-only pattern at the kernel's own
+    CTAs per SM."""
     from fp8lab.experiments import decode
 
-    df = decode.measure_decode(["qwen3-8b:o_proj"], [1, 3], ["fp8", "int4", "nvfp4", "int8"], cublas=False,
+    fmts = ["fp8", "int4", "nvfp4", "int8"]
+    df = decode.measure_decode(["qwen3-8b:o_proj"], [1, 3], fmts, cublas=False,
                                schedule="rows", copy={"rate_p50": 4e12}, rep_ms=2, same_copy=False)
-    assert sorted(set(df["fmt"])) == ["fp8", "int4", "int8"] and len(df) == 6
+    assert sorted(set(df["fmt"])) == sorted(fmts) and len(df) == 8
     assert (df["schedule"] == "rows").all() and (df["check_relerr"] < 1e-2).all()
     # the grid column names the form each row ran (gemv_rows.default_form)
     forms = df.set_index(["fmt", "M"])["grid"].str.split().str[0].to_dict()
-    assert forms == {(f, m): gr.default_form(f, m) for f in ("fp8", "int8", "int4") for m in (1, 3)}
+    assert forms == {(f, m): gr.default_form(f, m) for f in fmts for m in (1, 3)}
     assert df["pattern_Bps"].notna().all() and (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
     m1 = df[df["M"] == 1].set_index("fmt")["ctas_per_sm"]
     assert (m1["fp8"], m1["int8"], m1["int4"]) == (9, 9, 8)

@@ -39,7 +39,7 @@ DEFAULT_SHAPES = ("llama3-70b:down_proj", "qwen3-8b:gate_up")
 DEFAULT_MS = (1, 4, 16, 64)
 CUBLAS = "cublas_bf16"
 #: the weight-only arms' launch schedules measure_decode takes: gemv_w16's (wo.SCHEDULES) and "rows",
-#: the row-major GEMV of fp8lab.kernels.gemv_rows (fp8 / int8 / int4) in the form it takes by default
+#: the row-major GEMV of fp8lab.kernels.gemv_rows (every format) in the form it takes by default
 #: at each M (gemv_rows.default_form) or the one measure_decode's rows_form names; the grid column
 #: names the form
 SCHEDULES = (*wo.SCHEDULES, "rows")
@@ -118,7 +118,7 @@ def _gemv_arm(fmt: str, N: int, K: int, act: str, seed: int, l2: int, check_m: i
     tdt = torch.bfloat16 if act == "bf16" else torch.float16
     g = torch.Generator(device="cuda").manual_seed(seed + 1)
     if rows:
-        W = gemv_rows.dequantize_torch(fmt, info["codes"], info["scales"])
+        W = gemv_rows.dequantize_torch(fmt, info["codes"], info["scales"], global_scale=info["global_scale"])
     else:
         W = wo.dequantize_torch(fmt, info["codes"], info["scales"], info["global_scale"])
     errs = []
@@ -205,8 +205,8 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
     (``same_copy_Bps``, ``fraction_of_same_copy``). ``pattern``: also time each weight-only row's
     access pattern alone (:func:`fp8lab.kernels.weight_only.pattern_stream`: its grid, occupancy and
     loads, on the same rotated weights; :data:`PATTERN_COLUMNS`; not for the bulk schedule).
-    ``rows_form``: the rows schedule's kernel form ("cuda", "mma", "mma32": fp8 / int8 / int4, nvfp4
-    left out); None: gemv_rows.default_form at each M."""
+    ``rows_form``: the rows schedule's kernel form ("cuda"; "mma", "mma32": fp8 / int8 / int4, nvfp4
+    left out; "cuda8": int4 / nvfp4, the 8-bit formats left out); None: gemv_rows.default_form at each M."""
     import torch
 
     for f in formats:
@@ -286,8 +286,9 @@ def measure_decode(shape_names: Sequence[str] = DEFAULT_SHAPES, Ms: Sequence[int
         N, K = sh.N, sh.K
         for fmt in track(formats, desc="format"):
             if schedule == "rows" and (fmt not in gemv_rows.FORMATS
-                                       or (rows_form in gemv_rows.MMA_FORMS and fmt not in gemv_rows.MMA_FORMATS)):
-                continue       # nvfp4 has the tile layout only
+                                       or (rows_form in gemv_rows.MMA_FORMS and fmt not in gemv_rows.MMA_FORMATS)
+                                       or (rows_form == "cuda8" and fmt not in gemv_rows.ROWS8_FORMATS)):
+                continue       # a form the format has no kernel of (nvfp4: no tensor-core form; 8-bit: no cuda8)
             sets, err = _gemv_arm(fmt, N, K, act, seed, l2, check_m, rows=schedule == "rows", rows_ms=Ms,
                                   rows_form=rows_form)
             b = stream_split(wo.ARMS[fmt], N, K)

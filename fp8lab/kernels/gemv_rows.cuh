@@ -1,4 +1,4 @@
-// gemv_rows.cuh -- fp8lab's row-major decode GEMV for 8-bit and INT4 weights (issue 22, target 1:
+// gemv_rows.cuh -- fp8lab's row-major decode GEMV for 8-bit and 4-bit weights (issue 22, target 1:
 // decode at the copy rate), the weight-only arms' "rows" schedule.
 //
 //   out[m, n] = out_factor * sum_k x[m, k] * value(w[n, k]) * s[n, k / 128]
@@ -31,6 +31,16 @@
 //   fp16 (HFMA2, ~2.2 instructions per code; dot32_int4), 16 products per fp16 sum, then fp32. The
 //   activations are scaled per thread by a power of two into [1, 2) before fp16 (act32_to_h2), so
 //   no bf16 input overflows fp16 and no sum of 16 products exceeds 256.
+// * NVFP4 (e2m1 codes packed as INT4's; one e4m3 scale per (row, 16 K); an fp32 global scale in
+//   out_factor): e2m1_pairs puts the codes into fp16 pairs as e2m1 x 2^-14, exactly, by two LOP3s, two
+//   byte permutes and two masks per 8 codes (no table, no conversion); HFMA2 sums 8 products per fp16
+//   lane on activations scaled into [2^13, 2^14) (products in fp16's normal range), then each block of
+//   16 is multiplied by its e4m3 scale in fp32 (the pair of scales decoded by one cvt.rn.f16x2.e4m3x2).
+// * The 4-bit formats' form of 8 rows per CTA (kRows8, MB = 1, "cuda8"): a thread's activation loads
+//   and conversion to fp16 pairs then serve 8 rows: sm_90 SASS per K block, INT4 498 instructions at 4
+//   rows and 784 at 8 (~72 per row, ~210 shared), NVFP4 569 and 945: 3.1 / 3.7 per code instead of
+//   3.9 / 4.4. Four CTAs of up to 128 registers per SM keep the same 64 KB of weight words in flight
+//   per SM as eight of 4 rows.
 // * M > 1: blockIdx.y walks blocks of MB tokens (MB = 1, 2 or 4); every block streams the whole
 //   weight again, so this kernel is for M = 1 (its CUDA-core work grows with M: the tensor-core
 //   kernel is faster from M = 2 on, decode_rows probe).
@@ -52,15 +62,19 @@
 namespace fp8lab {
 namespace rows {
 
-enum Format : int { kFp8 = 0, kInt8 = 1, kInt4 = 3 };   // gemv_w16.cuh's ids of the same formats
+enum Format : int { kFp8 = 0, kInt8 = 1, kNvfp4 = 2, kInt4 = 3 };   // gemv_w16.cuh's ids of the same formats
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 4;                     // rows of N per CTA
-constexpr int kGroupK = 128;                 // K per group scale
+constexpr int kRows8 = 8;                    // rows per CTA of the 4-bit formats' opt-in form ("cuda8")
+constexpr int kGroupK = 128;                 // K per group scale (nvfp4: kGroupNv)
+constexpr int kGroupNv = 16;                 // nvfp4: K per e4m3 block scale
+
+__host__ __device__ constexpr bool four_bit(int F) { return F == kInt4 || F == kNvfp4; }
 
 // K elements in one 16-byte weight word (a thread's share of a row per K block): 16 bytes, 32 nibbles
-__host__ __device__ constexpr int elems(int F) { return F == kInt4 ? 32 : 16; }
+__host__ __device__ constexpr int elems(int F) { return four_bit(F) ? 32 : 16; }
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   uint4 v;
@@ -170,62 +184,124 @@ __device__ __forceinline__ float dot32_int4(const uint4& w, const __half2 (&xh)[
   return f.x + f.y;
 }
 
-// A thread's 32 fp32 activations -> fp16 pairs for dot32_int4, scaled by the power of two 2^-e that
-// puts their largest magnitude in [1, 2): any bf16 / fp16 input fits fp16, and a dot of 32 products
-// (|code - 8| <= 8) stays below 512. Returns 2^e, which multiplies the dot back (exact).
+// A thread's 32 fp32 activations -> fp16 pairs for dot32_int4 / dot32_nvfp4, scaled by the power of
+// two 2^(T - e) that puts their largest magnitude in [2^T, 2^(T + 1)): any bf16 / fp16 input fits
+// fp16. int4 (T = 0): a dot of 32 products (|code - 8| <= 8) stays below 512. nvfp4 (T = 13): its
+// weights enter as e2m1 x 2^-14 (e2m1_pairs), so the products lie in [2^-2, 12] where fp16 is normal,
+// and a sum of 16 stays below 192. Returns 2^(e - T), which multiplies the dot back (exact).
+template <int T = 0>
 __device__ __forceinline__ float act32_to_h2(const float (&xf)[32], __half2 (&xh)[16]) {
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(xf[i]));
-  // biased exponent of amax, clamped so both 2^(127 - e) and 2^(e - 127) are normal floats
-  const uint32_t e = min(max((__float_as_uint(amax) >> 23) & 0xFFu, 1u), 253u);
-  const float inv = __uint_as_float((254u - e) << 23);
+  // biased exponent of amax, clamped so both 2^(127 + T - e) and 2^(e - T - 127) are normal floats
+  const uint32_t e = min(max((__float_as_uint(amax) >> 23) & 0xFFu, 1u + T), 253u);
+  const float inv = __uint_as_float((254u + T - e) << 23);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) xh[4 * i + j] = __floats2half2_rn(xf[8 * i + j] * inv, xf[8 * i + j + 4] * inv);
   }
-  return __uint_as_float(e << 23);
+  return __uint_as_float((e - T) << 23);
 }
 
-// One CTA: rows n0 .. n0 + kRows - 1, tokens m0 .. m0 + MB - 1 (fewer in the last block).
-template <int F, bool BF16, int MB, bool LOADS_ONLY>
+// 8 e2m1 codes (nibble j of q = k + j, the low nibble first) -> four fp16 pairs of e2m1 x 2^-14, exact:
+// h[j] = (code j, code j + 4) for j = 0, 1, 2, 3 (dot32_int4's pairing of activations). A code's sign
+// goes to bit 15 of its half and E1 E0 M to bits 11..9 (exponent bits 1..0, the mantissa's top bit),
+// which is e2m1 x 2^-14 for every code, subnormals (+-0.5) included. One LOP3 builds four codes at
+// once, each as the high byte of its half ("S000EEM0"): the even codes from x = qe << 4 (sign at bit 7
+// of each byte) and y = qe << 1 (E E M at bits 3..1), qe = q & 0x0F0F0F0F; wherever the mask keeps a
+// bit one of x, y is zero there, so (x | y) & mask is exact. The odd codes likewise from qo =
+// q & 0xF0F0F0F0 and qo >> 3. A byte permute (codes 0, 4 / 1, 5) or a mask (2, 6 / 3, 7) then puts
+// two codes into the high bytes of a pair: 11 instructions per 8 codes.
+__device__ __forceinline__ void e2m1_pairs(uint32_t q, uint32_t (&h)[4]) {
+  const uint32_t qe = q & 0x0F0F0F0Fu, qo = q & 0xF0F0F0F0u;
+  uint32_t ue, uo;   // (a | b) & c in one LOP3 each
+  asm("lop3.b32 %0, %1, %2, %3, 0xa8;" : "=r"(ue) : "r"(qe << 4), "r"(qe << 1), "n"(0x8E8E8E8E));
+  asm("lop3.b32 %0, %1, %2, %3, 0xa8;" : "=r"(uo) : "r"(qo), "r"(qo >> 3), "n"(0x8E8E8E8E));
+  h[0] = __byte_perm(ue, 0u, 0x2404u);   // bytes 0, 2 -> high bytes: codes 0, 4
+  h[1] = __byte_perm(uo, 0u, 0x2404u);   // codes 1, 5
+  h[2] = ue & 0xFF00FF00u;               // codes 2, 6
+  h[3] = uo & 0xFF00FF00u;               // codes 3, 7
+}
+
+// 32 nvfp4 codes (one word; nibble j of 32-bit word i = k + 8 i + j) dotted with act32_to_h2<13>'s
+// pairs, two blocks of 16 (words 0-1, 2-3), each summed in fp16 over its 16 products and then
+// multiplied in fp32 by its e4m3 block scale: sraw = the two scale bytes (low byte: the first block).
+// Returns sum over blocks of s_b x sum_k x'_k e2m1_k 2^-14.
+__device__ __forceinline__ float dot32_nvfp4(const uint4& w, uint32_t sraw, const __half2 (&xh)[16]) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const __half2_raw sh = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(sraw & 0xffffu), __NV_E4M3);
+  const float2 sf = __half22float2(*reinterpret_cast<const __half2*>(&sh));
+  float out = 0.f;
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    __half2 a0 = __float2half2_rn(0.f), a1 = a0;
+#pragma unroll
+    for (int i = 2 * b; i < 2 * b + 2; ++i) {
+      uint32_t h[4];
+      e2m1_pairs(ws[i], h);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __half2 v = *reinterpret_cast<const __half2*>(&h[j]);
+        if (j & 1) {
+          a1 = __hfma2(v, xh[4 * i + j], a1);
+        } else {
+          a0 = __hfma2(v, xh[4 * i + j], a0);
+        }
+      }
+    }
+    const float2 f = __half22float2(__hadd2(a0, a1));
+    out = fmaf(f.x + f.y, b ? sf.y : sf.x, out);
+  }
+  return out;
+}
+
+// One CTA: rows n0 .. n0 + R - 1, tokens m0 .. m0 + MB - 1 (fewer in the last block).
+template <int F, bool BF16, int MB, bool LOADS_ONLY, int R = kRows>
 __device__ __forceinline__ void rows_body(const RowsParams& p) {
   const int tid = threadIdx.x;
-  const int n0 = blockIdx.x * kRows;
+  const int n0 = blockIdx.x * R;
   const int m0 = blockIdx.y * MB;
   const int mb = min(MB, p.M - m0);
   const int groups = p.K / kGroupK;
   const uint16_t* x16 = static_cast<const uint16_t*>(p.x);
 
-  float acc[MB][kRows];
+  float acc[MB][R];
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
   }
   uint32_t hx = 0u;
 
   constexpr int E = elems(F);                     // K per thread per block
   constexpr int kBlockK = kThreads * E;           // K per block: one 16-byte word per row per thread
-  const size_t row_bytes = F == kInt4 ? static_cast<size_t>(p.K) / 2 : static_cast<size_t>(p.K);
+  const size_t row_bytes = four_bit(F) ? static_cast<size_t>(p.K) / 2 : static_cast<size_t>(p.K);
 
   for (int kb = 0; kb < p.K; kb += kBlockK) {
     const int k0 = kb + tid * E;
     const bool kin = k0 < p.K;                    // K % 128 == 0: a thread's K lies all in or all out
-    uint4 wv[kRows];
-    float sc[kRows];
+    uint4 wv[R];
+    uint32_t sraw[R];                             // the rows' scale bits: a 16-bit group scale, or nvfp4's two e4m3
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const bool ok = kin && n0 + r < p.N;
-      wv[r] = ok ? ldg_stream(p.w + (n0 + r) * row_bytes + (F == kInt4 ? k0 / 2 : k0))
+      wv[r] = ok ? ldg_stream(p.w + (n0 + r) * row_bytes + (four_bit(F) ? k0 / 2 : k0))
                  : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       const bool ok = kin && n0 + r < p.N;
-      sc[r] = ok ? scalar16<BF16>(__ldg(p.s + static_cast<size_t>(n0 + r) * groups + k0 / kGroupK)) : 0.f;
+      // nvfp4: the two e4m3 bytes of k0's two blocks of 16 (row-major (N, K / 16) bytes; K / 16 and
+      // k0 / 16 are even, so the pair is one aligned 16-bit word)
+      const size_t si = F == kNvfp4 ? (static_cast<size_t>(n0 + r) * (p.K / kGroupNv) + k0 / kGroupNv) / 2
+                                    : static_cast<size_t>(n0 + r) * groups + k0 / kGroupK;
+      sraw[r] = ok ? __ldg(p.s + si) : 0u;
     }
+    float sc[R];                                  // 16-bit group scales as fp32 (nvfp4: unused)
+#pragma unroll
+    for (int r = 0; r < R; ++r) sc[r] = F == kNvfp4 ? 0.f : scalar16<BF16>(static_cast<uint16_t>(sraw[r]));
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
       if (kin && m < mb) {
@@ -237,8 +313,16 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
 #pragma unroll
           for (int i = 0; i < E / 8; ++i) hx ^= xw[i].x ^ xw[i].y ^ xw[i].z ^ xw[i].w;
 #pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            hx ^= wv[r].x ^ wv[r].y ^ wv[r].z ^ wv[r].w ^ __float_as_uint(sc[r]);
+          for (int r = 0; r < R; ++r)
+            hx ^= wv[r].x ^ wv[r].y ^ wv[r].z ^ wv[r].w ^ sraw[r];
+        } else if constexpr (F == kNvfp4) {
+          float xf[32];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) act8<BF16>(xw[i], xf + 8 * i);
+          __half2 xh[16];
+          const float back = act32_to_h2<13>(xf, xh);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[m][r] = fmaf(dot32_nvfp4(wv[r], sraw[r], xh), back, acc[m][r]);
         } else if constexpr (F == kInt4) {
           float xf[32];
 #pragma unroll
@@ -246,14 +330,15 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
           __half2 xh[16];
           const float back = act32_to_h2(xf, xh);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[m][r] = fmaf(dot32_int4(wv[r], xh), sc[r] * back, acc[m][r]);
+          for (int r = 0; r < R; ++r)
+            acc[m][r] = fmaf(dot32_int4(wv[r], xh), sc[r] * back, acc[m][r]);
         } else {
           const uint4 xa = xw[0], xb = xw[1];
           float xf[16];
           act8<BF16>(xa, xf);
           act8<BF16>(xb, xf + 8);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[m][r] = fmaf(dot16<F>(wv[r], xf), sc[r], acc[m][r]);
+          for (int r = 0; r < R; ++r) acc[m][r] = fmaf(dot16<F>(wv[r], xf), sc[r], acc[m][r]);
         }
       }
     }
@@ -262,21 +347,21 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
   if constexpr (LOADS_ONLY) {
     if (hx == p.key) p.sink[(static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kThreads + tid] = hx;
   } else {
-    __shared__ float red[kWarps][MB * kRows];
+    __shared__ float red[kWarps][MB * R];
     const int lane = tid & 31, warp = tid >> 5;
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
+      for (int r = 0; r < R; ++r) {
         float v = acc[m][r];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[warp][m * kRows + r] = v;
+        if (lane == 0) red[warp][m * R + r] = v;
       }
     }
     __syncthreads();
-    if (tid < MB * kRows) {
-      const int m = tid / kRows, r = tid % kRows;
+    if (tid < MB * R) {
+      const int m = tid / R, r = tid % R;
       if (m < mb && n0 + r < p.N) {
         float v = 0.f;
 #pragma unroll
@@ -290,9 +375,11 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
 // CTAs per SM the launch bounds ask for: ptxas then keeps 8-bit MB = 1 at <= 56 registers (nine CTAs
 // per SM, the probe's occupancy) and gives MB = 2 / 4 the registers they need without spills. INT4
 // holds a thread's 32 activations as fp16 pairs beside its four rows' words: eight CTAs per SM at
-// MB = 1 (64 registers; asked for nine, ptxas spilled 64 bytes).
-__host__ __device__ constexpr int min_ctas(int F, int MB) {
-  return MB == 1 ? (F == kInt4 ? 8 : 9) : (MB == 2 ? 6 : 4);
+// MB = 1 (64 registers; asked for nine, ptxas spilled 64 bytes); nvfp4 the same. The 4-bit formats'
+// 8-row form (R = 8, MB = 1): four CTAs per SM (<= 128 registers), the same 64 KB of weight words in
+// flight per SM as eight CTAs of 4 rows, with each thread's activation conversion serving 8 rows.
+__host__ __device__ constexpr int min_ctas(int F, int MB, int R = kRows) {
+  return R == kRows8 ? 4 : (MB == 1 ? (four_bit(F) ? 8 : 9) : (MB == 2 ? (F == kNvfp4 ? 5 : 6) : 4));
 }
 
 // One __global__ per format, named after the arm (the SASS census and ncu name the scheme).
@@ -308,9 +395,26 @@ template <bool BF16, int MB>
 __global__ void __launch_bounds__(kThreads, min_ctas(kInt4, MB)) gemv_w4a16_int4_rows(const RowsParams p) {
   rows_body<kInt4, BF16, MB, false>(p);
 }
+template <bool BF16, int MB>
+__global__ void __launch_bounds__(kThreads, min_ctas(kNvfp4, MB)) gemv_w4a16_nvfp4_rows(const RowsParams p) {
+  rows_body<kNvfp4, BF16, MB, false>(p);
+}
 template <int F, bool BF16, int MB>
 __global__ void __launch_bounds__(kThreads, min_ctas(F, MB)) gemv_rows_loads(const RowsParams p) {
   rows_body<F, BF16, MB, true>(p);
+}
+// The 4-bit formats' 8-row form ("cuda8"): one token per CTA (blockIdx.y walks the tokens).
+template <bool BF16>
+__global__ void __launch_bounds__(kThreads, min_ctas(kInt4, 1, kRows8)) gemv_w4a16_int4_rows8(const RowsParams p) {
+  rows_body<kInt4, BF16, 1, false, kRows8>(p);
+}
+template <bool BF16>
+__global__ void __launch_bounds__(kThreads, min_ctas(kNvfp4, 1, kRows8)) gemv_w4a16_nvfp4_rows8(const RowsParams p) {
+  rows_body<kNvfp4, BF16, 1, false, kRows8>(p);
+}
+template <int F, bool BF16>
+__global__ void __launch_bounds__(kThreads, min_ctas(F, 1, kRows8)) gemv_rows8_loads(const RowsParams p) {
+  rows_body<F, BF16, 1, true, kRows8>(p);
 }
 
 // Tokens per CTA for M tokens: 1, 2, else 4 (blocks of 4).
@@ -324,14 +428,30 @@ inline const void* kernel_of() {
     return reinterpret_cast<const void*>(&gemv_w8a16_fp8_rows<BF16, MB>);
   } else if constexpr (F == kInt4) {
     return reinterpret_cast<const void*>(&gemv_w4a16_int4_rows<BF16, MB>);
+  } else if constexpr (F == kNvfp4) {
+    return reinterpret_cast<const void*>(&gemv_w4a16_nvfp4_rows<BF16, MB>);
   } else {
     return reinterpret_cast<const void*>(&gemv_w8a16_int8_rows<BF16, MB>);
   }
 }
 
+template <int F, bool BF16, bool LOADS_ONLY>
+inline const void* kernel8_of() {
+  if constexpr (!four_bit(F)) {
+    return nullptr;                               // 8-bit formats have no 8-row form
+  } else if constexpr (LOADS_ONLY) {
+    return reinterpret_cast<const void*>(&gemv_rows8_loads<F, BF16>);
+  } else if constexpr (F == kInt4) {
+    return reinterpret_cast<const void*>(&gemv_w4a16_int4_rows8<BF16>);
+  } else {
+    return reinterpret_cast<const void*>(&gemv_w4a16_nvfp4_rows8<BF16>);
+  }
+}
+
 // pick(f, b, lo) with the run-time (fmt, bf16, loads_only) as compile-time constants (f, b, lo:
-// std::integral_constant), for both forms' kernel tables; nullptr for a format without rows kernels.
-template <class Pick>
+// std::integral_constant), for both forms' kernel tables; nullptr for a format without rows kernels
+// (WITH_NVFP4 = false: the tensor-core form, which has no nvfp4 kernels).
+template <bool WITH_NVFP4 = true, class Pick>
 inline const void* by_format(int fmt, bool bf16, bool loads_only, Pick pick) {
   auto by_lo = [&](auto f, auto b) -> const void* {
     return loads_only ? pick(f, b, std::true_type{}) : pick(f, b, std::false_type{});
@@ -342,6 +462,9 @@ inline const void* by_format(int fmt, bool bf16, bool loads_only, Pick pick) {
   if (fmt == kFp8) return by_b(std::integral_constant<int, kFp8>{});
   if (fmt == kInt8) return by_b(std::integral_constant<int, kInt8>{});
   if (fmt == kInt4) return by_b(std::integral_constant<int, kInt4>{});
+  if constexpr (WITH_NVFP4) {
+    if (fmt == kNvfp4) return by_b(std::integral_constant<int, kNvfp4>{});
+  }
   return nullptr;
 }
 
@@ -356,8 +479,15 @@ inline const void* find_kernel(int fmt, bool bf16, int M, bool loads_only) {
   });
 }
 
-inline cudaError_t occupancy(int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm) {
-  const void* k = find_kernel(fmt, bf16, M, loads_only);
+// The 8-row kernel for (fmt, bf16, loads_only): the 4-bit formats only, else nullptr.
+inline const void* find_kernel8(int fmt, bool bf16, bool loads_only) {
+  return by_format(fmt, bf16, loads_only, [&](auto f, auto b, auto lo) -> const void* {
+    return kernel8_of<decltype(f)::value, decltype(b)::value, decltype(lo)::value>();
+  });
+}
+
+inline cudaError_t occupancy(int fmt, bool bf16, int M, bool loads_only, int* ctas_per_sm, bool rows8 = false) {
+  const void* k = rows8 ? find_kernel8(fmt, bf16, loads_only) : find_kernel(fmt, bf16, M, loads_only);
   if (k == nullptr) return cudaErrorInvalidValue;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, k, kThreads, 0);
 }
@@ -426,10 +556,16 @@ inline cudaError_t launch_on(const void* k_gemv, const void* k_loads, bool loads
   return cudaLaunchKernel(k, grid, dim3(threads), args, static_cast<size_t>(pad), stream);
 }
 
-// grid: (ceil(N / kRows), ceil(M / mb_for(M))), block kThreads.
+// grid: (ceil(N / kRows), ceil(M / mb_for(M))), block kThreads; rows8 (the 4-bit formats' 8-row
+// form): (ceil(N / kRows8), M).
 inline cudaError_t launch(int fmt, bool bf16, bool loads_only, const RowsParams& p, cudaStream_t stream,
-                          int* occ = nullptr) {
+                          int* occ = nullptr, bool rows8 = false) {
   if (p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK) return cudaErrorInvalidValue;
+  if (rows8) {
+    if (p.M > 65535) return cudaErrorInvalidValue;
+    const dim3 grid((p.N + kRows8 - 1) / kRows8, p.M);
+    return launch_on(find_kernel8(fmt, bf16, false), find_kernel8(fmt, bf16, true), loads_only, grid, p, stream, occ);
+  }
   const int mb = mb_for(p.M);
   const dim3 grid((p.N + kRows - 1) / kRows, (p.M + mb - 1) / mb);
   return launch_on(find_kernel(fmt, bf16, p.M, false), find_kernel(fmt, bf16, p.M, true), loads_only, grid, p,

@@ -23,8 +23,9 @@ fp8lab::rows::RowsParams params(const torch::Tensor& x, const torch::Tensor& w, 
   TORCH_CHECK(w.scalar_type() == at::ScalarType::Int && s.scalar_type() == at::ScalarType::Int, "w and s must be int32");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) == K, "x must be a contiguous (M, K) matrix");
   TORCH_CHECK(K % 128 == 0 && K >= 128 && N >= 1, "K must be a positive multiple of 128, N positive");
-  const int64_t w_bytes = fmt == 3 ? N * K / 2 : N * K;   // int4: two codes per byte
-  TORCH_CHECK(w.numel() * 4 >= w_bytes && s.numel() * 2 >= N * (K / 128), "w or s too small for (N, K)");
+  const int64_t w_bytes = fmt == 3 || fmt == 2 ? N * K / 2 : N * K;   // int4, nvfp4: two codes per byte
+  const int64_t s_bytes = fmt == 2 ? N * (K / 16) : 2 * N * (K / 128);  // nvfp4: one e4m3 per 16, else 16-bit per 128
+  TORCH_CHECK(w.numel() * 4 >= w_bytes && s.numel() * 4 >= s_bytes, "w or s too small for (N, K)");
   TORCH_CHECK(reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
               "w and x must be 16-byte aligned");
   fp8lab::rows::RowsParams p{};
@@ -84,7 +85,7 @@ int64_t occupancy(int64_t fmt, bool bf16, int64_t N, int64_t M, int64_t K, bool 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv", &gemv, "the row-major 8-bit / int4 decode GEMV (form 0 CUDA-core, 1 tensor-core)");
+  m.def("gemv", &gemv, "the row-major 8-bit / 4-bit decode GEMV (form 0 CUDA-core, 1 / 2 tensor-core, 3 CUDA-core 8 rows)");
   m.def("loads", &loads, "its weight, scale and activation loads alone, on its grid");
   m.def("occupancy", &occupancy, "CTAs per SM of one of its kernels");
 }

@@ -353,7 +353,7 @@ inline const void* mma_kernel_of() {
 // The tensor-core kernel for (fmt, bf16, M, W, loads_only), or nullptr for a format / W without one.
 inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_only, int tm = 1) {
   const int nt = nt_for(M);
-  return by_format(fmt, bf16, loads_only, [&](auto f, auto b, auto lo) -> const void* {
+  return by_format<false>(fmt, bf16, loads_only, [&](auto f, auto b, auto lo) -> const void* {
     constexpr int F = decltype(f)::value;
     constexpr bool B = decltype(b)::value;
     constexpr bool L = decltype(lo)::value;
@@ -368,15 +368,15 @@ inline const void* find_mma_kernel(int fmt, bool bf16, int M, int w, bool loads_
 }
 
 // form: 0 the CUDA-core kernels (gemv_rows.cuh), 1 the tensor-core ones (this file, 16 rows per CTA),
-// 2 the tensor-core ones at 32 rows per CTA (TM = 2)
-enum Form : int { kFormCuda = 0, kFormMma = 1, kFormMma32 = 2 };
+// 2 the tensor-core ones at 32 rows per CTA (TM = 2), 3 the 4-bit formats' CUDA-core 8-row form (gemv_rows.cuh)
+enum Form : int { kFormCuda = 0, kFormMma = 1, kFormMma32 = 2, kFormCuda8 = 3 };
 inline int tm_of(int form) { return form == kFormMma32 ? 2 : 1; }
 
 // CTAs per SM of the kernel a launch of (form, fmt, bf16, N, M, K) runs (the tensor-core form's W
 // depends on the shape).
 inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int N, int M, int K, bool loads_only,
                                   int* ctas_per_sm) {
-  if (form == kFormCuda) return occupancy(fmt, bf16, M, loads_only, ctas_per_sm);
+  if (form == kFormCuda || form == kFormCuda8) return occupancy(fmt, bf16, M, loads_only, ctas_per_sm, form == kFormCuda8);
   if (form != kFormMma && form != kFormMma32) return cudaErrorInvalidValue;
   const int tm = tm_of(form), w = warps_for(N, M, K, tm);
   const void* k = find_mma_kernel(fmt, bf16, M, w, loads_only, tm);
@@ -388,7 +388,7 @@ inline cudaError_t occupancy_form(int form, int fmt, bool bf16, int N, int M, in
 // block fastest; W = warps_for(N, M, K) warps per CTA.
 inline cudaError_t launch_form(int form, int fmt, bool bf16, bool loads_only, const RowsParams& p,
                                cudaStream_t stream, int* occ = nullptr) {
-  if (form == kFormCuda) return launch(fmt, bf16, loads_only, p, stream, occ);
+  if (form == kFormCuda || form == kFormCuda8) return launch(fmt, bf16, loads_only, p, stream, occ, form == kFormCuda8);
   if ((form != kFormMma && form != kFormMma32) || p.N < 1 || p.M < 1 || p.K < kGroupK || p.K % kGroupK)
     return cudaErrorInvalidValue;
   const int tok = 8 * nt_for(p.M), tm = tm_of(form), rows = kRowsMma * tm;

@@ -228,7 +228,7 @@ def choose_splits(fmt: str, M: int, N: int, K: int, *, sms: int, ctas_per_sm: in
 #: (the split-K grid with each warp's weights in a shared-memory ring filled by cp.async.bulk,
 #: sm_90+; issue 22: twice the register ring's bytes in flight per SM). The default stays
 #: ``splitk``; notebook 08 times split-K and stream-K by default, and beside them the row-major GEMV
-#: of fp8lab.kernels.gemv_rows (its schedule "rows", fp8 / int8 / int4), and plots the fastest per point;
+#: of fp8lab.kernels.gemv_rows (its schedule "rows", every format), and plots the fastest per point;
 #: scripts/probes/gemv.py times the tile schedules side by side.
 SCHEDULES = ("splitk", "streamk", "bulk")
 #: the bulk schedule's copy engine (cp.async.bulk, mbarrier transaction counts) needs Hopper
@@ -864,7 +864,7 @@ def gemv_w16(act, pw: PackedWeight, *, splits: int | None = None, out=None, extr
     brought into shared memory by cp.async.bulk (sm_90+, pw.s 16-byte aligned; the same sums in
     the same order as split-K with the same ``splits``). ``splits`` applies to split-K and bulk;
     ``ctas`` to stream-K only. ``"rows"`` is not one of these: it is the row-major CUDA-core GEMV
-    :func:`fp8lab.kernels.gemv_rows.gemv` (fp8 / int8 / int4; the decode M = 1 schedule), and this
+    :func:`fp8lab.kernels.gemv_rows.gemv` (every format; the decode M = 1 schedule), and this
     function refuses it, and any weight packed with ``layout="rows"``, in one line.
 
     ``act_resident`` (split-K, bulk, stream-K): True lets a CTA keep its activations in shared

@@ -107,7 +107,7 @@ TARGETS: tuple[Target, ...] = (
     # (slow_s an estimate until the H200 times it: its torch binding's g++ dominates)
     Target("gemv_rows", "extension", "fp8lab.kernels.gemv_rows:load_extension",
            units="EXT_SOURCES", slow_s=20,
-           what="row-major 8-bit / INT4 decode GEMV (weight-only schedule 'rows', CUDA-core and tensor-core forms) and its loads-only twins: 144 kernels"),
+           what="row-major 8-bit / 4-bit decode GEMV (weight-only schedule 'rows', CUDA-core and tensor-core forms) and its loads-only twins: 164 kernels"),
     # (slow_s an estimate until the H200 times it)
     Target("gemv_w8a8", "extension", "fp8lab.kernels.gemv_w8a8:load_extension",
            units="EXT_SOURCES", slow_s=30, what="W8A8 blockwise decode GEMV (gemv_w16.cuh's kFp8A8): 4 tiles"),
