@@ -282,25 +282,41 @@ __device__ __forceinline__ void rows_body(const RowsParams& p) {
   constexpr int kBlockK = kThreads * E;           // K per block: one 16-byte word per row per thread
   const size_t row_bytes = four_bit(F) ? static_cast<size_t>(p.K) / 2 : static_cast<size_t>(p.K);
 
+  // The 8-row form: rows past N read row N - 1 (the last CTA's; their outputs are never stored), so
+  // the K loop has no per-row predicate: each row's weight and scale addresses are a CTA-uniform
+  // offset plus the thread's K offset (sm_90 SASS per K block: INT4 784 -> 735, NVFP4 856 -> 794,
+  // where a predicated row recomputed its address from the parameters each step). Not at 4 rows:
+  // under their 64-register bound the offsets spilled.
+  constexpr bool kHoist = R == kRows8;
+  size_t wrow[R], srow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const size_t n = static_cast<size_t>(min(n0 + r, p.N - 1));
+    wrow[r] = n * row_bytes;
+    // nvfp4: (N, K / 16) e4m3 bytes, two per 16-bit word (K / 16 even); else (N, K / 128) 16-bit scales
+    srow[r] = F == kNvfp4 ? n * static_cast<size_t>(p.K / kGroupNv / 2) : n * static_cast<size_t>(groups);
+  }
+
   for (int kb = 0; kb < p.K; kb += kBlockK) {
     const int k0 = kb + tid * E;
     const bool kin = k0 < p.K;                    // K % 128 == 0: a thread's K lies all in or all out
+    const size_t wk = four_bit(F) ? k0 / 2 : k0;  // the thread's byte offset in a row
+    // its scale word: nvfp4 the pair of k0's two blocks of 16 (k0 / 16 even), else k0's group of 128
+    const size_t sk = F == kNvfp4 ? k0 / (2 * kGroupNv) : k0 / kGroupK;
     uint4 wv[R];
     uint32_t sraw[R];                             // the rows' scale bits: a 16-bit group scale, or nvfp4's two e4m3
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const bool ok = kin && n0 + r < p.N;
-      wv[r] = ok ? ldg_stream(p.w + (n0 + r) * row_bytes + (four_bit(F) ? k0 / 2 : k0))
-                 : make_uint4(0u, 0u, 0u, 0u);
+      const bool ok = kin && (kHoist || n0 + r < p.N);
+      const size_t wo = kHoist ? wrow[r] : static_cast<size_t>(n0 + r) * row_bytes;
+      wv[r] = ok ? ldg_stream(p.w + wo + wk) : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const bool ok = kin && n0 + r < p.N;
-      // nvfp4: the two e4m3 bytes of k0's two blocks of 16 (row-major (N, K / 16) bytes; K / 16 and
-      // k0 / 16 are even, so the pair is one aligned 16-bit word)
-      const size_t si = F == kNvfp4 ? (static_cast<size_t>(n0 + r) * (p.K / kGroupNv) + k0 / kGroupNv) / 2
-                                    : static_cast<size_t>(n0 + r) * groups + k0 / kGroupK;
-      sraw[r] = ok ? __ldg(p.s + si) : 0u;
+      const bool ok = kin && (kHoist || n0 + r < p.N);
+      const size_t so = kHoist ? srow[r]
+                               : static_cast<size_t>(n0 + r) * (F == kNvfp4 ? p.K / kGroupNv / 2 : groups);
+      sraw[r] = ok ? __ldg(p.s + so + sk) : 0u;
     }
     float sc[R];                                  // 16-bit group scales as fp32 (nvfp4: unused)
 #pragma unroll
