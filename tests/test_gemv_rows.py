@@ -386,3 +386,17 @@ def test_rows_mma_sass():
                 # launch_on needs no shared-memory pad (whose carveout would shrink L1)
                 per_sm = lambda r: min(65536 // (-(-r * 32 // 256) * 256 * w), 64 // w)   # noqa: E731
                 assert per_sm(regs[t]) == per_sm(regs[g]), (t, regs[t], g, regs[g])
+
+
+@needs_nvcc
+def test_the_8_row_form_spends_fewer_instructions_per_code():
+    """The 4-bit formats' 8-row form exists to share each thread's activation loads and conversion
+    among more rows: its M = 1 K loop issues fewer instructions per weight code than the 4-row form's
+    (SASS of the loop body: 256 codes per thread at 8 rows, 128 at 4), no local memory in either."""
+    loops = _loops(gr.rows_cubin("sm_90"))
+    for fname in ("int4", "nvfp4"):
+        for b in (0, 1):
+            (four,) = [max(v, key=len) for n, v in loops.items() if f"gemv_w4a16_{fname}_rowsILb{b}ELi1E" in n]
+            (eight,) = [max(v, key=len) for n, v in loops.items() if f"gemv_w4a16_{fname}_rows8ILb{b}E" in n]
+            assert not [o for o in four + eight if o.startswith(("LDL", "STL"))]
+            assert len(eight) / 256 < 0.85 * len(four) / 128, (fname, b, len(four), len(eight))

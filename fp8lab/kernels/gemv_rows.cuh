@@ -38,10 +38,10 @@
 //   is multiplied by its e4m3 scale in fp16 (exact; the pair of scales decoded by one
 //   cvt.rn.f16x2.e4m3x2), the thread's two blocks added there, then fp32 (dot32_nvfp4).
 // * The 4-bit formats' form of 8 rows per CTA (kRows8, MB = 1, "cuda8"): a thread's activation loads
-//   and conversion to fp16 pairs then serve 8 rows: sm_90 SASS per K block, INT4 498 instructions at 4
-//   rows and 784 at 8 (~72 per row, ~210 shared), NVFP4 569 and 945: 3.1 / 3.7 per code instead of
-//   3.9 / 4.4. Four CTAs of up to 128 registers per SM keep the same 64 KB of weight words in flight
-//   per SM as eight of 4 rows.
+//   and conversion to fp16 pairs then serve 8 rows, and (rows8 only: registers allow) its loads go
+//   without per-row predicates: sm_90 SASS per K block, INT4 494 instructions at 4 rows and 735 at 8,
+//   NVFP4 526 and 794: 2.9 / 3.1 per code instead of 3.9 / 4.1 (16 rows: 3.0 / 3.3, worse). Four CTAs
+//   of up to 128 registers per SM keep the same 64 KB of weight words in flight per SM as eight of 4.
 // * M > 1: blockIdx.y walks blocks of MB tokens (MB = 1, 2 or 4); every block streams the whole
 //   weight again, so this kernel is for M = 1 (its CUDA-core work grows with M: the tensor-core
 //   kernel is faster from M = 2 on, decode_rows probe).

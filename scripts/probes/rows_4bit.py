@@ -5,7 +5,7 @@ beside INT4's rows kernel at 0.75-0.94 (notebook 08, H100, d3424a1). gemv_rows.c
 kernels (e2m1 codes into fp16 by byte permutes, one e4m3 block scale per 16 in fp32) and, for both
 4-bit formats, an opt-in form of 8 rows per CTA (``form="cuda8"``): each thread's activation
 conversion serves 8 rows instead of 4, which cuts the SASS per weight (static, M = 1 loop bodies:
-INT4 3.9 -> 3.1 instructions per code, NVFP4 4.4 -> 3.7) at four CTAs per SM instead of eight. This
+INT4 3.9 -> 2.9 instructions per code, NVFP4 4.1 -> 3.1) at four CTAs per SM instead of eight. This
 probe times both forms with notebook 08's machinery (``decode.measure_decode``: float64 check,
 rotated weights, CUDA graph replays, the copy rate measured in the same run) beside gemv_w16's split-K
 schedule and cuBLAS BF16.
