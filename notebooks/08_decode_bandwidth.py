@@ -37,7 +37,8 @@
 # row-major copy of the weight. At M = 1 it works on the CUDA cores with no tensor cores (fp32 FMAs for
 # the 8-bit formats; INT4 on fp16 pairs with Marlin's bit trick, 16 products per fp16 sum, then fp32;
 # NVFP4 on fp16 pairs too, its e2m1 codes placed into fp16 by byte permutes, 8 products per fp16 sum,
-# each block of 16 times its e4m3 scale in fp32);
+# each block of 16 times its e4m3 scale; the 4-bit formats in CTAs of 8 rows at M = 1, the grid
+# column's `cuda8`);
 # from M = 2 on, FP8 and INT8 take its tensor-core form (`gemv_rows_mma.cuh`: the same row-major
 # weight in CTAs of 16 rows x 8 tokens up to M = 8, 32 rows x 16 tokens from M = 9 on, mma.sync on
 # exactly converted operands; the table's grid column names the form, `mma` or `mma32`); where rows is the faster the figures, targets and timing verdicts (C4) take it, as they take the

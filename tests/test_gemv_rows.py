@@ -218,13 +218,15 @@ def test_warps_for_is_the_kernels_rule(tmp_path):
 def test_default_form(monkeypatch):
     """The tensor-core form from MMA_MIN_M = 2 on for fp8 / int8, at 32 rows per CTA from MMA32_MIN_M
     = 9 (INT4 has one, opt-in, and keeps the CUDA-core form by default); MMA_MIN_M = None makes it
-    opt-in."""
+    opt-in. The 4-bit formats at M = 1: 8 rows per CTA (ROWS8_AT_M1)."""
     assert gr.MMA_MIN_M == 2 and gr.MMA32_MIN_M == 9 and gr.MMA_FORMATS == ("fp8", "int8", "int4")
     assert gr.MMA_DEFAULT_FORMATS == ("fp8", "int8")
     assert [gr.default_form("fp8", m) for m in (1, 2, 8, 9, 16, 64)] == ["cuda", "mma", "mma", "mma32", "mma32", "mma32"]
     assert [gr.default_form("int8", m) for m in (1, 3, 17)] == ["cuda", "mma", "mma32"]
-    assert [gr.default_form("int4", m) for m in (1, 16)] == ["cuda", "cuda"]
+    assert [gr.default_form("int4", m) for m in (1, 2, 16)] == ["cuda8", "cuda", "cuda"]
+    assert [gr.default_form("nvfp4", m) for m in (1, 2, 16)] == ["cuda8", "cuda", "cuda"]
     monkeypatch.setattr(gr, "MMA_MIN_M", None)
+    monkeypatch.setattr(gr, "ROWS8_AT_M1", False)
     assert {gr.default_form(f, m) for f in gr.FORMATS for m in (1, 2, 16, 64)} == {"cuda"}
     for call, msg in [(lambda: gr.check_form("wgmma"), "form must be one of"),
                       (lambda: gr.geometry(16, 1, "tc"), "form must be one of")]:

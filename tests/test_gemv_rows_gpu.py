@@ -77,7 +77,8 @@ def test_the_float64_cases_cover_every_tensor_core_kernel(form, kernels):
 
 def test_default_form_is_what_gemv_runs():
     """form=None runs default_form: the tensor-core forms' bits from M = MMA_MIN_M on (fp8 / int8; 32
-    rows per CTA at M = 16), the CUDA-core form's at M = 1 and for int4."""
+    rows per CTA at M = 16), the CUDA-core form's at M = 1 (the 4-bit formats' at 8 rows per CTA) and
+    for the 4-bit formats from M = 2."""
     for fmt in gr.FORMATS:
         pw, _ = _case(fmt, "bf16", 100, 1024)
         for M in (1, gr.MMA_MIN_M, 16):

@@ -47,6 +47,12 @@ ROWS_PER_CTA = 4
 #: the formats with the 8-rows-per-CTA CUDA-core form "cuda8", and its rows per CTA
 ROWS8_FORMATS = ("int4", "nvfp4")
 ROWS8_PER_CTA = 8
+#: the 4-bit formats take the 8-row form by default at M = 1 (a token block of one: the form has no
+#: other). H200 probe rows_4bit at 67935aa, M = 1, 8 rows over 4: INT4 1.01-1.08x on three of notebook
+#: 08's shapes, NVFP4 0.98-1.04x (the 4-bit kernels there at 0.55-0.75 of copy, their loads alone at
+#: 0.67-0.95: issue-bound); since then the 8-row loop lost 6% (INT4) / 16% (NVFP4) of its SASS, the 4-row
+#: one 1% / 8%
+ROWS8_AT_M1 = True
 #: nvfp4: K per e4m3 block scale, and the factor its codes carry in fp16 (e2m1 x 2^-14)
 NVFP4_BLOCK = 16
 NVFP4_CODE_FACTOR = 2.0 ** 14
@@ -105,7 +111,10 @@ def check_form(form: str) -> str:
 
 def default_form(fmt: str, M: int) -> str:
     """The form :func:`gemv` takes for ``fmt`` at M tokens: for :data:`MMA_DEFAULT_FORMATS` "mma"
-    from :data:`MMA_MIN_M` on (when set), "mma32" from :data:`MMA32_MIN_M` on; else "cuda"."""
+    from :data:`MMA_MIN_M` on (when set), "mma32" from :data:`MMA32_MIN_M` on; for
+    :data:`ROWS8_FORMATS` at M = 1 "cuda8" when :data:`ROWS8_AT_M1`; else "cuda"."""
+    if M == 1 and ROWS8_AT_M1 and fmt in ROWS8_FORMATS:
+        return "cuda8"
     if MMA_MIN_M is None or fmt not in MMA_DEFAULT_FORMATS or M < MMA_MIN_M:
         return "cuda"
     return "mma32" if M >= MMA32_MIN_M else "mma"
