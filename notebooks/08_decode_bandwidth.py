@@ -414,12 +414,19 @@ def draw_targets(tg, info):
                     ax.plot([xi - w / 2, xi + w / 2], [r["goal"]] * 2, color="black", lw=1.5)
                     if np.isfinite(r.get("pattern_value", np.nan)):
                         ax.plot(xi, r["pattern_value"], marker="D", ms=3.5, color="#555555", ls="none")
-                    ax.text(xi, max(r["value"], r["goal"]) + 0.015, f"{r['value']:.2f}", ha="center",
+                    # above the bar and its goal tick; above the pattern diamond too where the
+                    # diamond would sit on the label (it hid the number), else the label stays by its bar
+                    top = max(r["value"], r["goal"]) + 0.015
+                    pv = r.get("pattern_value", np.nan)
+                    if np.isfinite(pv) and top - 0.03 <= pv <= top + (0.14 if dense else 0.07):
+                        top = pv + 0.03
+                    ax.text(xi, top, f"{r['value']:.2f}", ha="center",
                             va="bottom", fontsize=5.5 if dense else 6, rotation=90 if dense else 0)
                 if arm not in arms_seen:
                     arms_seen.append(arm)
             ax.set_xticks(np.arange(len(groups)), groups, fontsize=6.5)
-            ax.set_ylim(0, max(1.15, float(np.nanmax(np.r_[g["value"], g["goal"]])) * (1.25 if dense else 1.15)))
+            tops = np.r_[g["value"], g["goal"], g["pattern_value"] if "pattern_value" in g else []]
+            ax.set_ylim(0, max(1.15, float(np.nanmax(tops)) * (1.25 if dense else 1.15)))
             met = int(g["met"].sum())
             ax.set_title(f"{kind}\n(met at {met} of {len(g)})", fontsize=9)
             if ci == 0:
