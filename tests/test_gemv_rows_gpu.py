@@ -220,7 +220,9 @@ def test_measure_decode_rows_schedule():
     assert forms == {(f, m): gr.default_form(f, m) for f in fmts for m in (1, 3)}
     assert df["pattern_Bps"].notna().all() and (df["pattern_ctas_per_sm"] == df["ctas_per_sm"]).all()
     m1 = df[df["M"] == 1].set_index("fmt")["ctas_per_sm"]
-    assert (m1["fp8"], m1["int8"], m1["int4"]) == (9, 9, 8)
+    # 8-bit: the 4-row form, 9 CTAs per SM; 4-bit: the 8-row form (ROWS8_AT_M1) at 4, else 8
+    four_bit = 4 if gr.ROWS8_AT_M1 else 8
+    assert (m1["fp8"], m1["int8"], m1["int4"], m1["nvfp4"]) == (9, 9, four_bit, four_bit)
     best = decode.best_schedule(df)
     assert len(best) == 6
     # the ncu launch never names the rows schedule (C5 / C8 judge the tile kernels)
